@@ -1,0 +1,115 @@
+// swift-tools-version:6.1
+import PackageDescription
+
+// Every target builds in the Swift 6 language mode (strict concurrency) with
+// the upcoming features that keep the module graph honest.
+let strictSettings: [SwiftSetting] = [
+    .enableUpcomingFeature("ExistentialAny"),
+    .enableUpcomingFeature("InternalImportsByDefault"),
+    .enableUpcomingFeature("MemberImportVisibility"),
+]
+
+let package = Package(
+    name: "bgpolicy",
+    platforms: [.macOS(.v15)],
+    products: [
+        .executable(name: "bgpolicyd", targets: ["bgpolicyd"]),
+        .executable(name: "bgpolicy", targets: ["bgpolicy"]),
+        .library(name: "BGPolicyDBus", targets: ["BGPolicyDBus"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
+        .package(url: "https://github.com/apple/swift-log", from: "1.6.0"),
+        .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.6.0"),
+        .package(url: "https://github.com/apple/swift-system", from: "1.4.0"),
+    ],
+    targets: [
+        // C libraries, wrapped by us (STYLE.md examples 4 and 5).
+        .systemLibrary(
+            name: "CBGPolicyDBus",
+            pkgConfig: "dbus-1",
+            providers: [.apt(["libdbus-1-dev"])]
+        ),
+        .systemLibrary(
+            name: "CBGPolicyUdev",
+            pkgConfig: "libudev",
+            providers: [.apt(["libudev-dev"])]
+        ),
+
+        // The policy: pure, no I/O, time injected.
+        .target(name: "BGPolicyCore", swiftSettings: strictSettings),
+
+        // libdbus-1, owned by one thread per connection; only Swift values leave it.
+        .target(
+            name: "BGPolicyDBus",
+            dependencies: [
+                "CBGPolicyDBus",
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: strictSettings
+        ),
+
+        // Wiring: D-Bus interfaces <-> core <-> sources; services and lifecycle.
+        .target(
+            name: "BGPolicyAgent",
+            dependencies: [
+                "BGPolicyCore",
+                "BGPolicyDBus",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "SystemPackage", package: "swift-system"),
+            ],
+            swiftSettings: strictSettings
+        ),
+
+        .executableTarget(
+            name: "bgpolicyd",
+            dependencies: [
+                "BGPolicyAgent",
+                "BGPolicyCore",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            swiftSettings: strictSettings
+        ),
+        .executableTarget(
+            name: "bgpolicy",
+            dependencies: [
+                "BGPolicyCore",
+                "BGPolicyDBus",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ],
+            swiftSettings: strictSettings
+        ),
+
+        // Test tools: a peer that exports every D-Bus type for interop tests,
+        // the seeded fuzzer, and the benchmark driver. Not installed.
+        .executableTarget(
+            name: "bgpolicy-testpeer",
+            dependencies: ["BGPolicyDBus"],
+            path: "Tests/Tools/TestPeer",
+            swiftSettings: strictSettings
+        ),
+        .executableTarget(
+            name: "bgpolicy-fuzz",
+            dependencies: ["BGPolicyDBus"],
+            path: "Tests/Tools/Fuzz",
+            swiftSettings: strictSettings
+        ),
+        .executableTarget(
+            name: "bgpolicy-bench",
+            dependencies: ["BGPolicyDBus"],
+            path: "Tests/Tools/Bench",
+            swiftSettings: strictSettings
+        ),
+
+        .testTarget(name: "BGPolicyCoreTests", dependencies: ["BGPolicyCore"], swiftSettings: strictSettings),
+        .testTarget(name: "BGPolicyDBusTests", dependencies: ["BGPolicyDBus"], swiftSettings: strictSettings),
+        .testTarget(
+            name: "BGPolicyAgentTests",
+            dependencies: ["BGPolicyAgent", "BGPolicyCore", "BGPolicyDBus"],
+            swiftSettings: strictSettings
+        ),
+    ]
+)

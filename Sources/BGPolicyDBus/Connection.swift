@@ -1,0 +1,377 @@
+internal import CBGPolicyDBus
+import Glibc
+public import Logging
+import Synchronization
+
+/// A private connection to a message bus, owned by its own thread.
+///
+/// All methods are safe to call from any task. Method calls are asynchronous, time out, and
+/// honour cancellation; error replies throw `DBusError.remote` with the peer's name and text.
+public final class DBusConnection: Sendable {
+    public static let busName = "org.freedesktop.DBus"
+    public static let busPath = try! ObjectPath("/org/freedesktop/DBus")
+
+    public enum Bus: Sendable, Hashable {
+        case session
+        case system
+        case address(String)
+    }
+
+    let loop: ConnectionLoop
+    let logger: Logger
+    /// The bus-assigned unique name, such as `:1.42`.
+    public let uniqueName: String
+    /// The objects this connection exports.
+    public let objects: ObjectServer
+    let state: Mutex<SharedState>
+    private let disconnected: DisconnectSignal
+
+    struct SharedState {
+        var nextID: UInt64 = 1
+    }
+
+    private init(loop: ConnectionLoop, uniqueName: String, logger: Logger, disconnected: DisconnectSignal) {
+        self.loop = loop
+        self.uniqueName = uniqueName
+        self.logger = logger
+        self.disconnected = disconnected
+        self.objects = ObjectServer(logger: logger)
+        self.state = Mutex(SharedState())
+    }
+
+    deinit {
+        loop.stop()
+    }
+
+    /// The address libdbus would use for `bus`, resolved without autolaunching anything.
+    public static func address(for bus: Bus) throws(DBusError) -> String {
+        switch bus {
+        case .address(let address):
+            return address
+        case .session:
+            if let address = getenv("DBUS_SESSION_BUS_ADDRESS").map({ String(cString: $0) }), !address.isEmpty {
+                return address
+            }
+            if let runtime = getenv("XDG_RUNTIME_DIR").map({ String(cString: $0) }), !runtime.isEmpty {
+                let socket = runtime + "/bus"
+                if access(socket, F_OK) == 0 { return "unix:path=" + socket }
+            }
+            throw .connectionFailed(
+                name: "org.freedesktop.DBus.Error.NotSupported",
+                message: "no session bus: DBUS_SESSION_BUS_ADDRESS is not set and $XDG_RUNTIME_DIR/bus does not exist. "
+                    + "Run inside a desktop session, or start one with 'dbus-run-session -- COMMAND'")
+        case .system:
+            if let address = getenv("DBUS_SYSTEM_BUS_ADDRESS").map({ String(cString: $0) }), !address.isEmpty {
+                return address
+            }
+            return "unix:path=/run/dbus/system_bus_socket"
+        }
+    }
+
+    /// Opens a private connection (exit-on-disconnect off) and registers with the bus.
+    public static func connect(to bus: Bus, logger: Logger = Logger(label: "org.bgpolicy.dbus")) async throws -> DBusConnection {
+        let address = try address(for: bus)
+        let loop = try ConnectionLoop()
+        let disconnected = DisconnectSignal()
+        let unique: String = try await withCheckedThrowingContinuation { continuation in
+            loop.start { loop in
+                do {
+                    let name = try loop.open(address: address)
+                    continuation.resume(returning: name)
+                } catch {
+                    loop.stop()
+                    continuation.resume(throwing: error)
+                }
+            }
+        }
+        let connection = DBusConnection(loop: loop, uniqueName: unique, logger: logger, disconnected: disconnected)
+        // The loop must not keep the connection alive, so its callbacks capture only what they use.
+        let objects = connection.objects
+        let subscriptions = connection.subscriptions
+        let log = logger
+        loop.enqueue { loop in
+            loop.onMethodCall = { [weak loop] message in
+                guard let loop else { return }
+                objects.route(message, loop: loop)
+            }
+            loop.onSignal = { message in subscriptions.deliver(message) }
+            loop.onUndecodable = { error, kind in
+                log.warning("Dropped an undecodable message", metadata: ["kind": "\(kind)", "error": "\(error)"])
+            }
+            loop.onDisconnect = {
+                subscriptions.finishAll(throwing: DBusError.disconnected)
+                objects.connectionClosed()
+                disconnected.fire()
+            }
+        }
+        return connection
+    }
+
+    /// Closes the connection. Calls in flight fail with `DBusError.disconnected`.
+    public func close() {
+        loop.stop()
+    }
+
+    /// Waits until the connection is closed or lost.
+    public func waitUntilDisconnected() async {
+        await disconnected.wait()
+    }
+
+    public var isConnected: Bool { !loop.isStopped && !disconnected.hasFired }
+
+    func nextID() -> UInt64 {
+        state.withLock { s in
+            defer { s.nextID += 1 }
+            return s.nextID
+        }
+    }
+
+    // MARK: Sending
+
+    /// Sends a message that expects no reply (a signal, a reply, or a no-reply call).
+    public func send(_ message: Message) throws {
+        let raw = try message.encode()
+        let sent = loop.enqueue { [logger] loop in
+            do {
+                try loop.send(raw)
+            } catch {
+                logger.debug("Could not send a message", metadata: ["error": "\(error)"])
+            }
+        }
+        if !sent { throw DBusError.disconnected }
+    }
+
+    /// Emits a signal from one of this connection's objects.
+    public func emitSignal(path: ObjectPath, interface: String, member: String, body: [DBusValue] = []) throws {
+        try send(.signal(path: path, interface: interface, member: member, body: body))
+    }
+
+    /// Calls a method and returns its reply, or throws its error.
+    ///
+    /// - Parameter timeout: after which the call fails with `org.freedesktop.DBus.Error.NoReply`.
+    public func call(_ message: Message, timeout: Duration = .seconds(25)) async throws -> Message {
+        precondition(message.kind == .methodCall, "call(_:) sends method calls; use send(_:) for other messages")
+        try Task.checkCancellation()
+        let raw = try message.encode()
+        let id = nextID()
+        let ms = Int32(clamping: max(1, timeout.components.seconds * 1000 + timeout.components.attoseconds / 1_000_000_000_000_000))
+        let reply: Message = try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Message, any Error>) in
+                let queued = loop.enqueue { loop in
+                    loop.startCall(id: id, raw: raw, timeoutMilliseconds: ms, continuation: continuation)
+                }
+                if !queued { continuation.resume(throwing: DBusError.disconnected) }
+            }
+        } onCancel: {
+            loop.enqueue { loop in loop.cancelCall(id: id) }
+        }
+        if let error = reply.asError { throw error }
+        return reply
+    }
+
+    /// Calls a method and returns the reply's body.
+    public func call(
+        destination: String?, path: ObjectPath, interface: String?, member: String,
+        _ body: [DBusValue] = [], timeout: Duration = .seconds(25)
+    ) async throws -> [DBusValue] {
+        try await call(.methodCall(destination: destination, path: path, interface: interface, member: member, body: body), timeout: timeout).body
+    }
+
+    /// Calls a method on the bus daemon itself.
+    func callBus(_ member: String, _ body: [DBusValue] = []) async throws -> [DBusValue] {
+        try await call(destination: Self.busName, path: Self.busPath, interface: Self.busName, member: member, body)
+    }
+
+    // MARK: Signals
+
+    let subscriptions = SubscriptionRegistry()
+
+    /// Subscribes to signals. The match rule is active on the bus when this returns, so no
+    /// signal sent afterwards is missed. Ending the iteration (or dropping the subscription)
+    /// removes the rule.
+    public func subscribe(_ rule: MatchRule) async throws -> SignalSubscription {
+        try rule.validate()
+        let id = nextID()
+        let (stream, continuation) = AsyncThrowingStream.makeStream(of: Message.self, throwing: (any Error).self, bufferingPolicy: .bufferingNewest(4096))
+        // Register locally first, so signals that arrive while AddMatch is in flight are kept.
+        subscriptions.add(id: id, rule: rule, continuation: continuation)
+        continuation.onTermination = { [weak self] _ in
+            guard let self else { return }
+            self.unsubscribe(id: id, rule: rule)
+        }
+        do {
+            if rule.needsOwnerTracking, let name = rule.sender {
+                try await trackOwner(of: name)
+            }
+            _ = try await callBus("AddMatch", [.string(rule.text)])
+        } catch {
+            subscriptions.remove(id: id)
+            if rule.needsOwnerTracking, let name = rule.sender { untrackOwner(of: name) }
+            continuation.finish(throwing: error)
+            throw error
+        }
+        return SignalSubscription(stream: stream)
+    }
+
+    private func unsubscribe(id: UInt64, rule: MatchRule) {
+        guard subscriptions.remove(id: id) else { return }
+        var remove = Message.methodCall(
+            destination: Self.busName, path: Self.busPath, interface: Self.busName, member: "RemoveMatch", body: [.string(rule.text)])
+        remove.noReplyExpected = true
+        try? send(remove)
+        if rule.needsOwnerTracking, let name = rule.sender { untrackOwner(of: name) }
+    }
+
+    /// Keeps `subscriptions` told who owns `name`, so signals from that owner match rules
+    /// that name the well-known name as their sender.
+    private func trackOwner(of name: String) async throws {
+        guard subscriptions.retainOwnerTracking(name) else { return }
+        let rule = MatchRule.nameOwnerChanged(for: name)
+        do {
+            _ = try await callBus("AddMatch", [.string(rule.text)])
+            subscriptions.setOwner(try await nameOwner(of: name), of: name)
+        } catch {
+            untrackOwner(of: name)
+            throw error
+        }
+    }
+
+    private func untrackOwner(of name: String) {
+        guard subscriptions.releaseOwnerTracking(name) else { return }
+        var remove = Message.methodCall(
+            destination: Self.busName, path: Self.busPath, interface: Self.busName, member: "RemoveMatch",
+            body: [.string(MatchRule.nameOwnerChanged(for: name).text)])
+        remove.noReplyExpected = true
+        try? send(remove)
+    }
+}
+
+extension MatchRule {
+    /// `NameOwnerChanged` for one name.
+    public static func nameOwnerChanged(for name: String) -> MatchRule {
+        MatchRule(
+            sender: DBusConnection.busName, interface: DBusConnection.busName, member: "NameOwnerChanged",
+            path: DBusConnection.busPath, arguments: [0: name])
+    }
+}
+
+/// A stream of signals that match one rule.
+public struct SignalSubscription: AsyncSequence, Sendable {
+    public typealias Element = Message
+    let stream: AsyncThrowingStream<Message, any Error>
+
+    public func makeAsyncIterator() -> AsyncThrowingStream<Message, any Error>.AsyncIterator {
+        stream.makeAsyncIterator()
+    }
+}
+
+/// Fires once, when the connection goes away; any number of tasks may wait for it.
+final class DisconnectSignal: Sendable {
+    private let state = Mutex<(fired: Bool, waiters: [CheckedContinuation<Void, Never>])>((false, []))
+
+    var hasFired: Bool { state.withLock { $0.fired } }
+
+    func fire() {
+        let waiters = state.withLock { s in
+            s.fired = true
+            let w = s.waiters
+            s.waiters = []
+            return w
+        }
+        for w in waiters { w.resume() }
+    }
+
+    func wait() async {
+        await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
+            let resumeNow = state.withLock { s in
+                if s.fired { return true }
+                s.waiters.append(c)
+                return false
+            }
+            if resumeNow { c.resume() }
+        }
+    }
+}
+
+/// Signal subscribers and the owners of the well-known names they follow.
+final class SubscriptionRegistry: Sendable {
+    private struct Entry {
+        let rule: MatchRule
+        let continuation: AsyncThrowingStream<Message, any Error>.Continuation
+    }
+
+    private struct State {
+        var entries: [UInt64: Entry] = [:]
+        var owners: [String: String] = [:]
+        var tracked: [String: Int] = [:]
+    }
+
+    private let state = Mutex(State())
+
+    func add(id: UInt64, rule: MatchRule, continuation: AsyncThrowingStream<Message, any Error>.Continuation) {
+        state.withLock { $0.entries[id] = Entry(rule: rule, continuation: continuation) }
+    }
+
+    @discardableResult
+    func remove(id: UInt64) -> Bool {
+        state.withLock { $0.entries.removeValue(forKey: id) != nil }
+    }
+
+    /// Returns true when this is the first subscriber that needs the name tracked.
+    func retainOwnerTracking(_ name: String) -> Bool {
+        state.withLock { s in
+            s.tracked[name, default: 0] += 1
+            return s.tracked[name] == 1
+        }
+    }
+
+    /// Returns true when the last subscriber that needed the name is gone.
+    func releaseOwnerTracking(_ name: String) -> Bool {
+        state.withLock { s in
+            guard let count = s.tracked[name] else { return false }
+            if count <= 1 {
+                s.tracked[name] = nil
+                s.owners[name] = nil
+                return true
+            }
+            s.tracked[name] = count - 1
+            return false
+        }
+    }
+
+    func setOwner(_ owner: String?, of name: String) {
+        state.withLock { s in
+            guard s.tracked[name] != nil else { return }
+            s.owners[name] = owner
+        }
+    }
+
+    /// Called on the loop thread for every incoming signal.
+    func deliver(_ message: Message) {
+        let targets: [AsyncThrowingStream<Message, any Error>.Continuation] = state.withLock { s in
+            if message.sender == DBusConnection.busName, message.member == "NameOwnerChanged",
+                message.interface == DBusConnection.busName, message.body.count == 3,
+                case .string(let name) = message.body[0], s.tracked[name] != nil,
+                case .string(let newOwner) = message.body[2]
+            {
+                s.owners[name] = newOwner.isEmpty ? nil : newOwner
+            }
+            var out: [AsyncThrowingStream<Message, any Error>.Continuation] = []
+            for entry in s.entries.values {
+                let owner = entry.rule.sender.flatMap { s.owners[$0] }
+                if entry.rule.matches(message, senderOwner: owner) { out.append(entry.continuation) }
+            }
+            return out
+        }
+        for continuation in targets { continuation.yield(message) }
+    }
+
+    func finishAll(throwing error: any Error) {
+        let all = state.withLock { s in
+            let all = s.entries.values.map(\.continuation)
+            s.entries = [:]
+            return all
+        }
+        for continuation in all { continuation.finish(throwing: error) }
+    }
+}

@@ -1,0 +1,462 @@
+public import Logging
+import Synchronization
+
+/// One incoming method call, as a handler sees it.
+public struct MethodCall: Sendable {
+    public let message: Message
+    public var arguments: [DBusValue] { message.body }
+    /// The caller's unique name.
+    public var sender: String { message.sender ?? "" }
+    public var path: ObjectPath { message.path ?? .root }
+}
+
+public typealias MethodHandler = @Sendable (MethodCall) async throws -> [DBusValue]
+public typealias PropertyGetter = @Sendable () async throws -> DBusValue
+public typealias PropertySetter = @Sendable (DBusValue, MethodCall) async throws -> Void
+
+/// An error a handler can throw to send a specific D-Bus error back to the caller.
+public protocol DBusErrorConvertible: Error {
+    var dbusErrorName: String { get }
+    var dbusErrorMessage: String { get }
+}
+
+/// An interface's description bound to its implementation.
+public struct ExportedInterface: Sendable {
+    public let description: InterfaceDescription
+    var methods: [String: MethodHandler] = [:]
+    var getters: [String: PropertyGetter] = [:]
+    var setters: [String: PropertySetter] = [:]
+
+    public init(_ description: InterfaceDescription) {
+        self.description = description
+    }
+
+    public func method(_ name: String, _ handler: @escaping MethodHandler) -> ExportedInterface {
+        var copy = self
+        copy.methods[name] = handler
+        return copy
+    }
+
+    public func property(_ name: String, get: @escaping PropertyGetter, set: PropertySetter? = nil) -> ExportedInterface {
+        var copy = self
+        copy.getters[name] = get
+        if let set { copy.setters[name] = set }
+        return copy
+    }
+
+    /// Every described member has an implementation and nothing else does.
+    func validate() throws(DBusError) {
+        try description.validate()
+        let name = description.name
+        for method in description.methods where methods[method.name] == nil {
+            throw .usage("\(name).\(method.name) is described but has no handler")
+        }
+        for handled in methods.keys where description.method(named: handled) == nil {
+            throw .usage("\(name).\(handled) has a handler but is not described")
+        }
+        for property in description.properties {
+            if property.isReadable && getters[property.name] == nil { throw .usage("\(name).\(property.name) has no getter") }
+            if property.isWritable && setters[property.name] == nil { throw .usage("\(name).\(property.name) has no setter") }
+        }
+        for handled in Set(getters.keys).union(setters.keys) where description.property(named: handled) == nil {
+            throw .usage("\(name).\(handled) is implemented but not described")
+        }
+    }
+}
+
+/// The objects a connection exports, and the dispatcher that answers calls to them.
+///
+/// Routing (unknown object, unknown method, wrong signature, introspection) is answered at
+/// once on the connection's thread. Calls that reach a handler are queued per caller and run
+/// by `serve()`: calls from one caller run in order, different callers run concurrently, and
+/// a caller with too many calls waiting gets `LimitsExceeded` instead of growing the queue.
+public final class ObjectServer: Sendable {
+    public static let propertiesInterface = "org.freedesktop.DBus.Properties"
+    public static let introspectableInterface = "org.freedesktop.DBus.Introspectable"
+    public static let peerInterface = "org.freedesktop.DBus.Peer"
+
+    /// The error names sent for routing failures. The defaults are the freedesktop ones; an
+    /// application may use its own domain.
+    public struct ErrorNames: Sendable {
+        public var unknownObject = "org.freedesktop.DBus.Error.UnknownObject"
+        public var unknownInterface = "org.freedesktop.DBus.Error.UnknownInterface"
+        public var unknownMethod = "org.freedesktop.DBus.Error.UnknownMethod"
+        public var unknownProperty = "org.freedesktop.DBus.Error.UnknownProperty"
+        public var propertyReadOnly = "org.freedesktop.DBus.Error.PropertyReadOnly"
+        public var invalidArgs = "org.freedesktop.DBus.Error.InvalidArgs"
+        public var failed = "org.freedesktop.DBus.Error.Failed"
+        public var limitsExceeded = "org.freedesktop.DBus.Error.LimitsExceeded"
+        public init() {}
+    }
+
+    /// Calls one caller may have waiting before further calls are refused.
+    public static let maximumQueuedCallsPerCaller = 256
+
+    struct Work: Sendable {
+        let message: Message
+        let loop: ConnectionLoop
+        let run: @Sendable (MethodCall) async throws -> [DBusValue]
+    }
+
+    private struct Lane {
+        var queue: [Work] = []
+        var running = false
+    }
+
+    private struct State {
+        var objects: [ObjectPath: [String: ExportedInterface]] = [:]
+        var errorNames = ErrorNames()
+        var lanes: [String: Lane] = [:]
+        var closed = false
+    }
+
+    private let state = Mutex(State())
+    private let ready: AsyncStream<String>
+    private let readyContinuation: AsyncStream<String>.Continuation
+    private let logger: Logger
+
+    init(logger: Logger) {
+        self.logger = logger
+        (ready, readyContinuation) = AsyncStream.makeStream(of: String.self)
+    }
+
+    public var errorNames: ErrorNames {
+        get { state.withLock { $0.errorNames } }
+        set { state.withLock { $0.errorNames = newValue } }
+    }
+
+    /// Exports interfaces at a path. Throws if the path is taken or an interface is incomplete.
+    public func export(_ interfaces: [ExportedInterface], at path: ObjectPath) throws {
+        var table: [String: ExportedInterface] = [:]
+        for interface in interfaces {
+            try interface.validate()
+            let name = interface.description.name
+            guard ![Self.propertiesInterface, Self.introspectableInterface, Self.peerInterface].contains(name) else {
+                throw DBusError.usage("\(name) is provided by the connection itself")
+            }
+            guard table[name] == nil else { throw DBusError.usage("\(name) exported twice at \(path)") }
+            table[name] = interface
+        }
+        try state.withLock { s throws(DBusError) in
+            guard s.objects[path] == nil else { throw .usage("an object is already exported at \(path)") }
+            s.objects[path] = table
+        }
+    }
+
+    public func unexport(_ path: ObjectPath) {
+        _ = state.withLock { $0.objects.removeValue(forKey: path) }
+    }
+
+    func connectionClosed() {
+        state.withLock { s in
+            s.closed = true
+            s.lanes = [:]
+        }
+        readyContinuation.finish()
+    }
+
+    // MARK: Serving
+
+    /// Runs handlers until the task is cancelled or the connection closes. Calls already
+    /// started are finished before it returns.
+    public func serve() async {
+        await withDiscardingTaskGroup { group in
+            for await sender in ready {
+                group.addTask { await self.drain(sender) }
+            }
+        }
+    }
+
+    private func drain(_ sender: String) async {
+        while let work = nextWork(for: sender) {
+            respond(await run(work.run, for: work.message), to: work.message, loop: work.loop)
+        }
+    }
+
+    private func run(_ handler: @Sendable (MethodCall) async throws -> [DBusValue], for message: Message) async -> Message {
+        do {
+            return message.makeReply(try await handler(MethodCall(message: message)))
+        } catch {
+            return errorReply(for: message, error: error)
+        }
+    }
+
+    /// Answers one method call exactly as the connection would, without a bus: routing,
+    /// signature checks, properties, introspection and the handler. Returns the reply, or
+    /// nil when the call asked for none. The fuzzer and tests drive the dispatcher with it.
+    public func handle(_ message: Message) async -> Message? {
+        guard message.kind == .methodCall else { return nil }
+        let reply: Message
+        switch resolve(message) {
+        case .reply(let body): reply = message.makeReply(body)
+        case .error(let name, let text): reply = message.makeError(name: name, message: text)
+        case .handler(let handler): reply = await run(handler, for: message)
+        }
+        return message.noReplyExpected ? nil : reply
+    }
+
+    /// Creates a server with no connection, for `handle(_:)`.
+    public static func detached(logger: Logger = Logger(label: "org.bgpolicy.dbus")) -> ObjectServer {
+        ObjectServer(logger: logger)
+    }
+
+    private func nextWork(for sender: String) -> Work? {
+        state.withLock { s in
+            guard var lane = s.lanes[sender] else { return nil }
+            guard !lane.queue.isEmpty else {
+                s.lanes[sender] = nil
+                return nil
+            }
+            let work = lane.queue.removeFirst()
+            s.lanes[sender] = lane
+            return work
+        }
+    }
+
+    private func errorReply(for message: Message, error: any Error) -> Message {
+        let names = errorNames
+        switch error {
+        case let e as any DBusErrorConvertible:
+            return message.makeError(name: e.dbusErrorName, message: e.dbusErrorMessage)
+        case DBusError.remote(let name, let text):
+            return message.makeError(name: name, message: text)
+        case let e as DBusError:
+            switch e {
+            case .typeMismatch, .invalidValue, .invalidName, .invalidSignature, .malformedMessage:
+                return message.makeError(name: names.invalidArgs, message: e.message)
+            default:
+                return message.makeError(name: names.failed, message: e.message)
+            }
+        default:
+            logger.error("A method handler failed", metadata: ["member": "\(message.member ?? "")", "error": "\(error)"])
+            return message.makeError(name: names.failed, message: "internal error: \(error)")
+        }
+    }
+
+    private func respond(_ reply: Message, to call: Message, loop: ConnectionLoop) {
+        guard !call.noReplyExpected else { return }
+        do {
+            let raw = try reply.encode()
+            loop.enqueue { loop in try? loop.send(raw) }
+        } catch {
+            // The handler returned something unsendable: tell the caller rather than nothing.
+            logger.error("A reply could not be encoded", metadata: ["member": "\(call.member ?? "")", "error": "\(error)"])
+            if let raw = try? call.makeError(name: errorNames.failed, message: "the reply could not be encoded: \(error.message)").encode() {
+                loop.enqueue { loop in try? loop.send(raw) }
+            }
+        }
+    }
+
+    // MARK: Routing (on the connection's thread)
+
+    func route(_ message: Message, loop: ConnectionLoop) {
+        switch resolve(message) {
+        case .reply(let body):
+            respond(message.makeReply(body), to: message, loop: loop)
+        case .error(let name, let text):
+            respond(message.makeError(name: name, message: text), to: message, loop: loop)
+        case .handler(let run):
+            enqueue(Work(message: message, loop: loop, run: run), loop: loop)
+        }
+    }
+
+    private func enqueue(_ work: Work, loop: ConnectionLoop) {
+        let sender = work.message.sender ?? ""
+        enum Outcome { case queued, started, full, closed }
+        let outcome: Outcome = state.withLock { s in
+            guard !s.closed else { return .closed }
+            var lane = s.lanes[sender] ?? Lane()
+            guard lane.queue.count < Self.maximumQueuedCallsPerCaller else { return .full }
+            lane.queue.append(work)
+            let start = !lane.running
+            lane.running = true
+            s.lanes[sender] = lane
+            return start ? .started : .queued
+        }
+        switch outcome {
+        case .started:
+            readyContinuation.yield(sender)
+        case .queued, .closed:
+            break
+        case .full:
+            respond(
+                work.message.makeError(
+                    name: errorNames.limitsExceeded,
+                    message: "too many calls waiting from \(sender); wait for replies before sending more"),
+                to: work.message, loop: loop)
+        }
+    }
+
+    enum Resolution {
+        case reply([DBusValue])
+        case error(String, String)
+        case handler(@Sendable (MethodCall) async throws -> [DBusValue])
+    }
+
+    /// Decides what a call reaches. Pure apart from reading the export table, so the fuzzer
+    /// can drive it without a bus.
+    func resolve(_ message: Message) -> Resolution {
+        let (table, names, children) = state.withLock { s -> ([String: ExportedInterface]?, ErrorNames, [String]) in
+            let path = message.path ?? .root
+            return (s.objects[path], s.errorNames, Self.children(of: path, in: s.objects.keys))
+        }
+        let path = message.path ?? .root
+        let member = message.member ?? ""
+        let interface = message.interface
+
+        if member == "Introspect" && (interface == nil || interface == Self.introspectableInterface) {
+            guard message.body.isEmpty else {
+                return .error(names.invalidArgs, "Introspect takes no arguments, got \"\(message.signature)\"")
+            }
+            return .reply([.string(Self.introspection(of: table, children: children))])
+        }
+        guard let table else {
+            return .error(names.unknownObject, "no object at \(path)")
+        }
+        if interface == Self.propertiesInterface {
+            return resolveProperties(message, table: table, names: names)
+        }
+        let candidate: ExportedInterface?
+        if let interface {
+            guard let found = table[interface] else {
+                return .error(names.unknownInterface, "the object at \(path) has no interface \(interface)")
+            }
+            candidate = found
+        } else {
+            candidate = table.values.first { $0.description.method(named: member) != nil }
+        }
+        guard let exported = candidate, let method = exported.description.method(named: member),
+            let handler = exported.methods[member]
+        else {
+            return .error(names.unknownMethod, "no method \(member) in \(interface ?? "any interface") at \(path)")
+        }
+        guard message.signature == method.inputSignature else {
+            return .error(
+                names.invalidArgs,
+                "\(exported.description.name).\(member) takes arguments of type \"\(method.inputSignature)\", not \"\(message.signature)\"")
+        }
+        return .handler(handler)
+    }
+
+    private func resolveProperties(_ message: Message, table: [String: ExportedInterface], names: ErrorNames) -> Resolution {
+        let member = message.member ?? ""
+        func lookup(_ interfaceName: String, _ propertyName: String) -> Result<(ExportedInterface, InterfaceDescription.Property), Failure> {
+            guard let exported = table[interfaceName] else {
+                return .failure(Failure(name: names.unknownInterface, text: "no interface \(interfaceName) here"))
+            }
+            guard let property = exported.description.property(named: propertyName) else {
+                return .failure(Failure(name: names.unknownProperty, text: "\(interfaceName) has no property \(propertyName)"))
+            }
+            return .success((exported, property))
+        }
+        switch (member, message.body) {
+        case ("Get", let body) where body.count == 2:
+            guard case .string(let i) = body[0], case .string(let p) = body[1] else { break }
+            switch lookup(i, p) {
+            case .failure(let f): return .error(f.name, f.text)
+            case .success(let (exported, property)):
+                guard property.isReadable, let getter = exported.getters[p] else {
+                    return .error(names.unknownProperty, "\(i).\(p) is write-only")
+                }
+                let type = property.type
+                return .handler { _ in
+                    let value = try await getter()
+                    guard value.type == type else { throw DBusError.usage("\(i).\(p) produced \(value.type), not \(type)") }
+                    return [.variant(value)]
+                }
+            }
+        case ("GetAll", let body) where body.count == 1:
+            guard case .string(let i) = body[0] else { break }
+            guard let exported = table[i] else { return .error(names.unknownInterface, "no interface \(i) here") }
+            let readable = exported.description.properties.filter(\.isReadable)
+            return .handler { _ in
+                var entries: [DBusDictEntry] = []
+                for property in readable {
+                    guard let getter = exported.getters[property.name] else { continue }
+                    let value = try await getter()
+                    entries.append(DBusDictEntry(key: .string(property.name), value: .variant(value)))
+                }
+                return [.dictionary(key: .string, value: .variant, entries)]
+            }
+        case ("Set", let body) where body.count == 3:
+            guard case .string(let i) = body[0], case .string(let p) = body[1], case .variant(let value) = body[2] else { break }
+            switch lookup(i, p) {
+            case .failure(let f): return .error(f.name, f.text)
+            case .success(let (exported, property)):
+                guard property.isWritable, let setter = exported.setters[p] else {
+                    return .error(names.propertyReadOnly, "\(i).\(p) is read-only")
+                }
+                guard value.type == property.type else {
+                    return .error(names.invalidArgs, "\(i).\(p) has type \"\(property.type.signature)\", not \"\(value.type.signature)\"")
+                }
+                return .handler { call in
+                    try await setter(value, call)
+                    return []
+                }
+            }
+        default:
+            guard ["Get", "GetAll", "Set"].contains(member) else {
+                return .error(names.unknownMethod, "no method \(member) in \(Self.propertiesInterface)")
+            }
+        }
+        let expected = ["Get": "ss", "GetAll": "s", "Set": "ssv"][member] ?? ""
+        return .error(names.invalidArgs, "\(Self.propertiesInterface).\(member) takes \"\(expected)\", not \"\(message.signature)\"")
+    }
+
+    private struct Failure: Error {
+        let name: String
+        let text: String
+    }
+
+    // MARK: Introspection
+
+    static func children(of path: ObjectPath, in paths: some Sequence<ObjectPath>) -> [String] {
+        let prefix = path.rawValue == "/" ? "/" : path.rawValue + "/"
+        var names = Set<String>()
+        for candidate in paths where candidate.rawValue.hasPrefix(prefix) && candidate != path {
+            let rest = candidate.rawValue.dropFirst(prefix.count)
+            if let first = rest.split(separator: "/").first { names.insert(String(first)) }
+        }
+        return names.sorted()
+    }
+
+    static func introspection(of table: [String: ExportedInterface]?, children: [String]) -> String {
+        var out = XML.doctype + "<node>\n"
+        if let table {
+            for standard in StandardInterfaces.all { out += standard.xml(documented: false) }
+            for name in table.keys.sorted() { out += table[name]!.description.xml() }
+        }
+        for child in children { out += "  <node name=\"\(XML.escape(child))\"/>\n" }
+        out += "</node>\n"
+        return out
+    }
+}
+
+/// The interfaces every object has, answered by the connection itself.
+public enum StandardInterfaces {
+    public static let peer = InterfaceDescription(
+        name: ObjectServer.peerInterface, documentation: "",
+        methods: [
+            .init("Ping", documentation: ""),
+            .init("GetMachineId", outputs: [.init("machine_uuid", .string)], documentation: ""),
+        ])
+    public static let introspectable = InterfaceDescription(
+        name: ObjectServer.introspectableInterface, documentation: "",
+        methods: [.init("Introspect", outputs: [.init("xml_data", .string)], documentation: "")])
+    public static let properties = InterfaceDescription(
+        name: ObjectServer.propertiesInterface, documentation: "",
+        methods: [
+            .init("Get", inputs: [.init("interface_name", .string), .init("property_name", .string)], outputs: [.init("value", .variant)], documentation: ""),
+            .init("GetAll", inputs: [.init("interface_name", .string)], outputs: [.init("props", .dictionary(key: .string, value: .variant))], documentation: ""),
+            .init("Set", inputs: [.init("interface_name", .string), .init("property_name", .string), .init("value", .variant)], documentation: ""),
+        ],
+        signals: [
+            .init(
+                "PropertiesChanged",
+                arguments: [
+                    .init("interface_name", .string), .init("changed_properties", .dictionary(key: .string, value: .variant)),
+                    .init("invalidated_properties", .array(.string)),
+                ], documentation: "")
+        ])
+    static let all = [peer, introspectable, properties]
+}

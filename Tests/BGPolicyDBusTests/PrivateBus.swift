@@ -1,0 +1,36 @@
+import Foundation
+
+/// A private dbus-daemon for one test: never the machine's own bus.
+final class PrivateBus: @unchecked Sendable {
+    let address: String
+    private let process: Process
+
+    init() throws {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/dbus-daemon")
+        process.arguments = ["--session", "--nofork", "--nopidfile", "--print-address=1"]
+        let pipe = Pipe()
+        process.standardOutput = pipe
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        var data = Data()
+        while !data.contains(UInt8(ascii: "\n")) {
+            let chunk = pipe.fileHandleForReading.availableData
+            guard !chunk.isEmpty else { break }
+            data.append(chunk)
+        }
+        guard let line = String(data: data, encoding: .utf8)?.split(separator: "\n").first else {
+            process.terminate()
+            throw CocoaError(.fileReadUnknown)
+        }
+        address = String(line)
+        self.process = process
+    }
+
+    deinit {
+        // SIGKILL: the daemon inherits a signal mask from the test runner's threads in which
+        // SIGTERM may be blocked.
+        kill(process.processIdentifier, SIGKILL)
+        process.waitUntilExit()
+    }
+}
