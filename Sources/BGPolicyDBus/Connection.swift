@@ -112,7 +112,7 @@ public final class DBusConnection: Sendable {
         loop.stop()
     }
 
-    /// Waits until the connection is closed or lost.
+    /// Waits until the connection is closed or lost, or the task is cancelled.
     public func waitUntilDisconnected() async {
         await disconnected.wait()
     }
@@ -265,30 +265,46 @@ public struct SignalSubscription: AsyncSequence, Sendable {
     }
 }
 
-/// Fires once, when the connection goes away; any number of tasks may wait for it.
+/// Fires once, when the connection goes away; any number of tasks may wait for it, and a
+/// waiting task that is cancelled stops waiting.
 final class DisconnectSignal: Sendable {
-    private let state = Mutex<(fired: Bool, waiters: [CheckedContinuation<Void, Never>])>((false, []))
+    private struct State {
+        var fired = false
+        var nextWaiter: UInt64 = 0
+        var waiters: [UInt64: CheckedContinuation<Void, Never>] = [:]
+    }
+
+    private let state = Mutex(State())
 
     var hasFired: Bool { state.withLock { $0.fired } }
 
     func fire() {
         let waiters = state.withLock { s in
             s.fired = true
-            let w = s.waiters
-            s.waiters = []
-            return w
+            let w = s.waiters.values
+            s.waiters = [:]
+            return Array(w)
         }
         for w in waiters { w.resume() }
     }
 
     func wait() async {
-        await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
-            let resumeNow = state.withLock { s in
-                if s.fired { return true }
-                s.waiters.append(c)
-                return false
+        let id = state.withLock { s in
+            s.nextWaiter += 1
+            return s.nextWaiter
+        }
+        await withTaskCancellationHandler {
+            await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
+                let resumeNow = state.withLock { s in
+                    if s.fired || Task.isCancelled { return true }
+                    s.waiters[id] = c
+                    return false
+                }
+                if resumeNow { c.resume() }
             }
-            if resumeNow { c.resume() }
+        } onCancel: {
+            let waiter = state.withLock { $0.waiters.removeValue(forKey: id) }
+            waiter?.resume()
         }
     }
 }

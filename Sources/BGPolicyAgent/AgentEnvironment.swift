@@ -1,0 +1,119 @@
+public import BGPolicyCore
+import Glibc
+
+/// Where the agent keeps its state and reads its configuration, resolved once at start-up
+/// from the XDG base-directory variables and the command line.
+public struct AgentEnvironment: Sendable {
+    public var stateDirectory: String
+    public var configPath: String
+    /// The configuration file the agent actually read; nil when it runs on built-in defaults.
+    public var configSource: String?
+    public var configuration: PolicyConfiguration
+
+    public static let configFileName = "bgpolicy.conf"
+
+    /// Reads the environment variable, or nil when unset or empty.
+    static func variable(_ name: String) -> String? {
+        guard let raw = getenv(name) else { return nil }
+        let value = String(cString: raw)
+        return value.isEmpty ? nil : value
+    }
+
+    static func home() -> String {
+        if let home = variable("HOME") { return home }
+        if let entry = getpwuid(getuid()), let dir = entry.pointee.pw_dir { return String(cString: dir) }
+        return "/"
+    }
+
+    /// `$XDG_STATE_HOME/bgpolicy`, default `~/.local/state/bgpolicy`.
+    public static func defaultStateDirectory() -> String {
+        (variable("XDG_STATE_HOME") ?? home() + "/.local/state") + "/bgpolicy"
+    }
+
+    /// `$XDG_CONFIG_HOME/bgpolicy/bgpolicy.conf`, default `~/.config/bgpolicy/bgpolicy.conf`.
+    public static func defaultConfigPath() -> String {
+        (variable("XDG_CONFIG_HOME") ?? home() + "/.config") + "/bgpolicy/" + configFileName
+    }
+
+    /// Resolves paths and loads the configuration. An explicit `--config` file must exist;
+    /// the default one may be absent, and then the SPEC defaults apply.
+    public static func resolve(configPath explicitConfig: String?, stateDirectory explicitState: String?) throws -> AgentEnvironment {
+        let configPath = explicitConfig ?? defaultConfigPath()
+        let text: String?
+        switch FileText.read(configPath) {
+        case .success(let contents):
+            text = contents
+        case .failure(let error) where error.code == ENOENT && explicitConfig == nil:
+            text = nil
+        case .failure(let error):
+            throw AgentError.configuration("\(configPath): \(error.description)")
+        }
+        var configuration = PolicyConfiguration.defaults
+        if let text {
+            do {
+                configuration = try ConfigurationParser.parse(text, source: configPath)
+            } catch {
+                throw AgentError.configuration(error.description)
+            }
+        }
+        return AgentEnvironment(
+            stateDirectory: explicitState ?? defaultStateDirectory(),
+            configPath: configPath,
+            configSource: text == nil ? nil : configPath,
+            configuration: configuration)
+    }
+
+    /// Creates the state directory (and missing parents) with mode 0700, and tightens an
+    /// existing one to 0700: it will hold usage history, which is private.
+    public func prepareStateDirectory() throws {
+        var path = ""
+        for component in stateDirectory.split(separator: "/") {
+            path += "/" + component
+            if mkdir(path, 0o700) != 0 && errno != EEXIST {
+                throw AgentError.stateDirectory(path: stateDirectory, reason: "mkdir \(path): \(String(cString: strerror(errno)))")
+            }
+        }
+        var info = stat()
+        guard stat(stateDirectory, &info) == 0 else {
+            throw AgentError.stateDirectory(path: stateDirectory, reason: String(cString: strerror(errno)))
+        }
+        guard info.st_mode & S_IFMT == S_IFDIR else {
+            throw AgentError.stateDirectory(path: stateDirectory, reason: "it exists and is not a directory")
+        }
+        guard info.st_uid == getuid() else {
+            throw AgentError.stateDirectory(path: stateDirectory, reason: "it is owned by uid \(info.st_uid), not by this user (uid \(getuid()))")
+        }
+        if info.st_mode & 0o777 != 0o700 && chmod(stateDirectory, 0o700) != 0 {
+            throw AgentError.stateDirectory(path: stateDirectory, reason: "chmod 0700: \(String(cString: strerror(errno)))")
+        }
+    }
+}
+
+/// Reading a whole text file with errno-level errors.
+enum FileText {
+    struct Failure: Error, CustomStringConvertible {
+        let code: Int32
+        var description: String { String(cString: strerror(code)) }
+    }
+
+    static let maximumSize = 1 << 20
+
+    static func read(_ path: String) -> Result<String, Failure> {
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { return .failure(Failure(code: errno)) }
+        defer { close(fd) }
+        var bytes: [UInt8] = []
+        var chunk = [UInt8](repeating: 0, count: 16_384)
+        while true {
+            let n = chunk.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, $0.count) }
+            if n < 0 {
+                if errno == EINTR { continue }
+                return .failure(Failure(code: errno))
+            }
+            if n == 0 { break }
+            bytes += chunk[0..<n]
+            if bytes.count > maximumSize { return .failure(Failure(code: EFBIG)) }
+        }
+        return .success(String(decoding: bytes, as: UTF8.self))
+    }
+}

@@ -1,0 +1,28 @@
+/// Why the agent could not start or had to stop. Each message names the problem and the way out.
+public enum AgentError: Error, CustomStringConvertible, Sendable {
+    case nameTaken(name: String, owner: String, pid: UInt32?)
+    case nameLost(name: String)
+    case busLost
+    case noSessionBus(String)
+    case stateDirectory(path: String, reason: String)
+    case configuration(String)
+
+    public var description: String {
+        switch self {
+        case .nameTaken(let name, let owner, let pid):
+            let who = pid.map { "process \($0) (\(owner))" } ?? owner
+            return "\(name) is already owned by \(who) on this session bus. Another bgpolicyd is running: "
+                + "stop it first (systemctl --user stop bgpolicyd), or query it with 'bgpolicy status'."
+        case .nameLost(let name):
+            return "lost the bus name \(name) to another process; exiting so that only one agent runs."
+        case .busLost:
+            return "the session bus connection was lost; exiting (systemd restarts the agent when the bus returns)."
+        case .noSessionBus(let detail):
+            return "cannot reach the session bus: \(detail)"
+        case .stateDirectory(let path, let reason):
+            return "cannot use the state directory \(path): \(reason). Fix its ownership or permissions, or pass --state-dir DIR."
+        case .configuration(let message):
+            return "invalid configuration: \(message)"
+        }
+    }
+}

@@ -1,0 +1,52 @@
+import ArgumentParser
+import BGPolicyCore
+import BGPolicyDBus
+
+/// The CLI's one way to reach the agent: the session bus, with errors a person can act on.
+struct AgentClient {
+    let connection: DBusConnection
+
+    /// Connects to the session bus, or fails with a message that says what to do.
+    static func connect() async throws -> AgentClient {
+        do {
+            return AgentClient(connection: try await DBusConnection.connect(to: .session))
+        } catch let error as DBusError {
+            throw CLIError(
+                "bgpolicyd is not reachable: \(error.message)",
+                hint: "Start a desktop session, or run the agent with 'make run' (which starts its own bus).")
+        }
+    }
+
+    /// Calls a method of the agent's object and returns its reply body.
+    func call(_ interface: String, _ member: String, _ body: [DBusValue] = []) async throws -> [DBusValue] {
+        do {
+            return try await connection.call(
+                destination: BGPolicyNames.busName, path: try ObjectPath(BGPolicyNames.objectPath),
+                interface: interface, member: member, body, timeout: .seconds(10))
+        } catch DBusError.remote(let name, let message) {
+            switch name {
+            case DBusError.serviceUnknown, DBusError.nameHasNoOwner, "org.freedesktop.DBus.Error.Spawn.ServiceNotFound":
+                throw CLIError(
+                    "bgpolicyd is not running on this session bus (nobody owns \(BGPolicyNames.busName)).",
+                    hint: "Start it with 'systemctl --user start bgpolicyd', or from a source tree with 'make run'.")
+            case DBusError.noReply:
+                throw CLIError("bgpolicyd did not answer within 10 seconds.", hint: "Check its log with 'journalctl --user -u bgpolicyd'.")
+            default:
+                throw CLIError("bgpolicyd refused: \(message) (\(name))")
+            }
+        }
+    }
+
+    func close() { connection.close() }
+}
+
+/// A failure reported to the person at the terminal: the problem, then what to do.
+struct CLIError: Error, CustomStringConvertible {
+    let message: String
+    let hint: String?
+    init(_ message: String, hint: String? = nil) {
+        self.message = message
+        self.hint = hint
+    }
+    var description: String { hint.map { "\(message)\n\($0)" } ?? message }
+}

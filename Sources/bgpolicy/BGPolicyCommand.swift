@@ -1,0 +1,13 @@
+import ArgumentParser
+import BGPolicyCore
+
+@main
+struct BGPolicyCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "bgpolicy",
+        abstract: "Show and control bgpolicyd, the background-work scheduler of this desktop session.",
+        discussion: "Every command talks to bgpolicyd on the session bus; none reads its files directly.",
+        version: BGPolicyVersion.current,
+        subcommands: [StatusCommand.self],
+        defaultSubcommand: StatusCommand.self)
+}

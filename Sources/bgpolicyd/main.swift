@@ -1,0 +1,55 @@
+import ArgumentParser
+import BGPolicyAgent
+import BGPolicyCore
+import Logging
+import ServiceLifecycle
+import UnixSignals
+
+@main
+struct BGPolicyDaemon: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "bgpolicyd",
+        abstract: "The bgpolicy agent: schedules background work for desktop apps on the session bus.",
+        version: BGPolicyVersion.current)
+
+    @Option(name: .long, help: "Read the configuration from this file (default: $XDG_CONFIG_HOME/bgpolicy/bgpolicy.conf).")
+    var config: String?
+
+    @Option(name: .long, help: "Keep state in this directory (default: $XDG_STATE_HOME/bgpolicy).")
+    var stateDir: String?
+
+    @Option(name: .long, help: "trace, debug, info, notice, warning, error or critical.")
+    var logLevel = "info"
+
+    @Flag(name: .long, help: "Print the effective configuration and exit.")
+    var printConfig = false
+
+    @Option(name: .long, help: ArgumentHelp("Print the documented introspection XML of an interface and exit.", valueName: "interface"))
+    var printInterface: String?
+
+    func run() async throws {
+        if let name = printInterface {
+            guard let xml = AgentInterfaces.documentXML(named: name) else {
+                throw ValidationError("unknown interface \(name); known: \(AgentInterfaces.names.joined(separator: ", "))")
+            }
+            return print(xml, terminator: "")
+        }
+        let environment = try AgentEnvironment.resolve(configPath: config, stateDirectory: stateDir)
+        if printConfig { return print(environment.configuration.rendered(), terminator: "") }
+
+        guard let level = Logger.Level(rawValue: logLevel) else {
+            throw ValidationError("--log-level must be one of \(Logger.Level.allCases.map(\.rawValue).joined(separator: ", ")), not \"\(logLevel)\"")
+        }
+        LoggingSystem.bootstrap { label in
+            var handler = StreamLogHandler.standardError(label: label)
+            handler.logLevel = level
+            return handler
+        }
+        let logger = Logger(label: "org.bgpolicy.agent")
+        try environment.prepareStateDirectory()
+        let agent = AgentService(environment: environment, logger: logger)
+        let group = ServiceGroup(
+            configuration: .init(services: [.init(service: agent)], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
+        try await group.run()
+    }
+}
