@@ -77,7 +77,11 @@ public struct AgentService: Service {
                 }
                 // The first task to end ends the agent; on graceful shutdown all end together.
                 defer { group.cancelAll() }
-                try await group.next()
+                do {
+                    try await group.next()
+                } catch DBusError.disconnected {
+                    throw AgentError.busLost
+                }
             }
         }
         logger.info("Agent stopped")

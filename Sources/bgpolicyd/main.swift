@@ -24,11 +24,12 @@ struct BGPolicyDaemon: AsyncParsableCommand {
     @Flag(name: .long, help: "Print the effective configuration and exit.")
     var printConfig = false
 
-    @Option(name: .long, help: ArgumentHelp("Print the documented introspection XML of an interface and exit.", valueName: "interface"))
+    @Option(name: .long, help: ArgumentHelp("Print the documented introspection XML of an interface (or 'list' for their names) and exit.", valueName: "interface"))
     var printInterface: String?
 
     func run() async throws {
         if let name = printInterface {
+            if name == "list" { return print(AgentInterfaces.names.joined(separator: "\n")) }
             guard let xml = AgentInterfaces.documentXML(named: name) else {
                 throw ValidationError("unknown interface \(name); known: \(AgentInterfaces.names.joined(separator: ", "))")
             }

@@ -1,0 +1,59 @@
+# bgpolicy: thin wrappers around scripts/, where the work is done (see README.md).
+#
+#   make run        install missing packages, build, run the agent (ARGS="..." go to bgpolicyd)
+#   make check      install missing packages, build, run every test (STAGES="unit fuzz" for some)
+#   make bench      benchmark the D-Bus layer on a private bus
+#   make install    PREFIX=/usr/local DESTDIR= (GNU conventions; see below)
+#   make uninstall  remove what `make install` installed, same variables
+#   make dbus-xml   regenerate dbus/*.xml from the agent's interface descriptions
+#   make clean      remove the build folders
+
+# Installation directories (GNU conventions). Every one can be set on the command line.
+PREFIX             ?= /usr/local
+EXEC_PREFIX        ?= $(PREFIX)
+BINDIR             ?= $(EXEC_PREFIX)/bin
+LIBEXECDIR         ?= $(EXEC_PREFIX)/libexec
+DATAROOTDIR        ?= $(PREFIX)/share
+DOCDIR             ?= $(DATAROOTDIR)/doc/bgpolicy
+SYSTEMDUSERUNITDIR ?= $(PREFIX)/lib/systemd/user
+DBUSSERVICEDIR     ?= $(DATAROOTDIR)/dbus-1/services
+DBUSINTERFACEDIR   ?= $(DATAROOTDIR)/dbus-1/interfaces
+DESTDIR            ?=
+
+INSTALL_ENV = DESTDIR='$(DESTDIR)' PREFIX='$(PREFIX)' BINDIR='$(BINDIR)' \
+	LIBEXECDIR='$(LIBEXECDIR)' DOCDIR='$(DOCDIR)' SYSTEMDUSERUNITDIR='$(SYSTEMDUSERUNITDIR)' \
+	DBUSSERVICEDIR='$(DBUSSERVICEDIR)' DBUSINTERFACEDIR='$(DBUSINTERFACEDIR)'
+
+.PHONY: all build deps run check bench install uninstall clean dbus-xml
+# Prerequisites run in the order written: packages before the build.
+.NOTPARALLEL:
+
+all: build
+
+build:
+	scripts/build.sh
+
+deps:
+	scripts/deps.sh
+
+run: deps build
+	scripts/run.sh $(ARGS)
+
+check: deps
+	scripts/check.sh $(STAGES)
+
+bench: deps
+	scripts/bench.sh $(ARGS)
+
+install:
+	$(INSTALL_ENV) scripts/install.sh install
+
+uninstall:
+	$(INSTALL_ENV) scripts/install.sh uninstall
+
+# Regenerates dbus/org.bgpolicy.*.xml from the agent's interface descriptions.
+dbus-xml: build
+	scripts/dbus-xml.sh
+
+clean:
+	rm -rf .build .build-release

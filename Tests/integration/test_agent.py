@@ -1,0 +1,386 @@
+"""bgpolicyd and bgpolicy as a user meets them: real binaries on a private session bus,
+queried by gdbus, busctl, Python GDBus and our own CLI."""
+import json
+import os
+import signal
+import stat
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+AGENT_PATH = "/org/bgpolicy/Agent1"
+BUS_NAME = "org.bgpolicy.Agent1"
+
+
+def bin_dir():
+    env_dir = os.environ.get("BGPOLICY_BUILD_DIR")
+    if env_dir:
+        return Path(env_dir)
+    out = subprocess.run(["swift", "build", "--show-bin-path"], cwd=ROOT, capture_output=True, text=True, check=True)
+    return Path(out.stdout.strip())
+
+
+BIN = bin_dir()
+
+
+class Bus:
+    """A private dbus-daemon; never the machine's own session bus."""
+
+    def __init__(self):
+        out = subprocess.run(
+            ["dbus-daemon", "--session", "--fork", "--print-address=1", "--print-pid=1"],
+            capture_output=True, text=True, check=True, timeout=10)
+        lines = out.stdout.split()
+        self.address, self.pid = lines[0], int(lines[1])
+
+    def kill(self):
+        try:
+            os.kill(self.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+class Agent:
+    def __init__(self, bus, tmp, *args, config=None, env_extra=None):
+        self.tmp = Path(tmp)
+        self.env = dict(os.environ, DBUS_SESSION_BUS_ADDRESS=bus.address,
+                        XDG_STATE_HOME=str(self.tmp / "state"), XDG_CONFIG_HOME=str(self.tmp / "config"),
+                        COLUMNS="80")
+        if env_extra:
+            self.env.update(env_extra)
+        if config is not None:
+            (self.tmp / "config" / "bgpolicy").mkdir(parents=True, exist_ok=True)
+            (self.tmp / "config" / "bgpolicy" / "bgpolicy.conf").write_text(config)
+        self.proc = subprocess.Popen([str(BIN / "bgpolicyd"), *args], env=self.env,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def wait_ready(self, timeout=10):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"agent exited {self.proc.returncode}: {self.proc.stderr.read()}")
+            r = self.cli("status", "--json", check=False)
+            if r.returncode == 0:
+                return json.loads(r.stdout)
+            time.sleep(0.05)
+        raise AssertionError("agent did not become ready")
+
+    def cli(self, *args, check=True):
+        r = subprocess.run([str(BIN / "bgpolicy"), *args], env=self.env, capture_output=True, text=True, timeout=20)
+        if check:
+            assert r.returncode == 0, r.stderr
+        return r
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+@pytest.fixture
+def bus():
+    b = Bus()
+    yield b
+    b.kill()
+
+
+@pytest.fixture
+def agent(bus, tmp_path):
+    a = Agent(bus, tmp_path)
+    a.wait_ready()
+    yield a
+    a.stop()
+
+
+def gdbus(bus, *args, check=False):
+    return subprocess.run(["gdbus", "call", "--address", bus.address, "--dest", BUS_NAME,
+                           "--object-path", AGENT_PATH, *args], capture_output=True, text=True, timeout=20)
+
+
+def busctl(bus, *args):
+    return subprocess.run(["busctl", f"--address={bus.address}", *args], capture_output=True, text=True, timeout=20)
+
+
+# --- Status and the CLI ---------------------------------------------------------------
+
+def test_status_reports_real_facts(agent):
+    status = json.loads(agent.cli("status", "--json").stdout)
+    assert status["pid"] == agent.proc.pid
+    assert status["version"] == "0.1.0"
+    assert status["state_dir"] == str(agent.tmp / "state" / "bgpolicy")
+    assert status["config_source"] == "defaults"
+    assert status["config_path"] == str(agent.tmp / "config" / "bgpolicy" / "bgpolicy.conf")
+    assert abs(status["started_at"] - time.time()) < 60
+    first = status["uptime_seconds"]
+    time.sleep(0.3)
+    assert json.loads(agent.cli("status", "--json").stdout)["uptime_seconds"] >= first + 0.25
+
+
+def test_status_human_table(agent):
+    out = agent.cli("status").stdout
+    lines = out.splitlines()
+    assert lines[0] == "bgpolicyd 0.1.0 is running"
+    assert f"PID      {agent.proc.pid}" in out
+    assert str(agent.tmp / "state" / "bgpolicy") in out
+    assert "built-in defaults" in out
+    # The default subcommand is status.
+    assert agent.cli().stdout.splitlines()[0] == lines[0]
+
+
+def test_status_names_the_config_file_in_use(bus, tmp_path):
+    a = Agent(bus, tmp_path, config="[cpu]\nlimit = 50%\n")
+    try:
+        status = a.wait_ready()
+        assert status["config_source"] == str(tmp_path / "config" / "bgpolicy" / "bgpolicy.conf")
+    finally:
+        a.stop()
+
+
+def test_status_when_agent_is_not_running(bus, tmp_path):
+    env = dict(os.environ, DBUS_SESSION_BUS_ADDRESS=bus.address)
+    r = subprocess.run([str(BIN / "bgpolicy"), "status"], env=env, capture_output=True, text=True, timeout=20)
+    assert r.returncode != 0
+    assert "bgpolicyd is not running on this session bus" in r.stderr
+    assert "systemctl --user start bgpolicyd" in r.stderr
+
+
+def test_cli_without_any_session_bus():
+    env = {k: v for k, v in os.environ.items() if k != "DBUS_SESSION_BUS_ADDRESS"}
+    env["XDG_RUNTIME_DIR"] = "/nonexistent"
+    r = subprocess.run([str(BIN / "bgpolicy"), "status"], env=env, capture_output=True, text=True, timeout=20)
+    assert r.returncode != 0
+    assert "no session bus" in r.stderr and "make run" in r.stderr
+
+
+def test_gdbus_and_busctl_call_getstatus(agent, bus):
+    r = gdbus(bus, "--method", "org.bgpolicy.Admin1.GetStatus")
+    assert r.returncode == 0, r.stderr
+    assert f"'pid': <uint32 {agent.proc.pid}>" in r.stdout
+    r = busctl(bus, "--json=short", "call", BUS_NAME, AGENT_PATH, "org.bgpolicy.Admin1", "GetStatus")
+    assert r.returncode == 0, r.stderr
+    data = json.loads(r.stdout)["data"][0]
+    assert data["version"] == {"type": "s", "data": "0.1.0"}
+
+
+@pytest.mark.parametrize("command", [["--help"], ["status", "--help"]])
+def test_help_text_is_exact(bus, tmp_path, command):
+    env = dict(os.environ, COLUMNS="80")
+    r = subprocess.run([str(BIN / "bgpolicy"), *command], env=env, capture_output=True, text=True, timeout=20)
+    assert r.returncode == 0
+    golden = ROOT / "Tests" / "integration" / "golden" / ("bgpolicy" + "".join("-" + c.strip("-") for c in command) + ".txt")
+    if os.environ.get("BGPOLICY_UPDATE_GOLDEN"):
+        golden.write_text(r.stdout)
+    assert r.stdout == golden.read_text()
+
+
+# --- Introspection ----------------------------------------------------------------------
+
+def test_busctl_introspect_shows_documented_interfaces(agent, bus):
+    r = busctl(bus, "introspect", BUS_NAME, AGENT_PATH)
+    assert r.returncode == 0, r.stderr
+    assert "org.bgpolicy.Admin1" in r.stdout
+    assert ".GetStatus" in r.stdout and "a{sv}" in r.stdout
+    for standard in ["org.freedesktop.DBus.Introspectable", "org.freedesktop.DBus.Peer", "org.freedesktop.DBus.Properties"]:
+        assert standard in r.stdout
+
+
+def test_introspection_matches_the_shipped_xml(agent, bus):
+    import xml.etree.ElementTree as ET
+    r = subprocess.run(["gdbus", "introspect", "--address", bus.address, "--dest", BUS_NAME,
+                        "--object-path", AGENT_PATH, "--xml"], capture_output=True, text=True, timeout=20)
+    assert r.returncode == 0, r.stderr
+    live = {i.get("name"): ET.tostring(i) for i in ET.fromstring(r.stdout).findall("interface")}
+    for xml in (ROOT / "dbus").glob("org.bgpolicy.*.xml"):
+        for iface in ET.parse(xml).getroot().findall("interface"):
+            assert live[iface.get("name")] == ET.tostring(iface), xml.name
+    # Intermediate nodes introspect too, pointing at the child.
+    r = subprocess.run(["gdbus", "introspect", "--address", bus.address, "--dest", BUS_NAME,
+                        "--object-path", "/org/bgpolicy", "--xml"], capture_output=True, text=True, timeout=20)
+    assert '<node name="Agent1"/>' in r.stdout
+
+
+def test_peer_interface(agent, bus):
+    assert busctl(bus, "call", BUS_NAME, AGENT_PATH, "org.freedesktop.DBus.Peer", "Ping").returncode == 0
+    r = busctl(bus, "call", BUS_NAME, AGENT_PATH, "org.freedesktop.DBus.Peer", "GetMachineId")
+    assert r.returncode == 0 and r.stdout.startswith("s ")
+
+
+# --- Hostile calls --------------------------------------------------------------------
+
+HOSTILE = [
+    (["--method", "org.bgpolicy.Admin1.NoSuchMethod"], "org.bgpolicy.Error.UnknownMethod", "NoSuchMethod"),
+    (["--method", "org.bgpolicy.Admin1.GetStatus", "42"], "org.bgpolicy.Error.InvalidArgument", 'not "i"'),
+    (["--method", "org.bgpolicy.Admin1.GetStatus", "hello", "true"], "org.bgpolicy.Error.InvalidArgument", 'not "sb"'),
+    (["--method", "org.bgpolicy.Nope1.GetStatus"], "org.bgpolicy.Error.UnknownInterface", "org.bgpolicy.Nope1"),
+    (["--method", "org.freedesktop.DBus.Properties.Get", "org.bgpolicy.Admin1", "Nope"],
+     "org.bgpolicy.Error.UnknownProperty", "Nope"),
+    (["--method", "org.freedesktop.DBus.Properties.Get", "42"], "org.bgpolicy.Error.InvalidArgument", '"ss"'),
+    (["--method", "org.freedesktop.DBus.Properties.GetAll", "org.bgpolicy.Nope1"],
+     "org.bgpolicy.Error.UnknownInterface", "org.bgpolicy.Nope1"),
+    (["--method", "org.freedesktop.DBus.Introspectable.Introspect", "1"], "org.bgpolicy.Error.InvalidArgument", "no arguments"),
+]
+
+
+@pytest.mark.parametrize("args,error,detail", HOSTILE)
+def test_hostile_calls_get_clear_errors_and_the_agent_keeps_serving(agent, bus, args, error, detail):
+    r = gdbus(bus, *args)
+    assert r.returncode != 0
+    assert f"GDBus.Error:{error}:" in r.stderr, r.stderr
+    assert detail in r.stderr
+    assert agent.proc.poll() is None
+    assert gdbus(bus, "--method", "org.bgpolicy.Admin1.GetStatus").returncode == 0
+
+
+def test_unknown_object_path(agent, bus):
+    r = subprocess.run(["gdbus", "call", "--address", bus.address, "--dest", BUS_NAME, "--object-path", "/org/nope",
+                        "--method", "org.bgpolicy.Admin1.GetStatus"], capture_output=True, text=True, timeout=20)
+    assert "GDBus.Error:org.bgpolicy.Error.UnknownObject:" in r.stderr and "/org/nope" in r.stderr
+
+
+def test_wrong_types_from_busctl(agent, bus):
+    # busctl lets us send any signature at all; the agent must say what it expected.
+    r = busctl(bus, "call", BUS_NAME, AGENT_PATH, "org.bgpolicy.Admin1", "GetStatus", "a{sv}", "1", "k", "v", "i", "3")
+    assert r.returncode != 0
+    assert 'takes arguments of type "", not "a{sv}"' in r.stderr
+    assert agent.proc.poll() is None
+
+
+def test_vanishing_clients_and_a_flood_do_not_hurt(agent, bus):
+    # 50 clients that send a call and disconnect before the reply.
+    script = f"""
+import gi
+from gi.repository import Gio, GLib
+for _ in range(50):
+    c = Gio.DBusConnection.new_for_address_sync({bus.address!r},
+        Gio.DBusConnectionFlags.AUTHENTICATION_CLIENT | Gio.DBusConnectionFlags.MESSAGE_BUS_CONNECTION, None, None)
+    c.call({BUS_NAME!r}, {AGENT_PATH!r}, 'org.bgpolicy.Admin1', 'GetStatus', None, None, 0, -1, None, None, None)
+    c.close_sync(None)
+# One client with 2000 calls in flight at once.
+c = Gio.DBusConnection.new_for_address_sync({bus.address!r},
+    Gio.DBusConnectionFlags.AUTHENTICATION_CLIENT | Gio.DBusConnectionFlags.MESSAGE_BUS_CONNECTION, None, None)
+loop = GLib.MainLoop()
+results = {{'ok': 0, 'limited': 0, 'other': []}}
+pending = [2000]
+def done(conn, res, _):
+    try:
+        conn.call_finish(res)
+        results['ok'] += 1
+    except GLib.Error as e:
+        if 'org.bgpolicy.Error.LimitsExceeded' in e.message:
+            results['limited'] += 1
+        else:
+            results['other'].append(e.message)
+    pending[0] -= 1
+    if pending[0] == 0:
+        loop.quit()
+for _ in range(2000):
+    c.call({BUS_NAME!r}, {AGENT_PATH!r}, 'org.bgpolicy.Admin1', 'GetStatus', None, None, 0, 20000, None, done, None)
+loop.run()
+print(results['ok'], results['limited'], results['other'][:3])
+"""
+    r = subprocess.run(["/usr/bin/python3", "-c", script], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    ok, limited, other = r.stdout.split(maxsplit=2)
+    # Every call got an answer: a reply or a clear LimitsExceeded, nothing else.
+    assert int(ok) + int(limited) == 2000 and other.strip() == "[]", r.stdout
+    assert int(ok) >= 256
+    assert agent.proc.poll() is None
+    assert gdbus(bus, "--method", "org.bgpolicy.Admin1.GetStatus").returncode == 0
+
+
+# --- Lifecycle --------------------------------------------------------------------------
+
+def test_sigterm_exits_cleanly_within_a_second(agent):
+    start = time.monotonic()
+    agent.proc.send_signal(signal.SIGTERM)
+    rc = agent.proc.wait(timeout=5)
+    assert rc == 0
+    assert time.monotonic() - start < 1.0
+    assert "Agent stopped" in agent.proc.stderr.read()
+
+
+def test_name_already_taken(agent, bus, tmp_path):
+    second = Agent(bus, tmp_path / "second")
+    rc = second.proc.wait(timeout=10)
+    err = second.proc.stderr.read()
+    assert rc != 0
+    assert f"org.bgpolicy.Agent1 is already owned by process {agent.proc.pid}" in err
+    assert "systemctl --user stop bgpolicyd" in err
+    assert agent.proc.poll() is None
+
+
+def test_no_session_bus(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "DBUS_SESSION_BUS_ADDRESS"}
+    env.update(XDG_RUNTIME_DIR="/nonexistent", XDG_STATE_HOME=str(tmp_path), XDG_CONFIG_HOME=str(tmp_path))
+    r = subprocess.run([str(BIN / "bgpolicyd")], env=env, capture_output=True, text=True, timeout=20)
+    assert r.returncode != 0
+    assert "cannot reach the session bus" in r.stderr and "dbus-run-session" in r.stderr
+
+
+@pytest.mark.parametrize("config,line,key", [
+    ("[cpu]\nlimit = 180%\n", 2, "limit"),
+    ("[slices]\nrefresh = 30s\nrefesh = 10s\n", 3, "refesh"),
+    ("[battery]\nlow = 20%\ncritical = 30%\n", 3, "critical"),
+    ("[nonsense]\n", 1, "nonsense"),
+])
+def test_bad_config_names_line_and_key(bus, tmp_path, config, line, key):
+    a = Agent(bus, tmp_path, config=config)
+    rc = a.proc.wait(timeout=10)
+    err = a.proc.stderr.read()
+    assert rc != 0
+    assert f"bgpolicy.conf:{line}:" in err and key in err, err
+
+
+def test_explicit_config_must_exist(bus, tmp_path):
+    a = Agent(bus, tmp_path, "--config", str(tmp_path / "missing.conf"))
+    assert a.proc.wait(timeout=10) != 0
+    assert "missing.conf" in a.proc.stderr.read()
+
+
+def test_print_config_round_trips_through_the_agent(bus, tmp_path):
+    out = subprocess.run([str(BIN / "bgpolicyd"), "--print-config"], capture_output=True, text=True, timeout=20,
+                         env=dict(os.environ, XDG_CONFIG_HOME=str(tmp_path))).stdout
+    assert "[slices]" in out and "refresh = 30s" in out
+    conf = tmp_path / "effective.conf"
+    conf.write_text(out)
+    a = Agent(bus, tmp_path, "--config", str(conf))
+    try:
+        assert a.wait_ready()["config_source"] == str(conf)
+    finally:
+        a.stop()
+
+
+def test_state_directory_is_private(agent):
+    st = os.stat(agent.tmp / "state" / "bgpolicy")
+    assert stat.S_IMODE(st.st_mode) == 0o700
+
+
+def test_losing_the_bus_exits_non_zero(bus, tmp_path):
+    a = Agent(bus, tmp_path)
+    a.wait_ready()
+    bus.kill()
+    rc = a.proc.wait(timeout=10)
+    assert rc != 0
+    assert "session bus connection was lost" in a.proc.stderr.read()
+
+
+def test_losing_the_name_exits_non_zero(bus, tmp_path):
+    # The agent asks for the name without allowing replacement, so the bus refuses a
+    # takeover; only releasing it by force is impossible, so check the refusal instead.
+    a = Agent(bus, tmp_path)
+    a.wait_ready()
+    try:
+        r = busctl(bus, "call", "org.freedesktop.DBus", "/org/freedesktop/DBus", "org.freedesktop.DBus",
+                   "RequestName", "su", BUS_NAME, "6")
+        assert r.stdout.strip() == "u 3"  # EXISTS: the agent keeps its name
+        assert a.proc.poll() is None
+    finally:
+        a.stop()

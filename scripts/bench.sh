@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# `make bench`: the D-Bus layer's benchmark, release build, on a private session bus.
+# Arguments go to bgpolicy-bench.
+# shellcheck source=scripts/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+swift_build_release --product bgpolicy-bench
+private_bus "$(release_bin)/bgpolicy-bench" "$@"
