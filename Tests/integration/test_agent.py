@@ -384,3 +384,30 @@ def test_losing_the_name_exits_non_zero(bus, tmp_path):
         assert a.proc.poll() is None
     finally:
         a.stop()
+
+
+def test_make_run_without_a_desktop_session_brings_its_own_bus(tmp_path):
+    """`make run` on a console or in CI: scripts/run.sh says it starts a private bus,
+    and the agent really comes up on it."""
+    env = {k: v for k, v in os.environ.items() if k not in ("DBUS_SESSION_BUS_ADDRESS",)}
+    env.update(XDG_RUNTIME_DIR=str(tmp_path / "run"), XDG_STATE_HOME=str(tmp_path / "state"),
+               XDG_CONFIG_HOME=str(tmp_path / "config"))
+    (tmp_path / "run").mkdir(mode=0o700)
+    proc = subprocess.Popen([str(ROOT / "scripts" / "run.sh")], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        said = proc.stdout.readline() + proc.stdout.readline()
+        assert "No session bus here" in said and "dbus-run-session" in said, said
+        address = said.split('DBUS_SESSION_BUS_ADDRESS="', 1)[1].split('"', 1)[0]
+        deadline = time.monotonic() + 30
+        while True:
+            r = subprocess.run([str(BIN / "bgpolicy"), "status", "--json"], capture_output=True, text=True,
+                               env=dict(env, DBUS_SESSION_BUS_ADDRESS=address), timeout=20)
+            if r.returncode == 0:
+                break
+            assert time.monotonic() < deadline, r.stderr
+            time.sleep(0.1)
+        assert json.loads(r.stdout)["state_dir"] == str(tmp_path / "state" / "bgpolicy")
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=10)
