@@ -155,6 +155,12 @@ public final class DBusConnection: Sendable {
         let raw = try message.encode()
         let id = nextID()
         let ms = Int32(clamping: max(1, timeout.components.seconds * 1000 + timeout.components.attoseconds / 1_000_000_000_000_000))
+        // A cancellation that lands after the call finished leaves its id in the loop's
+        // cancelled-before-start set, where nothing would ever remove it. The handler has run
+        // (or never will) once withTaskCancellationHandler returns, so this comes after it.
+        defer {
+            if Task.isCancelled { loop.enqueue { loop in loop.forgetCancellation(id: id) } }
+        }
         let reply: Message = try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Message, any Error>) in
                 let queued = loop.enqueue { loop in
