@@ -21,7 +21,6 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
         .package(url: "https://github.com/apple/swift-log", from: "1.6.0"),
         .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.6.0"),
-        .package(url: "https://github.com/apple/swift-system", from: "1.4.0"),
     ],
     targets: [
         // C libraries, wrapped by us (STYLE.md examples 4 and 5).
@@ -49,15 +48,27 @@ let package = Package(
             swiftSettings: strictSettings
         ),
 
+        // Facts from the machine: UPower, power profiles, NetworkManager, logind, udev/sysfs.
+        .target(
+            name: "BGPolicySystem",
+            dependencies: [
+                "BGPolicyCore",
+                "BGPolicyDBus",
+                "CBGPolicyUdev",
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: strictSettings
+        ),
+
         // Wiring: D-Bus interfaces <-> core <-> sources; services and lifecycle.
         .target(
             name: "BGPolicyAgent",
             dependencies: [
                 "BGPolicyCore",
                 "BGPolicyDBus",
+                "BGPolicySystem",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
-                .product(name: "SystemPackage", package: "swift-system"),
             ],
             swiftSettings: strictSettings
         ),
@@ -107,6 +118,11 @@ let package = Package(
 
         .testTarget(name: "BGPolicyCoreTests", dependencies: ["BGPolicyCore"], swiftSettings: strictSettings),
         .testTarget(name: "BGPolicyDBusTests", dependencies: ["BGPolicyDBus"], swiftSettings: strictSettings),
+        .testTarget(
+            name: "BGPolicySystemTests",
+            dependencies: ["BGPolicySystem", "BGPolicyCore", "BGPolicyDBus", .product(name: "Logging", package: "swift-log")],
+            swiftSettings: strictSettings
+        ),
         .testTarget(
             name: "BGPolicyAgentTests",
             dependencies: ["BGPolicyAgent", "BGPolicyCore", "BGPolicyDBus"],

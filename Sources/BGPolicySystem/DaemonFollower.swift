@@ -1,0 +1,155 @@
+import BGPolicyCore
+import BGPolicyDBus
+import Logging
+
+/// Follows a daemon's well-known bus name: runs `session` for each owner while it owns the
+/// name, cancels it when the owner changes or goes, and calls `lost` when nobody owns it.
+/// A daemon missing at start is picked up when it appears; one that restarts is read anew.
+/// Every `reread` restarts the session against the same owner, so its state is read afresh.
+struct DaemonFollower: Sendable {
+    let connection: DBusConnection
+    let name: String
+    let logger: Logger
+
+    func run(
+        rereads: AsyncStream<Void>,
+        lost: @escaping @Sendable () async -> Void,
+        session: @escaping @Sendable (_ owner: String) async throws -> Void
+    ) async {
+        let owners: AsyncThrowingStream<String?, any Error>
+        do {
+            owners = try await connection.watchNameOwner(name)
+        } catch {
+            logger.warning("Cannot follow a bus name", metadata: ["bus.name": "\(name)", "error": "\(error)"])
+            await lost()
+            return
+        }
+        // Owner changes and re-read requests arrive on one stream, so one loop handles both.
+        enum Event: Sendable { case owner(String?), reread, ended }
+        let (events, input) = AsyncStream.makeStream(of: Event.self)
+        let feeder = Task {
+            await withTaskGroup(of: Void.self) { group in
+                group.addTask {
+                    do {
+                        for try await owner in owners { input.yield(.owner(owner)) }
+                    } catch {}
+                    input.yield(.ended)
+                }
+                group.addTask {
+                    for await _ in rereads { input.yield(.reread) }
+                }
+                await group.next()
+                group.cancelAll()
+            }
+        }
+        var running: Task<Void, Never>?
+        var owner: String?
+        func start(_ newOwner: String) {
+            let name = self.name, logger = self.logger
+            running = Task {
+                do {
+                    try await session(newOwner)
+                } catch is CancellationError {
+                } catch {
+                    logger.warning("Lost track of a daemon", metadata: ["bus.name": "\(name)", "error": "\(error)"])
+                    await lost()
+                }
+            }
+        }
+        await withTaskCancellationHandler {
+            for await event in events {
+                switch event {
+                case .owner(let newOwner):
+                    running?.cancel()
+                    await running?.value
+                    running = nil
+                    owner = newOwner
+                    if let newOwner {
+                        logger.info("Daemon appeared", metadata: ["bus.name": "\(name)", "bus.unique": "\(newOwner)"])
+                        start(newOwner)
+                    } else {
+                        logger.info("Daemon missing", metadata: ["bus.name": "\(name)"])
+                        await lost()
+                    }
+                case .reread:
+                    guard let owner else { continue }
+                    running?.cancel()
+                    await running?.value
+                    start(owner)
+                case .ended:
+                    running?.cancel()
+                    await running?.value
+                    running = nil
+                    await lost()
+                    feeder.cancel()
+                    return
+                }
+                if Task.isCancelled { break }
+            }
+        } onCancel: {
+            feeder.cancel()
+            input.finish()
+        }
+        running?.cancel()
+        await running?.value
+        feeder.cancel()
+    }
+}
+
+/// Reading properties of another daemon's object, defensively: a hostile or broken peer that
+/// sends the wrong types gets logged, and the fact stays unknown; nothing traps.
+struct RemoteObject: Sendable {
+    let connection: DBusConnection
+    let owner: String
+    let path: ObjectPath
+    let interface: String
+
+    func getAll() async throws -> [String: Variant] {
+        let reply = try await connection.call(
+            destination: owner, path: path, interface: ObjectServer.propertiesInterface, member: "GetAll",
+            [.string(interface)], timeout: .seconds(5))
+        return try reply.decode([String: Variant].self, at: 0)
+    }
+
+    func get(_ property: String) async throws -> DBusValue {
+        let reply = try await connection.call(
+            destination: owner, path: path, interface: ObjectServer.propertiesInterface, member: "Get",
+            [.string(interface), .string(property)], timeout: .seconds(5))
+        guard case .variant(let value)? = reply.first else {
+            throw DBusError.typeMismatch(expected: "v", got: reply.signatureText)
+        }
+        return value
+    }
+
+    func call(_ member: String, _ body: [DBusValue] = []) async throws -> [DBusValue] {
+        try await connection.call(destination: owner, path: path, interface: interface, member: member, body, timeout: .seconds(5))
+    }
+
+    /// `PropertiesChanged` for this object, from this owner only.
+    func propertiesChanged() async throws -> SignalSubscription {
+        try await connection.subscribe(
+            MatchRule(sender: owner, interface: ObjectServer.propertiesInterface, member: "PropertiesChanged", path: path))
+    }
+}
+
+extension Dictionary where Key == String, Value == Variant {
+    /// A property of the expected type, or nil (logged) when it is missing or mistyped.
+    func property<T: DBusRepresentable>(_ key: String, as _: T.Type, logger: Logger, from daemon: String) -> T? {
+        guard let variant = self[key] else { return nil }
+        do {
+            return try variant.decode(T.self)
+        } catch {
+            logger.warning(
+                "A daemon sent a property of the wrong type",
+                metadata: ["daemon": "\(daemon)", "property": "\(key)", "expected": "\(T.dbusType)", "got": "\(variant.value.type)"])
+            return nil
+        }
+    }
+}
+
+/// Suspends until the task is cancelled, with no timer.
+func waitUntilCancelled() async {
+    let (stream, continuation) = AsyncStream.makeStream(of: Void.self)
+    for await _ in stream {}
+    withExtendedLifetime(continuation) {}
+}

@@ -1,0 +1,225 @@
+internal import CBGPolicyUdev
+import Glibc
+import Synchronization
+
+/// The one thread that owns libudev for the power source (STYLE.md example 4).
+///
+/// The thread makes the context, the netlink monitor and every enumerator and device, uses
+/// them, and unrefs them; nothing else touches them. It sleeps in `poll` on two descriptors —
+/// the monitor's socket and an eventfd that other threads write to — with no timeout, so an
+/// idle machine never wakes it. After it starts listening, after every uevent burst and on
+/// every `rescan()`, it enumerates `power_supply` and yields the devices as plain values.
+///
+/// Listening starts before the first enumeration, so a change between the two cannot be
+/// missed: it arrives as a uevent and causes a second enumeration.
+final class UdevPowerSupplyMonitor: Sendable {
+    enum Event: Sendable, Equatable {
+        /// Every `power_supply` device, sorted by name.
+        case devices([PowerSupplyDevice])
+        /// libudev could not be set up, or the monitor broke; the thread has ended.
+        case failed(UdevError)
+    }
+
+    private struct State {
+        var rescan = false
+        var stop = false
+        var finished = false
+        var waiters: [CheckedContinuation<Void, Never>] = []
+    }
+
+    /// What outlives the thread's hold on the monitor: the requests, the stream and the
+    /// waiters. The thread lets go of the monitor before it announces the end, so once
+    /// `finished()` returns only the caller's reference keeps the eventfd open.
+    private final class Shared: Sendable {
+        let state = Mutex(State())
+        let events: AsyncStream<Event>.Continuation
+
+        init(events: AsyncStream<Event>.Continuation) {
+            self.events = events
+        }
+
+        /// Publishes the end: a failure if any, then the stream's finish, then the waiters.
+        func end(with failure: UdevError?) {
+            if let failure { events.yield(.failed(failure)) }
+            events.finish()
+            let waiters = state.withLock { state in
+                state.finished = true
+                let waiters = state.waiters
+                state.waiters = []
+                return waiters
+            }
+            for waiter in waiters { waiter.resume() }
+        }
+    }
+
+    static let subsystem = "power_supply"
+
+    /// -1 when eventfd failed (the thread then never starts). Closed in `deinit`, not when
+    /// the thread ends: `stop()` and `rescan()` may still write to it, and a closed number
+    /// could by then belong to someone else's file.
+    private let wakeFD: Int32
+    private let wakeFDError: Int32
+    private let shared: Shared
+
+    /// Starts the thread. The stream receives the first enumeration (or a failure) at once,
+    /// and finishes when the thread has released every libudev object. The thread runs until
+    /// `stop()` or until the stream's reader goes away.
+    static func start() -> (UdevPowerSupplyMonitor, AsyncStream<Event>) {
+        // Only the latest enumeration matters; a slow reader skips the stale ones.
+        let (stream, continuation) = AsyncStream.makeStream(of: Event.self, bufferingPolicy: .bufferingNewest(1))
+        let monitor = UdevPowerSupplyMonitor(events: continuation)
+        // A reader that goes away (its task cancelled) stops the thread too.
+        continuation.onTermination = { [weak monitor] _ in monitor?.stop() }
+        monitor.launch()
+        return (monitor, stream)
+    }
+
+    private init(events: AsyncStream<Event>.Continuation) {
+        shared = Shared(events: events)
+        wakeFD = eventfd(0, Int32(EFD_CLOEXEC | EFD_NONBLOCK))
+        wakeFDError = wakeFD < 0 ? errno : 0
+    }
+
+    deinit {
+        if wakeFD >= 0 { _ = close(wakeFD) }
+    }
+
+    // MARK: Any thread
+
+    /// Asks for an enumeration now (after resume from sleep). Requests coalesce.
+    func rescan() {
+        let wake = shared.state.withLock { state -> Bool in
+            guard !state.finished, !state.stop else { return false }
+            state.rescan = true
+            return true
+        }
+        if wake { signalWake() }
+    }
+
+    /// Asks the thread to release everything and end. Returns at once; `finished()` waits.
+    func stop() {
+        let wake = shared.state.withLock { state -> Bool in
+            guard !state.finished, !state.stop else { return false }
+            state.stop = true
+            return true
+        }
+        if wake { signalWake() }
+    }
+
+    /// Returns when the thread has ended and every libudev object is released. Not
+    /// cancellable on purpose: it is what makes "stopped" mean "released".
+    func finished() async {
+        await withCheckedContinuation { (waiter: CheckedContinuation<Void, Never>) in
+            let done = shared.state.withLock { state -> Bool in
+                if state.finished { return true }
+                state.waiters.append(waiter)
+                return false
+            }
+            if done { waiter.resume() }
+        }
+    }
+
+    private func signalWake() {
+        var one: UInt64 = 1
+        _ = withUnsafeBytes(of: &one) { write(wakeFD, $0.baseAddress, 8) }
+    }
+
+    private func launch() {
+        guard wakeFD >= 0 else {
+            shared.end(with: UdevError(call: "eventfd", code: wakeFDError))
+            return
+        }
+        let box = Unmanaged.passRetained(self)
+        var thread = pthread_t()
+        let rc = pthread_create(&thread, nil, { raw in
+            let shared: Shared
+            let failure: UdevError?
+            do {
+                let monitor = Unmanaged<UdevPowerSupplyMonitor>.fromOpaque(raw!).takeRetainedValue()
+                shared = monitor.shared
+                failure = monitor.threadMain()
+            }
+            shared.end(with: failure)
+            return nil
+        }, box.toOpaque())
+        if rc == 0 {
+            pthread_detach(thread)
+        } else {
+            box.release()
+            shared.end(with: UdevError(call: "pthread_create", code: rc))
+        }
+    }
+
+    // MARK: The owner thread
+
+    /// Every libudev object lives inside `serve`, so all are released when it returns.
+    private func threadMain() -> UdevError? {
+        do {
+            try serve()
+            return nil
+        } catch {
+            return error
+        }
+    }
+
+    private func serve() throws(UdevError) {
+        if shared.state.withLock({ $0.stop }) { return }
+        // Without sysfs libudev would enumerate nothing and look like a machine without
+        // batteries; say that the input is missing instead.
+        guard access("/sys", F_OK) == 0 else { throw UdevError(call: "access(/sys)", code: errno) }
+        // Non-copyable locals end with this scope, in reverse order: monitor, then context.
+        let context = try Udev.Context()
+        let monitor = try Udev.Monitor.listening(subsystem: Self.subsystem, in: context)
+        shared.events.yield(.devices(try Self.enumerate(in: context)))
+
+        var fds = [
+            pollfd(fd: monitor.fd, events: Int16(POLLIN), revents: 0),
+            pollfd(fd: wakeFD, events: Int16(POLLIN), revents: 0),
+        ]
+        while true {
+            let ready = fds.withUnsafeMutableBufferPointer { poll($0.baseAddress, nfds_t($0.count), -1) }
+            if ready < 0 {
+                if errno == EINTR { continue }
+                throw UdevError(call: "poll", code: errno)
+            }
+            var enumerate = false
+            if fds[1].revents != 0 {
+                var value: UInt64 = 0
+                _ = withUnsafeMutableBytes(of: &value) { read(wakeFD, $0.baseAddress, 8) }
+                let (stop, rescan) = shared.state.withLock { state in
+                    defer { state.rescan = false }
+                    return (state.stop, state.rescan)
+                }
+                if stop { return }
+                enumerate = rescan
+            }
+            let socket = fds[0].revents
+            if socket & Int16(POLLIN) != 0 {
+                _ = monitor.drain()
+                // Enumerate even if nothing passed libudev's checks: a lost burst (ENOBUFS)
+                // also wakes us, and a spare enumeration costs a few file reads.
+                enumerate = true
+            } else if socket & Int16(POLLERR | POLLHUP | POLLNVAL) != 0 {
+                throw UdevError(call: "poll(udev monitor)", code: EPIPE)
+            }
+            if enumerate { shared.events.yield(.devices(try Self.enumerate(in: context))) }
+        }
+    }
+
+    /// One scan of `power_supply`, copied into values. A device that vanished between the
+    /// scan and the read is skipped.
+    private static func enumerate(in context: borrowing Udev.Context) throws(UdevError) -> [PowerSupplyDevice] {
+        let paths = try Udev.Enumerator.matching(subsystem: subsystem, in: context).scan()
+        var devices: [PowerSupplyDevice] = []
+        for path in paths {
+            guard let device = try? Udev.Device(syspath: path, in: context) else { continue }
+            var attributes: [String: String] = [:]
+            for name in PowerSupplyDevice.attributeNames {
+                attributes[name] = device.attribute(name)
+            }
+            let sysname = device.sysname ?? String(path.split(separator: "/").last ?? "")
+            devices.append(PowerSupplyDevice(sysname: sysname, attributes: attributes))
+        }
+        return devices.sorted { $0.sysname < $1.sysname }
+    }
+}

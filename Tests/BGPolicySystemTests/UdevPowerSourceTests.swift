@@ -1,0 +1,324 @@
+import BGPolicyCore
+@testable import BGPolicySystem
+import Foundation
+import Logging
+import Testing
+
+// MARK: - The pure sample
+
+/// One row of the table: what sysfs shows, and the sample (and resulting `onBattery`) expected.
+struct UdevSampleCase: Sendable, CustomTestStringConvertible {
+    let name: String
+    let devices: [PowerSupplyDevice]
+    let sample: PowerSample
+    let onBattery: Bool?
+    var testDescription: String { name }
+}
+
+private let acOnline = PowerSupplyDevice(sysname: "AC", type: .mains, online: true)
+private let acOffline = PowerSupplyDevice(sysname: "AC", type: .mains, online: false)
+
+private func battery(
+    _ name: String = "BAT0", status: String? = "Discharging", capacity: Int64? = nil, energy: (Int64, Int64)? = nil,
+    present: Bool? = true, scope: PowerSupplyScope? = nil
+) -> PowerSupplyDevice {
+    PowerSupplyDevice(
+        sysname: name, type: .battery, present: present, status: status, capacity: capacity, energyNow: energy?.0, energyFull: energy?.1,
+        scope: scope)
+}
+
+private let sampleCases: [UdevSampleCase] = [
+    UdevSampleCase(
+        name: "AC online, battery discharging: reported on AC, but the draining battery wins",
+        devices: [acOnline, battery(capacity: 60)],
+        sample: PowerSample(onBatteryReported: false, batteryPresent: true, percentage: 60, state: .discharging), onBattery: true),
+    UdevSampleCase(
+        name: "AC offline, battery discharging, percentage from energy",
+        devices: [acOffline, battery(energy: (48_000_000, 60_000_000))],
+        sample: PowerSample(onBatteryReported: true, batteryPresent: true, percentage: 80, state: .discharging), onBattery: true),
+    UdevSampleCase(
+        name: "AC online, battery full",
+        devices: [acOnline, battery(status: "Full", capacity: 100)],
+        sample: PowerSample(onBatteryReported: false, batteryPresent: true, percentage: 100, state: .fullyCharged), onBattery: false),
+    UdevSampleCase(
+        name: "AC online, battery charging (order of devices does not matter)",
+        devices: [battery(status: "Charging", capacity: 30), acOnline],
+        sample: PowerSample(onBatteryReported: false, batteryPresent: true, percentage: 30, state: .charging), onBattery: false),
+    UdevSampleCase(
+        name: "desktop: adapter, no battery",
+        devices: [acOnline],
+        sample: PowerSample(onBatteryReported: false, batteryPresent: false), onBattery: false),
+    UdevSampleCase(
+        name: "virtual machine: no supply at all",
+        devices: [],
+        sample: PowerSample(onBatteryReported: nil, batteryPresent: false), onBattery: false),
+    UdevSampleCase(
+        name: "a mouse's battery is ignored",
+        devices: [acOnline, battery("hidpp_battery_0", capacity: 5, scope: .device)],
+        sample: PowerSample(onBatteryReported: false, batteryPresent: false), onBattery: false),
+    UdevSampleCase(
+        name: "a peripheral's charger is ignored",
+        devices: [
+            acOffline, PowerSupplyDevice(sysname: "wacom_ac_0", type: .mains, online: true, scope: .device), battery(capacity: 50),
+        ],
+        sample: PowerSample(onBatteryReported: true, batteryPresent: true, percentage: 50, state: .discharging), onBattery: true),
+    UdevSampleCase(
+        name: "laptop battery next to a peripheral one",
+        devices: [acOffline, battery(capacity: 70), battery("hid-mouse", status: "Charging", capacity: 10, scope: .device)],
+        sample: PowerSample(onBatteryReported: true, batteryPresent: true, percentage: 70, state: .discharging), onBattery: true),
+    UdevSampleCase(
+        name: "two batteries: weighted by energy_full, discharging if any discharges",
+        devices: [acOffline, battery("BAT0", energy: (10_000_000, 20_000_000)), battery("BAT1", status: "Full", energy: (60_000_000, 60_000_000))],
+        sample: PowerSample(onBatteryReported: true, batteryPresent: true, percentage: 87.5, state: .discharging), onBattery: true),
+    UdevSampleCase(
+        name: "two batteries: charging if any charges and none discharges",
+        devices: [acOnline, battery("BAT0", status: "Full", capacity: 100), battery("BAT1", status: "Charging", capacity: 50)],
+        sample: PowerSample(onBatteryReported: false, batteryPresent: true, percentage: 75, state: .charging), onBattery: false),
+    UdevSampleCase(
+        name: "two batteries: full when all are full",
+        devices: [acOnline, battery("BAT0", status: "Full", capacity: 100), battery("BAT1", status: "Full", capacity: 100)],
+        sample: PowerSample(onBatteryReported: false, batteryPresent: true, percentage: 100, state: .fullyCharged), onBattery: false),
+    UdevSampleCase(
+        name: "two batteries: held at a charge threshold (not charging + full)",
+        devices: [acOnline, battery("BAT0", status: "Not charging", capacity: 80), battery("BAT1", status: "Full", capacity: 100)],
+        sample: PowerSample(onBatteryReported: false, batteryPresent: true, percentage: 90, state: .pendingCharge), onBattery: false),
+    UdevSampleCase(
+        name: "two batteries: unknown when one says nothing useful",
+        devices: [acOnline, battery("BAT0", status: "Unknown", capacity: 80), battery("BAT1", status: "Full", capacity: 100)],
+        sample: PowerSample(onBatteryReported: false, batteryPresent: true, percentage: 90, state: .unknown), onBattery: false),
+    UdevSampleCase(
+        name: "one battery not charging",
+        devices: [acOnline, battery(status: "Not charging", capacity: 60)],
+        sample: PowerSample(onBatteryReported: false, batteryPresent: true, percentage: 60, state: .pendingCharge), onBattery: false),
+    UdevSampleCase(
+        name: "missing attributes: battery with only a type, adapter without online",
+        devices: [PowerSupplyDevice(sysname: "AC", type: .mains), PowerSupplyDevice(sysname: "BAT0", type: .battery)],
+        sample: PowerSample(onBatteryReported: nil, batteryPresent: true, percentage: nil, state: .unknown), onBattery: nil),
+    UdevSampleCase(
+        name: "empty battery bay (present=0)",
+        devices: [acOnline, battery(status: "Unknown", capacity: 0, present: false)],
+        sample: PowerSample(onBatteryReported: false, batteryPresent: false), onBattery: false),
+    UdevSampleCase(
+        name: "charge counters when there is no energy or capacity",
+        devices: [acOffline, PowerSupplyDevice(sysname: "BAT0", type: .battery, status: "Discharging", chargeNow: 2_500_000, chargeFull: 5_000_000)],
+        sample: PowerSample(onBatteryReported: true, batteryPresent: true, percentage: 50, state: .discharging), onBattery: true),
+    UdevSampleCase(
+        name: "USB-C charger online, ACPI adapter offline",
+        devices: [acOffline, PowerSupplyDevice(sysname: "ucsi-source-psy-USBC000:001", type: .usb, online: true), battery(status: "Charging", capacity: 40)],
+        sample: PowerSample(onBatteryReported: false, batteryPresent: true, percentage: 40, state: .charging), onBattery: false),
+    UdevSampleCase(
+        name: "all adapters offline",
+        devices: [acOffline, PowerSupplyDevice(sysname: "ucsi-source-psy-USBC000:001", type: .usb, online: false), battery(capacity: 40)],
+        sample: PowerSample(onBatteryReported: true, batteryPresent: true, percentage: 40, state: .discharging), onBattery: true),
+    UdevSampleCase(
+        name: "one adapter offline, the other cannot say",
+        devices: [acOffline, PowerSupplyDevice(sysname: "ADP1", type: .mains), battery(status: nil, capacity: 40)],
+        sample: PowerSample(onBatteryReported: nil, batteryPresent: true, percentage: 40, state: .unknown), onBattery: nil),
+    UdevSampleCase(
+        name: "a UPS is not a charger",
+        devices: [PowerSupplyDevice(sysname: "UPS0", type: .ups, online: true), battery(capacity: 40)],
+        sample: PowerSample(onBatteryReported: nil, batteryPresent: true, percentage: 40, state: .discharging), onBattery: true),
+]
+
+@Suite("UdevPowerSource.sample")
+struct UdevPowerSampleTests {
+    @Test(arguments: sampleCases)
+    func table(_ row: UdevSampleCase) {
+        let sample = UdevPowerSource.sample(from: row.devices)
+        #expect(sample == row.sample)
+        #expect(sample.onBattery == row.onBattery)
+    }
+
+    @Test func severalBatteriesWithoutEnergyAreWeightedByChargeThenEqually() {
+        let byCharge = [
+            PowerSupplyDevice(sysname: "BAT0", type: .battery, capacity: 100, chargeFull: 3_000_000),
+            PowerSupplyDevice(sysname: "BAT1", type: .battery, capacity: 0, chargeFull: 1_000_000),
+        ]
+        #expect(UdevPowerSource.percentage(of: byCharge) == 75)
+        // Energy for one and charge for the other cannot be compared: equal weights.
+        let mixed = [
+            PowerSupplyDevice(sysname: "BAT0", type: .battery, capacity: 100, energyFull: 60_000_000),
+            PowerSupplyDevice(sysname: "BAT1", type: .battery, capacity: 0, chargeFull: 1_000_000),
+        ]
+        #expect(UdevPowerSource.percentage(of: mixed) == 50)
+        // A battery without any percentage does not drag the others down.
+        let oneUnknown = [
+            PowerSupplyDevice(sysname: "BAT0", type: .battery, capacity: 64),
+            PowerSupplyDevice(sysname: "BAT1", type: .battery),
+        ]
+        #expect(UdevPowerSource.percentage(of: oneUnknown) == 64)
+        #expect(UdevPowerSource.percentage(of: [PowerSupplyDevice(sysname: "BAT1", type: .battery)]) == nil)
+    }
+
+    @Test func hugeCountersStayFinite() {
+        let devices = [
+            PowerSupplyDevice(sysname: "BAT0", type: .battery, capacity: 10, energyFull: .max),
+            PowerSupplyDevice(sysname: "BAT1", type: .battery, capacity: 20, energyFull: .max),
+        ]
+        let percentage = UdevPowerSource.sample(from: devices).percentage
+        #expect(percentage.map { $0.isFinite && (0...100).contains($0) } ?? true)
+    }
+}
+
+// MARK: - The running source
+
+/// Collects a source's reports and hands them out one at a time.
+private struct ReportCollector: Sendable {
+    let reports: AsyncStream<ConditionReport>
+    let input: AsyncStream<ConditionReport>.Continuation
+    let rereads: AsyncStream<Void>
+    let reread: AsyncStream<Void>.Continuation
+    let context: SourceContext
+
+    init() {
+        (reports, input) = AsyncStream.makeStream(of: ConditionReport.self)
+        (rereads, reread) = AsyncStream.makeStream(of: Void.self)
+        let input = self.input
+        context = SourceContext(logger: Logger(label: "test.udev"), rereads: rereads) { input.yield($0) }
+    }
+}
+
+@Suite("UdevPowerSource running")
+struct UdevPowerSourceRunTests {
+    /// On whatever machine runs the tests: the source reports once (a sample, or `.lost` where
+    /// netlink is not allowed), and a cancelled run returns after releasing its thread.
+    @Test(.timeLimit(.minutes(1)))
+    func reportsThenStopsWhenCancelled() async {
+        let collector = ReportCollector()
+        let run = Task { await UdevPowerSource().run(collector.context) }
+        var reports = collector.reports.makeAsyncIterator()
+        let first = await reports.next()
+        switch first {
+        case .power?, .lost?: break
+        default: Issue.record("unexpected first report \(String(describing: first))")
+        }
+        run.cancel()
+        await run.value
+    }
+
+    @Test(.timeLimit(.minutes(1)))
+    func cancelledBeforeItStartsReturns() async {
+        let collector = ReportCollector()
+        let run = Task { await UdevPowerSource().run(collector.context) }
+        run.cancel()
+        await run.value
+    }
+
+    /// A re-read of an unchanged machine reports nothing new; the run still ends on cancel.
+    @Test(.timeLimit(.minutes(1)))
+    func rereadOfAnUnchangedMachineReportsNothing() async throws {
+        let collector = ReportCollector()
+        let run = Task { await UdevPowerSource().run(collector.context) }
+        var reports = collector.reports.makeAsyncIterator()
+        guard case .power? = await reports.next() else {
+            run.cancel()
+            await run.value
+            return  // no netlink here: covered by the test above
+        }
+        collector.reread.yield()
+        collector.reread.yield()
+        try await Task.sleep(for: .milliseconds(300))
+        run.cancel()
+        await run.value
+        collector.input.finish()
+        // Real hardware may change in 300 ms (a battery ticks); a stable fake machine may not.
+        if UmockdevTestbed.isActive == false, !FileManager.default.fileExists(atPath: "/sys/class/power_supply/BAT0") {
+            #expect(await reports.next() == nil)
+        }
+    }
+}
+
+// MARK: - Under umockdev
+
+/// A umockdev testbed written by hand: the directory layout `UMockdev.Testbed.add_device`
+/// makes, which libumockdev-preload serves as `/sys` to this process. Creating one through
+/// libumockdev would mean linking GObject; the files are all that enumeration needs.
+/// (Uevents need the real testbed: see `UdevProbe` and the integration tests.)
+struct UmockdevTestbed {
+    let root: URL
+
+    /// Whether this process runs under `umockdev-wrapper` (libumockdev-preload loaded).
+    static var isActive: Bool { ProcessInfo.processInfo.environment["LD_PRELOAD"]?.contains("umockdev") ?? false }
+
+    init() throws {
+        root = FileManager.default.temporaryDirectory.appendingPathComponent("bgpolicy-umockdev-\(UUID().uuidString)")
+        for dir in ["sys/devices", "sys/class/power_supply", "sys/bus"] {
+            try FileManager.default.createDirectory(at: root.appendingPathComponent(dir), withIntermediateDirectories: true)
+        }
+    }
+
+    func add(_ name: String, _ attributes: [String: String]) throws {
+        let device = root.appendingPathComponent("sys/devices/\(name)")
+        try FileManager.default.createDirectory(at: device, withIntermediateDirectories: true)
+        try Data().write(to: device.appendingPathComponent("uevent"))
+        try FileManager.default.createSymbolicLink(atPath: device.appendingPathComponent("subsystem").path, withDestinationPath: "../../class/power_supply")
+        try FileManager.default.createSymbolicLink(
+            atPath: root.appendingPathComponent("sys/class/power_supply/\(name)").path, withDestinationPath: "../../devices/\(name)")
+        for (key, value) in attributes { try set(name, key, value) }
+    }
+
+    func set(_ name: String, _ key: String, _ value: String) throws {
+        try Data((value + "\n").utf8).write(to: root.appendingPathComponent("sys/devices/\(name)/\(key)"))
+    }
+
+    /// Points libumockdev-preload at this testbed for the rest of `body`.
+    func serving<T>(_ body: () async throws -> T) async rethrows -> T {
+        setenv("UMOCKDEV_DIR", root.path, 1)
+        defer {
+            unsetenv("UMOCKDEV_DIR")
+            try? FileManager.default.removeItem(at: root)
+        }
+        return try await body()
+    }
+}
+
+/// Run with `umockdev-wrapper swift test --filter UdevUmockdevTests`; skipped otherwise.
+@Suite("UdevPowerSource under umockdev", .serialized, .enabled(if: UmockdevTestbed.isActive, "needs umockdev-wrapper (libumockdev-preload)"))
+struct UdevUmockdevTests {
+    @Test(.timeLimit(.minutes(1)))
+    func readsTheFakeSysfsAndRereadsOnRequest() async throws {
+        let testbed = try UmockdevTestbed()
+        try testbed.add("AC", ["type": "Mains", "online": "0"])
+        try testbed.add(
+            "BAT0",
+            ["type": "Battery", "present": "1", "status": "Discharging", "energy_full": "60000000", "energy_now": "48000000"])
+        try testbed.add("hidpp_battery_0", ["type": "Battery", "scope": "Device", "status": "Discharging", "capacity": "3"])
+        try await testbed.serving {
+            let collector = ReportCollector()
+            let run = Task { await UdevPowerSource().run(collector.context) }
+            var reports = collector.reports.makeAsyncIterator()
+            #expect(
+                await reports.next() == .power(PowerSample(onBatteryReported: true, batteryPresent: true, percentage: 80, state: .discharging)))
+
+            // Plug in, with the testbed's files only (no uevent): the re-read picks it up.
+            try testbed.set("AC", "online", "1")
+            try testbed.set("BAT0", "status", "Charging")
+            try testbed.set("BAT0", "energy_now", "not a number")
+            collector.reread.yield()
+            #expect(await reports.next() == .power(PowerSample(onBatteryReported: false, batteryPresent: true, percentage: nil, state: .charging)))
+            run.cancel()
+            await run.value
+        }
+    }
+
+    @Test(.timeLimit(.minutes(1)))
+    func monitorSeesEveryDeviceAsValues() async throws {
+        let testbed = try UmockdevTestbed()
+        try testbed.add("ACAD", ["type": "Mains", "online": "1"])
+        try testbed.add("BAT1", ["type": "Battery", "capacity": " 57 ", "status": "Full", "scope": "System"])
+        await testbed.serving {
+            let (monitor, events) = UdevPowerSupplyMonitor.start()
+            var iterator = events.makeAsyncIterator()
+            let first = await iterator.next()
+            #expect(
+                first
+                    == .devices([
+                        PowerSupplyDevice(sysname: "ACAD", type: .mains, online: true),
+                        PowerSupplyDevice(sysname: "BAT1", type: .battery, status: "Full", capacity: 57, scope: .system),
+                    ]))
+            monitor.stop()
+            while await iterator.next() != nil {}
+            await monitor.finished()
+        }
+    }
+}
