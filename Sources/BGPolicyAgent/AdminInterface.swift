@@ -5,11 +5,13 @@ import Glibc
 /// `org.bgpolicy.Admin1`: the agent's status and controls.
 struct AdminInterface: Sendable {
     let environment: AgentEnvironment
+    let conditions: ConditionsHub
     let startedAt: ContinuousClock.Instant
     let startedAtUnix: Int64
 
-    init(environment: AgentEnvironment) {
+    init(environment: AgentEnvironment, conditions: ConditionsHub) {
         self.environment = environment
+        self.conditions = conditions
         self.startedAt = ContinuousClock.now
         var now = timespec()
         clock_gettime(CLOCK_REALTIME, &now)
@@ -17,7 +19,7 @@ struct AdminInterface: Sendable {
     }
 
     /// The facts `GetStatus` reports.
-    func status() -> [String: Variant] {
+    func status() async -> [String: Variant] {
         let uptime = ContinuousClock.now - startedAt
         let seconds = Double(uptime.components.seconds) + Double(uptime.components.attoseconds) / 1e18
         return [
@@ -28,11 +30,13 @@ struct AdminInterface: Sendable {
             "state_dir": Variant(environment.stateDirectory),
             "config_source": Variant(environment.configSource ?? "defaults"),
             "config_path": Variant(environment.configPath),
+            "conditions": Variant(await conditions.current.dbusDictionary.dbusValue),
         ]
     }
 
     func exported() -> ExportedInterface {
         ExportedInterface(AgentInterfaces.admin)
-            .method("GetStatus") { _ in [status().dbusValue] }
+            .method("GetStatus") { _ in [await status().dbusValue] }
+            .property("Conditions", get: { await conditions.current.dbusDictionary.dbusValue })
     }
 }

@@ -26,7 +26,8 @@ public enum AgentInterfaces {
                         "started_at" (x) when it started, in Unix seconds; "uptime_seconds" (d) how long
                         it has been running, from a monotonic clock; "state_dir" (s) the directory holding
                         its state; "config_source" (s) the configuration file in use, or "defaults" when
-                        none exists; "config_path" (s) where the configuration is read from.
+                        none exists; "config_path" (s) where the configuration is read from;
+                        "conditions" (a{sv}) the same dictionary as the Conditions property.
                         Later versions add keys; clients must ignore keys they do not know.
                         """)
                 ],
@@ -35,6 +36,27 @@ public enum AgentInterfaces {
                     Returns what the agent knows about itself. Cheap: it reads no files and calls no
                     other daemon, so settings panels may call it as often as they redraw.
                     Docs/DBusAPI.md shows it called from gdbus, busctl and Python.
+                    """)
+        ],
+        properties: [
+            .init(
+                "Conditions", .dictionary(key: .string, value: .variant), access: .read, emitsChanged: .true,
+                documentation: """
+                    Conditions:
+                    The machine's state as the agent sees it, read from UPower (or udev when UPower
+                    is missing), power-profiles-daemon, NetworkManager and logind. Emits
+                    PropertiesChanged whenever any fact changes. Keys:
+                    "on_battery" (b) running on battery (a draining battery counts, even when
+                    UPower's OnBattery says otherwise); "percentage" (d) battery charge, 0 to 100;
+                    "battery_state" (s) unknown, charging, discharging, empty, fully-charged,
+                    pending-charge or pending-discharge; "power_profile" (s) unknown, power-saver,
+                    balanced or performance; "connectivity" (s) unknown, none, portal, limited or
+                    full; "metered" (b) NetworkManager's Metered is yes or guess-yes while it is
+                    globally connected; "network_type" (s) unknown, none, ethernet, wifi, mobile,
+                    bluetooth, vpn or other; "idle" (b) logind's IdleHint; "locked" (b) the
+                    session is locked; "sources" (as) the inputs that are live (upower, udev,
+                    power-profiles, networkmanager, logind); "summary" (s) the same in words.
+                    A boolean or number whose source is not live is left out: unknown.
                     """)
         ])
 

@@ -40,8 +40,24 @@ public struct AgentService: Service {
         defer { connection.close() }
 
         connection.objects.errorNames = Self.errorNames
-        let admin = AdminInterface(environment: environment)
-        try connection.objects.export([admin.exported()], at: ObjectPath(BGPolicyNames.objectPath))
+        let hub = ConditionsHub(logger: logger)
+        let admin = AdminInterface(environment: environment, conditions: hub)
+        let objectPath = try ObjectPath(BGPolicyNames.objectPath)
+        try connection.objects.export([admin.exported()], at: objectPath)
+        let log = logger
+        await hub.onChange { conditions in
+            do {
+                try connection.emitPropertiesChanged(
+                    path: objectPath, interface: BGPolicyNames.adminInterface,
+                    changed: ["Conditions": conditions.dbusDictionary.dbusValue])
+            } catch {
+                log.warning("Could not emit PropertiesChanged for Conditions", metadata: ["error": "\(error)"])
+            }
+        }
+        let conditions = ConditionsService(hub: hub, logger: logger) { event in
+            // Slices arrive with the Tasks issue; until then sleep and resume are only logged.
+            log.info("Sleep event", metadata: ["event": "\(event)"])
+        }
 
         // Subscribe before asking for the name, so a NameLost cannot slip past.
         let nameLost = try await connection.nameLostSignals()
@@ -62,11 +78,16 @@ public struct AgentService: Service {
 
         try await cancelWhenGracefulShutdown {
             try await withThrowingTaskGroup(of: Void.self) { group in
-                group.addTask { await connection.objects.serve() }
+                group.addTask {
+                    await connection.objects.serve()
+                    // serve() ends before cancellation only when the connection is gone.
+                    guard Task.isCancelled else { throw AgentError.busLost }
+                }
+                // The conditions never end the agent: their sources outlive every daemon.
+                group.addTask { await conditions.run() }
                 group.addTask {
                     await connection.waitUntilDisconnected()
-                    try Task.checkCancellation()
-                    throw AgentError.busLost
+                    guard Task.isCancelled else { throw AgentError.busLost }
                 }
                 group.addTask {
                     for try await signal in nameLost {
@@ -78,6 +99,8 @@ public struct AgentService: Service {
                 // The first task to end ends the agent; on graceful shutdown all end together.
                 defer { group.cancelAll() }
                 do {
+                    // Conditions return only when cancelled, so the first task to end is
+                    // serve(), the session bus, or NameLost.
                     try await group.next()
                 } catch DBusError.disconnected {
                     throw AgentError.busLost

@@ -43,7 +43,13 @@ struct StatusReport {
             guard let value = status[key]?.value else { continue }
             rows.append((label, format(key, value)))
         }
-        let shown = Set(Self.known.map(\.key) + ["version", "config_path"])
+        if case .dictionary? = status["conditions"]?.value,
+            let conditions = try? status["conditions"]!.decode([String: Variant].self)
+        {
+            rows.append(("Now", (try? conditions.optional("summary", as: String.self)) ?? nil ?? "unknown"))
+            rows.append(("Sources", Self.sources(conditions)))
+        }
+        let shown = Set(Self.known.map(\.key) + ["version", "config_path", "conditions"])
         for key in status.keys.sorted() where !shown.contains(key) {
             rows.append((key, format(key, status[key]!.value)))
         }
@@ -68,6 +74,19 @@ struct StatusReport {
         default:
             return JSONText.value(value)
         }
+    }
+
+    /// The inputs that are live and those that are missing, in words.
+    static func sources(_ conditions: [String: Variant]) -> String {
+        let live = Set(((try? conditions.optional("sources", as: [String].self)) ?? nil) ?? [])
+        var missing: [String] = []
+        if !live.contains("upower") {
+            missing.append(live.contains("udev") ? "upower (udev stands in)" : "upower")
+        }
+        if !live.contains("upower") && !live.contains("udev") { missing.append("udev") }
+        for name in ["power-profiles", "networkmanager", "logind"] where !live.contains(name) { missing.append(name) }
+        let liveText = live.isEmpty ? "none live" : live.sorted().joined(separator: ", ")
+        return missing.isEmpty ? liveText : liveText + "; missing: " + missing.joined(separator: ", ")
     }
 
     /// Local time with its UTC offset, such as `2026-11-22 14:03:05 +0100`.

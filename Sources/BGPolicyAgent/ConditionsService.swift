@@ -1,0 +1,96 @@
+import BGPolicyCore
+import BGPolicyDBus
+import BGPolicySystem
+import Logging
+
+/// Runs every condition source against the system bus and udev, feeding the hub.
+///
+/// The system bus is optional: without it the D-Bus sources are missing and udev alone
+/// reports power. If it is lost, the agent reconnects with a backoff (1 s doubling to
+/// 5 min) — the only timer, and it exists only while the bus is gone.
+struct ConditionsService: Sendable {
+    let hub: ConditionsHub
+    let logger: Logger
+    let onSleep: @Sendable (SleepEvent) async -> Void
+
+    func run() async {
+        // udev runs for the whole life of the agent: it is the fallback the moment UPower goes.
+        await withTaskGroup(of: Void.self) { group in
+            let udevRereads = Rereads()
+            group.addTask { await run(UdevPowerSource(), rereads: udevRereads) }
+            group.addTask { await runSystemBusSources(udevRereads: udevRereads) }
+        }
+    }
+
+    private func run(_ source: any ConditionSource, rereads: Rereads) async {
+        let name = source.name
+        let hub = hub
+        let context = SourceContext(
+            logger: logger.with(source: name), rereads: rereads.stream,
+            report: { report in await hub.apply(report, from: name) })
+        await source.run(context)
+        // A source that returned is not live, whatever it said last.
+        await hub.apply(.lost, from: name)
+    }
+
+    private func runSystemBusSources(udevRereads: Rereads) async {
+        var delay = Duration.seconds(1)
+        while !Task.isCancelled {
+            let bus: DBusConnection
+            do {
+                bus = try await DBusConnection.connect(to: .system, logger: logger)
+                delay = .seconds(1)
+            } catch {
+                logger.warning(
+                    "The system bus is not reachable; UPower, NetworkManager, logind and power profiles are missing",
+                    metadata: ["error": "\(error)", "retry.seconds": "\(delay.components.seconds)"])
+                do { try await Task.sleep(for: delay) } catch { return }
+                delay = min(delay * 2, .seconds(300))
+                continue
+            }
+            let rereads = (upower: Rereads(), profiles: Rereads(), network: Rereads(), logind: Rereads())
+            let onSleep = self.onSleep
+            let logind = LogindSource(systemBus: bus) { event in
+                await onSleep(event)
+                // After resume nothing is trusted: every source reads its input again.
+                if event == .resumed {
+                    for r in [rereads.upower, rereads.profiles, rereads.network, udevRereads] { r.poke() }
+                }
+            }
+            await withTaskGroup(of: Void.self) { group in
+                group.addTask { await run(UPowerSource(systemBus: bus), rereads: rereads.upower) }
+                group.addTask { await run(PowerProfilesSource(systemBus: bus), rereads: rereads.profiles) }
+                group.addTask { await run(NetworkManagerSource(systemBus: bus), rereads: rereads.network) }
+                group.addTask { await run(logind, rereads: rereads.logind) }
+                group.addTask {
+                    await bus.waitUntilDisconnected()
+                    self.logger.warning("Lost the system bus; reconnecting")
+                }
+                // Whichever ends first (the bus lost, or cancellation) ends them all.
+                await group.next()
+                group.cancelAll()
+            }
+            bus.close()
+        }
+    }
+}
+
+/// A re-read trigger for one source.
+final class Rereads: Sendable {
+    let stream: AsyncStream<Void>
+    private let continuation: AsyncStream<Void>.Continuation
+
+    init() {
+        (stream, continuation) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
+    }
+
+    func poke() { continuation.yield() }
+}
+
+extension Logger {
+    func with(source: ConditionSourceName) -> Logger {
+        var copy = self
+        copy[metadataKey: "source"] = "\(source.rawValue)"
+        return copy
+    }
+}
