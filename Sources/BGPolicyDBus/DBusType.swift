@@ -97,6 +97,16 @@ public indirect enum DBusType: Sendable, Hashable {
         }
     }
 
+    /// The length of `signature`, without building it.
+    var signatureLength: Int {
+        switch self {
+        case .array(let element): 1 + element.signatureLength
+        case .dictionary(let key, let value): 3 + key.signatureLength + value.signatureLength
+        case .structure(let fields): fields.reduce(2) { $0 + $1.signatureLength }
+        default: 1
+        }
+    }
+
     /// Array and struct nesting of this type, for the specification's limits.
     var nesting: (arrays: Int, structs: Int) {
         switch self {

@@ -50,7 +50,28 @@ public enum DBusValue: Sendable, Hashable {
     /// Checks that containers hold what they declare, that strings carry no NUL byte, and that
     /// nesting stays within the specification. The writer runs this before touching libdbus.
     public func validate() throws(DBusError) {
+        try DBusValue.checkSignature(of: type, "value")
         try validate(depth: 0)
+    }
+
+    /// libdbus aborts the process when a variant's content signature breaks the limits (255
+    /// bytes, 32 nested structs or arrays), and writes unloadable messages for a body that
+    /// does: both are checked here, before libdbus sees them.
+    static func checkSignature(of type: DBusType, _ what: String) throws(DBusError) {
+        let n = type.nesting
+        guard n.arrays <= Signature.maximumArrayNesting, n.structs <= Signature.maximumStructNesting else {
+            throw .invalidValue("\(what) type '\(type.signature)' nests too deeply")
+        }
+        guard type.signatureLength <= Signature.maximumLength else {
+            throw .invalidValue("\(what) signature is longer than \(Signature.maximumLength) bytes")
+        }
+        // So is an empty struct or a non-basic dictionary key anywhere in the type (in an
+        // empty array's element type, say, which no value check reaches).
+        do {
+            _ = try Signature(types: [type])
+        } catch {
+            throw .invalidValue("\(what) type '\(type.signature)' is not a valid D-Bus type: \(error.message)")
+        }
     }
 
     private func validate(depth: Int) throws(DBusError) {
@@ -61,6 +82,7 @@ public enum DBusValue: Sendable, Hashable {
         case .string(let s):
             guard !s.utf8.contains(0) else { throw .invalidValue("a D-Bus string cannot contain a NUL character") }
         case .variant(let inner):
+            try DBusValue.checkSignature(of: inner.type, "variant content")
             try inner.validate(depth: depth + 1)
         case .array(let element, let items):
             let n = element.nesting

@@ -155,7 +155,16 @@ enum MessageCodec {
     // MARK: Writing
 
     static func append(_ values: [DBusValue], to message: OpaquePointer) throws(DBusError) {
-        for value in values { try value.validate() }
+        var signatureLength = 0
+        for value in values {
+            try value.validate()
+            signatureLength += value.type.signatureLength
+        }
+        // Given a longer body signature, libdbus loops forever ("type unknown not a basic
+        // type"); no peer could load such a message anyway.
+        guard signatureLength <= Signature.maximumLength else {
+            throw .invalidValue("the body's signature is longer than \(Signature.maximumLength) bytes")
+        }
         var iter = DBusMessageIter()
         dbus_message_iter_init_append(message, &iter)
         for value in values {

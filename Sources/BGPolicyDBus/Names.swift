@@ -81,7 +81,7 @@ public struct ObjectPath: Sendable, Hashable, Comparable {
         guard bytes.first == UInt8(ascii: "/") else { return false }
         if bytes.count == 1 { return true }
         guard bytes.last != UInt8(ascii: "/") else { return false }
-        var previousSlash = false
+        var previousSlash = true  // the leading "/": "//a" has an empty element
         for b in bytes.dropFirst() {
             if b == UInt8(ascii: "/") {
                 if previousSlash { return false }

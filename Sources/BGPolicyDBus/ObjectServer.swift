@@ -374,6 +374,9 @@ public final class ObjectServer: Sendable {
                 for property in readable {
                     guard let getter = exported.getters[property.name] else { continue }
                     let value = try await getter()
+                    guard value.type == property.type else {
+                        throw DBusError.usage("\(i).\(property.name) produced \(value.type), not \(property.type)")
+                    }
                     entries.append(DBusDictEntry(key: .string(property.name), value: .variant(value)))
                 }
                 return [.dictionary(key: .string, value: .variant, entries)]

@@ -52,4 +52,318 @@ struct ConnectionTests {
         server.close()
         client.close()
     }
+
+    // MARK: Timeouts, cancellation and disconnection
+
+    @Test("a call times out with NoReply after its timeout, not after the handler finishes")
+    func callTimeout() async throws {
+        let bus = try PrivateBus()
+        let fixture = try await SlowFixture(bus: bus)
+        defer { fixture.stop() }
+        let clock = ContinuousClock()
+        let start = clock.now
+        let error = try await withTimeout(.seconds(5), "the call to time out") { () -> DBusError? in
+            do {
+                _ = try await fixture.client.call(
+                    destination: fixture.server.uniqueName, path: SlowFixture.path, interface: SlowFixture.name, member: "Sleep",
+                    [.uint32(2000)], timeout: .milliseconds(200))
+                return nil
+            } catch let error as DBusError {
+                return error
+            }
+        }
+        let elapsed = clock.now - start
+        guard case .remote(let name, _)? = error else {
+            Issue.record("expected a NoReply error, got \(String(describing: error))")
+            return
+        }
+        #expect(name == DBusError.noReply)
+        #expect(fixture.slept.count == 0, "the error came only after the handler finished")
+        #expect(elapsed >= .milliseconds(150), "timed out too early: \(elapsed)")
+        #expect(elapsed < .milliseconds(1500), "took \(elapsed)")
+        // The connection is still fine. (Not a call to the server: this caller's next call
+        // would wait, in order, behind the handler that is still sleeping.)
+        #expect(try await fixture.client.busID().count == 32)
+    }
+
+    @Test("cancelling the task awaiting a slow call throws CancellationError promptly")
+    func cancellation() async throws {
+        let bus = try PrivateBus()
+        let fixture = try await SlowFixture(bus: bus)
+        defer { fixture.stop() }
+        let client = fixture.client, destination = fixture.server.uniqueName
+        let call = Task {
+            try await client.call(
+                destination: destination, path: SlowFixture.path, interface: SlowFixture.name, member: "Sleep", [.uint32(5000)])
+        }
+        // Let the call reach the server before cancelling it.
+        #expect(await eventually { fixture.sleeping.count == 1 })
+        let clock = ContinuousClock()
+        let start = clock.now
+        call.cancel()
+        let result = try await withTimeout(.seconds(3), "the cancelled call") { await call.result }
+        #expect(clock.now - start < .seconds(1))
+        #expect(throws: CancellationError.self) { try result.get() }
+
+        // A task cancelled before it calls never sends anything.
+        let early = Task {
+            withUnsafeCurrentTask { $0?.cancel() }
+            return try await client.call(
+                destination: destination, path: SlowFixture.path, interface: SlowFixture.name, member: "Sleep", [.uint32(5000)])
+        }
+        let earlyResult = try await withTimeout(.seconds(3), "the call cancelled before it started") { await early.result }
+        #expect(throws: CancellationError.self) { try earlyResult.get() }
+
+        // Many calls cancelled at random moments: each ends, answered or cancelled.
+        try await withTimeout(.seconds(10), "50 racing cancellations") {
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for i in 0..<50 {
+                    let task = Task {
+                        try await client.call(
+                            destination: destination, path: SlowFixture.path, interface: SlowFixture.name, member: "Double", [.int32(Int32(i))])
+                    }
+                    group.addTask {
+                        try await Task.sleep(for: .microseconds(i * 40))
+                        task.cancel()
+                        switch await task.result {
+                        case .success(let body): #expect(body == [.int32(Int32(i * 2))])
+                        case .failure(let error): #expect(error is CancellationError, "\(error)")
+                        }
+                    }
+                }
+                try await group.waitForAll()
+            }
+        }
+        #expect(try await client.busID().count == 32, "the connection still works")
+    }
+
+    @Test("calls, sends and subscriptions after close() throw disconnected")
+    func afterClose() async throws {
+        let bus = try PrivateBus()
+        let connection = try await DBusConnection.connect(to: .address(bus.address))
+        #expect(connection.isConnected)
+        connection.close()
+        await #expect(throws: DBusError.disconnected) { _ = try await connection.busID() }
+        try await withTimeout(.seconds(5), "waitUntilDisconnected after close") { await connection.waitUntilDisconnected() }
+        #expect(!connection.isConnected)
+        await #expect(throws: DBusError.disconnected) { _ = try await connection.busID() }
+        #expect(throws: DBusError.disconnected) {
+            try connection.emitSignal(path: .root, interface: "org.bgpolicy.Test1", member: "S")
+        }
+        await #expect(throws: DBusError.self) { _ = try await connection.subscribe(MatchRule(interface: "org.bgpolicy.Test1")) }
+        await #expect(throws: DBusError.self) { _ = try await connection.requestName("org.bgpolicy.Test.Closed") }
+        connection.close()  // twice is harmless
+    }
+
+    @Test("when the bus daemon dies, pending calls fail and waitUntilDisconnected returns")
+    func daemonDies() async throws {
+        let bus = try PrivateBus()
+        let fixture = try await SlowFixture(bus: bus)
+        defer { fixture.stop() }
+        let client = fixture.client, server = fixture.server, destination = server.uniqueName
+        let pending = Task {
+            try await client.call(destination: destination, path: SlowFixture.path, interface: SlowFixture.name, member: "Block")
+        }
+        #expect(await eventually { fixture.blocked.count == 1 })
+        let subscription = try await client.subscribe(MatchRule(interface: "org.bgpolicy.Test1"))
+
+        bus.crash()
+
+        let result = try await withTimeout(.seconds(5), "the pending call to fail") { await pending.result }
+        switch result {
+        case .success(let body):
+            Issue.record("the call succeeded with \(body)")
+        case .failure(DBusError.disconnected):
+            break
+        case .failure(DBusError.remote(let name, _)) where name == DBusError.noReply:
+            break  // libdbus may complete pending calls with NoReply when the connection drops
+        case .failure(let error):
+            Issue.record("unexpected error \(error)")
+        }
+        try await withTimeout(.seconds(5), "the client to notice") { await client.waitUntilDisconnected() }
+        try await withTimeout(.seconds(5), "the server to notice") { await server.waitUntilDisconnected() }
+        #expect(!client.isConnected && !server.isConnected)
+        // serve() finishes the handlers it started, then returns; the late reply goes nowhere.
+        fixture.gate.open()
+        try await withTimeout(.seconds(5), "serve() to return") { await fixture.serving.value }
+        await #expect(throws: DBusError.disconnected) { _ = try await client.busID() }
+        // The subscription ends with the connection.
+        let ended = try await withTimeout(.seconds(5), "the subscription to end") { () -> (any Error)? in
+            do {
+                for try await _ in subscription {}
+                return nil
+            } catch {
+                return error
+            }
+        }
+        #expect((ended as? DBusError) == .disconnected)
+    }
+
+    // MARK: Ordering and load
+
+    @Test("calls from one caller are handled in the order they were sent")
+    func perCallerOrdering() async throws {
+        let bus = try PrivateBus()
+        let fixture = try await SlowFixture(bus: bus)
+        defer { fixture.stop() }
+        for i in 0..<200 {
+            var message = Message.methodCall(
+                destination: fixture.server.uniqueName, path: SlowFixture.path, interface: SlowFixture.name, member: "Append",
+                body: [.int32(Int32(i))])
+            message.noReplyExpected = true
+            try fixture.client.send(message)
+        }
+        // A call with a reply from the same caller runs after all of them.
+        let numbers = try await withTimeout(.seconds(10), "Numbers") {
+            try await fixture.client.call(
+                destination: fixture.server.uniqueName, path: SlowFixture.path, interface: SlowFixture.name, member: "Numbers")
+        }
+        #expect(try numbers.decode([Int32].self, at: 0) == Array(0..<200))
+    }
+
+    @Test("500 concurrent calls from several callers are all answered correctly")
+    func manyConcurrentCalls() async throws {
+        let bus = try PrivateBus()
+        let fixture = try await SlowFixture(bus: bus)
+        defer { fixture.stop() }
+        let clients = [fixture.client] + (try await connect(3, to: bus))
+        let destination = fixture.server.uniqueName
+        let answered = try await withTimeout(.seconds(20), "500 calls") {
+            try await withThrowingTaskGroup(of: Bool.self) { group in
+                for i in 0..<500 {
+                    let client = clients[i % clients.count]
+                    group.addTask {
+                        let body = try await client.call(
+                            destination: destination, path: SlowFixture.path, interface: SlowFixture.name, member: "Double",
+                            [.int32(Int32(i))])
+                        return body == [.int32(Int32(2 * i))]
+                    }
+                }
+                var correct = 0
+                for try await ok in group where ok { correct += 1 }
+                return correct
+            }
+        }
+        #expect(answered == 500)
+        for client in clients.dropFirst() { client.close() }
+    }
+
+    @Test("a caller with too many calls waiting gets LimitsExceeded; other callers are unaffected")
+    func limitsExceeded() async throws {
+        let bus = try PrivateBus()
+        let fixture = try await SlowFixture(bus: bus)
+        defer { fixture.stop() }
+        let client = fixture.client, destination = fixture.server.uniqueName
+        let other = try await DBusConnection.connect(to: .address(bus.address))
+        defer { other.close() }
+
+        // Block the caller's lane with one call whose handler waits for the gate.
+        let blocked = Task {
+            try await client.call(destination: destination, path: SlowFixture.path, interface: SlowFixture.name, member: "Block")
+        }
+        #expect(await eventually { fixture.blocked.count == 1 })
+
+        let limit = ObjectServer.maximumQueuedCallsPerCaller
+        let total = limit + 44
+        let refused = Recorder<String>()
+        let flood = Task {
+            try await withThrowingTaskGroup(of: Int32?.self) { group in
+                for i in 0..<total {
+                    group.addTask {
+                        do {
+                            let body = try await client.call(
+                                destination: destination, path: SlowFixture.path, interface: SlowFixture.name, member: "Double",
+                                [.int32(Int32(i))])
+                            return try body.decode(Int32.self, at: 0) / 2
+                        } catch DBusError.remote(let name, _) where name == "org.freedesktop.DBus.Error.LimitsExceeded" {
+                            refused.append(name)
+                            return nil
+                        }
+                    }
+                }
+                var answered: [Int32] = []
+                for try await value in group { if let value { answered.append(value) } }
+                return answered
+            }
+        }
+        // While the lane is blocked, exactly the calls beyond the limit are refused, at once.
+        #expect(await eventually(.seconds(10)) { refused.count == total - limit }, "refused \(refused.count)")
+        #expect(fixture.doubled.count == 0, "nothing ran behind the blocked call")
+        // Another caller has its own lane.
+        let otherReply = try await withTimeout(.seconds(5), "another caller") {
+            try await other.call(destination: destination, path: SlowFixture.path, interface: SlowFixture.name, member: "Double", [.int32(5)])
+        }
+        #expect(otherReply == [.int32(10)])
+
+        fixture.gate.open()
+        let answered = try await withTimeout(.seconds(15), "the queued calls") { try await flood.value }
+        #expect(answered.count == limit)
+        #expect(refused.count == total - limit)
+        _ = try await withTimeout(.seconds(5), "the blocked call") { try await blocked.value }
+    }
+}
+
+/// A server with slow, blocking and recording methods, and a client, on one private bus.
+struct SlowFixture {
+    static let name = "org.bgpolicy.Test.Slow"
+    static let path = ObjectPath(checked: "/org/bgpolicy/Test/Slow")
+
+    let server: DBusConnection
+    let client: DBusConnection
+    let serving: Task<Void, Never>
+    let gate = Gate()
+    let sleeping = Recorder<UInt32>()
+    let slept = Recorder<UInt32>()
+    let blocked = Recorder<Int>()
+    let appended = Recorder<Int32>()
+    let doubled = Recorder<Int32>()
+
+    init(bus: PrivateBus) async throws {
+        server = try await DBusConnection.connect(to: .address(bus.address))
+        client = try await DBusConnection.connect(to: .address(bus.address))
+        let description = InterfaceDescription(
+            name: Self.name, documentation: "Slow methods.",
+            methods: [
+                .init("Sleep", inputs: [.init("milliseconds", .uint32)], documentation: "Sleeps."),
+                .init("Block", documentation: "Waits for the test's gate."),
+                .init("Append", inputs: [.init("n", .int32)], documentation: "Records n."),
+                .init("Numbers", outputs: [.init("numbers", .array(.int32))], documentation: "What was recorded."),
+                .init("Double", inputs: [.init("n", .int32)], outputs: [.init("twice", .int32)], documentation: "2n."),
+            ])
+        let (gate, sleeping, slept, blocked, appended, doubled) = (gate, sleeping, slept, blocked, appended, doubled)
+        let interface = ExportedInterface(description)
+            .method("Sleep") { call in
+                let ms = try call.arguments.decode(UInt32.self, at: 0)
+                sleeping.append(ms)
+                try await Task.sleep(for: .milliseconds(Int(ms)))
+                slept.append(ms)
+                return []
+            }
+            .method("Block") { _ in
+                blocked.append(1)
+                await gate.wait()
+                return []
+            }
+            .method("Append") { call in
+                // Suspend, so that calls run out of order would interleave.
+                await Task.yield()
+                appended.append(try call.arguments.decode(Int32.self, at: 0))
+                return []
+            }
+            .method("Numbers") { _ in [appended.all.dbusValue] }
+            .method("Double") { call in
+                let n = try call.arguments.decode(Int32.self, at: 0)
+                doubled.append(n)
+                return [.int32(n &* 2)]
+            }
+        try server.objects.export([interface], at: Self.path)
+        serving = startServing(server)
+    }
+
+    func stop() {
+        gate.open()
+        serving.cancel()
+        server.close()
+        client.close()
+    }
 }

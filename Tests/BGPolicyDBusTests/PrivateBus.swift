@@ -1,9 +1,13 @@
 import Foundation
+import Synchronization
 
 /// A private dbus-daemon for one test: never the machine's own bus.
 final class PrivateBus: @unchecked Sendable {
     let address: String
     private let process: Process
+    /// Set once the daemon has been killed and reaped, so its pid (which the kernel may give to
+    /// another process) is never signalled again.
+    private let killed = Mutex(false)
 
     init() throws {
         let process = Process()
@@ -28,6 +32,16 @@ final class PrivateBus: @unchecked Sendable {
     }
 
     deinit {
+        crash()
+    }
+
+    /// Kills the daemon at once, as if it crashed, and waits for it to exit.
+    func crash() {
+        let alreadyKilled = killed.withLock { k in
+            defer { k = true }
+            return k
+        }
+        guard !alreadyKilled else { return }
         // SIGKILL: the daemon inherits a signal mask from the test runner's threads in which
         // SIGTERM may be blocked.
         kill(process.processIdentifier, SIGKILL)
