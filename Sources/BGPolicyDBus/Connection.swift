@@ -154,7 +154,9 @@ public final class DBusConnection: Sendable {
         try Task.checkCancellation()
         let raw = try message.encode()
         let id = nextID()
-        let ms = Int32(clamping: max(1, timeout.components.seconds * 1000 + timeout.components.attoseconds / 1_000_000_000_000_000))
+        // libdbus takes milliseconds as an Int32; clamp rather than overflow on huge timeouts.
+        let seconds = min(max(timeout.components.seconds, 0), Int64(Int32.max / 1000))
+        let ms = Int32(clamping: max(1, seconds * 1000 + timeout.components.attoseconds / 1_000_000_000_000_000))
         // A cancellation that lands after the call finished leaves its id in the loop's
         // cancelled-before-start set, where nothing would ever remove it. The handler has run
         // (or never will) once withTaskCancellationHandler returns, so this comes after it.
@@ -193,8 +195,9 @@ public final class DBusConnection: Sendable {
     let subscriptions = SubscriptionRegistry()
 
     /// Subscribes to signals. The match rule is active on the bus when this returns, so no
-    /// signal sent afterwards is missed. Ending the iteration (or dropping the subscription)
-    /// removes the rule.
+    /// signal sent afterwards is missed. Dropping the subscription, or cancelling the task
+    /// that iterates it, removes the rule (leaving a loop early while still holding the
+    /// subscription keeps it).
     public func subscribe(_ rule: MatchRule) async throws -> SignalSubscription {
         try rule.validate()
         let id = nextID()

@@ -43,6 +43,17 @@ public enum DBusValue: Sendable, Hashable {
         }
     }
 
+    /// How many containers deep this value goes (a basic value is 0; dict entries count).
+    public var containerDepth: Int {
+        switch self {
+        case .variant(let inner): 1 + inner.containerDepth
+        case .array(_, let items): 1 + (items.map(\.containerDepth).max() ?? 0)
+        case .dictionary(_, _, let entries): 2 + (entries.map { max($0.key.containerDepth, $0.value.containerDepth) }.max() ?? 0)
+        case .structure(let fields): 1 + (fields.map(\.containerDepth).max() ?? 0)
+        default: 0
+        }
+    }
+
     /// The total container depth (arrays, structs, dict entries and variants), which the
     /// specification caps at 64 for a whole message.
     public static let maximumDepth = 64

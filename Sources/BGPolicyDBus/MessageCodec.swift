@@ -1,4 +1,5 @@
 internal import CBGPolicyDBus
+import Glibc
 
 /// Reading and writing D-Bus values through libdbus's iterators.
 ///
@@ -193,6 +194,8 @@ enum MessageCodec {
         case .objectPath(let p): try appendString(p.rawValue, code: value.type.typeCode, into: &iter)
         case .signature(let g): try appendString(g.rawValue, code: value.type.typeCode, into: &iter)
         case .unixFD(let fd):
+            // libdbus reports a failed dup as out of memory; say what is really wrong.
+            guard fcntl(fd.rawValue, F_GETFD) >= 0 else { throw .invalidValue("file descriptor \(fd.rawValue) is not open") }
             var raw = fd.rawValue  // libdbus duplicates it
             try ok(dbus_message_iter_append_basic(&iter, value.type.typeCode, &raw))
         case .variant(let inner):

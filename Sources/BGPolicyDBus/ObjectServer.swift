@@ -108,16 +108,15 @@ public final class ObjectServer: Sendable {
         var errorNames = ErrorNames()
         var lanes: [String: Lane] = [:]
         var closed = false
+        /// Set while `serve()` runs: callers whose lanes are ready to drain.
+        var ready: AsyncStream<String>.Continuation?
     }
 
     private let state = Mutex(State())
-    private let ready: AsyncStream<String>
-    private let readyContinuation: AsyncStream<String>.Continuation
     private let logger: Logger
 
     init(logger: Logger) {
         self.logger = logger
-        (ready, readyContinuation) = AsyncStream.makeStream(of: String.self)
     }
 
     public var errorNames: ErrorNames {
@@ -148,23 +147,39 @@ public final class ObjectServer: Sendable {
     }
 
     func connectionClosed() {
-        state.withLock { s in
+        let ready = state.withLock { s in
             s.closed = true
             s.lanes = [:]
+            return s.ready
         }
-        readyContinuation.finish()
+        ready?.finish()
     }
 
     // MARK: Serving
 
     /// Runs handlers until the task is cancelled or the connection closes. Calls already
-    /// started are finished before it returns.
+    /// started are finished before it returns. It may run again after it returns (calls that
+    /// arrived meanwhile wait for it), but only once at a time: a second concurrent call
+    /// logs an error and returns at once.
     public func serve() async {
+        let (ready, continuation) = AsyncStream.makeStream(of: String.self)
+        let started: Bool = state.withLock { s in
+            guard s.ready == nil, !s.closed else { return false }
+            s.ready = continuation
+            // Lanes that filled while nobody served.
+            for sender in s.lanes.keys { continuation.yield(sender) }
+            return true
+        }
+        guard started else {
+            logger.error("ObjectServer.serve() is already running, or the connection is closed")
+            return
+        }
         await withDiscardingTaskGroup { group in
             for await sender in ready {
                 group.addTask { await self.drain(sender) }
             }
         }
+        state.withLock { $0.ready = nil }
     }
 
     private func drain(_ sender: String) async {
@@ -262,20 +277,21 @@ public final class ObjectServer: Sendable {
 
     private func enqueue(_ work: Work, loop: ConnectionLoop) {
         let sender = work.message.sender ?? ""
-        enum Outcome { case queued, started, full, closed }
+        enum Outcome { case queued, full, closed }
         let outcome: Outcome = state.withLock { s in
             guard !s.closed else { return .closed }
             var lane = s.lanes[sender] ?? Lane()
             guard lane.queue.count < Self.maximumQueuedCallsPerCaller else { return .full }
             lane.queue.append(work)
-            let start = !lane.running
-            lane.running = true
+            if !lane.running {
+                lane.running = true
+                // Without a serve() running, the lane waits: the next serve() picks it up.
+                s.ready?.yield(sender)
+            }
             s.lanes[sender] = lane
-            return start ? .started : .queued
+            return .queued
         }
         switch outcome {
-        case .started:
-            readyContinuation.yield(sender)
         case .queued, .closed:
             break
         case .full:
@@ -309,6 +325,9 @@ public final class ObjectServer: Sendable {
                 return .error(names.invalidArgs, "Introspect takes no arguments, got \"\(message.signature)\"")
             }
             return .reply([.string(Self.introspection(of: table, children: children))])
+        }
+        if interface == Self.introspectableInterface {
+            return .error(names.unknownMethod, "no method \(member) in \(Self.introspectableInterface)")
         }
         guard let table else {
             return .error(names.unknownObject, "no object at \(path)")
@@ -391,6 +410,10 @@ public final class ObjectServer: Sendable {
                 }
                 guard value.type == property.type else {
                     return .error(names.invalidArgs, "\(i).\(p) has type \"\(property.type.signature)\", not \"\(value.type.signature)\"")
+                }
+                // GetAll wraps the value in an array, a dict entry and a variant: keep room.
+                guard value.containerDepth + 3 <= DBusValue.maximumDepth else {
+                    return .error(names.invalidArgs, "\(i).\(p): the value is nested too deeply to be read back")
                 }
                 return .handler { call in
                     try await setter(value, call)

@@ -572,3 +572,35 @@ struct ObjectServerBusTests {
         server.close()
     }
 }
+
+@Suite("ObjectServer.serve lifecycle")
+struct ServeLifecycleTests {
+    @Test("serve() can run again after it returns, and answers calls that arrived meanwhile")
+    func restart() async throws {
+        let bus = try PrivateBus()
+        let server = try await DBusConnection.connect(to: .address(bus.address))
+        let client = try await DBusConnection.connect(to: .address(bus.address))
+        defer { server.close(); client.close() }
+        let description = InterfaceDescription(
+            name: "org.bgpolicy.Restart1", documentation: "d",
+            methods: [.init("Ping", outputs: [.init("n", .int32)], documentation: "d")])
+        try server.objects.export([ExportedInterface(description).method("Ping") { _ in [.int32(7)] }], at: ObjectPath("/r"))
+        func ping() async throws -> [DBusValue] {
+            try await client.call(destination: server.uniqueName, path: ObjectPath("/r"), interface: "org.bgpolicy.Restart1", member: "Ping", timeout: .seconds(5))
+        }
+        let first = Task { await server.objects.serve() }
+        #expect(try await ping() == [.int32(7)])
+        first.cancel()
+        await first.value
+        // A call while nobody serves waits, and the next serve() answers it.
+        let waiting = Task { try await ping() }
+        try await Task.sleep(for: .milliseconds(100))
+        let second = Task { await server.objects.serve() }
+        #expect(try await waiting.value == [.int32(7)])
+        // A concurrent second serve() returns at once instead of stealing calls.
+        await server.objects.serve()
+        #expect(try await ping() == [.int32(7)])
+        second.cancel()
+        await second.value
+    }
+}

@@ -276,6 +276,8 @@ enum Model {
                 } ?? []
             return Prediction(outcome: .introspection(interfaces: interfaces, children: children(of: pathText)))
         }
+        // Any other member of Introspectable is an unknown method, wherever it is called.
+        if interface == "org.freedesktop.DBus.Introspectable" { return Prediction(outcome: .error(unknownMethod)) }
         guard let exported else { return Prediction(outcome: .error(unknownObject)) }
         if interface == "org.freedesktop.DBus.Properties" {
             return properties(m, exported: exported, store: FuzzObjects.storeIndex[path], stores: stores)
@@ -369,6 +371,9 @@ enum Model {
             case .success(let spec):
                 guard spec.access != .read, let store else { return Prediction(outcome: .error(propertyReadOnly)) }
                 guard Oracle.typeOf(value) == spec.type else { return Prediction(outcome: .error(invalidArgs)) }
+                // A value GetAll could not send back (wrapped in a{sv}) is refused at Set.
+                let wrapped = DBusValue.dictionary(key: .string, value: .variant, [DBusDictEntry(key: .string(p), value: .variant(value))])
+                guard Oracle.depth(of: wrapped) <= Oracle.maximumDepth else { return Prediction(outcome: .error(invalidArgs)) }
                 if p == "Name", case .string(let s) = value, s.isEmpty { return Prediction(outcome: .error(invalidArgs)) }
                 return Prediction(outcome: .reply([]), write: (store, p, value))
             }
