@@ -44,7 +44,7 @@ struct ConditionsService: Sendable {
                 logger.warning(
                     "The system bus is not reachable; UPower, NetworkManager, logind and power profiles are missing",
                     metadata: ["error": "\(error)", "retry.seconds": "\(delay.components.seconds)"])
-                do { try await Task.sleep(for: delay) } catch { return }
+                do { try await AgentExecutor.sleep(for: delay) } catch { return }
                 delay = min(delay * 2, .seconds(300))
                 continue
             }

@@ -1,11 +1,36 @@
 import ArgumentParser
 import BGPolicyAgent
 import BGPolicyCore
+import Dispatch
+import Glibc
 import Logging
 import ServiceLifecycle
 import UnixSignals
 
+/// A synchronous entry point, so that the quiet global executor is in place before any task
+/// exists (Docs/Architecture.md, "An idle agent sleeps").
 @main
+enum Main {
+    static func main() {
+        let quiet = AgentExecutor.installAsGlobal()
+        Task.detached {
+            do {
+                var command = try BGPolicyDaemon.parseAsRoot()
+                if var daemon = command as? BGPolicyDaemon {
+                    daemon.quietExecutor = quiet
+                    try await daemon.run()
+                } else {
+                    try command.run()  // --help, --version
+                }
+                exit(0)
+            } catch {
+                BGPolicyDaemon.exit(withError: error)
+            }
+        }
+        dispatchMain()
+    }
+}
+
 struct BGPolicyDaemon: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "bgpolicyd",
@@ -23,6 +48,9 @@ struct BGPolicyDaemon: AsyncParsableCommand {
 
     @Flag(name: .long, help: "Print the effective configuration and exit.")
     var printConfig = false
+
+    /// Whether `AgentExecutor` runs the process's tasks (set by `Main`, logged at start).
+    var quietExecutor = false
 
     @Option(name: .long, help: ArgumentHelp("Print the documented introspection XML of an interface (or 'list' for their names) and exit.", valueName: "interface"))
     var printInterface: String?
@@ -47,6 +75,9 @@ struct BGPolicyDaemon: AsyncParsableCommand {
             return handler
         }
         let logger = Logger(label: "org.bgpolicy.agent")
+        if !quietExecutor {
+            logger.warning("Running on the default executor; libdispatch will wake the agent once a second while idle")
+        }
         try environment.prepareStateDirectory()
         let agent = AgentService(environment: environment, logger: logger)
         let group = ServiceGroup(

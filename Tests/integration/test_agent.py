@@ -411,3 +411,41 @@ def test_make_run_without_a_desktop_session_brings_its_own_bus(tmp_path):
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(timeout=10)
+
+
+def test_a_system_bus_that_appears_later_is_picked_up(bus, tmp_path):
+    """With no system bus, the agent retries with a backoff (on its own executor's timer) and
+    uses the bus once it exists: here a NetworkManager mock on it becomes a live source."""
+    socket = tmp_path / "system_bus_socket"
+    a = Agent(bus, tmp_path, env_extra={"DBUS_SYSTEM_BUS_ADDRESS": f"unix:path={socket}"})
+    system = None
+    nm = None
+    try:
+        status = a.wait_ready()
+        assert "networkmanager" not in status["conditions"]["sources"]
+        system = subprocess.Popen(["dbus-daemon", "--session", "--nofork", f"--address=unix:path={socket}"],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 5
+        while not socket.exists():
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        nm = subprocess.Popen(["/usr/bin/python3", "-m", "dbusmock", "--system", "--template", "networkmanager"],
+                              env=dict(os.environ, DBUS_SYSTEM_BUS_ADDRESS=f"unix:path={socket}"),
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        # The backoff starts at 1 s and doubles; within 10 s the agent has retried.
+        deadline = time.monotonic() + 10
+        while "networkmanager" not in json.loads(a.cli("status", "--json").stdout)["conditions"]["sources"]:
+            assert time.monotonic() < deadline, a.proc.stderr.read() if a.proc.poll() is not None else "not picked up"
+            time.sleep(0.1)
+        assert "The system bus is not reachable" in open_log(a)
+    finally:
+        a.stop()
+        for p in (nm, system):
+            if p is not None:
+                p.kill()
+                p.wait()
+
+
+def open_log(agent):
+    agent.stop()
+    return agent.proc.stderr.read()
