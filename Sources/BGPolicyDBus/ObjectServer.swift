@@ -242,6 +242,8 @@ public final class ObjectServer: Sendable {
             default:
                 return message.makeError(name: names.failed, message: e.message)
             }
+        case is CancellationError:
+            return message.makeError(name: names.failed, message: "the call was cancelled: the service is shutting down")
         default:
             logger.error("A method handler failed", metadata: ["member": "\(message.member ?? "")", "error": "\(error)"])
             return message.makeError(name: names.failed, message: "internal error: \(error)")
