@@ -190,10 +190,11 @@ extension Dictionary: DBusRepresentable where Key: DBusRepresentable, Value: DBu
         }
         self = out
     }
-    /// Entries are sorted by key text so that output is stable.
+    /// Entries are sorted by key text so that output is stable; each key's text is made once.
     public var dbusValue: DBusValue {
-        let entries = map { DBusDictEntry(key: $0.key.dbusValue, value: $0.value.dbusValue) }
-            .sorted { $0.key.description < $1.key.description }
+        let entries = map { (text: "\($0.key)", entry: DBusDictEntry(key: $0.key.dbusValue, value: $0.value.dbusValue)) }
+            .sorted { $0.text < $1.text }
+            .map(\.entry)
         return .dictionary(key: Key.dbusType, value: Value.dbusType, entries)
     }
 }

@@ -1,0 +1,121 @@
+import Glibc
+
+/// What the bench runs, and how much of it. `--quick` shrinks every count for a smoke test.
+struct Options: Sendable {
+    var quick = false
+    var json = false
+    var agentPath: String?
+    /// Sequential calls per method before the latency run (not measured).
+    var warmupCalls = 2_000
+    /// Sequential, timed calls per method.
+    var latencyCalls = 20_000
+    /// Calls in flight for the throughput and memory runs.
+    var concurrency = 64
+    /// Seconds per method per throughput round; rounds alternate GetId and GetStatus.
+    var throughputSeconds = 2.0
+    var throughputRounds = 2
+    /// GetStatus calls over which the agent's RSS growth is measured, after `memoryWarmupCalls`.
+    var memoryCalls = 100_000
+    var memoryWarmupCalls = 20_000
+    /// The idle window in which context switches are counted.
+    var idleSeconds = 10.0
+    /// Quiet time before the idle window, so the tail of the load has settled.
+    var settleSeconds = 1.0
+
+    static let usage = """
+        usage: bgpolicy-bench [--quick] [--json] [--agent PATH] [--latency-calls N] [--concurrency N]
+                              [--throughput-seconds S] [--memory-calls N] [--idle-seconds S]
+
+        Benchmarks the D-Bus layer on the session bus in DBUS_SESSION_BUS_ADDRESS (run it under
+        dbus-run-session, or through `make bench`). Starts its own bgpolicyd (by default the one
+        next to this executable) with XDG_STATE_HOME and XDG_CONFIG_HOME in a fresh temporary
+        folder, and compares it with the bus daemon answering org.freedesktop.DBus.GetId:
+
+          latency      median and p99 of sequential GetStatus vs GetId round trips
+          throughput   calls/s with N calls in flight (N tasks, each calling back to back)
+          memory       the agent's VmRSS growth over many GetStatus calls, after a warm-up
+          idle         the agent's context switches (all threads) in a window with no calls
+
+        Figures are reported, not asserted: the exit status is 0 unless the bench could not run.
+
+          --quick                 small counts, for a smoke test (a few seconds)
+          --json                  print the results as JSON instead of a table
+          --agent PATH            the bgpolicyd to start
+          --latency-calls N       timed sequential calls per method (default 20000)
+          --concurrency N         calls in flight for throughput and memory (default 64)
+          --throughput-seconds S  seconds per method per round, 2 rounds (default 2)
+          --memory-calls N        GetStatus calls for the RSS growth (default 100000)
+          --idle-seconds S        the idle window (default 10)
+        """
+
+    static func parse(_ arguments: [String]) throws(UsageError) -> Options {
+        var options = Options()
+        var overrides: [(inout Options) -> Void] = []
+        var i = 0
+        func value(_ flag: String) throws(UsageError) -> String {
+            i += 1
+            guard i < arguments.count else { throw UsageError("\(flag) needs a value") }
+            return arguments[i]
+        }
+        func int(_ flag: String) throws(UsageError) -> Int {
+            let text = try value(flag)
+            guard let n = Int(text), n > 0 else { throw UsageError("\(flag) takes a positive whole number, not \"\(text)\"") }
+            return n
+        }
+        func seconds(_ flag: String) throws(UsageError) -> Double {
+            let text = try value(flag)
+            guard let s = Double(text), s > 0, s.isFinite else { throw UsageError("\(flag) takes a positive number of seconds, not \"\(text)\"") }
+            return s
+        }
+        while i < arguments.count {
+            let argument = arguments[i]
+            switch argument {
+            case "--quick": options.quick = true
+            case "--json": options.json = true
+            case "--agent": options.agentPath = try value(argument)
+            case "--latency-calls":
+                let n = try int(argument)
+                overrides.append { $0.latencyCalls = n }
+            case "--concurrency":
+                let n = try int(argument)
+                overrides.append { $0.concurrency = n }
+            case "--throughput-seconds":
+                let s = try seconds(argument)
+                overrides.append { $0.throughputSeconds = s }
+            case "--memory-calls":
+                let n = try int(argument)
+                overrides.append { $0.memoryCalls = n }
+            case "--idle-seconds":
+                let s = try seconds(argument)
+                overrides.append { $0.idleSeconds = s }
+            case "-h", "--help": throw UsageError(nil)
+            default: throw UsageError("unknown argument \"\(argument)\"")
+            }
+            i += 1
+        }
+        if options.quick {
+            options.warmupCalls = 200
+            options.latencyCalls = 1_000
+            options.throughputSeconds = 0.5
+            options.throughputRounds = 1
+            options.memoryCalls = 5_000
+            options.memoryWarmupCalls = 1_000
+            options.idleSeconds = 2
+            options.settleSeconds = 0.3
+        }
+        for apply in overrides { apply(&options) }
+        return options
+    }
+}
+
+struct UsageError: Error {
+    /// nil for `--help`.
+    let message: String?
+    init(_ message: String?) { self.message = message }
+}
+
+/// A reason the bench could not run at all (exit status 1).
+struct BenchFailure: Error, CustomStringConvertible {
+    let description: String
+    init(_ description: String) { self.description = description }
+}
