@@ -35,6 +35,9 @@ let package = Package(
             providers: [.apt(["libudev-dev"])]
         ),
 
+        // The one symbol of the Swift runtime the agent needs at link time (AgentExecutor).
+        .target(name: "CBGPolicyRuntime"),
+
         // The policy: pure, no I/O, time injected.
         .target(name: "BGPolicyCore", swiftSettings: strictSettings),
 
@@ -67,6 +70,7 @@ let package = Package(
                 "BGPolicyCore",
                 "BGPolicyDBus",
                 "BGPolicySystem",
+                "CBGPolicyRuntime",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ],

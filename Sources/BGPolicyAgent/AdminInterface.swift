@@ -19,7 +19,7 @@ struct AdminInterface: Sendable {
     }
 
     /// The facts `GetStatus` reports.
-    func status() async -> [String: Variant] {
+    func status() -> [String: Variant] {
         let uptime = ContinuousClock.now - startedAt
         let seconds = Double(uptime.components.seconds) + Double(uptime.components.attoseconds) / 1e18
         return [
@@ -30,13 +30,14 @@ struct AdminInterface: Sendable {
             "state_dir": Variant(environment.stateDirectory),
             "config_source": Variant(environment.configSource ?? "defaults"),
             "config_path": Variant(environment.configPath),
-            "conditions": Variant(await conditions.current.dbusDictionary.dbusValue),
+            "conditions": Variant(conditions.snapshot.dbusDictionary.dbusValue),
         ]
     }
 
     func exported() -> ExportedInterface {
         ExportedInterface(AgentInterfaces.admin)
-            .method("GetStatus") { _ in [await status().dbusValue] }
+            // Reads only values in memory: answered on the connection's thread.
+            .method("GetStatus", immediate: { _ in [status().dbusValue] })
             .property("Conditions", get: { await conditions.current.dbusDictionary.dbusValue })
     }
 }

@@ -1,3 +1,4 @@
+internal import CBGPolicyRuntime
 import Glibc
 
 /// Swift concurrency's global executor for `bgpolicyd`: one thread that sleeps on a condition
@@ -52,10 +53,10 @@ public final class AgentExecutor: SerialExecutor, @unchecked Sendable {
     /// nothing) if the runtime has no hook, or one is already installed.
     @discardableResult
     public static func installAsGlobal() -> Bool {
-        guard installed == nil, let handle = dlopen(nil, RTLD_NOW),
-            let symbol = dlsym(handle, "swift_task_enqueueGlobal_hook")
-        else { return false }
-        let hook = symbol.assumingMemoryBound(to: EnqueueGlobalHook?.self)
+        guard installed == nil else { return false }
+        // Referenced at link time (CBGPolicyRuntime), so this works with a static runtime too.
+        let hook = UnsafeMutableRawPointer(bgpolicy_swift_task_enqueueGlobal_hook_address())
+            .assumingMemoryBound(to: EnqueueGlobalHook?.self)
         guard hook.pointee == nil else { return false }
         let executor = AgentExecutor()
         installed = executor

@@ -2,6 +2,7 @@ import BGPolicyCore
 import BGPolicyDBus
 import BGPolicySystem
 import Logging
+import Synchronization
 
 /// Holds the machine's conditions: folds every source's reports into one `Conditions` value
 /// and tells listeners (the Admin1 `PropertiesChanged` emitter) when it changes.
@@ -9,12 +10,17 @@ actor ConditionsHub {
     private var model = ConditionsModel()
     private var listeners: [@Sendable (Conditions) -> Void] = []
     private let logger: Logger
+    /// The latest conditions, readable without a hop onto the actor (by handlers that answer
+    /// on the connection's thread).
+    private let latest = Mutex(Conditions.unknown)
 
     init(logger: Logger) {
         self.logger = logger
     }
 
     var current: Conditions { model.conditions }
+
+    nonisolated var snapshot: Conditions { latest.withLock { $0 } }
 
     func onChange(_ listener: @escaping @Sendable (Conditions) -> Void) {
         listeners.append(listener)
@@ -23,6 +29,7 @@ actor ConditionsHub {
     func apply(_ report: ConditionReport, from source: ConditionSourceName) {
         guard model.apply(report, from: source) else { return }
         let conditions = model.conditions
+        latest.withLock { $0 = conditions }
         logger.info(
             "Conditions changed",
             metadata: ["source": "\(source.rawValue)", "conditions": "\(conditions.summary)",

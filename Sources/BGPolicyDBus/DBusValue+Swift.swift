@@ -173,7 +173,7 @@ extension Array: DBusRepresentable where Element: DBusRepresentable {
         for item in items { out.append(try Element(dbusValue: item)) }
         self = out
     }
-    public var dbusValue: DBusValue { .array(element: Element.dbusType, map(\.dbusValue)) }
+    public var dbusValue: DBusValue { .array(element: Element.dbusType, map { $0.dbusValue }) }
 }
 
 extension Dictionary: DBusRepresentable where Key: DBusRepresentable, Value: DBusRepresentable {

@@ -39,7 +39,15 @@ public enum DBusValue: Sendable, Hashable {
         case .variant: .variant
         case .array(let element, _): .array(element)
         case .dictionary(let key, let value, _): .dictionary(key: key, value: value)
-        case .structure(let fields): .structure(fields.map(\.type))
+        case .structure(let fields): .structure(fields.map { $0.type })
+        }
+    }
+
+    /// Whether this is a value of a basic type (cheaper than building `type`).
+    var isBasicValue: Bool {
+        switch self {
+        case .variant, .array, .dictionary, .structure: false
+        default: true
         }
     }
 
@@ -61,7 +69,8 @@ public enum DBusValue: Sendable, Hashable {
     /// Checks that containers hold what they declare, that strings carry no NUL byte, and that
     /// nesting stays within the specification. The writer runs this before touching libdbus.
     public func validate() throws(DBusError) {
-        try DBusValue.checkSignature(of: type, "value")
+        // A basic type's signature is one valid code: nothing to check (a hot path).
+        if case .variant = self {} else if !type.isBasic { try DBusValue.checkSignature(of: type, "value") }
         try validate(depth: 0)
     }
 
@@ -93,7 +102,7 @@ public enum DBusValue: Sendable, Hashable {
         case .string(let s):
             guard !s.utf8.contains(0) else { throw .invalidValue("a D-Bus string cannot contain a NUL character") }
         case .variant(let inner):
-            try DBusValue.checkSignature(of: inner.type, "variant content")
+            if !inner.isBasicValue { try DBusValue.checkSignature(of: inner.type, "variant content") }
             try inner.validate(depth: depth + 1)
         case .array(let element, let items):
             let n = element.nesting

@@ -25,8 +25,8 @@ public struct InterfaceDescription: Sendable, Hashable {
             self.outputs = outputs
             self.documentation = documentation
         }
-        public var inputSignature: String { inputs.map(\.type.signature).joined() }
-        public var outputSignature: String { outputs.map(\.type.signature).joined() }
+        public var inputSignature: String { inputs.map { $0.type.signature }.joined() }
+        public var outputSignature: String { outputs.map { $0.type.signature }.joined() }
     }
 
     public struct Property: Sendable, Hashable {

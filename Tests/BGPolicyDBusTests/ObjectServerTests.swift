@@ -597,8 +597,10 @@ struct ServeLifecycleTests {
         try await Task.sleep(for: .milliseconds(100))
         let second = Task { await server.objects.serve() }
         #expect(try await waiting.value == [.int32(7)])
-        // A concurrent second serve() returns at once instead of stealing calls.
-        await server.objects.serve()
+        // `second` is the only serve() that exists, and it is running (it just answered):
+        // another one must return at once instead of stealing its calls.
+        let returned = try await withTimeout(.seconds(5), "a second serve()") { await server.objects.serve(); return true }
+        #expect(returned == true)
         #expect(try await ping() == [.int32(7)])
         second.cancel()
         await second.value

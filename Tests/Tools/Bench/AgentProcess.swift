@@ -47,6 +47,12 @@ final class AgentProcess {
         }
         environment.append("XDG_STATE_HOME=\(home)/state")
         environment.append("XDG_CONFIG_HOME=\(home)/config")
+        // Without a system bus the agent retries with a backoff, and those due timers would
+        // count as idle wake-ups. Give it a quiet one: the session bus, where no UPower,
+        // NetworkManager or logind runs, so its sources are simply missing.
+        if getenv("DBUS_SYSTEM_BUS_ADDRESS") == nil, let session = getenv("DBUS_SESSION_BUS_ADDRESS") {
+            environment.append("DBUS_SYSTEM_BUS_ADDRESS=" + String(cString: session))
+        }
 
         let argv: [UnsafeMutablePointer<CChar>?] = [strdup(path), nil]
         let envp: [UnsafeMutablePointer<CChar>?] = environment.map { strdup($0) } + [nil]
