@@ -5,7 +5,7 @@ import Logging
 /// Battery and charger from UPower (system bus): `OnBattery` and the DisplayDevice's
 /// `Percentage`, `State`, `WarningLevel`, `TimeToEmpty` and `IsPresent`.
 ///
-/// Any `PropertiesChanged` from the daemon, a device added or removed, or a resume makes it
+/// A `PropertiesChanged` of either object, a device added or removed, or a resume makes it
 /// read both objects again: re-reading whole objects is cheap and cannot drift the way
 /// applying deltas can.
 public struct UPowerSource: ConditionSource {
@@ -32,8 +32,10 @@ public struct UPowerSource: ConditionSource {
         let manager = RemoteObject(connection: connection, owner: owner, path: Self.managerPath, interface: Self.busName)
         let display = RemoteObject(connection: connection, owner: owner, path: Self.displayDevicePath, interface: Self.deviceInterface)
         // Subscribe first, then read: a change between the two cannot be missed.
-        let changes = try await connection.subscribe(
-            MatchRule(sender: owner, interface: ObjectServer.propertiesInterface, member: "PropertiesChanged", pathNamespace: Self.managerPath))
+        // Only the two objects read here: upowerd also announces every device's own changes
+        // (its update timestamps among them), which would wake the agent for nothing.
+        let changes = try await manager.propertiesChanged()
+        let displayChanges = try await display.propertiesChanged()
         let added = try await connection.subscribe(MatchRule(sender: owner, interface: Self.busName, member: "DeviceAdded", path: Self.managerPath))
         let removed = try await connection.subscribe(MatchRule(sender: owner, interface: Self.busName, member: "DeviceRemoved", path: Self.managerPath))
 
@@ -48,7 +50,7 @@ public struct UPowerSource: ConditionSource {
         try await read()
         try await withThrowingTaskGroup(of: Void.self) { group in
             let (pokes, poke) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
-            for stream in [changes, added, removed] {
+            for stream in [changes, displayChanges, added, removed] {
                 group.addTask {
                     for try await _ in stream { poke.yield() }
                 }
