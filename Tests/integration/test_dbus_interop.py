@@ -35,26 +35,8 @@ PY_PEER = "org.bgpolicy.PyPeer"
 UNICODE = "ünïcødé ✓ 日本語 🎉"
 
 # Every echo method and its type, as both peers declare them.
-ECHO_METHODS = {
-    "EchoByte": "y",
-    "EchoBoolean": "b",
-    "EchoInt16": "n",
-    "EchoUInt16": "q",
-    "EchoInt32": "i",
-    "EchoUInt32": "u",
-    "EchoInt64": "x",
-    "EchoUInt64": "t",
-    "EchoDouble": "d",
-    "EchoString": "s",
-    "EchoObjectPath": "o",
-    "EchoSignature": "g",
-    "EchoVariant": "v",
-    "EchoStrings": "as",
-    "EchoDict": "a{sv}",
-    "EchoStruct": "(ybnqiuxtdsog)",
-    "EchoNested": "a{sa(iv)}",
-    "EchoBytes": "ay",
-}
+# The same table the Python service serves (one list of methods for both sides).
+from pyservice import ECHO_METHODS  # noqa: E402
 OTHER_METHODS = {  # name -> (in signature, out signature)
     "ReadFD": ("h", "s"),
     "MakePipe": ("s", "h"),
