@@ -30,7 +30,7 @@ struct AdminInterface: Sendable {
             "state_dir": Variant(environment.stateDirectory),
             "config_source": Variant(environment.configSource ?? "defaults"),
             "config_path": Variant(environment.configPath),
-            "conditions": Variant(conditions.snapshot.dbusDictionary.dbusValue),
+            "conditions": Variant(conditions.snapshotDBusValue),
         ]
     }
 
@@ -38,6 +38,6 @@ struct AdminInterface: Sendable {
         ExportedInterface(AgentInterfaces.admin)
             // Reads only values in memory: answered on the connection's thread.
             .method("GetStatus", immediate: { _ in [status().dbusValue] })
-            .property("Conditions", get: { await conditions.current.dbusDictionary.dbusValue })
+            .property("Conditions", get: { conditions.snapshotDBusValue })
     }
 }

@@ -10,9 +10,9 @@ actor ConditionsHub {
     private var model = ConditionsModel()
     private var listeners: [@Sendable (Conditions) -> Void] = []
     private let logger: Logger
-    /// The latest conditions, readable without a hop onto the actor (by handlers that answer
-    /// on the connection's thread).
-    private let latest = Mutex(Conditions.unknown)
+    /// The latest conditions in their D-Bus form (built once per change, not per call),
+    /// readable without a hop onto the actor by handlers that answer on the connection's thread.
+    private let latest = Mutex(Conditions.unknown.dbusDictionary.dbusValue)
 
     init(logger: Logger) {
         self.logger = logger
@@ -20,7 +20,8 @@ actor ConditionsHub {
 
     var current: Conditions { model.conditions }
 
-    nonisolated var snapshot: Conditions { latest.withLock { $0 } }
+    /// The latest conditions as the `a{sv}` of `org.bgpolicy.Admin1.Conditions`.
+    nonisolated var snapshotDBusValue: DBusValue { latest.withLock { $0 } }
 
     func onChange(_ listener: @escaping @Sendable (Conditions) -> Void) {
         listeners.append(listener)
@@ -29,7 +30,8 @@ actor ConditionsHub {
     func apply(_ report: ConditionReport, from source: ConditionSourceName) {
         guard model.apply(report, from: source) else { return }
         let conditions = model.conditions
-        latest.withLock { $0 = conditions }
+        let encoded = conditions.dbusDictionary.dbusValue
+        latest.withLock { $0 = encoded }
         logger.info(
             "Conditions changed",
             metadata: ["source": "\(source.rawValue)", "conditions": "\(conditions.summary)",
