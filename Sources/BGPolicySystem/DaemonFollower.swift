@@ -147,6 +147,20 @@ extension Dictionary where Key == String, Value == Variant {
     }
 }
 
+/// Calls `read` each time any of `subscriptions` delivers a signal, until the task is
+/// cancelled. Bursts coalesce: signals that arrive during a read cause one more read, not one
+/// each, so a chatty daemon costs one read per burst.
+func rereadOnSignals(_ subscriptions: [SignalSubscription], read: () async throws -> Void) async throws {
+    try await withThrowingTaskGroup(of: Void.self) { group in
+        let (pokes, poke) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
+        for subscription in subscriptions {
+            group.addTask { for try await _ in subscription { poke.yield() } }
+        }
+        for await _ in pokes { try await read() }
+        group.cancelAll()
+    }
+}
+
 /// Suspends until the task is cancelled, with no timer.
 func waitUntilCancelled() async {
     let (stream, continuation) = AsyncStream.makeStream(of: Void.self)

@@ -34,14 +34,7 @@ public struct NetworkManagerSource: ConditionSource {
                 }
             }
             try await read()
-            try await withThrowingTaskGroup(of: Void.self) { group in
-                let (pokes, poke) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
-                for stream in [changes, legacyChanges] {
-                    group.addTask { for try await _ in stream { poke.yield() } }
-                }
-                for await _ in pokes { try await read() }
-                group.cancelAll()
-            }
+            try await rereadOnSignals([changes, legacyChanges], read: read)
         }
     }
 

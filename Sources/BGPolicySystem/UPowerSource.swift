@@ -48,16 +48,7 @@ public struct UPowerSource: ConditionSource {
             }
         }
         try await read()
-        try await withThrowingTaskGroup(of: Void.self) { group in
-            let (pokes, poke) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
-            for stream in [changes, displayChanges, added, removed] {
-                group.addTask {
-                    for try await _ in stream { poke.yield() }
-                }
-            }
-            for await _ in pokes { try await read() }
-            group.cancelAll()
-        }
+        try await rereadOnSignals([changes, displayChanges, added, removed], read: read)
     }
 
     /// Turns UPower's properties into a sample. Missing or mistyped properties stay unknown.
