@@ -16,11 +16,13 @@ let package = Package(
         .executable(name: "bgpolicyd", targets: ["bgpolicyd"]),
         .executable(name: "bgpolicy", targets: ["bgpolicy"]),
         .library(name: "BGPolicyDBus", targets: ["BGPolicyDBus"]),
+        .library(name: "BackgroundTasks", targets: ["BackgroundTasks"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
         .package(url: "https://github.com/apple/swift-log", from: "1.6.0"),
         .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.6.0"),
+        .package(url: "https://github.com/groue/GRDB.swift", from: "7.10.0"),
     ],
     targets: [
         // C libraries, wrapped by us (STYLE.md examples 4 and 5).
@@ -63,13 +65,24 @@ let package = Package(
             swiftSettings: strictSettings
         ),
 
-        // Wiring: D-Bus interfaces <-> core <-> sources; services and lifecycle.
+        // SQLite through GRDB: registrations, pending requests, switches, history.
+        .target(
+            name: "BGPolicyStore",
+            dependencies: [
+                "BGPolicyCore",
+                .product(name: "GRDB", package: "GRDB.swift"),
+            ],
+            swiftSettings: strictSettings
+        ),
+
+        // Wiring: D-Bus interfaces <-> core <-> sources <-> store; services and lifecycle.
         .target(
             name: "BGPolicyAgent",
             dependencies: [
                 "BGPolicyCore",
                 "BGPolicyDBus",
                 "BGPolicySystem",
+                "BGPolicyStore",
                 "CBGPolicyRuntime",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
@@ -99,6 +112,22 @@ let package = Package(
             swiftSettings: strictSettings
         ),
 
+        // The client library for Swift apps (BGTaskScheduler-like), and an example app using it.
+        .target(
+            name: "BackgroundTasks",
+            dependencies: ["BGPolicyCore", "BGPolicyDBus"],
+            swiftSettings: strictSettings
+        ),
+        .executableTarget(
+            name: "feed-reader",
+            dependencies: [
+                "BackgroundTasks",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ],
+            path: "Examples/FeedReader/Sources",
+            swiftSettings: strictSettings
+        ),
+
         // Test tools: a peer that exports every D-Bus type for interop tests,
         // the seeded fuzzer, and the benchmark driver. Not installed.
         .executableTarget(
@@ -125,6 +154,16 @@ let package = Package(
         .testTarget(
             name: "BGPolicySystemTests",
             dependencies: ["BGPolicySystem", "BGPolicyCore", "BGPolicyDBus", .product(name: "Logging", package: "swift-log")],
+            swiftSettings: strictSettings
+        ),
+        .testTarget(
+            name: "BGPolicyStoreTests",
+            dependencies: ["BGPolicyStore", "BGPolicyCore"],
+            swiftSettings: strictSettings
+        ),
+        .testTarget(
+            name: "BackgroundTasksTests",
+            dependencies: ["BackgroundTasks", "BGPolicyCore", "BGPolicyDBus"],
             swiftSettings: strictSettings
         ),
         .testTarget(

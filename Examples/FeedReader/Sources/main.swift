@@ -1,0 +1,1 @@
+print("feed-reader: not yet")

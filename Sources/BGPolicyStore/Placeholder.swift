@@ -1,0 +1,1 @@
+// The store arrives in TaskStore.swift.

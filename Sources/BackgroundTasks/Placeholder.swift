@@ -1,0 +1,1 @@
+// The client library arrives in BGTaskScheduler.swift.
