@@ -1,17 +1,20 @@
 import BGPolicyCore
 import BGPolicyDBus
 import Glibc
+import Synchronization
 
 /// `org.bgpolicy.Admin1`: the agent's status and controls.
 struct AdminInterface: Sendable {
     let environment: AgentEnvironment
     let conditions: ConditionsHub
+    let engine: TaskEngine
     let startedAt: ContinuousClock.Instant
     let startedAtUnix: Int64
 
-    init(environment: AgentEnvironment, conditions: ConditionsHub) {
+    init(environment: AgentEnvironment, conditions: ConditionsHub, engine: TaskEngine) {
         self.environment = environment
         self.conditions = conditions
+        self.engine = engine
         self.startedAt = ContinuousClock.now
         var now = timespec()
         clock_gettime(CLOCK_REALTIME, &now)
@@ -22,7 +25,8 @@ struct AdminInterface: Sendable {
     func status() -> [String: Variant] {
         let uptime = ContinuousClock.now - startedAt
         let seconds = Double(uptime.components.seconds) + Double(uptime.components.attoseconds) / 1e18
-        return [
+        var status = engine.statusSnapshot.withLock { $0 }
+        status.merge([
             "version": Variant(BGPolicyVersion.current),
             "pid": Variant(UInt32(getpid())),
             "started_at": Variant(startedAtUnix),
@@ -31,7 +35,8 @@ struct AdminInterface: Sendable {
             "config_source": Variant(environment.configSource ?? "defaults"),
             "config_path": Variant(environment.configPath),
             "conditions": Variant(conditions.snapshotDBusValue),
-        ]
+        ]) { _, new in new }
+        return status
     }
 
     func exported() -> ExportedInterface {
@@ -39,5 +44,51 @@ struct AdminInterface: Sendable {
             // Reads only values in memory: answered on the connection's thread.
             .method("GetStatus", immediate: { _ in [status().dbusValue] })
             .property("Conditions", get: { conditions.snapshotDBusValue })
+            .method("ListApps") { call in
+                try call.arguments.expect("")
+                return [await engine.listApps().dbusValue]
+            }
+            .method("ListPending") { call in
+                try call.arguments.expect("")
+                return [await engine.listPending().dbusValue]
+            }
+            .method("GetHistory") { call in
+                try call.arguments.expect("xu")
+                let entries = try await engine.history(
+                    since: call.arguments.decode(Int64.self, at: 0), limit: call.arguments.decode(UInt32.self, at: 1))
+                return [entries.map(TaskEngine.dictionary).dbusValue]
+            }
+            .method("SetAppEnabled") { call in
+                try call.arguments.expect("sb")
+                try await engine.setAppEnabled(
+                    call.arguments.decode(String.self, at: 0), enabled: call.arguments.decode(Bool.self, at: 1))
+                return []
+            }
+            .method("SetGlobalEnabled") { call in
+                try call.arguments.expect("b")
+                try await engine.setGlobalEnabled(call.arguments.decode(Bool.self, at: 0))
+                return []
+            }
+            .method("Explain") { call in
+                try call.arguments.expect("ss")
+                let text = try call.arguments.decode(String.self, at: 0)
+                guard let appID = AppID(rawValue: text), await engine.isRegistered(appID) else {
+                    throw SchedulerError.unknownApp(text)
+                }
+                let identifier = try call.arguments.decode(String.self, at: 1)
+                return [await engine.explain(appID: appID, identifier: identifier).dbusValue]
+            }
+            .method("SimulateLaunch") { call in
+                try call.arguments.expect("ss")
+                try await engine.simulateLaunch(
+                    app: call.arguments.decode(String.self, at: 0), identifier: call.arguments.decode(String.self, at: 1))
+                return []
+            }
+            .method("SimulateExpiration") { call in
+                try call.arguments.expect("ss")
+                try await engine.simulateExpiration(
+                    app: call.arguments.decode(String.self, at: 0), identifier: call.arguments.decode(String.self, at: 1))
+                return []
+            }
     }
 }

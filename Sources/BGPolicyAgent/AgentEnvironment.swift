@@ -5,6 +5,8 @@ import Glibc
 /// from the XDG base-directory variables and the command line.
 public struct AgentEnvironment: Sendable {
     public var stateDirectory: String
+    /// The SQLite database in the state directory: registrations, pending requests, history.
+    public var databasePath: String { stateDirectory + "/bgpolicy.sqlite" }
     public var configPath: String
     /// The configuration file the agent actually read; nil when it runs on built-in defaults.
     public var configSource: String?

@@ -6,6 +6,7 @@ public enum AgentError: Error, CustomStringConvertible, Sendable {
     case noSessionBus(String)
     case stateDirectory(path: String, reason: String)
     case configuration(String)
+    case store(path: String, reason: String)
 
     public var description: String {
         switch self {
@@ -23,6 +24,8 @@ public enum AgentError: Error, CustomStringConvertible, Sendable {
             return "cannot use the state directory \(path): \(reason). Fix its ownership or permissions, or pass --state-dir DIR."
         case .configuration(let message):
             return "invalid configuration: \(message)"
+        case .store(let path, let reason):
+            return "cannot open the database \(path): \(reason). Check the disk and the directory's permissions."
         }
     }
 }

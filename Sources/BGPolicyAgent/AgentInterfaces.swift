@@ -27,7 +27,13 @@ public enum AgentInterfaces {
                         it has been running, from a monotonic clock; "state_dir" (s) the directory holding
                         its state; "config_source" (s) the configuration file in use, or "defaults" when
                         none exists; "config_path" (s) where the configuration is read from;
-                        "conditions" (a{sv}) the same dictionary as the Conditions property.
+                        "conditions" (a{sv}) the same dictionary as the Conditions property;
+                        "global_enabled" (b) the switch for all background work; "apps" (u) registered
+                        apps; "pending" (u) pending requests of all apps; "running" (aa{sv}) one entry per
+                        running slice: "app_id" (s), "slice_id" (s), "task_ids" (as), "identifiers" (as),
+                        "started_at" (x), "deadline" (x), "cpu_percent" (d, once measured);
+                        "next_window" (x, when one is due) the next time the agent will look for work to
+                        start even if nothing changes.
                         Later versions add keys; clients must ignore keys they do not know.
                         """)
                 ],
@@ -36,7 +42,81 @@ public enum AgentInterfaces {
                     Returns what the agent knows about itself. Cheap: it reads no files and calls no
                     other daemon, so settings panels may call it as often as they redraw.
                     Docs/DBusAPI.md shows it called from gdbus, busctl and Python.
-                    """)
+                    """),
+            .init(
+                "ListApps",
+                outputs: [.init("apps", aasv, """
+                    One entry per registered app: "app_id" (s); "identifiers" (as); "bus_name" (s, when
+                    registered); "identity" (s) flatpak, snap, systemd-unit or unverified; "verified" (b);
+                    "enabled" (b) the user's switch; "connected" (b) a connection of the app is on the bus;
+                    "background_only" (b); "registered_at" (x); "last_used_at" (x, when known);
+                    "pending" (u); "running" (u); "violations" (u) overruns and CPU enforcement in the
+                    last 7 days; "refresh_status" (s) what GetRefreshStatus tells the app.
+                    """)],
+                documentation: "ListApps:\nEvery app that has registered, with its switch and counts."),
+            .init(
+                "ListPending",
+                outputs: [.init("requests", aasv, """
+                    Every app's pending requests, with the keys of Scheduler1.GetPending plus "app_id" (s),
+                    "blocking" (as) the rules that keep it from running now, "reasons" (as) the same in
+                    words, and "earliest_window" (x, when known) the earliest time it can run.
+                    """)],
+                documentation: "ListPending:\nWhat is waiting to run, and why."),
+            .init(
+                "GetHistory",
+                inputs: [
+                    .init("since", .int64, "Only entries at or after this Unix time; 0 for all that are kept."),
+                    .init("limit", .uint32, "At most this many, the newest; 0 means 100, and at most 10000 are returned."),
+                ],
+                outputs: [.init("entries", aasv, """
+                    Oldest first. Keys: "id" (x), "time" (d) Unix seconds, "event" (s), "detail" (s) in
+                    words, and when known "app_id" (s), "identifier" (s), "task_id" (s), "kind" (s),
+                    "result" (s), "cpu_seconds" (d) CPU the app used in the slice, "duration" (d) seconds.
+                    Events: registered, submitted, replaced, cancelled, delivered, delivery-failed,
+                    expiration-warned, completed, expired, vanished, interrupted, sleep-expired,
+                    cpu-warned, cpu-throttled, cpu-frozen, cpu-stopped, cpu-observed, cpu-released,
+                    background-task-began, background-task-ended, background-task-expired, app-enabled,
+                    app-disabled, global-enabled, global-disabled.
+                    """)],
+                documentation: "GetHistory:\nEverything the agent did, so that \"it never ran\" always has an answer."),
+            .init(
+                "SetAppEnabled",
+                inputs: [
+                    .init("app_id", .string, "A registered app."),
+                    .init("enabled", .boolean, "false stops background launches of the app and makes its Submit fail with Unavailable."),
+                ],
+                documentation: "SetAppEnabled:\nThe user's per-app switch; it survives restarts. NotRegistered for an unknown app."),
+            .init(
+                "SetGlobalEnabled",
+                inputs: [.init("enabled", .boolean, "false stops all background launches.")],
+                documentation: "SetGlobalEnabled:\nThe user's switch for all background work; it survives restarts."),
+            .init(
+                "Explain",
+                inputs: [.init("app_id", .string, "A registered app."), .init("identifier", .string, "One of its task identifiers.")],
+                outputs: [.init("explanation", asv, """
+                    "app_id" (s), "identifier" (s), "state" (s) pending, running or not-pending,
+                    "kind" (s, when pending or running), "runnable" (b) nothing blocks it,
+                    "blocking" (as) rule keys: global-disabled, app-disabled, earliest-begin,
+                    critical-battery, low-battery, power-saver, not-idle, no-network, no-external-power,
+                    app-inactive, overrun-penalty, unreachable, app-busy, sleeping; "reasons" (as) the
+                    same in words; "summary" (s) one sentence; "earliest_window" (x, when known) the
+                    earliest time it can run.
+                    """)],
+                documentation: "Explain:\nWhy a request has not run yet. NotRegistered for an unknown app."),
+            .init(
+                "SimulateLaunch",
+                inputs: [.init("app_id", .string, "A registered app."), .init("identifier", .string, "One of its pending requests.")],
+                documentation: """
+                    SimulateLaunch:
+                    Delivers that pending request now, ignoring every rule except that the app must be
+                    reachable: a supported way to test an app's task handler. Returns once RunTask was
+                    answered. UnknownTask when no such request is pending; Unavailable when the app
+                    cannot be reached (the request stays pending).
+                    """),
+            .init(
+                "SimulateExpiration",
+                inputs: [.init("app_id", .string, "A registered app."), .init("identifier", .string, "One of its running tasks.")],
+                documentation: "SimulateExpiration:\nSends ExpireTask for that running task now. UnknownTask when it is not running."),
         ],
         properties: [
             .init(
@@ -61,7 +141,7 @@ public enum AgentInterfaces {
         ])
 
     /// Every interface the agent exports, in the order `dbus/` lists them.
-    public static let all = [admin]
+    public static let all = [admin, scheduler, client]
 
     public static func named(_ name: String) -> InterfaceDescription? {
         all.first { $0.name == name }

@@ -1,5 +1,7 @@
 import BGPolicyCore
 public import BGPolicyDBus
+import BGPolicyStore
+import BGPolicySystem
 public import Logging
 public import ServiceLifecycle
 
@@ -40,12 +42,39 @@ public struct AgentService: Service {
         defer { connection.close() }
 
         connection.objects.errorNames = Self.errorNames
+        let store: TaskStore
+        do {
+            store = try TaskStore(path: environment.databasePath)
+        } catch {
+            throw AgentError.store(path: environment.databasePath, reason: "\(error)")
+        }
+        if let moved = store.recoveredFromCorruption {
+            logger.critical(
+                "The database was corrupt: moved aside and started afresh; registrations, pending requests and history are lost",
+                metadata: ["db.path": "\(environment.databasePath)", "db.moved_to": "\(moved)"])
+        }
+        let engine = TaskEngine(
+            store: store, policy: RunWhenEligiblePolicy(), configuration: environment.configuration,
+            connection: connection, inspector: .fromEnvironment(), logger: logger)
+        do {
+            try await engine.load()
+        } catch {
+            throw AgentError.store(path: environment.databasePath, reason: "\(error)")
+        }
+        await engine.publishStatus(nextWindow: nil)
+        // Connections that leave: their unverified ids are freed and their slices closed.
+        let vanished = try await connection.subscribe(
+            MatchRule(sender: "org.freedesktop.DBus", interface: "org.freedesktop.DBus", member: "NameOwnerChanged",
+                      arguments: [2: ""]))
+
         let hub = ConditionsHub(logger: logger)
-        let admin = AdminInterface(environment: environment, conditions: hub)
+        let admin = AdminInterface(environment: environment, conditions: hub, engine: engine)
+        let scheduler = SchedulerInterface(engine: engine, connection: connection)
         let objectPath = try ObjectPath(BGPolicyNames.objectPath)
-        try connection.objects.export([admin.exported()], at: objectPath)
+        try connection.objects.export([admin.exported(), scheduler.exported()], at: objectPath)
         let log = logger
         await hub.onChange { conditions in
+            Task { await engine.conditionsChanged(conditions) }
             do {
                 try connection.emitPropertiesChanged(
                     path: objectPath, interface: BGPolicyNames.adminInterface,
@@ -55,8 +84,8 @@ public struct AgentService: Service {
             }
         }
         let conditions = ConditionsService(hub: hub, logger: logger) { event in
-            // Slices arrive with the Tasks issue; until then sleep and resume are only logged.
-            log.info("Sleep event", metadata: ["event": "\(event)"])
+            // Awaited before the sleep inhibitor is released: slices are expired first.
+            await engine.sleepEvent(event)
         }
 
         // Subscribe before asking for the name, so a NameLost cannot slip past.
@@ -88,6 +117,13 @@ public struct AgentService: Service {
                 group.addTask {
                     await connection.waitUntilDisconnected()
                     guard Task.isCancelled else { throw AgentError.busLost }
+                }
+                group.addTask {
+                    for try await signal in vanished {
+                        if case .string(let name)? = signal.body.first, name.hasPrefix(":") {
+                            await engine.connectionVanished(name)
+                        }
+                    }
                 }
                 group.addTask {
                     for try await signal in nameLost {

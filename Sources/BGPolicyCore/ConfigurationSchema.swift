@@ -142,6 +142,9 @@ enum ConfigurationSchema {
             Knob(section: "cpu", key: "throttle_quota",
                  summary: "CPU quota, as a share of one core, that the throttle action applies (SPEC §2 CPU monitor).",
                  kind: .percentage(\.cpu.throttleQuota, 1...100)),
+            Knob(section: "cpu", key: "sample_interval",
+                 summary: "How often CPU use is read during a slice; never outside slices (SPEC §2 CPU monitor).",
+                 kind: .duration(\.cpu.sampleInterval, .seconds(1) ... .seconds(60))),
         ]),
         Section(name: "windows", summary: "The grid planned wake windows fall on.", knobs: [
             Knob(section: "windows", key: "grid_on_battery",

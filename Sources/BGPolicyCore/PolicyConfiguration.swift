@@ -95,17 +95,21 @@ public struct PolicyConfiguration: Sendable, Equatable {
         public var action: CPUAction
         /// The CPU quota, as a share of one core, that `throttle` applies.
         public var throttleQuota: Percentage
+        /// How often CPU use is read while a slice runs. Nothing is read outside slices.
+        public var sampleInterval: Duration
 
         public init(
             limit: Percentage = 80,
             window: Duration = .seconds(60),
             action: CPUAction = .throttle,
-            throttleQuota: Percentage = 10
+            throttleQuota: Percentage = 10,
+            sampleInterval: Duration = .seconds(5)
         ) {
             self.limit = limit
             self.window = window
             self.action = action
             self.throttleQuota = throttleQuota
+            self.sampleInterval = sampleInterval
         }
     }
 

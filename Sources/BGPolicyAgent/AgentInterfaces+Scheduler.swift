@@ -1,0 +1,157 @@
+public import BGPolicyDBus
+import BGPolicyCore
+
+extension AgentInterfaces {
+    static let asv = DBusType.dictionary(key: .string, value: .variant)
+    static let aasv = DBusType.array(.dictionary(key: .string, value: .variant))
+
+    public static let scheduler = InterfaceDescription(
+        name: BGPolicyNames.schedulerInterface,
+        documentation: """
+            org.bgpolicy.Scheduler1:
+            @short_description: Background time for apps: register, submit, complete.
+
+            An app registers the task identifiers it will ever submit, submits requests, and
+            exports org.bgpolicy.Client1 at /org/bgpolicy/Client1 so the agent can hand it time
+            with RunTask. The agent knows the app by its connection: a Flatpak, snap or systemd
+            app unit (app-*.scope, app-*.service) is identified by the agent itself; any other
+            process names itself with the app_id option of Register. A connection sees and
+            touches only its own app's requests. Errors: org.bgpolicy.Error.NotRegistered,
+            NotPermitted, TooManyPendingRequests, Unavailable, InvalidArgument, AccessDenied,
+            UnknownTask, each with a message that says what to do.
+            """,
+        methods: [
+            .init(
+                "Register",
+                inputs: [
+                    .init("identifiers", .array(.string), "Every task identifier the app will submit, 1 to 64 of them, such as org.example.App.refresh. Replaces the list given before."),
+                    .init("options", asv, """
+                        "app_id" (s) the app's id, only for processes the agent cannot identify;
+                        "bus_name" (s) a well-known, D-Bus-activatable name at which the agent may start
+                        the app when it is not running; "background_only" (b) the process shows no
+                        window, so the CPU monitor may stop it with SIGSTOP when it has no systemd unit.
+                        Unknown keys are refused.
+                        """),
+                ],
+                outputs: [.init("app_id", .string, "The app id the agent knows this connection by.")],
+                documentation: """
+                    Register:
+                    Binds this connection to an app. Call it once at start-up, before Submit. An id
+                    the caller names itself is unverified: one live connection at a time may hold
+                    it, and never one that an identified app uses (AccessDenied).
+                    """),
+            .init(
+                "Submit",
+                inputs: [
+                    .init("identifier", .string, "A registered task identifier. Submitting it again replaces its pending request."),
+                    .init("kind", .string, "\"refresh\" (a 30 s slice, to keep content fresh) or \"processing\" (a 10 min slice, only while the machine is idle)."),
+                    .init("options", asv, """
+                        "earliest_begin" (x) not before this Unix time, at most 7 days ahead;
+                        "requires_network" (b) only with full connectivity; "requires_external_power" (b)
+                        only on AC, and then the CPU monitor is off for a processing task;
+                        "expected_duration" (u) seconds the work is expected to take. Unknown keys are refused.
+                        """),
+                ],
+                documentation: """
+                    Submit:
+                    Asks for background time. An app may have 1 refresh and 10 processing requests
+                    pending (TooManyPendingRequests beyond). Unavailable when the user switched the
+                    app, or all background work, off. The agent delivers the request with
+                    Client1.RunTask when its conditions are met.
+                    """),
+            .init(
+                "Cancel", inputs: [.init("identifier", .string, "The pending request to cancel.")],
+                documentation: "Cancel:\nRemoves a pending request. UnknownTask if the app has none with that identifier."),
+            .init("CancelAll", documentation: "CancelAll:\nRemoves every pending request of the caller's app."),
+            .init(
+                "GetPending",
+                outputs: [.init("requests", aasv, """
+                    The caller's own pending requests. Keys: "identifier" (s), "kind" (s),
+                    "earliest_begin" (x, when set), "requires_network" (b), "requires_external_power" (b),
+                    "expected_duration" (u, when set), "submitted_at" (x), "delivery_attempts" (u) failed
+                    attempts to reach the app, "last_attempt_error" (s, when one failed).
+                    """)],
+                documentation: "GetPending:\nLists the caller's pending requests."),
+            .init(
+                "Explain",
+                inputs: [.init("identifier", .string, "One of the caller's task identifiers.")],
+                outputs: [.init("explanation", asv, "The same keys as org.bgpolicy.Admin1.Explain.")],
+                documentation: "Explain:\nWhy this request has not run yet, and the earliest time it can."),
+            .init(
+                "SetTaskCompleted",
+                inputs: [
+                    .init("task_id", .string, "The task_id RunTask gave."),
+                    .init("success", .boolean, "Whether the work succeeded; false records the result as failed."),
+                    .init("result", .string, "\"new-data\", \"no-data\", \"failed\" or \"\". The agent uses it to judge how often refreshing pays off."),
+                ],
+                documentation: """
+                    SetTaskCompleted:
+                    Ends a task. When every task of a slice is completed the slice closes. A task not
+                    completed by its deadline is recorded as a violation, which delays the app's
+                    future slices. UnknownTask if the caller's app has no such running task.
+                    """),
+            .init(
+                "BeginBackgroundTask",
+                inputs: [.init("name", .string, "What the work is, for history and logs.")],
+                outputs: [
+                    .init("token", .string, "Pass it to EndBackgroundTask; ExpireTask names it."),
+                    .init("seconds", .uint32, "How long the app has (30 by default)."),
+                ],
+                documentation: """
+                    BeginBackgroundTask:
+                    Time to finish work the user started, such as sending a message after the window
+                    closed. Client1.ExpireTask(token) comes 5 s before the end. Unavailable only when
+                    the battery is critical.
+                    """),
+            .init(
+                "EndBackgroundTask", inputs: [.init("token", .string, "The token BeginBackgroundTask returned.")],
+                documentation: "EndBackgroundTask:\nEnds user-started work. UnknownTask for an unknown or expired token."),
+            .init(
+                "ReportUsage",
+                inputs: [.init("state", .string, "\"foreground\" when the user brings the app up, \"background\" when they leave it.")],
+                documentation: """
+                    ReportUsage:
+                    Tells the agent the user is using the app, for apps whose launches it cannot see.
+                    An app unused for 7 days gets no background launches until it is used again.
+                    """),
+            .init(
+                "GetRefreshStatus",
+                outputs: [.init("status", .string, "\"available\", \"denied\" (the user switched this app off) or \"restricted\" (all background work off, power saver, or low battery).")],
+                documentation: "GetRefreshStatus:\nWhether background refresh can run for the caller's app."),
+        ])
+
+    /// Exported by apps, not by the agent; documented here so that `dbus/` ships it.
+    public static let client = InterfaceDescription(
+        name: BGPolicyNames.clientInterface,
+        documentation: """
+            org.bgpolicy.Client1:
+            @short_description: Exported by apps at /org/bgpolicy/Client1; the agent calls it.
+
+            An app exports this interface on the connection it registered with (and, for D-Bus
+            activation, before it takes its bus_name), so that the agent can hand it time.
+            """,
+        methods: [
+            .init(
+                "RunTask",
+                inputs: [
+                    .init("task_id", .string, "Pass it to Scheduler1.SetTaskCompleted when the work is done."),
+                    .init("identifier", .string, "The submitted task identifier."),
+                    .init("kind", .string, "\"refresh\", \"processing\", \"content-available\" or \"transfers\"."),
+                    .init("seconds", .uint32, "How long the app has, from now."),
+                    .init("info", asv, "\"slice_id\" (s) tasks with the same slice_id share one slice; \"deadline\" (x) the Unix time the slice ends."),
+                ],
+                documentation: """
+                    RunTask:
+                    Starts one task. Reply at once and do the work afterwards: the agent waits at most
+                    10 s for the reply (25 s when it started the app by D-Bus activation).
+                    """),
+            .init(
+                "ExpireTask",
+                inputs: [.init("task_id", .string, "A task_id from RunTask, or a token from BeginBackgroundTask.")],
+                documentation: """
+                    ExpireTask:
+                    Time is nearly up (5 s before the deadline), or the task used too much CPU: stop,
+                    save, and call SetTaskCompleted (or EndBackgroundTask) now.
+                    """),
+        ])
+}

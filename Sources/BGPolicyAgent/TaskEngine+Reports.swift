@@ -1,0 +1,143 @@
+import BGPolicyCore
+import BGPolicyDBus
+import Synchronization
+
+/// The dictionaries `Scheduler1` and `Admin1` return (keys documented in AgentInterfaces).
+extension TaskEngine {
+    static func dictionary(_ request: TaskRequest) -> [String: Variant] {
+        var d: [String: Variant] = [
+            "identifier": Variant(request.identifier),
+            "kind": Variant(request.kind.rawValue),
+            "requires_network": Variant(request.requiresNetwork),
+            "requires_external_power": Variant(request.requiresExternalPower),
+            "submitted_at": Variant(Int64(request.submittedAt)),
+            "delivery_attempts": Variant(UInt32(clamping: request.deliveryAttempts)),
+        ]
+        if let begin = request.earliestBegin { d["earliest_begin"] = Variant(Int64(begin)) }
+        if let expected = request.expectedDuration { d["expected_duration"] = Variant(expected) }
+        if let error = request.lastAttemptError { d["last_attempt_error"] = Variant(error) }
+        return d
+    }
+
+    func listPending() -> [[String: Variant]] {
+        let now = Self.wallNow()
+        let context = context(now: now)
+        var out: [[String: Variant]] = []
+        for appID in pending.keys.sorted() {
+            guard let state = schedulingState(of: appID) else { continue }
+            for request in (pending[appID] ?? [:]).values.sorted(by: { $0.identifier < $1.identifier }) {
+                let explanation = policy.explain(request, app: state, context: context)
+                var d = Self.dictionary(request)
+                d["app_id"] = Variant(appID.rawValue)
+                d["blocking"] = Variant(explanation.blocking.map(\.rule.rawValue))
+                d["reasons"] = Variant(explanation.blocking.map(\.words))
+                if let earliest = explanation.earliestRun { d["earliest_window"] = Variant(Int64(earliest.rounded(.up))) }
+                out.append(d)
+            }
+        }
+        return out
+    }
+
+    func listApps() -> [[String: Variant]] {
+        let context = context(now: Self.wallNow())
+        return apps.keys.sorted().compactMap { appID -> [String: Variant]? in
+            guard let runtime = apps[appID] else { return nil }
+            let record = runtime.record
+            var d: [String: Variant] = [
+                "app_id": Variant(appID.rawValue),
+                "identifiers": Variant(record.identifiers),
+                "identity": Variant(record.identity.rawValue),
+                "verified": Variant(record.identity.isVerified),
+                "enabled": Variant(record.enabled),
+                "connected": Variant(!runtime.connections.isEmpty),
+                "background_only": Variant(record.backgroundOnly),
+                "registered_at": Variant(Int64(record.registeredAt)),
+                "pending": Variant(UInt32(pending[appID]?.count ?? 0)),
+                "running": Variant(UInt32(slices.values.filter { $0.appID == appID }.reduce(0) { $0 + $1.openMembers.count })),
+                "violations": Variant(UInt32(clamping: runtime.violations)),
+                "refresh_status": Variant(policy.refreshStatus(app: record, context: context).rawValue),
+            ]
+            if let busName = record.busName { d["bus_name"] = Variant(busName) }
+            if let used = record.lastUsedAt { d["last_used_at"] = Variant(Int64(used)) }
+            return d
+        }
+    }
+
+    static func dictionary(_ entry: HistoryEntry) -> [String: Variant] {
+        var d: [String: Variant] = [
+            "id": Variant(entry.id ?? 0),
+            "time": Variant(entry.time),
+            "event": Variant(entry.event.rawValue),
+            "detail": Variant(entry.detail),
+        ]
+        if let appID = entry.appID { d["app_id"] = Variant(appID.rawValue) }
+        if let identifier = entry.identifier { d["identifier"] = Variant(identifier) }
+        if let taskID = entry.taskID { d["task_id"] = Variant(taskID) }
+        if let kind = entry.kind { d["kind"] = Variant(kind.rawValue) }
+        if let result = entry.result { d["result"] = Variant(result.rawValue) }
+        if let cpu = entry.cpuSeconds { d["cpu_seconds"] = Variant(cpu) }
+        if let duration = entry.duration { d["duration"] = Variant(duration) }
+        return d
+    }
+
+    /// Why a request has not run: from the policy when pending, from the slice when running.
+    func explain(appID: AppID, identifier: String) -> [String: Variant] {
+        var d: [String: Variant] = ["app_id": Variant(appID.rawValue), "identifier": Variant(identifier)]
+        if let slice = slices.values.first(where: { $0.appID == appID && $0.openMembers.contains { $0.request.identifier == identifier } }),
+            let member = slice.openMembers.first(where: { $0.request.identifier == identifier })
+        {
+            d["state"] = Variant("running")
+            d["kind"] = Variant(member.request.kind.rawValue)
+            d["runnable"] = Variant(false)
+            d["blocking"] = Variant([String]())
+            d["reasons"] = Variant([String]())
+            d["summary"] = Variant(
+                "Running now as task \(member.taskID) in slice \(slice.id), \(Int(max(0, slice.length.secondsValue - slice.elapsed))) s left.")
+            return d
+        }
+        guard let request = pending[appID]?[identifier], let state = schedulingState(of: appID) else {
+            d["state"] = Variant("not-pending")
+            d["runnable"] = Variant(false)
+            d["blocking"] = Variant([String]())
+            d["reasons"] = Variant([String]())
+            d["summary"] = Variant(
+                "\(appID) has no pending request '\(identifier)': submit it first ('bgpolicy history \(appID)' shows what happened to earlier ones).")
+            return d
+        }
+        let explanation = policy.explain(request, app: state, context: context(now: Self.wallNow()))
+        d["state"] = Variant("pending")
+        d["kind"] = Variant(request.kind.rawValue)
+        d["runnable"] = Variant(explanation.runnable)
+        d["blocking"] = Variant(explanation.blocking.map(\.rule.rawValue))
+        d["reasons"] = Variant(explanation.blocking.map(\.words))
+        d["summary"] = Variant(explanation.summary)
+        if let earliest = explanation.earliestRun { d["earliest_window"] = Variant(Int64(earliest.rounded(.up))) }
+        return d
+    }
+
+    /// Refreshes the part of `GetStatus` that the engine owns. `GetStatus` is answered on the
+    /// connection's thread from this snapshot, without a hop to the engine.
+    func publishStatus(nextWindow: UnixTime?) {
+        var running: [[String: Variant]] = []
+        for slice in slices.values.sorted(by: { $0.startedAt < $1.startedAt }) {
+            var d: [String: Variant] = [
+                "app_id": Variant(slice.appID.rawValue),
+                "slice_id": Variant(slice.id),
+                "task_ids": Variant(slice.openMembers.map(\.taskID)),
+                "identifiers": Variant(slice.openMembers.map(\.request.identifier)),
+                "started_at": Variant(Int64(slice.startedAt)),
+                "deadline": Variant(Int64(slice.deadline.rounded(.up))),
+            ]
+            if let percent = slice.lastCPUPercent { d["cpu_percent"] = Variant(percent) }
+            running.append(d)
+        }
+        var status: [String: Variant] = [
+            "global_enabled": Variant(globalEnabled),
+            "apps": Variant(UInt32(apps.count)),
+            "pending": Variant(UInt32(pendingCount)),
+            "running": Variant(running),
+        ]
+        if let nextWindow { status["next_window"] = Variant(Int64(nextWindow.rounded(.up))) }
+        statusSnapshot.withLock { $0 = status }
+    }
+}

@@ -1,0 +1,639 @@
+import BGPolicyCore
+import BGPolicyDBus
+import BGPolicyStore
+import BGPolicySystem
+import Glibc
+import Logging
+
+/// A grant of time to one app for one or more tasks (SPEC §1, Slice).
+struct Slice {
+    struct Member {
+        let taskID: String
+        let request: TaskRequest
+        var done = false
+    }
+
+    /// What the CPU monitor did to the app, undone when the slice closes.
+    enum Enforcement {
+        case throttled(unit: String)
+        case frozen(unit: String)
+        case stopped(pid: UInt32)
+    }
+
+    let id: String
+    let appID: AppID
+    /// The unique name, or the activatable well-known name, the tasks were delivered to.
+    var connection: String
+    var members: [Member]
+    let startedAt: UnixTime
+    let started: ContinuousClock.Instant
+    let length: Duration
+    var timers: [Task<Void, Never>] = []
+    var monitorTask: Task<Void, Never>?
+    var monitor: CPUUsageMonitor?
+    var firstCPUSeconds: Double?
+    var lastCPUPercent: Double?
+    var pid: UInt32?
+    var cgroupPath: String?
+    var unit: String?
+    var backgroundOnly = false
+    var enforcement: Enforcement?
+    /// `requires_external_power` processing on AC: the CPU monitor leaves it alone.
+    var exempt = false
+
+    var deadline: UnixTime { startedAt + length.secondsValue }
+    var openMembers: [Member] { members.filter { !$0.done } }
+    var elapsed: Double { (ContinuousClock.now - started).secondsValue }
+}
+
+extension TaskEngine {
+    // MARK: Evaluation
+
+    /// Asks the policy what to run, once per turn of the executor however many changes
+    /// arrived in it, so a burst of calls costs one decision.
+    func requestEvaluation() {
+        guard !evaluationQueued else { return }
+        evaluationQueued = true
+        Task { await self.evaluate() }
+    }
+
+    func context(now: UnixTime) -> SchedulingContext {
+        SchedulingContext(
+            now: now, conditions: conditions, globalEnabled: globalEnabled, sleeping: sleeping,
+            configuration: configuration)
+    }
+
+    func schedulingState(of appID: AppID) -> AppSchedulingState? {
+        guard let runtime = apps[appID] else { return nil }
+        let busy = delivering.contains(appID) || slices.values.contains { $0.appID == appID }
+        return AppSchedulingState(
+            record: runtime.record, reachable: !runtime.connections.isEmpty || runtime.record.busName != nil,
+            lastDeliveryFailureAt: runtime.lastDeliveryFailureAt, busy: busy,
+            recentViolations: runtime.violations, lastViolationAt: runtime.lastViolationAt)
+    }
+
+    func evaluate() {
+        evaluationQueued = false
+        let now = Self.wallNow()
+        var states: [AppID: AppSchedulingState] = [:]
+        for appID in pending.keys where !(pending[appID]?.isEmpty ?? true) {
+            states[appID] = schedulingState(of: appID)
+        }
+        let all = pending.values.flatMap(\.values)
+        let decision = policy.decide(pending: all, apps: states, context: context(now: now))
+        for launch in decision.launches where !delivering.contains(launch.appID) {
+            delivering.insert(launch.appID)
+            Task {
+                do {
+                    try await self.deliver(launch, simulated: false)
+                } catch {
+                    // Recorded in history and logged by deliver; the request stays pending.
+                }
+            }
+        }
+        scheduleEvaluation(at: decision.nextEvaluation, now: now)
+        publishStatus(nextWindow: decision.nextEvaluation)
+    }
+
+    /// One timer, for the next time a rule lifts by itself; none when nothing is due.
+    func scheduleEvaluation(at due: UnixTime?, now: UnixTime) {
+        guard due != evaluationTimerDue else { return }
+        evaluationTimer?.cancel()
+        evaluationTimer = nil
+        evaluationTimerDue = due
+        guard let due else { return }
+        // The wall clock may jump; the timer runs on the monotonic clock and evaluation
+        // reads the wall clock again when it fires.
+        let delay = Duration.milliseconds(Int64(max(0.05, min(due - now, 86_400)) * 1000))
+        evaluationTimer = Task {
+            do { try await AgentExecutor.sleep(for: delay) } catch { return }
+            await self.evaluationTimerFired()
+        }
+    }
+
+    func evaluationTimerFired() {
+        evaluationTimerDue = nil
+        evaluationTimer = nil
+        evaluate()
+    }
+
+    // MARK: Delivery
+
+    /// Starts one slice: records the tasks as running (so a crash can never deliver them twice),
+    /// calls `RunTask` for each, and starts the slice's timers and CPU monitor. When the app
+    /// cannot be reached, the requests go back to pending with the attempt recorded, and the
+    /// error says why.
+    func deliver(_ launch: Launch, simulated: Bool) async throws(SchedulerError) {
+        defer {
+            delivering.remove(launch.appID)
+            requestEvaluation()
+        }
+        let appID = launch.appID
+        guard let runtime = apps[appID] else { throw .unknownApp(appID.rawValue) }
+        let target: String
+        let activating: Bool
+        if let latest = runtime.latestConnection {
+            target = latest
+            activating = false
+        } else if let busName = runtime.record.busName {
+            target = busName
+            activating = true
+        } else {
+            let reason = "\(appID) is not running and registered no bus_name to start it by D-Bus activation"
+            recordDeliveryFailure(launch.requests, reason: reason, now: Self.wallNow())
+            throw SchedulerError(.unavailable, reason + "; start the app, or register with a bus_name")
+        }
+
+        let now = Self.wallNow()
+        let sliceID = Self.newID("s")
+        let members = launch.requests.map { Slice.Member(taskID: Self.newID("t"), request: $0) }
+        var slice = Slice(
+            id: sliceID, appID: appID, connection: target, members: members, startedAt: now,
+            started: ContinuousClock.now, length: launch.sliceLength)
+        slice.backgroundOnly = runtime.record.backgroundOnly
+        slice.exempt = conditions.onBattery == false
+            && launch.requests.allSatisfy { $0.kind == .processing && $0.requiresExternalPower }
+        let records = members.map {
+            RunningTaskRecord(
+                taskID: $0.taskID, sliceID: sliceID, appID: appID, identifier: $0.request.identifier,
+                kind: DeliveryKind($0.request.kind), startedAt: now, deadline: slice.deadline)
+        }
+        do {
+            try store.startTasks(records, history: [])
+        } catch {
+            logger.error("Could not record a slice; not delivering it", metadata: ["app.id": "\(appID)", "error": "\(error)"])
+            throw .storage(error)
+        }
+        for member in members {
+            pending[appID]?[member.request.identifier] = nil
+            taskSlices[member.taskID] = sliceID
+        }
+        if let identity = activating ? nil : runtime.connections[target] {
+            attach(identity, to: &slice)
+        }
+        slices[sliceID] = slice
+
+        var delivered = 0
+        do {
+            for member in members {
+                let remaining = max(1, slice.length.secondsValue - slice.elapsed)
+                let info: [String: Variant] = [
+                    "slice_id": Variant(sliceID),
+                    "deadline": Variant(Int64(slice.deadline.rounded(.up))),
+                ]
+                _ = try await connection.call(
+                    destination: target, path: Self.clientPath, interface: BGPolicyNames.clientInterface,
+                    member: "RunTask",
+                    [.string(member.taskID), .string(member.request.identifier),
+                     .string(DeliveryKind(member.request.kind).rawValue), .uint32(UInt32(remaining.rounded())),
+                     info.dbusValue],
+                    timeout: activating ? .seconds(25) : .seconds(10))
+                delivered += 1
+                appendHistory(HistoryEntry(
+                    time: Self.wallNow(), appID: appID, identifier: member.request.identifier, taskID: member.taskID,
+                    event: .delivered, kind: DeliveryKind(member.request.kind),
+                    detail: (simulated ? "simulated launch: " : "")
+                        + "RunTask delivered to \(target) for \(Int(slice.length.secondsValue)) s"
+                        + (activating ? " (started by D-Bus activation)" : "")
+                        + (members.count > 1 ? ", sharing slice \(sliceID) with \(members.count - 1) more" : "")
+                        + (slices[sliceID]?.exempt == true ? "; CPU monitor off (external-power processing on AC)" : "")))
+            }
+        } catch {
+            let reason = Self.describe(deliveryError: error, target: target)
+            logger.warning("Delivery failed", metadata: ["app.id": "\(appID)", "target": "\(target)", "error": "\(reason)"])
+            let undelivered = Array(members.dropFirst(delivered))
+            unstart(undelivered, sliceID: sliceID, reason: reason)
+            if delivered == 0 {
+                await closeSlice(sliceID)
+                throw SchedulerError(.unavailable, "could not reach \(appID): \(reason). The request stays pending")
+            }
+        }
+        apps[appID]?.lastDeliveryFailureAt = nil
+
+        guard var live = slices[sliceID] else { return }  // completed already
+        if activating, let owner = try? await connection.credentials(of: target), let pid = owner.pid {
+            if var current = slices[sliceID] {
+                attach(inspector.identify(pid: pid), to: &current)
+                slices[sliceID] = current
+            }
+        }
+        live = slices[sliceID] ?? live
+        guard slices[sliceID] != nil else { return }
+        startTimers(sliceID: sliceID, slice: &live)
+        slices[sliceID] = live
+        logger.info(
+            "Slice started",
+            metadata: ["app.id": "\(appID)", "slice.id": "\(sliceID)", "tasks": "\(members.count)",
+                       "seconds": "\(Int(slice.length.secondsValue))", "cpu.monitor": "\(live.monitor != nil)"])
+        publishStatus(nextWindow: evaluationTimerDue)
+    }
+
+    static let clientPath = try! ObjectPath(BGPolicyNames.clientObjectPath)
+
+    /// Who the slice's process is, for the CPU monitor, and its first CPU reading.
+    func attach(_ identity: ProcessIdentity, to slice: inout Slice) {
+        guard identity.pid != 0 else { return }
+        slice.pid = identity.pid
+        slice.cgroupPath = identity.cgroupPath
+        slice.unit = identity.unit
+        guard !slice.exempt else { return }
+        let window = min(configuration.cpu.window, slice.length)
+        var monitor = CPUUsageMonitor(
+            window: window, limit: configuration.cpu.limit, warningGrace: configuration.slices.expirationWarning)
+        if let reading = inspector.cpuUsage(pid: identity.pid, cgroupPath: identity.cgroupPath) {
+            slice.firstCPUSeconds = reading.cpuSeconds
+            _ = monitor.record(at: slice.elapsed, cpuSeconds: reading.cpuSeconds)
+        }
+        slice.monitor = monitor
+    }
+
+    /// Puts undelivered tasks back: pending again (written first, so a crash in between
+    /// leaves the request pending rather than lost), then the running rows removed.
+    func unstart(_ members: [Slice.Member], sliceID: String, reason: String) {
+        let now = Self.wallNow()
+        for member in members {
+            var request = member.request
+            request.deliveryAttempts += 1
+            request.lastAttemptAt = now
+            request.lastAttemptError = reason
+            do {
+                try store.savePending(request)
+                try store.finishTask(
+                    taskID: member.taskID,
+                    history: HistoryEntry(
+                        time: now, appID: request.appID, identifier: request.identifier, taskID: member.taskID,
+                        event: .deliveryFailed, kind: DeliveryKind(request.kind),
+                        detail: "RunTask failed: \(reason); the request stays pending"))
+            } catch {
+                logger.error("Could not put a request back", metadata: ["app.id": "\(request.appID)", "error": "\(error)"])
+            }
+            pending[request.appID, default: [:]][request.identifier] = request
+            taskSlices[member.taskID] = nil
+            slices[sliceID]?.members.removeAll { $0.taskID == member.taskID }
+        }
+        if let appID = members.first?.request.appID {
+            apps[appID]?.lastDeliveryFailureAt = now
+        }
+    }
+
+    func recordDeliveryFailure(_ requests: [TaskRequest], reason: String, now: UnixTime) {
+        for var request in requests {
+            request.deliveryAttempts += 1
+            request.lastAttemptAt = now
+            request.lastAttemptError = reason
+            do {
+                try store.savePending(request)
+            } catch {
+                logger.error("Could not record a delivery attempt", metadata: ["app.id": "\(request.appID)", "error": "\(error)"])
+            }
+            pending[request.appID, default: [:]][request.identifier] = request
+            appendHistory(HistoryEntry(
+                time: now, appID: request.appID, identifier: request.identifier, event: .deliveryFailed,
+                kind: DeliveryKind(request.kind), detail: "not delivered: \(reason); the request stays pending"))
+            apps[request.appID]?.lastDeliveryFailureAt = now
+        }
+    }
+
+    static func describe(deliveryError error: any Error, target: String) -> String {
+        switch error {
+        case DBusError.remote(let name, let message):
+            switch name {
+            case "org.freedesktop.DBus.Error.ServiceUnknown", "org.freedesktop.DBus.Error.NameHasNoOwner":
+                return "\(target) is not on the bus and cannot be started (\(message))"
+            case "org.freedesktop.DBus.Error.NoReply", "org.freedesktop.DBus.Error.Timeout":
+                return "\(target) did not answer RunTask in time"
+            case "org.freedesktop.DBus.Error.UnknownObject", "org.freedesktop.DBus.Error.UnknownMethod",
+                "org.freedesktop.DBus.Error.UnknownInterface":
+                return "\(target) does not export org.bgpolicy.Client1 at /org/bgpolicy/Client1"
+            default:
+                return "\(target) answered RunTask with \(name): \(message)"
+            }
+        default:
+            return "\(error)"
+        }
+    }
+
+    // MARK: Timers
+
+    func startTimers(sliceID: String, slice: inout Slice) {
+        let warning = configuration.slices.expirationWarning
+        let untilWarning = slice.length - warning - .seconds(slice.elapsed)
+        let untilDeadline = slice.length - .seconds(slice.elapsed)
+        slice.timers.append(Task {
+            do { try await AgentExecutor.sleep(for: max(.zero, untilWarning)) } catch { return }
+            await self.warnExpiring(sliceID: sliceID, reason: "the slice ends in \(Int(warning.secondsValue)) s")
+        })
+        slice.timers.append(Task {
+            do { try await AgentExecutor.sleep(for: max(.zero, untilDeadline)) } catch { return }
+            await self.expireAtDeadline(sliceID: sliceID)
+        })
+        if slice.monitor != nil {
+            let interval = configuration.cpu.sampleInterval
+            slice.monitorTask = Task {
+                while true {
+                    do { try await AgentExecutor.sleep(for: interval) } catch { return }
+                    guard await self.sampleCPU(sliceID: sliceID) else { return }
+                }
+            }
+        }
+    }
+
+    /// Sends `ExpireTask` for every unfinished task of the slice. Not awaited by the app's
+    /// answer: an app that does not answer must not hold the agent.
+    func warnExpiring(sliceID: String, reason: String, event: HistoryEvent = .expirationWarned) {
+        guard let slice = slices[sliceID] else { return }
+        for member in slice.openMembers {
+            sendExpire(member.taskID, to: slice.connection)
+            appendHistory(HistoryEntry(
+                time: Self.wallNow(), appID: slice.appID, identifier: member.request.identifier, taskID: member.taskID,
+                event: event, kind: DeliveryKind(member.request.kind), detail: "ExpireTask sent: \(reason)"))
+        }
+    }
+
+    func sendExpire(_ taskID: String, to destination: String) {
+        let connection = connection
+        let logger = logger
+        Task {
+            do {
+                _ = try await connection.call(
+                    destination: destination, path: Self.clientPath, interface: BGPolicyNames.clientInterface,
+                    member: "ExpireTask", [.string(taskID)], timeout: .seconds(5))
+            } catch {
+                logger.info("ExpireTask not answered", metadata: ["task.id": "\(taskID)", "error": "\(error)"])
+            }
+        }
+    }
+
+    func expireAtDeadline(sliceID: String) async {
+        guard let slice = slices[sliceID] else { return }
+        let seconds = Int(slice.length.secondsValue)
+        for member in slice.openMembers {
+            finish(member, in: sliceID, event: .expired, result: .failed,
+                   detail: "did not call SetTaskCompleted within its \(seconds) s slice: a violation that lowers the app's future opportunities")
+        }
+        await closeSlice(sliceID)
+    }
+
+    func expireForSleep(sliceID: String) async {
+        warnExpiring(sliceID: sliceID, reason: "the machine is going to sleep", event: .expirationWarned)
+        guard let slice = slices[sliceID] else { return }
+        for member in slice.openMembers {
+            finish(member, in: sliceID, event: .sleepExpired, result: .failed,
+                   detail: "expired because the machine went to sleep; not a violation")
+        }
+        await closeSlice(sliceID)
+    }
+
+    func closeVanished(sliceID: String) async {
+        guard let slice = slices[sliceID] else { return }
+        for member in slice.openMembers {
+            finish(member, in: sliceID, event: .vanished, result: .failed,
+                   detail: "the app left the bus during its slice; closed as failed")
+        }
+        await closeSlice(sliceID)
+    }
+
+    /// Records one task's end: the running row goes and its history entry is written together.
+    func finish(_ member: Slice.Member, in sliceID: String, event: HistoryEvent, result: TaskResult, detail: String) {
+        guard var slice = slices[sliceID] else { return }
+        var cpuSeconds: Double?
+        if let pid = slice.pid, let first = slice.firstCPUSeconds,
+            let reading = inspector.cpuUsage(pid: pid, cgroupPath: slice.cgroupPath)
+        {
+            cpuSeconds = max(0, reading.cpuSeconds - first)
+        }
+        let entry = HistoryEntry(
+            time: Self.wallNow(), appID: slice.appID, identifier: member.request.identifier, taskID: member.taskID,
+            event: event, kind: DeliveryKind(member.request.kind), result: result, detail: detail,
+            cpuSeconds: cpuSeconds, duration: slice.elapsed)
+        do {
+            try store.finishTask(taskID: member.taskID, history: entry)
+        } catch {
+            logger.error("Could not record a task's end", metadata: ["task.id": "\(member.taskID)", "error": "\(error)"])
+        }
+        if event.isViolation, apps[slice.appID] != nil {
+            apps[slice.appID]?.violations += 1
+            apps[slice.appID]?.lastViolationAt = entry.time
+        }
+        if let index = slice.members.firstIndex(where: { $0.taskID == member.taskID }) {
+            slice.members[index].done = true
+        }
+        slices[sliceID] = slice
+        logger.info(
+            "Task ended",
+            metadata: ["app.id": "\(slice.appID)", "task.id": "\(member.taskID)", "event": "\(event.rawValue)",
+                       "result": "\(result.rawValue)", "cpu.seconds": "\(cpuSeconds.map { String($0) } ?? "-")"])
+    }
+
+    func closeSlice(_ sliceID: String) async {
+        guard let slice = slices.removeValue(forKey: sliceID) else { return }
+        for timer in slice.timers { timer.cancel() }
+        slice.monitorTask?.cancel()
+        for member in slice.members { taskSlices[member.taskID] = nil }
+        if let enforcement = slice.enforcement {
+            await release(enforcement, slice: slice)
+        }
+        requestEvaluation()
+    }
+
+    // MARK: Completion
+
+    func complete(caller: String, taskID: String, success: Bool, result text: String) async throws(SchedulerError) {
+        let appID = try app(of: caller)
+        guard let result = TaskResult(rawValue: text) else {
+            throw .invalid("result '\(text)' is not one of: new-data, no-data, failed, or \"\" for none")
+        }
+        guard let sliceID = taskSlices[taskID], let slice = slices[sliceID], slice.appID == appID,
+            let member = slice.members.first(where: { $0.taskID == taskID && !$0.done })
+        else {
+            throw SchedulerError(
+                .unknownTask,
+                "\(appID) has no running task '\(taskID)'; it may have ended already ('bgpolicy history \(appID)' shows how)")
+        }
+        let effective: TaskResult = success ? result : .failed
+        finish(member, in: sliceID, event: .completed, result: effective,
+               detail: success ? "completed" + (result == .unspecified ? "" : " with \(result.rawValue)") : "completed unsuccessfully")
+        if slices[sliceID]?.openMembers.isEmpty ?? true {
+            await closeSlice(sliceID)
+        }
+    }
+
+    // MARK: The CPU monitor
+
+    /// Reads the slice's CPU use once; returns false when the slice is gone.
+    func sampleCPU(sliceID: String) async -> Bool {
+        guard var slice = slices[sliceID], var monitor = slice.monitor, let pid = slice.pid else { return false }
+        guard let reading = inspector.cpuUsage(pid: pid, cgroupPath: slice.cgroupPath) else { return true }
+        if slice.firstCPUSeconds == nil { slice.firstCPUSeconds = reading.cpuSeconds }
+        let step = monitor.record(at: slice.elapsed, cpuSeconds: reading.cpuSeconds)
+        slice.monitor = monitor
+        slice.lastCPUPercent = monitor.averagePercent
+        slices[sliceID] = slice
+        let window = Int(min(configuration.cpu.window, slice.length).secondsValue)
+        let limit = configuration.cpu.limit.value
+        switch step {
+        case .none:
+            break
+        case .warn(let average):
+            logger.warning("App over the CPU limit; warned", metadata: ["app.id": "\(slice.appID)", "cpu.percent": "\(Int(average))"])
+            warnExpiring(
+                sliceID: sliceID,
+                reason: "used \(Int(average.rounded())) % of one core over \(window) s, above the \(limit) % limit",
+                event: .cpuWarned)
+        case .enforce(let average):
+            await enforce(sliceID: sliceID, average: average)
+        }
+        publishStatus(nextWindow: evaluationTimerDue)
+        return slices[sliceID] != nil
+    }
+
+    func enforce(sliceID: String, average: Double) async {
+        guard let slice = slices[sliceID] else { return }
+        let percent = Int(average.rounded())
+        let limit = configuration.cpu.limit.value
+        var enforcement: Slice.Enforcement?
+        var event = HistoryEvent.cpuObserved
+        var detail: String
+        let action = configuration.cpu.action
+        if action != .observe, let unit = slice.unit {
+            do {
+                if action == .throttle {
+                    try await systemd.setCPUQuota(unit: unit, percent: configuration.cpu.throttleQuota.value)
+                    enforcement = .throttled(unit: unit)
+                    event = .cpuThrottled
+                    detail = "still at \(percent) % of one core after the warning: \(unit) throttled to \(configuration.cpu.throttleQuota.value) % until the slice ends"
+                } else {
+                    try await systemd.freeze(unit: unit)
+                    enforcement = .frozen(unit: unit)
+                    event = .cpuFrozen
+                    detail = "still at \(percent) % of one core after the warning: \(unit) frozen until the slice ends"
+                }
+            } catch {
+                detail = "still at \(percent) % of one core after the warning; the systemd user manager refused to \(action.rawValue) \(unit) (\(error))"
+            }
+        } else if action != .observe {
+            detail = "still at \(percent) % of one core after the warning; the app has no systemd unit to \(action.rawValue)"
+        } else {
+            detail = "at \(percent) % of one core, above the \(limit) % limit; observed only (cpu action = observe)"
+        }
+        if enforcement == nil, action != .observe, slice.backgroundOnly, let pid = slice.pid, pid > 1 {
+            // The fallback for background-only processes: stopping a process with a window
+            // would freeze what the user sees, so only those that declared they have none.
+            if kill(pid_t(pid), SIGSTOP) == 0 {
+                enforcement = .stopped(pid: pid)
+                event = .cpuStopped
+                detail += "; stopped with SIGSTOP (registered background-only) until the slice ends"
+            }
+        }
+        slices[sliceID]?.enforcement = enforcement
+        logger.warning(
+            "CPU limit enforced",
+            metadata: ["app.id": "\(slice.appID)", "action": "\(event.rawValue)", "cpu.percent": "\(percent)"])
+        for member in slice.openMembers {
+            appendHistory(HistoryEntry(
+                time: Self.wallNow(), appID: slice.appID, identifier: member.request.identifier, taskID: member.taskID,
+                event: event, kind: DeliveryKind(member.request.kind), detail: detail))
+        }
+        if slices[sliceID] == nil, let enforcement {
+            // The slice closed while the systemd call was on its way: undo at once.
+            await release(enforcement, slice: slice)
+        }
+    }
+
+    func release(_ enforcement: Slice.Enforcement, slice: Slice) async {
+        var detail: String
+        do {
+            switch enforcement {
+            case .throttled(let unit):
+                try await systemd.clearCPUQuota(unit: unit)
+                detail = "the CPU quota on \(unit) was lifted"
+            case .frozen(let unit):
+                try await systemd.thaw(unit: unit)
+                detail = "\(unit) was thawed"
+            case .stopped(let pid):
+                kill(pid_t(pid), SIGCONT)
+                detail = "process \(pid) was continued with SIGCONT"
+            }
+        } catch {
+            detail = "could not undo the CPU enforcement: \(error)"
+            logger.error("Could not release CPU enforcement", metadata: ["app.id": "\(slice.appID)", "error": "\(error)"])
+        }
+        appendHistory(HistoryEntry(time: Self.wallNow(), appID: slice.appID, event: .cpuReleased, detail: detail + " (slice ended)"))
+    }
+
+    // MARK: Simulation
+
+    func simulateLaunch(app text: String, identifier: String) async throws(SchedulerError) {
+        guard let appID = AppID(rawValue: text), apps[appID] != nil else { throw .unknownApp(text) }
+        guard let request = pending[appID]?[identifier] else { throw .unknownPending(identifier, app: appID) }
+        if delivering.contains(appID) {
+            throw SchedulerError(.unavailable, "a delivery to \(appID) is on its way; try again in a moment")
+        }
+        delivering.insert(appID)
+        let length = request.kind == .refresh ? configuration.slices.refresh : configuration.slices.processing
+        try await deliver(Launch(appID: appID, requests: [request], sliceLength: length), simulated: true)
+    }
+
+    func simulateExpiration(app text: String, identifier: String) throws(SchedulerError) {
+        guard let appID = AppID(rawValue: text), apps[appID] != nil else { throw .unknownApp(text) }
+        guard let slice = slices.values.first(where: { $0.appID == appID && $0.openMembers.contains { $0.request.identifier == identifier } }),
+            let member = slice.openMembers.first(where: { $0.request.identifier == identifier })
+        else {
+            throw SchedulerError(.unknownTask, "\(appID) has no running task '\(identifier)'; 'bgpolicy simulate launch' starts one")
+        }
+        sendExpire(member.taskID, to: slice.connection)
+        appendHistory(HistoryEntry(
+            time: Self.wallNow(), appID: appID, identifier: identifier, taskID: member.taskID, event: .expirationWarned,
+            kind: DeliveryKind(member.request.kind), detail: "ExpireTask sent: simulated expiration"))
+    }
+
+    // MARK: Background tasks (user-started work)
+
+    func beginBackgroundTask(caller: String, name: String) throws(SchedulerError) -> (token: String, seconds: UInt32) {
+        let appID = try app(of: caller)
+        if name.utf8.count > 255 { throw .invalid("the background task name is at most 255 bytes long") }
+        if let refusal = policy.backgroundTaskRefusal(context: context(now: Self.wallNow())) {
+            throw SchedulerError(.unavailable, refusal.words)
+        }
+        let token = Self.newID("b")
+        let length = configuration.slices.completion
+        let warning = configuration.slices.expirationWarning
+        var task = BackgroundTask(token: token, appID: appID, name: name, connection: caller, startedAt: Self.wallNow())
+        task.timer = Task {
+            do { try await AgentExecutor.sleep(for: max(.zero, length - warning)) } catch { return }
+            await self.warnBackgroundTask(token)
+            do { try await AgentExecutor.sleep(for: warning) } catch { return }
+            await self.expireBackgroundTask(token)
+        }
+        backgroundTasks[token] = task
+        appendHistory(HistoryEntry(
+            time: task.startedAt, appID: appID, identifier: name, taskID: token, event: .backgroundTaskBegan,
+            detail: "background task '\(name)' began: \(Int(length.secondsValue)) s to finish"))
+        return (token, UInt32(length.secondsValue.rounded()))
+    }
+
+    func warnBackgroundTask(_ token: String) {
+        guard let task = backgroundTasks[token] else { return }
+        sendExpire(token, to: task.connection)
+    }
+
+    func expireBackgroundTask(_ token: String) {
+        guard let task = backgroundTasks.removeValue(forKey: token) else { return }
+        appendHistory(HistoryEntry(
+            time: Self.wallNow(), appID: task.appID, identifier: task.name, taskID: token, event: .backgroundTaskExpired,
+            result: .failed, detail: "background task '\(task.name)' was not ended in time: a violation",
+            duration: Self.wallNow() - task.startedAt))
+    }
+
+    func endBackgroundTask(caller: String, token: String) throws(SchedulerError) {
+        let appID = try app(of: caller)
+        guard let task = backgroundTasks[token], task.appID == appID else {
+            throw SchedulerError(.unknownTask, "\(appID) has no background task '\(token)'; it may have expired already")
+        }
+        task.timer?.cancel()
+        backgroundTasks[token] = nil
+        appendHistory(HistoryEntry(
+            time: Self.wallNow(), appID: appID, identifier: task.name, taskID: token, event: .backgroundTaskEnded,
+            detail: "background task '\(task.name)' ended", duration: Self.wallNow() - task.startedAt))
+    }
+}

@@ -1,0 +1,458 @@
+import BGPolicyCore
+import BGPolicyDBus
+import BGPolicyStore
+import BGPolicySystem
+import Glibc
+import Logging
+import Synchronization
+
+/// The agent's task state: registrations, pending requests, running slices, background tasks.
+///
+/// The store is written first and memory second, so a failed write leaves both as they were
+/// and the caller gets an error that says nothing changed. What runs when is asked of a
+/// `SchedulingPolicy`; this type only gathers facts for it and carries out its decisions.
+actor TaskEngine {
+    /// What the engine knows about one registered app beyond its stored record.
+    struct AppRuntime {
+        var record: AppRecord
+        /// Unique names of connections bound to the app, with the identity each was given.
+        var connections: [String: ProcessIdentity] = [:]
+        /// The connection registered last: the one tasks are delivered to.
+        var latestConnection: String?
+        var lastDeliveryFailureAt: UnixTime?
+        var violations: Int = 0
+        var lastViolationAt: UnixTime?
+    }
+
+    /// An unfinished `BeginBackgroundTask`.
+    struct BackgroundTask {
+        let token: String
+        let appID: AppID
+        let name: String
+        let connection: String
+        let startedAt: UnixTime
+        var timer: Task<Void, Never>?
+    }
+
+    let store: TaskStore
+    let policy: any SchedulingPolicy
+    let configuration: PolicyConfiguration
+    let logger: Logger
+    let connection: DBusConnection
+    let inspector: ProcessInspector
+    let systemd: SystemdUserManagerProxy
+
+    var apps: [AppID: AppRuntime] = [:]
+    /// Which app each connection is bound to.
+    var boundApp: [String: AppID] = [:]
+    var pending: [AppID: [String: TaskRequest]] = [:]
+    var slices: [String: Slice] = [:]
+    /// task id → slice id.
+    var taskSlices: [String: String] = [:]
+    var backgroundTasks: [String: BackgroundTask] = [:]
+    /// Apps with a delivery on its way: not launched again until it settles.
+    var delivering: Set<AppID> = []
+    var globalEnabled = true
+    var sleeping = false
+    var conditions = Conditions.unknown
+    var evaluationTimer: Task<Void, Never>?
+    var evaluationTimerDue: UnixTime?
+    var evaluationQueued = false
+    /// The engine's part of `GetStatus`, for answers that do not wait for the engine.
+    nonisolated let statusSnapshot = Mutex<[String: Variant]>([:])
+
+    init(
+        store: TaskStore, policy: any SchedulingPolicy, configuration: PolicyConfiguration,
+        connection: DBusConnection, inspector: ProcessInspector, logger: Logger
+    ) {
+        self.store = store
+        self.policy = policy
+        self.configuration = configuration
+        self.connection = connection
+        self.inspector = inspector
+        self.systemd = SystemdUserManagerProxy(connection: connection)
+        self.logger = logger
+    }
+
+    /// Loads the store, recording as interrupted every task that was running when the agent
+    /// last stopped: those are never delivered again.
+    func load() throws(StoreError) {
+        let now = Self.wallNow()
+        for entry in try store.recoverInterrupted(now: now) {
+            logger.warning(
+                "Task interrupted by the agent's stop",
+                metadata: ["app.id": "\(entry.appID?.rawValue ?? "-")", "task.id": "\(entry.taskID ?? "-")"])
+        }
+        globalEnabled = try store.globalEnabled()
+        let since = now - Self.violationMemory
+        for record in try store.apps() {
+            var runtime = AppRuntime(record: record)
+            let violations = try store.violations(appID: record.appID, since: since)
+            runtime.violations = violations.count
+            runtime.lastViolationAt = violations.last
+            apps[record.appID] = runtime
+        }
+        for request in try store.pendingRequests() {
+            pending[request.appID, default: [:]][request.identifier] = request
+        }
+        logger.info(
+            "Tasks loaded",
+            metadata: ["apps": "\(apps.count)", "pending": "\(pendingCount)", "global.enabled": "\(globalEnabled)"])
+    }
+
+    /// Violations older than this no longer count against an app.
+    static let violationMemory: UnixTime = 7 * 86_400
+
+    static func wallNow() -> UnixTime {
+        var ts = timespec()
+        clock_gettime(CLOCK_REALTIME, &ts)
+        return UnixTime(ts.tv_sec) + UnixTime(ts.tv_nsec) / 1e9
+    }
+
+    static func newID(_ prefix: String) -> String {
+        prefix + String(UInt64.random(in: 0...UInt64.max), radix: 16)
+    }
+
+    var pendingCount: Int { pending.values.reduce(0) { $0 + $1.count } }
+
+    // MARK: Facts from outside
+
+    func conditionsChanged(_ new: Conditions) {
+        conditions = new
+        requestEvaluation()
+    }
+
+    /// Before sleep every running slice is expired, so that no app is frozen mid-work with a
+    /// grant it cannot use; nothing starts until resume.
+    func sleepEvent(_ event: SleepEvent) async {
+        switch event {
+        case .preparing:
+            sleeping = true
+            for id in Array(slices.keys) {
+                await expireForSleep(sliceID: id)
+            }
+        case .resumed:
+            sleeping = false
+            requestEvaluation()
+        }
+    }
+
+    /// A connection left the bus: unbind it, and close as failed whatever it was running.
+    func connectionVanished(_ name: String) async {
+        guard let appID = boundApp.removeValue(forKey: name) else { return }
+        if var runtime = apps[appID] {
+            runtime.connections[name] = nil
+            if runtime.latestConnection == name {
+                runtime.latestConnection = runtime.connections.keys.sorted().last
+            }
+            apps[appID] = runtime
+        }
+        for (id, slice) in slices where slice.connection == name {
+            await closeVanished(sliceID: id)
+        }
+        for (token, task) in backgroundTasks where task.connection == name {
+            task.timer?.cancel()
+            backgroundTasks[token] = nil
+            appendHistory(HistoryEntry(
+                time: Self.wallNow(), appID: appID, identifier: task.name, taskID: token,
+                event: .backgroundTaskEnded, result: .failed,
+                detail: "the app left the bus before ending its background task"))
+        }
+        logger.info("App connection left", metadata: ["app.id": "\(appID)", "bus.unique": "\(name)"])
+    }
+
+    // MARK: Registration
+
+    struct RegisterOptions {
+        var appID: String?
+        var busName: String?
+        var backgroundOnly = false
+    }
+
+    func register(caller: String, pid: UInt32?, identifiers: [String], options: RegisterOptions) async throws(SchedulerError) -> AppID {
+        if identifiers.isEmpty {
+            throw .invalid("Register needs at least one task identifier, such as \"org.example.App.refresh\"")
+        }
+        if identifiers.count > Self.maximumIdentifiers {
+            throw .invalid("Register takes at most \(Self.maximumIdentifiers) task identifiers; got \(identifiers.count)")
+        }
+        for identifier in identifiers {
+            if let problem = TaskIdentifier.problem(with: identifier) {
+                throw .invalid("task identifier '\(identifier)': \(problem)")
+            }
+        }
+        if let busName = options.busName, !(DBusNames.isValidBusName(busName) && !DBusNames.isUniqueName(busName)) {
+            throw .invalid("bus_name '\(busName)' is not a well-known D-Bus name such as org.example.App")
+        }
+
+        let identity = pid.map { inspector.identify(pid: $0) }
+            ?? ProcessIdentity(pid: 0, appID: nil, source: .unverified, unit: nil, cgroupPath: nil)
+        let appID: AppID
+        if let derived = identity.appID {
+            if let claimed = options.appID, claimed != derived.rawValue {
+                throw SchedulerError(
+                    .accessDenied,
+                    "this process is \(derived) (from its \(identity.source.rawValue)); it cannot register as '\(claimed)'. Leave out the app_id option")
+            }
+            appID = derived
+        } else {
+            guard let claimed = options.appID else {
+                throw .invalid(
+                    "the agent cannot tell which app this process is (it is not in a Flatpak, a snap or an app-*.scope/.service unit): pass your app id in the app_id option")
+            }
+            guard let id = AppID(rawValue: claimed) else {
+                throw .invalid("app_id '\(claimed)': \(AppID.problem(with: claimed) ?? "invalid")")
+            }
+            if let existing = apps[id] {
+                if existing.record.identity.isVerified {
+                    throw SchedulerError(
+                        .accessDenied,
+                        "\(id) belongs to an app the agent identified from its \(existing.record.identity.rawValue); an unidentified process cannot claim it")
+                }
+                if let holder = existing.connections.keys.first(where: { $0 != caller }) {
+                    // A connection that left before its Register finished is never seen leaving:
+                    // ask the bus rather than keep the id bound to nobody.
+                    let owner = try? await connection.nameOwner(of: holder)
+                    if owner == nil {
+                        await connectionVanished(holder)
+                    } else {
+                        throw SchedulerError(
+                        .accessDenied,
+                            "\(id) is held by another live connection (\(holder)); an unverified app id binds to one connection at a time. Try again after it exits")
+                    }
+                }
+            }
+            appID = id
+        }
+        if let bound = boundApp[caller], bound != appID {
+            throw SchedulerError(.accessDenied, "this connection is already registered as \(bound); use one connection per app")
+        }
+
+        let now = Self.wallNow()
+        let previous = apps[appID]?.record
+        var record = AppRecord(
+            appID: appID, identifiers: Array(Set(identifiers)), busName: options.busName ?? previous?.busName,
+            identity: identity.source, backgroundOnly: options.backgroundOnly,
+            enabled: previous?.enabled ?? true, registeredAt: previous?.registeredAt ?? now,
+            lastUsedAt: previous?.lastUsedAt)
+        // An app the agent itself just started by D-Bus activation was not opened by the user.
+        if !delivering.contains(appID) { record.lastUsedAt = now }
+        do {
+            try store.saveApp(record)
+        } catch {
+            throw .storage(error)
+        }
+        var runtime = apps[appID] ?? AppRuntime(record: record)
+        runtime.record = record
+        runtime.connections[caller] = identity
+        runtime.latestConnection = caller
+        runtime.lastDeliveryFailureAt = nil
+        apps[appID] = runtime
+        boundApp[caller] = appID
+        if previous == nil || previous?.identifiers != record.identifiers || previous?.identity != record.identity {
+            appendHistory(HistoryEntry(
+                time: now, appID: appID, event: .registered,
+                detail: "registered \(record.identifiers.joined(separator: ", ")) as \(identity.source.rawValue)"))
+        }
+        logger.info(
+            "App registered",
+            metadata: ["app.id": "\(appID)", "bus.unique": "\(caller)", "identity": "\(identity.source.rawValue)",
+                       "unit": "\(identity.unit ?? "-")"])
+        requestEvaluation()
+        return appID
+    }
+
+    static let maximumIdentifiers = 64
+
+    func isRegistered(_ appID: AppID) -> Bool { apps[appID] != nil }
+
+    func app(of caller: String) throws(SchedulerError) -> AppID {
+        guard let id = boundApp[caller] else { throw .notRegistered }
+        return id
+    }
+
+    // MARK: Requests
+
+    struct SubmitOptions {
+        var earliestBegin: Int64?
+        var requiresNetwork = false
+        var requiresExternalPower = false
+        var expectedDuration: UInt32?
+    }
+
+    func submit(caller: String, identifier: String, kind kindText: String, options: SubmitOptions) throws(SchedulerError) {
+        let appID = try app(of: caller)
+        guard let runtime = apps[appID] else { throw .notRegistered }
+        guard runtime.record.identifiers.contains(identifier) else {
+            throw .notPermitted(identifier, app: appID, registered: runtime.record.identifiers)
+        }
+        guard let kind = TaskKind(rawValue: kindText) else {
+            throw .invalid("kind '\(kindText)' is not one of: refresh, processing")
+        }
+        let now = Self.wallNow()
+        if let begin = options.earliestBegin {
+            if begin < 0 { throw .invalid("earliest_begin is Unix seconds and cannot be negative; got \(begin)") }
+            let limit = configuration.limits.earliestBeginMax.secondsValue
+            if UnixTime(begin) > now + limit {
+                let days = (UnixTime(begin) - now) / 86_400
+                throw .invalid(
+                    "earliest_begin is \(Self.format(days)) days ahead; at most \(Self.format(limit / 86_400)) days are allowed. Submit again closer to the time")
+            }
+        }
+        if !globalEnabled {
+            throw SchedulerError(.unavailable, "background work is switched off for all apps ('bgpolicy enable --all' turns it on)")
+        }
+        if !runtime.record.enabled {
+            throw SchedulerError(.unavailable, "the user switched background work off for \(appID) ('bgpolicy enable \(appID)' turns it on)")
+        }
+        let mine = pending[appID] ?? [:]
+        let sameKind = mine.values.filter { $0.kind == kind && $0.identifier != identifier }
+        let limit = kind == .refresh ? configuration.limits.pendingRefresh : configuration.limits.pendingProcessing
+        if sameKind.count >= limit {
+            throw SchedulerError(
+                .tooManyPendingRequests,
+                "\(appID) already has \(sameKind.count) pending \(kind.rawValue) request\(sameKind.count == 1 ? "" : "s") (the limit is \(limit)): "
+                    + sameKind.map(\.identifier).sorted().joined(separator: ", ")
+                    + ". Resubmit one of those identifiers to replace it, or cancel one first")
+        }
+        let request = TaskRequest(
+            appID: appID, identifier: identifier, kind: kind, earliestBegin: options.earliestBegin.map(UnixTime.init),
+            requiresNetwork: options.requiresNetwork, requiresExternalPower: options.requiresExternalPower,
+            expectedDuration: options.expectedDuration, submittedAt: now)
+        let replaced = mine[identifier] != nil
+        do {
+            try store.savePending(request)
+        } catch {
+            throw .storage(error)
+        }
+        pending[appID, default: [:]][identifier] = request
+        appendHistory(HistoryEntry(
+            time: now, appID: appID, identifier: identifier, event: replaced ? .replaced : .submitted,
+            kind: DeliveryKind(kind), detail: replaced ? "resubmitted: replaced the pending request" : "submitted"))
+        requestEvaluation()
+    }
+
+    func cancel(caller: String, identifier: String) throws(SchedulerError) {
+        let appID = try app(of: caller)
+        guard pending[appID]?[identifier] != nil else { throw .unknownPending(identifier, app: appID) }
+        do {
+            try store.deletePending(appID: appID, identifier: identifier)
+        } catch {
+            throw .storage(error)
+        }
+        pending[appID]?[identifier] = nil
+        appendHistory(HistoryEntry(time: Self.wallNow(), appID: appID, identifier: identifier, event: .cancelled, detail: "cancelled by the app"))
+    }
+
+    func cancelAll(caller: String) throws(SchedulerError) {
+        let appID = try app(of: caller)
+        let count = pending[appID]?.count ?? 0
+        guard count > 0 else { return }
+        do {
+            try store.deleteAllPending(appID: appID)
+        } catch {
+            throw .storage(error)
+        }
+        pending[appID] = nil
+        appendHistory(HistoryEntry(time: Self.wallNow(), appID: appID, event: .cancelled, detail: "all \(count) pending requests cancelled by the app"))
+    }
+
+    func pendingRequests(caller: String) throws(SchedulerError) -> [TaskRequest] {
+        let appID = try app(of: caller)
+        return (pending[appID] ?? [:]).values.sorted { $0.identifier < $1.identifier }
+    }
+
+    func reportUsage(caller: String, state text: String) throws(SchedulerError) {
+        let appID = try app(of: caller)
+        guard let state = UsageState(rawValue: text) else {
+            throw .invalid("usage state '\(text)' is not one of: foreground, background")
+        }
+        let now = Self.wallNow()
+        do {
+            try store.appendUsage(appID: appID, state: state, at: now)
+            if state == .foreground, var record = apps[appID]?.record {
+                record.lastUsedAt = now
+                try store.saveApp(record)
+                apps[appID]?.record = record
+            }
+        } catch {
+            throw .storage(error)
+        }
+        if state == .foreground { requestEvaluation() }
+    }
+
+    func refreshStatus(caller: String) throws(SchedulerError) -> RefreshStatus {
+        let appID = try app(of: caller)
+        guard let record = apps[appID]?.record else { throw .notRegistered }
+        return policy.refreshStatus(app: record, context: context(now: Self.wallNow()))
+    }
+
+    // MARK: Switches
+
+    func setAppEnabled(_ text: String, enabled: Bool) throws(SchedulerError) {
+        guard let appID = AppID(rawValue: text), var record = apps[appID]?.record else { throw .unknownApp(text) }
+        guard record.enabled != enabled else { return }
+        record.enabled = enabled
+        do {
+            try store.saveApp(record)
+        } catch {
+            throw .storage(error)
+        }
+        apps[appID]?.record = record
+        appendHistory(HistoryEntry(
+            time: Self.wallNow(), appID: appID, event: enabled ? .appEnabled : .appDisabled,
+            detail: enabled ? "background work switched on by the user" : "background work switched off by the user"))
+        requestEvaluation()
+    }
+
+    func setGlobalEnabled(_ enabled: Bool) throws(SchedulerError) {
+        guard globalEnabled != enabled else { return }
+        do {
+            try store.setGlobalEnabled(enabled)
+        } catch {
+            throw .storage(error)
+        }
+        globalEnabled = enabled
+        appendHistory(HistoryEntry(
+            time: Self.wallNow(), appID: nil, event: enabled ? .globalEnabled : .globalDisabled,
+            detail: enabled ? "background work switched on for all apps" : "background work switched off for all apps"))
+        requestEvaluation()
+    }
+
+    // MARK: History
+
+    /// Appends to history; a failure to write history is logged, never fatal to the caller's call,
+    /// because the state change it describes has already been stored.
+    func appendHistory(_ entry: HistoryEntry) {
+        do {
+            try store.append(entry)
+        } catch {
+            logger.error("Could not write history", metadata: ["event": "\(entry.event.rawValue)", "error": "\(error)"])
+        }
+        if entry.event.isViolation, let appID = entry.appID, apps[appID] != nil {
+            apps[appID]?.violations += 1
+            apps[appID]?.lastViolationAt = entry.time
+        }
+    }
+
+    func history(since: Int64, limit: UInt32) throws(SchedulerError) -> [HistoryEntry] {
+        let count = limit == 0 ? 100 : min(Int(limit), 10_000)
+        do {
+            return try store.history(since: UnixTime(since), limit: count)
+        } catch {
+            throw .storage(error)
+        }
+    }
+
+    static func format(_ value: Double) -> String {
+        let rounded = (value * 10).rounded() / 10
+        return rounded == rounded.rounded() ? String(Int(rounded)) : String(rounded)
+    }
+}
+
+extension Duration {
+    /// The duration in seconds, as a `Double`.
+    var secondsValue: Double {
+        Double(components.seconds) + Double(components.attoseconds) / 1e18
+    }
+}
