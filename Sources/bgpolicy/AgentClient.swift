@@ -31,6 +31,9 @@ struct AgentClient {
                     hint: "Start it with 'systemctl --user start bgpolicyd', or from a source tree with 'make run'.")
             case DBusError.noReply:
                 throw CLIError("bgpolicyd did not answer within 10 seconds.", hint: "Check its log with 'journalctl --user -u bgpolicyd'.")
+            case _ where name.hasPrefix(BGPolicyNames.errorPrefix):
+                // The agent's own refusal: the command adds the hint that fits (ExitStatus).
+                throw AgentRefusal(dbusName: name, message: message)
             default:
                 throw CLIError("bgpolicyd refused: \(message) (\(name))")
             }

@@ -8,6 +8,9 @@ struct BGPolicyCommand: AsyncParsableCommand {
         abstract: "Show and control bgpolicyd, the background-work scheduler of this desktop session.",
         discussion: "Every command talks to bgpolicyd on the session bus; none reads its files directly.",
         version: BGPolicyVersion.current,
-        subcommands: [StatusCommand.self],
+        subcommands: [
+            StatusCommand.self, AppsCommand.self, PendingCommand.self, HistoryCommand.self, ExplainCommand.self,
+            EnableCommand.self, DisableCommand.self, SimulateCommand.self,
+        ],
         defaultSubcommand: StatusCommand.self)
 }

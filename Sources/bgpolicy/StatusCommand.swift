@@ -1,7 +1,6 @@
 import ArgumentParser
 import BGPolicyCore
 import BGPolicyDBus
-import Glibc
 
 struct StatusCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
@@ -12,23 +11,30 @@ struct StatusCommand: AsyncParsableCommand {
     var json = false
 
     func run() async throws {
-        let client = try await AgentClient.connect()
-        defer { client.close() }
-        let reply = try await client.call(BGPolicyNames.adminInterface, "GetStatus")
-        let status: [String: Variant]
-        do {
-            status = try reply.decode([String: Variant].self, at: 0)
-        } catch {
-            throw CLIError("bgpolicyd answered GetStatus with \"\(reply.signatureText)\", not a{sv}; is it a different version?")
+        try await ExitStatus.reporting {
+            let client = try await AgentClient.connect()
+            defer { client.close() }
+            let reply = try await client.call(BGPolicyNames.adminInterface, "GetStatus")
+            let status: [String: Variant]
+            do {
+                status = try reply.decode([String: Variant].self, at: 0)
+            } catch {
+                throw CLIError("bgpolicyd answered GetStatus with \"\(reply.signatureText)\", not a{sv}; is it a different version?")
+            }
+            print(json ? JSONText.object(status) : StatusReport(status, now: TimeText.now()).text)
         }
-        print(json ? JSONText.object(status) : StatusReport(status).text)
     }
 }
 
-/// The human view of `GetStatus`: a short table, unknown keys listed last.
+/// The human view of `GetStatus`: a short table, unknown keys listed last, then the
+/// scheduler's switch, counts and running slices.
 struct StatusReport {
     let status: [String: Variant]
-    init(_ status: [String: Variant]) { self.status = status }
+    let now: Int64
+    init(_ status: [String: Variant], now: Int64) {
+        self.status = status
+        self.now = now
+    }
 
     static let known: [(key: String, label: String)] = [
         ("pid", "PID"), ("uptime_seconds", "Uptime"), ("started_at", "Started"),
@@ -49,7 +55,7 @@ struct StatusReport {
             rows.append(("Now", (try? conditions.optional("summary", as: String.self)) ?? nil ?? "unknown"))
             rows.append(("Sources", Self.sources(conditions)))
         }
-        let shown = Set(Self.known.map(\.key) + ["version", "config_path", "conditions"])
+        let shown = Set(Self.known.map(\.key) + ["version", "config_path", "conditions"] + Self.scheduling)
         for key in status.keys.sorted() where !shown.contains(key) {
             rows.append((key, format(key, status[key]!.value)))
         }
@@ -57,7 +63,47 @@ struct StatusReport {
         for (label, value) in rows {
             lines.append("  " + label + String(repeating: " ", count: width - label.count + 2) + value)
         }
+        let work = schedulingLines
+        if !work.isEmpty { lines += [""] + work }
         return lines.joined(separator: "\n")
+    }
+
+    /// The keys `schedulingLines` shows (an agent without a scheduler sends none of them).
+    static let scheduling = ["global_enabled", "apps", "pending", "running", "next_window"]
+
+    /// "Background work: on", "Apps: 3, pending: 1", one line per running slice, and the
+    /// next planned window: each only when the agent sends its key.
+    var schedulingLines: [String] {
+        var lines: [String] = []
+        if let on = status.bool("global_enabled") {
+            lines.append("Background work: " + (on ? "on" : "off"))
+        }
+        if status["apps"] != nil || status["pending"] != nil {
+            lines.append("Apps: \(status.cell("apps")), pending: \(status.cell("pending"))")
+        }
+        if case .array(_, let slices)? = status["running"]?.value {
+            for slice in slices {
+                guard let slice = try? VariantDictionary(dbusValue: slice) else { continue }
+                lines.append("Running: " + TableText.cell(Self.describe(slice, now: now)))
+            }
+        }
+        if let window = status.integer("next_window") {
+            lines.append("Next window: " + TimeText.moment(window, now: now))
+        }
+        return lines
+    }
+
+    /// One running slice: "org.example.Feeds refresh-feed, sync (slice 7, started 2 min ago,
+    /// deadline in 28 s, CPU 3.1 %)".
+    static func describe(_ slice: VariantDictionary, now: Int64) -> String {
+        let ids = slice.strings("identifiers") ?? slice.strings("task_ids") ?? []
+        var facts: [String] = []
+        if let id = slice.string("slice_id") { facts.append("slice \(id)") }
+        if let started = slice.integer("started_at") { facts.append("started " + TimeText.relative(started, now: now)) }
+        if let deadline = slice.integer("deadline") { facts.append("deadline " + TimeText.relative(deadline, now: now)) }
+        if let cpu = slice.double("cpu_percent") { facts.append("CPU \((cpu * 10).rounded() / 10) %") }
+        let what = ([slice.string("app_id") ?? "an app"] + [ids.joined(separator: ", ")]).filter { !$0.isEmpty }
+        return what.joined(separator: " ") + (facts.isEmpty ? "" : " (" + facts.joined(separator: ", ") + ")")
     }
 
     private func format(_ key: String, _ value: DBusValue) -> String {
@@ -90,14 +136,7 @@ struct StatusReport {
     }
 
     /// Local time with its UTC offset, such as `2026-11-22 14:03:05 +0100`.
-    static func localTime(_ unix: Int64) -> String {
-        var t = time_t(unix)
-        var parts = tm()
-        guard localtime_r(&t, &parts) != nil else { return "\(unix)" }
-        var buffer = [CChar](repeating: 0, count: 64)
-        let n = strftime(&buffer, buffer.count, "%Y-%m-%d %H:%M:%S %z", &parts)
-        return n > 0 ? String(decoding: buffer[0..<n].map { UInt8(bitPattern: $0) }, as: UTF8.self) : "\(unix)"
-    }
+    static func localTime(_ unix: Int64) -> String { TimeText.localTime(unix) }
 
     static func duration(_ seconds: Double) -> String {
         let total = Int(seconds.rounded(.down))

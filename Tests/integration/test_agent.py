@@ -170,7 +170,14 @@ def test_gdbus_and_busctl_call_getstatus(agent, bus):
     assert data["version"] == {"type": "s", "data": "0.1.0"}
 
 
-@pytest.mark.parametrize("command", [["--help"], ["status", "--help"]])
+HELP_COMMANDS = [
+    ["--help"], ["status", "--help"], ["apps", "--help"], ["pending", "--help"], ["history", "--help"],
+    ["explain", "--help"], ["enable", "--help"], ["disable", "--help"], ["simulate", "--help"],
+    ["simulate", "launch", "--help"], ["simulate", "expire", "--help"],
+]
+
+
+@pytest.mark.parametrize("command", HELP_COMMANDS, ids=lambda c: " ".join(c))
 def test_help_text_is_exact(bus, tmp_path, command):
     env = dict(os.environ, COLUMNS="80")
     r = subprocess.run([str(BIN / "bgpolicy"), *command], env=env, capture_output=True, text=True, timeout=20)
@@ -179,6 +186,120 @@ def test_help_text_is_exact(bus, tmp_path, command):
     if os.environ.get("BGPOLICY_UPDATE_GOLDEN"):
         golden.write_text(r.stdout)
     assert r.stdout == golden.read_text()
+
+
+# --- The CLI's commands against an agent with no apps ------------------------------------
+# Docs/CLI.md: human output by default, the agent's dictionaries with --json; exit status 1
+# when bgpolicyd refuses, 64 for a usage error, 69 when it cannot be reached.
+
+@pytest.mark.parametrize("command,empty", [
+    (["apps"], "No app has registered with bgpolicyd."),
+    (["pending"], "Nothing is pending."),
+    (["pending", "org.example.Nobody"], "Nothing is pending for org.example.Nobody."),
+    (["history", "--since", "10m"], "No events since "),
+    (["history", "org.example.Nobody", "--limit", "5"], "No events for org.example.Nobody since "),
+], ids=lambda v: " ".join(v) if isinstance(v, list) else None)
+def test_list_commands_with_no_apps(agent, command, empty):
+    r = agent.cli(*command)
+    assert r.stdout.startswith(empty), r.stdout
+    assert r.stderr == ""
+    assert json.loads(agent.cli(*command, "--json").stdout) == []
+
+
+def test_history_of_a_fresh_agent_is_an_empty_json_list_for_any_window(agent):
+    for since in ["0", "24h", "1h30m", "2d", "1w", str(int(time.time()))]:
+        assert json.loads(agent.cli("history", "--since", since, "--limit", "10000", "--json").stdout) == []
+
+
+def test_status_shows_the_scheduler_lines(agent):
+    status = json.loads(agent.cli("status", "--json").stdout)
+    assert status["global_enabled"] is True and status["apps"] == 0 and status["pending"] == 0
+    assert status["running"] == []
+    out = agent.cli("status").stdout.splitlines()
+    assert "Background work: on" in out
+    assert "Apps: 0, pending: 0" in out
+    assert not any(line.startswith("Running:") for line in out)
+
+
+def test_explain_of_an_unknown_app(agent):
+    r = agent.cli("explain", "org.example.Nobody", "refresh", check=False)
+    assert r.returncode == 1
+    assert r.stdout == ""
+    first = r.stderr.splitlines()[0]
+    assert first.startswith("bgpolicy: ") and first.endswith("(NotRegistered)"), r.stderr
+    assert "org.example.Nobody" in first
+    assert "'bgpolicy apps'" in r.stderr
+    r = agent.cli("explain", "org.example.Nobody", "refresh", "--json", check=False)
+    assert r.returncode == 1 and r.stdout == "" and "(NotRegistered)" in r.stderr
+
+
+@pytest.mark.parametrize("command", [
+    ["enable", "org.example.Nobody"], ["disable", "org.example.Nobody"],
+    ["simulate", "launch", "org.example.Nobody", "refresh"], ["simulate", "expire", "org.example.Nobody", "refresh"],
+], ids=lambda c: " ".join(c))
+def test_commands_on_an_unknown_app_are_refused(agent, command):
+    r = agent.cli(*command, check=False)
+    assert r.returncode == 1, r
+    assert r.stdout == ""
+    assert r.stderr.startswith("bgpolicy: ") and "(NotRegistered)" in r.stderr, r.stderr
+    assert "org.example.Nobody" in r.stderr
+
+
+def status_line_appears(agent, line, timeout=5):
+    """GetStatus answers from a snapshot the engine refreshes after a change: poll briefly."""
+    deadline = time.monotonic() + timeout
+    while line not in agent.cli("status").stdout.splitlines():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def test_global_switch_round_trips(agent):
+    r = agent.cli("disable", "--all")
+    assert r.stdout == "Background work is off for every app, until 'bgpolicy enable --all'.\n"
+    assert status_line_appears(agent, "Background work: off")
+    assert json.loads(agent.cli("status", "--json").stdout)["global_enabled"] is False
+    assert json.loads(agent.cli("enable", "--all", "--json").stdout) == {"global_enabled": True}
+    assert status_line_appears(agent, "Background work: on")
+    events = [e["event"] for e in json.loads(agent.cli("history", "--json").stdout)]
+    assert events[-2:] == ["global-disabled", "global-enabled"], events
+    rows = agent.cli("history").stdout.splitlines()
+    assert rows[0].split() == ["TIME", "APP", "IDENTIFIER", "EVENT", "RESULT", "DETAIL"]
+    assert "global-disabled" in rows[-2] and "global-enabled" in rows[-1]
+
+
+@pytest.mark.parametrize("command,says", [
+    (["enable"], "Name an app, or pass --all"),
+    (["disable"], "Name an app, or pass --all"),
+    (["enable", "org.example.Feeds", "--all"], "not both"),
+    (["disable", "org.example.Feeds", "--all"], "not both"),
+    (["history", "--limit", "0"], "--limit must be between 1 and 10000"),
+    (["history", "--limit", "10001"], "--limit must be between 1 and 10000"),
+    (["history", "--since", "yesterday"], "use a duration such as 90m"),
+    (["explain", "org.example.Feeds"], "Missing expected argument '<identifier>'"),
+    (["simulate", "launch", "org.example.Feeds"], "Missing expected argument '<identifier>'"),
+    (["simulate", "stop", "org.example.Feeds", "x"], "unexpected arguments"),
+], ids=lambda v: " ".join(v) if isinstance(v, list) else None)
+def test_usage_errors_exit_64_without_calling_the_agent(command, says):
+    # No bus at all: a usage error is found before bgpolicy connects.
+    env = {k: v for k, v in os.environ.items() if k != "DBUS_SESSION_BUS_ADDRESS"}
+    env.update(XDG_RUNTIME_DIR="/nonexistent", COLUMNS="80")
+    r = subprocess.run([str(BIN / "bgpolicy"), *command], env=env, capture_output=True, text=True, timeout=20)
+    assert r.returncode == 64, r
+    assert says in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("command", [
+    ["apps"], ["pending"], ["history"], ["explain", "a.b", "c"], ["enable", "--all"], ["disable", "a.b"],
+    ["simulate", "launch", "a.b", "c"], ["simulate", "expire", "a.b", "c"],
+], ids=lambda c: " ".join(c))
+def test_every_command_says_when_the_agent_is_not_running(bus, command):
+    env = dict(os.environ, DBUS_SESSION_BUS_ADDRESS=bus.address)
+    r = subprocess.run([str(BIN / "bgpolicy"), *command], env=env, capture_output=True, text=True, timeout=20)
+    assert r.returncode == 69, r
+    assert r.stderr.startswith("bgpolicy: bgpolicyd is not running on this session bus"), r.stderr
+    assert "systemctl --user start bgpolicyd" in r.stderr
 
 
 # --- Introspection ----------------------------------------------------------------------
@@ -198,9 +319,16 @@ def test_introspection_matches_the_shipped_xml(agent, bus):
                         "--object-path", AGENT_PATH, "--xml"], capture_output=True, text=True, timeout=20)
     assert r.returncode == 0, r.stderr
     live = {i.get("name"): ET.tostring(i) for i in ET.fromstring(r.stdout).findall("interface")}
+    checked = set()
     for xml in (ROOT / "dbus").glob("org.bgpolicy.*.xml"):
         for iface in ET.parse(xml).getroot().findall("interface"):
+            if iface.get("name") == "org.bgpolicy.Client1":
+                # Exported by apps, not by the agent; shipped so that apps can use it.
+                assert iface.get("name") not in live
+                continue
             assert live[iface.get("name")] == ET.tostring(iface), xml.name
+            checked.add(iface.get("name"))
+    assert checked == {"org.bgpolicy.Admin1", "org.bgpolicy.Scheduler1"}
     # Intermediate nodes introspect too, pointing at the child.
     r = subprocess.run(["gdbus", "introspect", "--address", bus.address, "--dest", BUS_NAME,
                         "--object-path", "/org/bgpolicy", "--xml"], capture_output=True, text=True, timeout=20)

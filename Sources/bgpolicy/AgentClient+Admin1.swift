@@ -1,0 +1,72 @@
+import BGPolicyCore
+import BGPolicyDBus
+
+/// The `org.bgpolicy.Admin1` methods, with their argument types written once
+/// (documented in dbus/org.bgpolicy.Admin1.xml and Docs/DBusAPI.md).
+extension AgentClient {
+    func listApps() async throws -> [VariantDictionary] {
+        try await list("ListApps")
+    }
+
+    func listPending() async throws -> [VariantDictionary] {
+        try await list("ListPending")
+    }
+
+    /// Entries at or after `since` (Unix seconds), the newest `limit` of them, oldest first.
+    func history(since: Int64, limit: UInt32) async throws -> [VariantDictionary] {
+        try await list("GetHistory", [.int64(since), .uint32(limit)])
+    }
+
+    func explain(app: String, identifier: String) async throws -> VariantDictionary {
+        try await dictionary("Explain", [.string(app), .string(identifier)])
+    }
+
+    func setAppEnabled(_ app: String, _ enabled: Bool) async throws {
+        try await perform("SetAppEnabled", [.string(app), .boolean(enabled)])
+    }
+
+    func setGlobalEnabled(_ enabled: Bool) async throws {
+        try await perform("SetGlobalEnabled", [.boolean(enabled)])
+    }
+
+    func simulateLaunch(app: String, identifier: String) async throws {
+        try await perform("SimulateLaunch", [.string(app), .string(identifier)])
+    }
+
+    func simulateExpiration(app: String, identifier: String) async throws {
+        try await perform("SimulateExpiration", [.string(app), .string(identifier)])
+    }
+
+    // MARK: Replies
+
+    private func list(_ member: String, _ arguments: [DBusValue] = []) async throws -> [VariantDictionary] {
+        let reply = try await call(BGPolicyNames.adminInterface, member, arguments)
+        do {
+            try reply.expect("aa{sv}")
+            return try reply.decode([VariantDictionary].self, at: 0)
+        } catch {
+            throw Self.unexpected(member, reply, "aa{sv}")
+        }
+    }
+
+    private func dictionary(_ member: String, _ arguments: [DBusValue]) async throws -> VariantDictionary {
+        let reply = try await call(BGPolicyNames.adminInterface, member, arguments)
+        do {
+            try reply.expect("a{sv}")
+            return try reply.decode(VariantDictionary.self, at: 0)
+        } catch {
+            throw Self.unexpected(member, reply, "a{sv}")
+        }
+    }
+
+    /// A method that answers nothing: an unexpected answer is ignored, since the change was made.
+    private func perform(_ member: String, _ arguments: [DBusValue]) async throws {
+        _ = try await call(BGPolicyNames.adminInterface, member, arguments)
+    }
+
+    private static func unexpected(_ member: String, _ reply: [DBusValue], _ expected: String) -> CLIError {
+        CLIError(
+            "bgpolicyd answered \(member) with \"\(reply.signatureText)\", not \(expected); is it a different version?",
+            hint: "Compare 'bgpolicy --version' with the version 'bgpolicy status' shows.")
+    }
+}

@@ -1,0 +1,46 @@
+import ArgumentParser
+import BGPolicyDBus
+
+/// What `enable` and `disable` share: one app or all background work, and the change itself.
+struct AppSwitch: ParsableArguments {
+    @Argument(help: "The app's ID, as 'bgpolicy apps' shows it.")
+    var app: String?
+
+    @Flag(name: .long, help: "Every app: the switch for all background work.")
+    var all = false
+
+    @Flag(name: .long, help: "Print the new setting as a JSON object, for scripts.")
+    var json = false
+
+    func validate() throws {
+        switch (app, all) {
+        case (nil, false): throw ValidationError("Name an app, or pass --all for all background work.")
+        case (_?, true): throw ValidationError("Name an app or pass --all, not both.")
+        default: break
+        }
+    }
+
+    /// Turns the switch and says what it did.
+    func set(_ enabled: Bool) async throws {
+        try await ExitStatus.reporting {
+            let client = try await AgentClient.connect()
+            defer { client.close() }
+            if let app {
+                try await client.setAppEnabled(app, enabled)
+                print(json ? JSONText.object(["app_id": Variant(app), "enabled": Variant(enabled)]) : Self.said(app: app, enabled))
+            } else {
+                try await client.setGlobalEnabled(enabled)
+                print(json ? JSONText.object(["global_enabled": Variant(enabled)]) : Self.said(app: nil, enabled))
+            }
+        }
+    }
+
+    static func said(app: String?, _ enabled: Bool) -> String {
+        switch (app.map(TableText.cell), enabled) {
+        case (let app?, true): "Background work is on for \(app)."
+        case (let app?, false): "Background work is off for \(app): it cannot submit tasks until 'bgpolicy enable \(app)'."
+        case (nil, true): "Background work is on."
+        case (nil, false): "Background work is off for every app, until 'bgpolicy enable --all'."
+        }
+    }
+}

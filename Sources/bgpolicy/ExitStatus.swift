@@ -1,0 +1,44 @@
+import ArgumentParser
+import BGPolicyCore
+import BGPolicyDBus
+import Glibc
+
+/// How bgpolicy ends, so that scripts can tell the cases apart (Docs/CLI.md, "Exit status").
+/// Usage errors are ArgumentParser's: 64 (EX_USAGE), with the usage text.
+enum ExitStatus {
+    /// bgpolicyd refused the request (an `org.bgpolicy.Error`): no such app, no such task…
+    static let refused = ExitCode(1)
+    /// bgpolicyd could not be asked, or its answer could not be read: no session bus, not
+    /// running, no answer in time, an answer of another version (EX_UNAVAILABLE).
+    static let unavailable = ExitCode(69)
+
+    /// Runs a command's work. A failure is printed to standard error as
+    /// "bgpolicy: <message>" and a line saying what to do, and ends the program with its
+    /// exit status; ArgumentParser's own errors (usage, help) pass through untouched.
+    static func reporting(hints: [BGPolicyErrorName: String] = [:], _ body: () async throws -> Void) async throws {
+        do {
+            try await body()
+        } catch let refusal as AgentRefusal {
+            printError(refusal.description, hint: refusal.hint(hints))
+            throw refused
+        } catch let error as CLIError {
+            printError(error.message, hint: error.hint)
+            throw unavailable
+        } catch let error as DBusError {
+            printError("cannot talk to bgpolicyd: \(error.message)", hint: nil)
+            throw unavailable
+        }
+    }
+
+    private static func printError(_ message: String, hint: String?) {
+        var text = "bgpolicy: " + message + "\n"
+        if let hint { text += hint + "\n" }
+        var bytes = Array(text.utf8)[...]
+        while !bytes.isEmpty {
+            let n = bytes.withUnsafeBytes { write(STDERR_FILENO, $0.baseAddress, $0.count) }
+            if n < 0 && errno == EINTR { continue }
+            guard n > 0 else { return }
+            bytes = bytes.dropFirst(n)
+        }
+    }
+}

@@ -1,0 +1,112 @@
+import ArgumentParser
+import BGPolicyDBus
+
+struct HistoryCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "history",
+        abstract: "Show what bgpolicyd did: registrations, slices, results, violations.",
+        discussion: """
+            Events are listed oldest first; TIME is local, with the date for days other \
+            than today. With an APP, only that app's events are shown, the newest --limit \
+            of them.
+            """)
+
+    @Argument(help: "Only this app's events (an app ID, as 'bgpolicy apps' shows it).")
+    var app: String?
+
+    @Option(
+        help: ArgumentHelp(
+            "Events since this long ago (90m, 24h, 2d, 1h30m) or since a Unix time. (default: 24h)",
+            valueName: "duration|unix"),
+        transform: Since.init(argument:))
+    var since: Since = .ago(86_400)
+
+    @Option(help: ArgumentHelp("Show at most this many events, the newest ones (1 to 10000).", valueName: "n"))
+    var limit: Int = 50
+
+    @Flag(name: .long, help: "Print the agent's history entries as a JSON array, for scripts.")
+    var json = false
+
+    /// Where the history starts: a distance back from now, or an absolute Unix time.
+    enum Since {
+        case ago(Int64)
+        case unix(Int64)
+
+        init(argument: String) throws {
+            if !argument.isEmpty, argument.allSatisfy({ $0.isASCII && $0.isNumber }), let unix = Int64(argument) {
+                self = .unix(unix)
+            } else if let seconds = TimeText.parseDuration(argument) {
+                self = .ago(seconds)
+            } else {
+                throw ValidationError("use a duration such as 90m, 24h, 2d or 1h30m, or a Unix time in seconds.")
+            }
+        }
+
+        func unix(now: Int64) -> Int64 {
+            switch self {
+            case .ago(let seconds): now.subtractingReportingOverflow(seconds).overflow ? Int64.min : now - seconds
+            case .unix(let unix): unix
+            }
+        }
+    }
+
+    /// The most GetHistory returns in one call.
+    static let maximumLimit = 10_000
+
+    func validate() throws {
+        guard (1...Self.maximumLimit).contains(limit) else {
+            throw ValidationError("--limit must be between 1 and \(Self.maximumLimit), not \(limit).")
+        }
+    }
+
+    func run() async throws {
+        try await ExitStatus.reporting {
+            let client = try await AgentClient.connect()
+            defer { client.close() }
+            let now = TimeText.now()
+            let start = since.unix(now: now)
+            var entries: [VariantDictionary]
+            if let app {
+                // The agent does not filter by app: ask for as many as it gives, keep this app's
+                // entries, then the newest `limit` of them.
+                entries = try await client.history(since: start, limit: UInt32(Self.maximumLimit))
+                entries = Array(entries.filter { $0.string("app_id") == app }.suffix(limit))
+            } else {
+                entries = try await client.history(since: start, limit: UInt32(limit))
+            }
+            print(json ? JSONText.value(entries.dbusValue) : HistoryReport(entries, app: app, since: start, now: now).text)
+        }
+    }
+}
+
+/// The human view of `GetHistory`: one row per event, oldest first, as the agent sends them.
+struct HistoryReport {
+    let entries: [VariantDictionary]
+    let app: String?
+    let since: Int64
+    let now: Int64
+    init(_ entries: [VariantDictionary], app: String?, since: Int64, now: Int64) {
+        self.entries = entries
+        self.app = app
+        self.since = since
+        self.now = now
+    }
+
+    var text: String {
+        guard !entries.isEmpty else {
+            let whose = app.map { " for \(TableText.cell($0))" } ?? ""
+            return "No events\(whose) since \(TimeText.clock(since, now: now)) (\(TimeText.relative(since, now: now)))."
+        }
+        var table = TableText([
+            .init("TIME"), .init("APP"), .init("IDENTIFIER"), .init("EVENT"), .init("RESULT"), .init("DETAIL"),
+        ])
+        for entry in entries {
+            table.append([
+                entry.integer("time").map { TimeText.clock($0, now: now) } ?? TableText.none,
+                entry.cell("app_id"), entry.cell("identifier"), entry.cell("event"), entry.cell("result"),
+                entry.string("detail") ?? "",
+            ])
+        }
+        return table.text
+    }
+}
