@@ -2,11 +2,9 @@
 /// (STYLE.md example 9), and the plain values the agent, the store and the policy share.
 
 /// What an app asks for with `Submit`.
-public enum TaskKind: String, Sendable, CaseIterable, Codable, Comparable {
+public enum TaskKind: String, Sendable, CaseIterable, Codable {
     case refresh
     case processing
-
-    public static func < (lhs: Self, rhs: Self) -> Bool { lhs.rawValue < rhs.rawValue }
 }
 
 /// The `kind` argument of `org.bgpolicy.Client1.RunTask`.
@@ -99,8 +97,9 @@ public struct AppID: RawRepresentable, Hashable, Sendable, Comparable, CustomStr
     public static func < (lhs: Self, rhs: Self) -> Bool { lhs.rawValue < rhs.rawValue }
 }
 
-/// Task identifiers (`org.example.App.refresh`): the same alphabet as app ids, so that they print
-/// and log safely.
+/// Task identifiers (`org.example.App.refresh`): letters, digits, `_`, `-` and `.`, so that they
+/// print and log safely. Unlike app ids, the dots are not checked for empty elements: an
+/// identifier is the app's own name for its work, not a name the agent derives anything from.
 public enum TaskIdentifier {
     /// Why `text` is not a task identifier, or `nil` when it is one.
     public static func problem(with text: String) -> String? {

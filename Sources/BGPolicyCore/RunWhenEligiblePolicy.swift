@@ -1,0 +1,277 @@
+/// Issue 4's policy: a request runs as soon as nothing blocks it. No planning, no coalescing
+/// beyond "everything of one app that is runnable now shares one slice"; the planner replaces it
+/// behind `SchedulingPolicy`.
+///
+/// Every rule is one entry of `blockingReasons(for:app:context:)`, which both `decide` and
+/// `explain` use, so that what the agent does and what `bgpolicy explain` says cannot drift apart.
+public struct RunWhenEligiblePolicy: SchedulingPolicy {
+    /// How long after a failed delivery the app is tried again: long enough not to hammer an app
+    /// that is wedged or being restarted, short enough that a refresh is not lost for long.
+    public static let deliveryRetryDelay: Duration = .seconds(300)
+
+    /// The overrun penalty never grows past this, so an app that misbehaved once a day still gets
+    /// a few chances a day.
+    public static let maximumPenalty: Duration = .seconds(8 * 3600)
+
+    public init() {}
+
+    public func decide(
+        pending: [TaskRequest], apps: [AppID: AppSchedulingState], context: SchedulingContext
+    ) -> SchedulingDecision {
+        var runnable: [AppID: [TaskRequest]] = [:]
+        var nextEvaluation: UnixTime?
+        for request in pending {
+            guard let app = apps[request.appID] else { continue }
+            let reasons = blockingReasons(for: request, app: app, context: context)
+            if reasons.isEmpty {
+                runnable[request.appID, default: []].append(request)
+            } else if let runsAt = Self.timeAllLift(reasons) {
+                nextEvaluation = min(nextEvaluation ?? runsAt, runsAt)
+            }
+        }
+        let launches = runnable.keys.sorted().map { appID in
+            // Refresh first: it is the short, latency-sensitive work the user sees.
+            let requests = runnable[appID, default: []].sorted { a, b in
+                if (a.kind == .refresh) != (b.kind == .refresh) { return a.kind == .refresh }
+                if a.submittedAt != b.submittedAt { return a.submittedAt < b.submittedAt }
+                return a.identifier < b.identifier
+            }
+            let sliceLength = requests.map { Self.slice(for: $0.kind, context.configuration) }.max() ?? .zero
+            return Launch(appID: appID, requests: requests, sliceLength: sliceLength)
+        }
+        return SchedulingDecision(launches: launches, nextEvaluation: nextEvaluation)
+    }
+
+    public func explain(_ request: TaskRequest, app: AppSchedulingState, context: SchedulingContext) -> Explanation {
+        let reasons = blockingReasons(for: request, app: app, context: context)
+        if reasons.isEmpty {
+            return Explanation(blocking: [], earliestRun: context.now, summary: "Runs at the next opportunity.")
+        }
+        return Explanation(
+            blocking: reasons,
+            earliestRun: Self.timeAllLift(reasons),
+            summary: "Waits: " + reasons.map(\.words).joined(separator: "; ") + "."
+        )
+    }
+
+    public func refreshStatus(app: AppRecord, context: SchedulingContext) -> RefreshStatus {
+        if !app.enabled { return .denied }
+        let conditions = context.conditions
+        let battery = context.configuration.battery
+        if !context.globalEnabled || conditions.powerProfile == .powerSaver
+            || Self.batteryBelow(battery.low, conditions) != nil || Self.batteryBelow(battery.critical, conditions) != nil
+        {
+            return .restricted
+        }
+        return .available
+    }
+
+    public func backgroundTaskRefusal(context: SchedulingContext) -> BlockingReason? {
+        // User-started work ignores the switches, power saver and low battery, as on iOS: only
+        // sleep and a nearly empty battery stop it.
+        if context.sleeping { return Self.sleepingReason }
+        return criticalBatteryReason(context)
+    }
+
+    /// Every rule that keeps `request` from running at `context.now`, in the order people read
+    /// them: the machine, the switches, power, whether the app is used, the request's own
+    /// conditions, then the app's recent conduct and reachability.
+    func blockingReasons(
+        for request: TaskRequest, app: AppSchedulingState, context: SchedulingContext
+    ) -> [BlockingReason] {
+        let now = context.now
+        let conditions = context.conditions
+        let configuration = context.configuration
+        let appID = app.record.appID
+        var reasons: [BlockingReason] = []
+
+        if context.sleeping { reasons.append(Self.sleepingReason) }
+        if !context.globalEnabled {
+            reasons.append(BlockingReason(
+                rule: .globalDisabled,
+                words: "background work is switched off for all apps; `bgpolicy enable --all` switches it on"))
+        }
+        if !app.record.enabled {
+            reasons.append(BlockingReason(
+                rule: .appDisabled,
+                words: "background work is switched off for \(appID); `bgpolicy enable \(appID)` switches it on"))
+        }
+
+        // Refresh and processing are not user-started, so both battery levels stop them. Below the
+        // critical level only that reason is given: it is the one that says more.
+        if let critical = criticalBatteryReason(context) {
+            reasons.append(critical)
+        } else if let level = Self.batteryBelow(configuration.battery.low, conditions) {
+            reasons.append(BlockingReason(
+                rule: .lowBattery,
+                words: "the battery is at \(Self.percentWords(level)), below the low \(configuration.battery.low.value) %: "
+                    + "only work the user started runs until it charges"))
+        }
+        if conditions.powerProfile == .powerSaver {
+            reasons.append(BlockingReason(
+                rule: .powerSaver,
+                words: "the power-saver profile is on: background refresh and processing wait until it is switched off"))
+        }
+
+        let lastUsed = max(app.record.lastUsedAt ?? app.record.registeredAt, app.record.registeredAt)
+        let inactiveAfter = configuration.limits.inactiveAfter.seconds
+        if now - lastUsed > inactiveAfter {
+            // No liftsAt: only the user opening the app lifts it.
+            reasons.append(BlockingReason(
+                rule: .appInactive,
+                words: "\(appID) has not been used for \(Self.durationWords(now - lastUsed, roundingUp: false)) "
+                    + "(the limit is \(Self.durationWords(inactiveAfter, roundingUp: false))): it runs once you open the app"))
+        }
+
+        if let earliestBegin = request.earliestBegin, earliestBegin > now {
+            reasons.append(BlockingReason(
+                rule: .earliestBegin,
+                words: "the app asked for it to start no earlier than \(Self.durationWords(earliestBegin - now)) from now",
+                liftsAt: earliestBegin))
+        }
+        if request.kind == .processing, conditions.isIdleForProcessing != true {
+            let state =
+                conditions.isIdleForProcessing == nil
+                ? "whether the session is idle is unknown (no session information), which counts as not idle"
+                : "the session is in use"
+            reasons.append(BlockingReason(
+                rule: .notIdle,
+                words: "processing work runs only while the session is locked or idle, and \(state)"))
+        }
+        if request.requiresNetwork, conditions.connectivity != .full {
+            let state =
+                switch conditions.connectivity {
+                case .none: "the machine is offline"
+                case .portal: "the network is behind a captive portal"
+                case .limited: "the network has limited connectivity"
+                case .unknown, .full: "whether the machine is online is unknown, which counts as offline"
+                }
+            reasons.append(BlockingReason(
+                rule: .noNetwork,
+                words: "it needs the network, and \(state): it runs once the machine is fully online"))
+        }
+        if request.requiresExternalPower, conditions.onBattery != false {
+            let state =
+                conditions.onBattery == nil
+                ? "whether the machine is on AC is unknown, which counts as on battery"
+                : "the machine is on battery"
+            reasons.append(BlockingReason(
+                rule: .noExternalPower,
+                words: "it needs external power, and \(state): it runs once the charger is plugged in"))
+        }
+
+        if app.recentViolations > 0, let lastViolation = app.lastViolationAt {
+            let penalty = Self.overrunPenalty(violations: app.recentViolations, configuration)
+            let end = lastViolation + penalty
+            if now < end {
+                let times = app.recentViolations == 1 ? "once" : "\(app.recentViolations) times"
+                reasons.append(BlockingReason(
+                    rule: .overrunPenalty,
+                    words: "\(appID) overran its time \(times) in the last 7 days, so it waits "
+                        + "\(Self.durationWords(penalty)) after the last overrun: "
+                        + "another \(Self.durationWords(end - now))",
+                    liftsAt: end))
+            }
+        }
+        if !app.reachable {
+            reasons.append(BlockingReason(
+                rule: .unreachable,
+                words: "no connection of the app is on the bus and it registered no bus_name; "
+                    + "it runs when the app registers again"))
+        } else if let failure = app.lastDeliveryFailureAt, now < failure + Self.deliveryRetryDelay.seconds {
+            let retry = failure + Self.deliveryRetryDelay.seconds
+            var error = ""
+            if let message = request.lastAttemptError, !message.isEmpty { error = " (\(message))" }
+            reasons.append(BlockingReason(
+                rule: .unreachable,
+                words: "the last delivery to the app failed \(Self.durationWords(now - failure, roundingUp: false)) ago"
+                    + "\(error); retrying in \(Self.durationWords(retry - now))",
+                liftsAt: retry))
+        }
+        if app.busy {
+            reasons.append(BlockingReason(
+                rule: .appBusy,
+                words: "a slice of \(appID) is running: the request waits for it to end"))
+        }
+        return reasons
+    }
+
+    // MARK: Rules shared by several answers
+
+    private static let sleepingReason = BlockingReason(
+        rule: .sleeping, words: "the machine is going to sleep: nothing starts until it resumes")
+
+    private func criticalBatteryReason(_ context: SchedulingContext) -> BlockingReason? {
+        let critical = context.configuration.battery.critical
+        guard let level = Self.batteryBelow(critical, context.conditions) else { return nil }
+        return BlockingReason(
+            rule: .criticalBattery,
+            words: "the battery is at \(Self.percentWords(level)), below the critical \(critical.value) %: "
+                + "nothing new starts until it charges")
+    }
+
+    /// The battery level when the machine runs on its battery below `threshold`, else `nil`.
+    /// An unknown level blocks nothing: machines without a battery report none.
+    private static func batteryBelow(_ threshold: Percentage, _ conditions: Conditions) -> Double? {
+        guard conditions.onBattery == true, let level = conditions.percentage, level < Double(threshold.value) else {
+            return nil
+        }
+        return level
+    }
+
+    /// refresh.minInterval doubled for each violation after the first, capped.
+    static func overrunPenalty(violations: Int, _ configuration: PolicyConfiguration) -> Double {
+        // 2^(n-1) as a Double cannot overflow: it becomes infinity, and the cap takes over.
+        let factor = Double(sign: .plus, exponent: max(violations - 1, 0), significand: 1)
+        return min(configuration.refresh.minInterval.seconds * factor, maximumPenalty.seconds)
+    }
+
+    static func slice(for kind: TaskKind, _ configuration: PolicyConfiguration) -> Duration {
+        switch kind {
+        case .refresh: configuration.slices.refresh
+        case .processing: configuration.slices.processing
+        }
+    }
+
+    /// When every reason has lifted, if each lifts by time alone.
+    private static func timeAllLift(_ reasons: [BlockingReason]) -> UnixTime? {
+        var latest: UnixTime?
+        for reason in reasons {
+            guard let liftsAt = reason.liftsAt else { return nil }
+            latest = max(latest ?? liftsAt, liftsAt)
+        }
+        return latest
+    }
+
+    // MARK: Words
+
+    /// "8 %", "9.5 %": truncated, not rounded, so that 9.96 % never reads "10 %, below 10 %".
+    static func percentWords(_ level: Double) -> String {
+        let tenths = Int((level * 10).rounded(.down))
+        return tenths % 10 == 0 ? "\(tenths / 10) %" : "\(tenths / 10).\(tenths % 10) %"
+    }
+
+    /// "45 s", "4 min 10 s", "2 h 5 min", "9 days": the largest unit and the next one. Waits round
+    /// up, so that one never reads "0 s"; ages round down.
+    static func durationWords(_ seconds: Double, roundingUp: Bool = true) -> String {
+        let rounded = roundingUp ? seconds.rounded(.up) : seconds.rounded(.down)
+        let total = rounded.isFinite ? Int(min(max(rounded, 0), 1e15)) : 0
+        let units: [(size: Int, singular: String, plural: String)] = [
+            (86_400, "1 day", "days"), (3600, "1 h", "h"), (60, "1 min", "min"), (1, "1 s", "s"),
+        ]
+        func words(_ count: Int, _ unit: (size: Int, singular: String, plural: String)) -> String {
+            count == 1 ? unit.singular : "\(count) \(unit.plural)"
+        }
+        for (index, unit) in units.enumerated() where total >= unit.size || unit.size == 1 {
+            let count = total / unit.size
+            var text = words(count, unit)
+            if index + 1 < units.count {
+                let next = units[index + 1]
+                let rest = (total % unit.size) / next.size
+                if rest > 0 { text += " " + words(rest, next) }
+            }
+            return text
+        }
+        return "0 s"
+    }
+}
