@@ -1,1 +1,0 @@
-// The store arrives in TaskStore.swift.

@@ -1,0 +1,49 @@
+import Glibc
+
+extension TaskStore {
+    /// `mkdir -p` of the directory holding `path`, new directories 0700.
+    static func makeParentDirectories(of path: String) throws(StoreError) {
+        guard let slash = path.lastIndex(of: "/") else { return }
+        let components = path[..<slash].split(separator: "/")
+        var directory = path.hasPrefix("/") ? "/" : ""
+        for component in components {
+            directory += component
+            if mkdir(directory, 0o700) != 0 && errno != EEXIST {
+                throw .io("\(directory): cannot create the directory: \(Self.errnoMessage())")
+            }
+            directory += "/"
+        }
+    }
+
+    /// Renames a broken database and its `-wal` and `-shm` to `<path>.corrupt-<unix time>`
+    /// (`.1`, `.2`… appended if that name is taken) and returns the new name of the main file.
+    ///
+    /// The WAL goes first: SQLite would replay a leftover `-wal` into the fresh file created
+    /// next, so the main file must never be moved while its WAL stays behind.
+    static func moveAside(_ path: String) throws(StoreError) -> String {
+        let stamp = "\(path).corrupt-\(time(nil))"
+        var target = stamp
+        var attempt = 0
+        while exists(target) || exists(target + "-wal") {
+            attempt += 1
+            target = "\(stamp).\(attempt)"
+        }
+        for suffix in ["-wal", "-shm"] where exists(path + suffix) {
+            guard rename(path + suffix, target + suffix) == 0 else {
+                throw .io("\(path + suffix): cannot move the corrupt database aside: \(Self.errnoMessage())")
+            }
+        }
+        guard rename(path, target) == 0 else {
+            throw .io("\(path): cannot move the corrupt database aside: \(Self.errnoMessage())")
+        }
+        return target
+    }
+
+    private static func exists(_ path: String) -> Bool {
+        access(path, F_OK) == 0
+    }
+
+    private static func errnoMessage() -> String {
+        String(cString: strerror(errno))
+    }
+}

@@ -1,0 +1,103 @@
+public import BGPolicyCore
+import GRDB
+
+extension TaskStore {
+    // MARK: - History
+
+    /// Appends one entry (its `id` is ignored) and returns the id the store gave it.
+    @discardableResult
+    public func append(_ entry: HistoryEntry) throws(StoreError) -> Int64 {
+        try write { db in try Self.insert(entry, db) }
+    }
+
+    /// The newest `limit` entries with `time >= since` (of one app when `appID` is given),
+    /// oldest first; none when `limit` is not positive. Entries with an event this agent does
+    /// not know are left out, so fewer than `limit` may come back although more exist.
+    public func history(since: UnixTime, limit: Int, appID: AppID? = nil) throws(StoreError) -> [HistoryEntry] {
+        guard limit > 0 else { return [] }
+        return try read { db in
+            var arguments: StatementArguments = [since]
+            var filter = "time >= ?"
+            if let appID {
+                filter += " AND app_id = ?"
+                arguments += [appID.rawValue]
+            }
+            arguments += [limit]
+            // Newest first to apply the limit, then turned back; id breaks ties in time.
+            return try Row.fetchAll(
+                db,
+                sql: """
+                    SELECT * FROM (SELECT * FROM history WHERE \(filter) ORDER BY time DESC, id DESC LIMIT ?)
+                    ORDER BY time, id
+                    """,
+                arguments: arguments
+            ).compactMap(Self.historyEntry(from:))
+        }
+    }
+
+    /// How many entries since `since` count against the app (`HistoryEvent.isViolation`), and
+    /// the time of the latest.
+    public func violations(appID: AppID, since: UnixTime) throws(StoreError) -> (count: Int, last: UnixTime?) {
+        try read { db in
+            let events = HistoryEvent.allCases.filter(\.isViolation).map(\.rawValue)
+            let placeholders = Array(repeating: "?", count: events.count).joined(separator: ", ")
+            var arguments: StatementArguments = [appID.rawValue, since]
+            arguments += StatementArguments(events)
+            let row = try Row.fetchOne(
+                db,
+                sql: """
+                    SELECT COUNT(*) AS count, MAX(time) AS last FROM history
+                    WHERE app_id = ? AND time >= ? AND event IN (\(placeholders))
+                    """,
+                arguments: arguments)
+            guard let row else { return (0, nil) }
+            return (try row.decode(Int.self, forColumn: "count"), try row.decode(Double?.self, forColumn: "last"))
+        }
+    }
+
+    /// Deletes the entries with `time < before`.
+    public func pruneHistory(before: UnixTime) throws(StoreError) {
+        try write { db in
+            try db.execute(sql: "DELETE FROM history WHERE time < ?", arguments: [before])
+        }
+    }
+
+    /// The one place history rows are written.
+    @discardableResult
+    static func insert(_ entry: HistoryEntry, _ db: Database) throws -> Int64 {
+        try db.execute(
+            sql: """
+                INSERT INTO history (time, app_id, identifier, task_id, event, kind, result, detail, cpu_seconds, duration)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                """,
+            arguments: [
+                entry.time, entry.appID?.rawValue, entry.identifier, entry.taskID, entry.event.rawValue,
+                entry.kind?.rawValue, entry.result?.rawValue, entry.detail, entry.cpuSeconds, entry.duration,
+            ])
+        return db.lastInsertedRowID
+    }
+
+    // MARK: - Usage
+
+    /// Records that the app went to the foreground or the background at `at`.
+    public func appendUsage(appID: AppID, state: UsageState, at time: UnixTime) throws(StoreError) {
+        try write { db in
+            try db.execute(
+                sql: "INSERT INTO usage (app_id, state, time) VALUES (?, ?, ?)",
+                arguments: [appID.rawValue, state.rawValue, time])
+        }
+    }
+
+    /// The app's usage log, oldest first, for tests until the learning issue reads it. Unknown
+    /// states are left out.
+    func usage(appID: AppID) throws(StoreError) -> [(state: UsageState, time: UnixTime)] {
+        try read { db in
+            try Row.fetchAll(
+                db, sql: "SELECT state, time FROM usage WHERE app_id = ? ORDER BY time, id", arguments: [appID.rawValue]
+            ).compactMap { row in
+                guard let state = UsageState(rawValue: try row.decode(String.self, forColumn: "state")) else { return nil }
+                return (state, try row.decode(Double.self, forColumn: "time"))
+            }
+        }
+    }
+}

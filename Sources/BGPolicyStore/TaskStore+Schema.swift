@@ -1,0 +1,87 @@
+import GRDB
+
+extension TaskStore {
+    /// The schema, as migrations. A migration, once shipped, never changes: a later schema is a
+    /// new migration appended here. Plain SQL rather than GRDB's table builder, so that what is
+    /// on disk reads exactly as written.
+    ///
+    /// Enum columns carry the raw strings of the core's enums and have no CHECK constraints:
+    /// a newer agent may write values this one does not know, and the readers deal with them
+    /// (see TaskStore+Rows.swift). Times are Unix seconds as REAL; booleans are 0/1.
+    static var migrator: DatabaseMigrator {
+        var migrator = DatabaseMigrator()
+        migrator.registerMigration("v1") { db in
+            try db.execute(sql: """
+                CREATE TABLE apps (
+                    app_id TEXT PRIMARY KEY NOT NULL,
+                    bus_name TEXT,
+                    identity TEXT NOT NULL,
+                    background_only INTEGER NOT NULL DEFAULT 0,
+                    enabled INTEGER NOT NULL DEFAULT 1,
+                    registered_at REAL NOT NULL,
+                    last_used_at REAL
+                );
+                -- A child table rather than a JSON column: the store needs no JSON coder, and
+                -- "which app declared this identifier" stays one indexed query.
+                CREATE TABLE app_identifiers (
+                    app_id TEXT NOT NULL REFERENCES apps(app_id) ON DELETE CASCADE,
+                    identifier TEXT NOT NULL,
+                    PRIMARY KEY (app_id, identifier)
+                ) WITHOUT ROWID;
+                CREATE TABLE settings (
+                    key TEXT PRIMARY KEY NOT NULL,
+                    value
+                );
+                -- Only a registered app can submit, so a request always has its app.
+                CREATE TABLE pending (
+                    app_id TEXT NOT NULL REFERENCES apps(app_id) ON DELETE CASCADE,
+                    identifier TEXT NOT NULL,
+                    kind TEXT NOT NULL,
+                    earliest_begin REAL,
+                    requires_network INTEGER NOT NULL DEFAULT 0,
+                    requires_external_power INTEGER NOT NULL DEFAULT 0,
+                    expected_duration INTEGER,
+                    submitted_at REAL NOT NULL,
+                    delivery_attempts INTEGER NOT NULL DEFAULT 0,
+                    last_attempt_at REAL,
+                    last_attempt_error TEXT,
+                    PRIMARY KEY (app_id, identifier)
+                );
+                CREATE TABLE running (
+                    task_id TEXT PRIMARY KEY NOT NULL,
+                    slice_id TEXT NOT NULL,
+                    app_id TEXT NOT NULL REFERENCES apps(app_id) ON DELETE CASCADE,
+                    identifier TEXT NOT NULL,
+                    kind TEXT NOT NULL,
+                    started_at REAL NOT NULL,
+                    deadline REAL NOT NULL
+                );
+                -- AUTOINCREMENT: ids are never reused after pruning, so an id a client saw in
+                -- GetHistory keeps naming the same entry. No foreign key: history outlives apps.
+                CREATE TABLE history (
+                    id INTEGER PRIMARY KEY AUTOINCREMENT,
+                    time REAL NOT NULL,
+                    app_id TEXT,
+                    identifier TEXT,
+                    task_id TEXT,
+                    event TEXT NOT NULL,
+                    kind TEXT,
+                    result TEXT,
+                    detail TEXT NOT NULL DEFAULT '',
+                    cpu_seconds REAL,
+                    duration REAL
+                );
+                CREATE INDEX history_time ON history(time);
+                CREATE INDEX history_app_time ON history(app_id, time);
+                CREATE TABLE usage (
+                    id INTEGER PRIMARY KEY,
+                    app_id TEXT NOT NULL,
+                    state TEXT NOT NULL,
+                    time REAL NOT NULL
+                );
+                CREATE INDEX usage_app_time ON usage(app_id, time);
+                """)
+        }
+        return migrator
+    }
+}

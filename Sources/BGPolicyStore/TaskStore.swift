@@ -1,0 +1,222 @@
+public import BGPolicyCore
+import GRDB
+
+/// What the agent keeps across restarts: registered apps, the switches, pending requests, the
+/// tasks running right now, the history, and the usage log. SQLite through GRDB.
+///
+/// Every method is synchronous and runs on the caller's thread: the agent calls the store from
+/// its one executor, and a `DatabaseQueue` used synchronously needs no other thread. The agent
+/// is the only writer (the CLI asks the agent, never the file).
+///
+/// Durability: WAL with `synchronous = NORMAL`. A committed transaction survives the agent being
+/// killed (SIGKILL, a crash), because the WAL is in the kernel's page cache; it may be lost on
+/// power loss or a kernel crash, where the last transactions before the loss roll back. That is
+/// the trade-off: one fsync per checkpoint instead of one per task start, and a lost tail of
+/// history is acceptable where a corrupt file would not be (WAL never corrupts on power loss).
+public final class TaskStore: Sendable {
+    /// The database file, or `nil` for `inMemory()`.
+    public let path: String?
+    /// When the file found at open was corrupt or not a database: where it was moved to (its
+    /// `-wal` and `-shm` files beside it, with the same suffixes). The store is then a fresh,
+    /// empty one, and the agent should say so loudly.
+    public let recoveredFromCorruption: String?
+
+    /// One connection: the agent is the single writer and reads are cheap.
+    let queue: DatabaseQueue
+
+    /// Opens the database at `path`, creating it (and any missing directory above it, as 0700:
+    /// the history says what the user ran) when needed, checks it, and migrates it.
+    ///
+    /// A file that is corrupt (`PRAGMA quick_check` fails) or is not a database is renamed
+    /// `<path>.corrupt-<unix time>` and a fresh one is created in its place. Any other failure
+    /// (permissions, a locked file, a full disk) throws and leaves the file alone: only a file
+    /// SQLite itself calls broken is worth giving up.
+    public init(path: String) throws(StoreError) {
+        try Self.makeParentDirectories(of: path)
+        do {
+            queue = try Self.open(path: path)
+            recoveredFromCorruption = nil
+        } catch .corrupt(_) {
+            let movedTo = try Self.moveAside(path)
+            queue = try Self.open(path: path)
+            recoveredFromCorruption = movedTo
+        }
+        self.path = path
+    }
+
+    private init(memoryQueue: DatabaseQueue) {
+        self.queue = memoryQueue
+        self.path = nil
+        self.recoveredFromCorruption = nil
+    }
+
+    /// A private, empty store in memory, for tests and `--no-store` runs.
+    public static func inMemory() throws(StoreError) -> TaskStore {
+        let label = ":memory:"
+        do {
+            let queue = try DatabaseQueue(configuration: configuration)
+            try migrator.migrate(queue)
+            return TaskStore(memoryQueue: queue)
+        } catch {
+            throw StoreError(error, file: label)
+        }
+    }
+
+    /// How the file is opened. `journalMode = .wal` also sets `synchronous = NORMAL` (GRDB's
+    /// WAL set-up); see the type's comment for why that is enough.
+    static var configuration: Configuration {
+        var configuration = Configuration()
+        configuration.label = "bgpolicy.store"
+        configuration.foreignKeysEnabled = true
+        configuration.journalMode = .wal
+        // The agent is the only writer, but `sqlite3` run by a curious user takes locks too.
+        configuration.busyMode = .timeout(5)
+        return configuration
+    }
+
+    /// Opens, checks and migrates the file, closing it again on failure so that it can be moved.
+    private static func open(path: String) throws(StoreError) -> DatabaseQueue {
+        let queue: DatabaseQueue
+        do {
+            queue = try DatabaseQueue(path: path, configuration: configuration)
+        } catch {
+            throw StoreError(error, file: path)
+        }
+        let problems: [String]
+        do {
+            problems = try queue.read { db in try String.fetchAll(db, sql: "PRAGMA quick_check") }
+        } catch {
+            try? queue.close()
+            throw StoreError(error, file: path)
+        }
+        guard problems == ["ok"] else {
+            try? queue.close()
+            throw .corrupt("\(path): quick_check: \(problems.prefix(3).joined(separator: "; "))")
+        }
+        do {
+            try migrator.migrate(queue)
+        } catch {
+            try? queue.close()
+            throw StoreError(error, file: path)
+        }
+        return queue
+    }
+
+    /// What error messages call the database.
+    var fileLabel: String { path ?? ":memory:" }
+
+    /// Reads in one transaction, mapping SQLite's errors.
+    func read<T>(_ body: (Database) throws -> T) throws(StoreError) -> T {
+        do {
+            return try queue.read(body)
+        } catch {
+            throw StoreError(error, file: fileLabel)
+        }
+    }
+
+    /// Writes in one transaction, mapping SQLite's errors. A throwing `body` rolls it all back.
+    func write<T>(_ body: (Database) throws -> T) throws(StoreError) -> T {
+        do {
+            return try queue.write(body)
+        } catch {
+            throw StoreError(error, file: fileLabel)
+        }
+    }
+
+    // MARK: - Apps
+
+    /// Every registered app, by app id.
+    public func apps() throws(StoreError) -> [AppRecord] {
+        try read { db in
+            var identifiers: [String: [String]] = [:]
+            for row in try Row.fetchAll(db, sql: "SELECT app_id, identifier FROM app_identifiers ORDER BY app_id, identifier") {
+                identifiers[try row.decode(String.self, forColumn: "app_id"), default: []]
+                    .append(try row.decode(String.self, forColumn: "identifier"))
+            }
+            return try Row.fetchAll(db, sql: "SELECT * FROM apps ORDER BY app_id").compactMap { row in
+                try Self.app(from: row, identifiers: identifiers)
+            }
+        }
+    }
+
+    /// Inserts the app, or replaces everything stored about it (its identifier list included).
+    public func saveApp(_ app: AppRecord) throws(StoreError) {
+        try write { db in
+            // An upsert, not INSERT OR REPLACE: replacing would delete the row and, through the
+            // foreign keys, the app's pending and running tasks with it.
+            try db.execute(
+                sql: """
+                    INSERT INTO apps (app_id, bus_name, identity, background_only, enabled, registered_at, last_used_at)
+                    VALUES (?, ?, ?, ?, ?, ?, ?)
+                    ON CONFLICT (app_id) DO UPDATE SET
+                        bus_name = excluded.bus_name, identity = excluded.identity,
+                        background_only = excluded.background_only, enabled = excluded.enabled,
+                        registered_at = excluded.registered_at, last_used_at = excluded.last_used_at
+                    """,
+                arguments: [
+                    app.appID.rawValue, app.busName, app.identity.rawValue, app.backgroundOnly, app.enabled,
+                    app.registeredAt, app.lastUsedAt,
+                ])
+            try db.execute(sql: "DELETE FROM app_identifiers WHERE app_id = ?", arguments: [app.appID.rawValue])
+            for identifier in Set(app.identifiers) {
+                try db.execute(
+                    sql: "INSERT INTO app_identifiers (app_id, identifier) VALUES (?, ?)",
+                    arguments: [app.appID.rawValue, identifier])
+            }
+        }
+    }
+
+    // MARK: - Switches
+
+    private static let globalEnabledKey = "global_enabled"
+
+    /// The user's switch for all background work; on until first set.
+    public func globalEnabled() throws(StoreError) -> Bool {
+        try read { db in
+            // Anything but a stored 0 means on: the default, and what a newer agent's unknown
+            // value is read as, because "off" silently stopping every app is the worse surprise.
+            let value = try Int64.fetchOne(
+                db, sql: "SELECT value FROM settings WHERE key = ? AND typeof(value) = 'integer'",
+                arguments: [Self.globalEnabledKey])
+            return value != 0
+        }
+    }
+
+    public func setGlobalEnabled(_ enabled: Bool) throws(StoreError) {
+        try write { db in
+            try db.execute(
+                sql: "INSERT INTO settings (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                arguments: [Self.globalEnabledKey, enabled ? 1 : 0])
+        }
+    }
+
+    // MARK: - Testing
+
+    /// Caps the file at its current size plus `extraPages` pages (`PRAGMA max_page_count`, this
+    /// connection only), so that tests meet SQLITE_FULL without filling a disk. Returns the cap.
+    @discardableResult
+    func capFileSize(extraPages: Int) throws(StoreError) -> Int {
+        do {
+            return try queue.inDatabase { db in
+                let pages = try Int.fetchOne(db, sql: "PRAGMA page_count") ?? 0
+                return try Int.fetchOne(db, sql: "PRAGMA max_page_count = \(pages + extraPages)") ?? 0
+            }
+        } catch {
+            throw StoreError(error, file: fileLabel)
+        }
+    }
+
+    /// Runs raw SQL, so that tests can write what a newer agent would.
+    func execute(sql: String) throws(StoreError) {
+        try write { db in try db.execute(sql: sql) }
+    }
+
+    /// The value of a pragma on this connection, as text, for tests.
+    func pragma(_ name: String) throws(StoreError) -> String? {
+        do {
+            return try queue.inDatabase { db in try String.fetchOne(db, sql: "PRAGMA \(name)") }
+        } catch {
+            throw StoreError(error, file: fileLabel)
+        }
+    }
+}

@@ -1,0 +1,193 @@
+import BGPolicyCore
+@testable import BGPolicyStore
+import Foundation
+import Testing
+
+@Suite("TaskStore on disk: persistence, crashes, corruption, a full disk")
+struct TaskStoreFileTests {
+    @Test("opens with WAL, synchronous NORMAL and foreign keys, creating missing directories")
+    func pragmas() throws {
+        let scratch = try ScratchDirectory()
+        defer { scratch.remove() }
+        let store = try TaskStore(path: scratch.path + "/state/bgpolicy/tasks.db")
+        #expect(store.path == scratch.path + "/state/bgpolicy/tasks.db")
+        #expect(store.recoveredFromCorruption == nil)
+        #expect(try store.pragma("journal_mode") == "wal")
+        #expect(try store.pragma("synchronous") == "1")
+        #expect(try store.pragma("foreign_keys") == "1")
+        #expect(try Int(store.pragma("busy_timeout") ?? "") ?? 0 > 0)
+        let mode = try FileManager.default.attributesOfItem(atPath: scratch.path + "/state")[.posixPermissions] as? Int
+        #expect(mode == 0o700)
+    }
+
+    @Test("everything saved is there after closing and reopening")
+    func persistence() throws {
+        let scratch = try ScratchDirectory()
+        defer { scratch.remove() }
+        let path = scratch.path + "/tasks.db"
+        let app = AppRecord(
+            appID: Sample.maps, identifiers: ["a", "b"], busName: "org.gnome.Maps", identity: .systemdUnit,
+            backgroundOnly: true, enabled: false, registeredAt: 10, lastUsedAt: 11)
+        let request = TaskRequest(
+            appID: Sample.maps, identifier: "a", kind: .processing, earliestBegin: 50, requiresNetwork: true,
+            expectedDuration: 120, submittedAt: 12, deliveryAttempts: 2, lastAttemptAt: 13, lastAttemptError: "gone")
+        let running = Sample.running("t1", Sample.maps, "b")
+        let entry = Sample.entry(.registered, at: 10)
+        var entryID: Int64 = 0
+        do {
+            let store = try TaskStore(path: path)
+            try store.saveApp(app)
+            try store.setGlobalEnabled(false)
+            try store.savePending(request)
+            try store.startTasks([running], history: [])
+            entryID = try store.append(entry)
+            try store.appendUsage(appID: Sample.maps, state: .foreground, at: 14)
+        }
+        let reopened = try TaskStore(path: path)
+        #expect(reopened.recoveredFromCorruption == nil)
+        #expect(try reopened.apps() == [app])
+        #expect(try !reopened.globalEnabled())
+        #expect(try reopened.pendingRequests() == [request])
+        #expect(try reopened.runningTasks() == [running])
+        var stored = entry
+        stored.id = entryID
+        #expect(try reopened.history(since: 0, limit: 10) == [stored])
+        #expect(try reopened.usage(appID: Sample.maps).map(\.time) == [14])
+    }
+
+    @Test("tasks left running by a previous run are recovered as interrupted after reopening")
+    func recoverAfterReopen() throws {
+        let scratch = try ScratchDirectory()
+        defer { scratch.remove() }
+        let path = scratch.path + "/tasks.db"
+        do {
+            let store = try TaskStore(path: path)
+            try store.saveApp(Sample.app(Sample.maps))
+            try store.savePending(Sample.request(Sample.maps, "a"))
+            try store.startTasks([Sample.running("t1", Sample.maps, "a")], history: [Sample.entry(.delivered, at: 3_000)])
+            // The agent is killed here: no finishTask.
+        }
+        let store = try TaskStore(path: path)
+        #expect(try store.pendingRequests().isEmpty)
+        let recovered = try store.recoverInterrupted(now: 4_000)
+        #expect(recovered.count == 1)
+        #expect(recovered.first?.taskID == "t1")
+        #expect(recovered.first?.identifier == "a")
+        #expect(recovered.first?.event == .interrupted)
+        #expect(try store.history(since: 0, limit: 10).map(\.event) == [.delivered, .interrupted])
+        #expect(try store.history(since: 0, limit: 10).last == recovered.first)
+        #expect(try store.runningTasks().isEmpty)
+        #expect(try TaskStore(path: path).recoverInterrupted(now: 5_000).isEmpty)
+    }
+
+    @Test("a file that is not a database is moved aside with its WAL, and a fresh store works")
+    func garbageFile() throws {
+        let scratch = try ScratchDirectory()
+        defer { scratch.remove() }
+        let path = scratch.path + "/tasks.db"
+        let garbage = Data((0..<8192).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ 7) })
+        try garbage.write(to: URL(fileURLWithPath: path))
+        try Data("not a wal".utf8).write(to: URL(fileURLWithPath: path + "-wal"))
+
+        let store = try TaskStore(path: path)
+        let movedTo = try #require(store.recoveredFromCorruption)
+        #expect(movedTo.hasPrefix(path + ".corrupt-"))
+        #expect(try Data(contentsOf: URL(fileURLWithPath: movedTo)) == garbage)
+        // Whether SQLite kept the old WAL (then it went along, see moveAsideTwice) or folded it
+        // into the file and deleted it on closing, it must not be beside the fresh file.
+        let wal = try? Data(contentsOf: URL(fileURLWithPath: path + "-wal"))
+        #expect(wal != Data("not a wal".utf8))
+        try store.saveApp(Sample.app(Sample.maps))
+        #expect(try store.apps().count == 1)
+        #expect(try TaskStore(path: path).recoveredFromCorruption == nil)
+    }
+
+    @Test("a database with a damaged page fails quick_check and is moved aside")
+    func damagedPage() throws {
+        let scratch = try ScratchDirectory()
+        defer { scratch.remove() }
+        let path = scratch.path + "/tasks.db"
+        do {
+            let store = try TaskStore(path: path)
+            try store.saveApp(Sample.app(Sample.maps))
+            for time in 0..<200 {
+                try store.append(Sample.entry(.submitted, at: Double(time), detail: String(repeating: "x", count: 200)))
+            }
+        }
+        // Closed: the WAL is checkpointed into the file. Keep page 1 (the header and the schema
+        // table) and overwrite the pages after it, where the tables and indexes live.
+        let handle = try FileHandle(forUpdating: URL(fileURLWithPath: path))
+        let pageSize = 4096
+        let size = try handle.seekToEnd()
+        #expect(size > UInt64(4 * pageSize))
+        try handle.seek(toOffset: UInt64(pageSize))
+        try handle.write(contentsOf: Data(repeating: 0xA5, count: Int(size) - pageSize))
+        try handle.close()
+
+        let store = try TaskStore(path: path)
+        let movedTo = try #require(store.recoveredFromCorruption)
+        #expect(scratch.names().contains(String(movedTo.split(separator: "/").last!)))
+        #expect(try store.apps().isEmpty)
+        try store.saveApp(Sample.app(Sample.feeds))
+        #expect(try store.apps().map(\.appID) == [Sample.feeds])
+    }
+
+    @Test("two corrupt files moved aside in the same second get different names")
+    func moveAsideTwice() throws {
+        let scratch = try ScratchDirectory()
+        defer { scratch.remove() }
+        let path = scratch.path + "/tasks.db"
+        try Data("first".utf8).write(to: URL(fileURLWithPath: path))
+        let first = try TaskStore.moveAside(path)
+        try Data("second".utf8).write(to: URL(fileURLWithPath: path))
+        try Data("wal".utf8).write(to: URL(fileURLWithPath: path + "-wal"))
+        let second = try TaskStore.moveAside(path)
+        #expect(first != second)
+        #expect(try String(contentsOfFile: first, encoding: .utf8) == "first")
+        #expect(try String(contentsOfFile: second, encoding: .utf8) == "second")
+        #expect(try String(contentsOfFile: second + "-wal", encoding: .utf8) == "wal")
+        #expect(!scratch.exists("tasks.db") && !scratch.exists("tasks.db-wal"))
+    }
+
+    @Test("a full disk throws .full, writes nothing, and keeps what was there")
+    func fullDisk() throws {
+        let scratch = try ScratchDirectory()
+        defer { scratch.remove() }
+        let path = scratch.path + "/tasks.db"
+        do {
+            let store = try TaskStore(path: path)
+            try store.saveApp(Sample.app(Sample.maps))
+            try store.savePending(Sample.request(Sample.maps, "a"))
+            try store.append(Sample.entry(.submitted, at: 1))
+            try store.capFileSize(extraPages: 1)
+
+            let big = String(repeating: "a long detail ", count: 100)
+            let delivered = (0..<100).map { Sample.entry(.delivered, at: 2 + Double($0), detail: big) }
+            #expect {
+                try store.startTasks([Sample.running("t1", Sample.maps, "a")], history: delivered)
+            } throws: { error in
+                guard case .full(let message) = error as? StoreError else { return false }
+                return message.contains(path)
+            }
+            #expect {
+                for time in 0..<100 {
+                    try store.append(Sample.entry(.submitted, at: Double(time), detail: big))
+                }
+            } throws: { error in
+                if case .full = error as? StoreError { true } else { false }
+            }
+            // Whatever fitted before the disk filled is kept, whole; the refused transaction left nothing.
+            #expect(try store.pendingRequests().map(\.identifier) == ["a"])
+            #expect(try store.runningTasks().isEmpty)
+            let history = try store.history(since: 0, limit: 1000)
+            #expect(history.contains { $0.time == 1 && $0.detail == "test" })
+            #expect(history.allSatisfy { $0.event == .submitted })
+        }
+        // With room again (a new connection has no cap), the store carries on.
+        let store = try TaskStore(path: path)
+        #expect(store.recoveredFromCorruption == nil)
+        #expect(try store.pendingRequests().map(\.identifier) == ["a"])
+        try store.startTasks([Sample.running("t1", Sample.maps, "a")], history: [])
+        #expect(try store.runningTasks().map(\.taskID) == ["t1"])
+    }
+}
