@@ -211,9 +211,13 @@ extension TaskEngine {
         apps[appID]?.lastDeliveryFailureAt = nil
 
         guard var live = slices[sliceID] else { return }  // completed already
-        if activating, let owner = try? await connection.credentials(of: target), let pid = owner.pid {
+        if activating, let owner = try? await connection.nameOwner(of: target) {
+            // From now on the slice belongs to the connection that took the name: its leaving
+            // closes the slice, and ExpireTask goes to it.
+            let pid = try? await connection.credentials(of: owner).pid
             if var current = slices[sliceID] {
-                attach(inspector.identify(pid: pid), to: &current)
+                current.connection = owner
+                if let pid { attach(inspector.identify(pid: pid), to: &current) }
                 slices[sliceID] = current
             }
         }

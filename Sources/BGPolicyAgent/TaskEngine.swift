@@ -58,6 +58,7 @@ actor TaskEngine {
     var evaluationTimer: Task<Void, Never>?
     var evaluationTimerDue: UnixTime?
     var evaluationQueued = false
+    var historyAppends = 0
     /// The engine's part of `GetStatus`, for answers that do not wait for the engine.
     nonisolated let statusSnapshot = Mutex<[String: Variant]>([:])
 
@@ -83,6 +84,7 @@ actor TaskEngine {
                 "Task interrupted by the agent's stop",
                 metadata: ["app.id": "\(entry.appID?.rawValue ?? "-")", "task.id": "\(entry.taskID ?? "-")"])
         }
+        try store.pruneHistory(before: now - Self.historyRetention)
         globalEnabled = try store.globalEnabled()
         let since = now - Self.violationMemory
         for record in try store.apps() {
@@ -99,6 +101,9 @@ actor TaskEngine {
             "Tasks loaded",
             metadata: ["apps": "\(apps.count)", "pending": "\(pendingCount)", "global.enabled": "\(globalEnabled)"])
     }
+
+    /// History is kept this long (8 weeks), pruned at start and every 1000 entries.
+    static let historyRetention: UnixTime = 56 * 86_400
 
     /// Violations older than this no longer count against an app.
     static let violationMemory: UnixTime = 7 * 86_400
@@ -426,6 +431,8 @@ actor TaskEngine {
     func appendHistory(_ entry: HistoryEntry) {
         do {
             try store.append(entry)
+            historyAppends += 1
+            if historyAppends % 1000 == 0 { try store.pruneHistory(before: entry.time - Self.historyRetention) }
         } catch {
             logger.error("Could not write history", metadata: ["event": "\(entry.event.rawValue)", "error": "\(error)"])
         }
