@@ -1,0 +1,45 @@
+public import BGPolicyCore
+
+/// Who a process is, as far as the machine can vouch for it (SPEC §1, App identity).
+public struct ProcessIdentity: Sendable, Equatable {
+    public var pid: UInt32
+    /// The derived app id; nil when nothing vouches for one, so the caller must name itself
+    /// (and is then unverified).
+    public var appID: AppID?
+    /// Where `appID` came from; `.unverified` when `appID` is nil.
+    public var source: IdentitySource
+    /// The app's own systemd unit (an `app-*.scope`/`.service`, or a snap's scope), which the
+    /// CPU monitor may throttle or freeze; nil otherwise — never a shared unit such as
+    /// `session-2.scope` or a terminal's `vte-spawn-….scope`.
+    public var unit: String?
+    /// The cgroup of `unit` (from the cgroup root, e.g. `/user.slice/…/app-gnome-org.gnome.Maps-1.scope`),
+    /// which is what the CPU monitor measures; nil exactly when `unit` is, so that
+    /// `cpuUsage(pid:cgroupPath:)` never counts a cgroup shared with other programs.
+    public var cgroupPath: String?
+
+    public init(pid: UInt32, appID: AppID?, source: IdentitySource, unit: String? = nil, cgroupPath: String? = nil) {
+        self.pid = pid
+        self.appID = appID
+        self.source = source
+        self.unit = unit
+        self.cgroupPath = cgroupPath
+    }
+
+    /// A process nothing vouches for.
+    public static func unverified(pid: UInt32) -> ProcessIdentity {
+        ProcessIdentity(pid: pid, appID: nil, source: .unverified)
+    }
+}
+
+/// CPU time a process (or its app's cgroup) has used since it started.
+public struct CPUReading: Sendable, Equatable {
+    /// User plus system time, in seconds.
+    public var cpuSeconds: Double
+    /// Whether this is the cgroup's `usage_usec` rather than the sum over the process tree.
+    public var fromCgroup: Bool
+
+    public init(cpuSeconds: Double, fromCgroup: Bool) {
+        self.cpuSeconds = cpuSeconds
+        self.fromCgroup = fromCgroup
+    }
+}

@@ -1,0 +1,250 @@
+import BGPolicyCore
+import Glibc
+
+/// Reads who a process is and how much CPU it has used, from procfs and cgroupfs
+/// (SPEC §1; the contract's "Identity"). Both roots are paths so that tests can build fake ones.
+///
+/// Every read is bounded: these files come from the kernel, but `.flatpak-info` lies inside the
+/// process's own root, and a hostile root could hold anything there.
+public struct ProcessInspector: Sendable {
+    /// Where procfs is mounted; `<procRoot>/<pid>/{cgroup,stat,root}` are read.
+    public var procRoot: String
+    /// Where the cgroup-v2 hierarchy is mounted; `<cgroupRoot><cgroup path>/cpu.stat` is read.
+    public var cgroupRoot: String
+
+    public init(procRoot: String = "/proc", cgroupRoot: String = "/sys/fs/cgroup") {
+        self.procRoot = procRoot
+        self.cgroupRoot = cgroupRoot
+    }
+
+    /// The default roots, overridden by `BGPOLICY_PROC_ROOT` and `BGPOLICY_CGROUP_ROOT` when set
+    /// and not empty (tests).
+    public static func fromEnvironment() -> ProcessInspector {
+        func variable(_ name: String) -> String? {
+            guard let raw = getenv(name) else { return nil }
+            let value = String(cString: raw)
+            return value.isEmpty ? nil : value
+        }
+        return ProcessInspector(
+            procRoot: variable("BGPOLICY_PROC_ROOT") ?? "/proc", cgroupRoot: variable("BGPOLICY_CGROUP_ROOT") ?? "/sys/fs/cgroup")
+    }
+
+    // MARK: Identity
+
+    /// Who `pid` is: its Flatpak instance (`<procRoot>/<pid>/root/.flatpak-info`) first, then its
+    /// snap, then its systemd app unit; unverified when none of them names it (or it is gone).
+    ///
+    /// A process whose root holds a `.flatpak-info` that names no app (a runtime run with
+    /// `flatpak run --command`, a damaged file, or a symlink or FIFO in its place) is sandboxed
+    /// yet unnamed: it is unverified, not identified by its cgroup, because only Flatpak vouches
+    /// for what runs in a sandbox and here it names nothing.
+    public func identify(pid: UInt32) -> ProcessIdentity {
+        let cgroupText = ProcFile.read("\(procRoot)/\(pid)/cgroup", limit: Self.cgroupFileLimit).map(ProcFile.text)
+        let path = cgroupText.flatMap(AppIdentityParser.cgroupPath(fromProcCgroup:))
+        let unit = path.flatMap(AppIdentityParser.unitName(fromCgroupPath:))
+
+        /// The identity, with the process's unit when that unit is the app's own.
+        func identity(_ id: AppID, _ source: IdentitySource, unitBelongs: (String) -> Bool) -> ProcessIdentity {
+            guard let path, let unit, unitBelongs(unit), let unitCgroup = Self.cgroup(of: unit, in: path) else {
+                return ProcessIdentity(pid: pid, appID: id, source: source)
+            }
+            return ProcessIdentity(pid: pid, appID: id, source: source, unit: unit, cgroupPath: unitCgroup)
+        }
+
+        switch flatpakInstance(pid: pid) {
+        case .app(let id):
+            // Flatpak runs each instance in `app-flatpak-<id>-<pid>.scope`; any other unit is shared.
+            return identity(id, .flatpak) { AppIdentityParser.appID(fromUnitName: $0) == id }
+        case .unnamed:
+            return .unverified(pid: pid)
+        case .none:
+            break
+        }
+        if let path, let id = AppIdentityParser.snapAppID(fromCgroupPath: path) {
+            return identity(id, .snap) { AppIdentityParser.snapAppID(fromCgroupPath: "/" + $0) == id }
+        }
+        if let unit, let id = AppIdentityParser.appID(fromUnitName: unit) {
+            return identity(id, .systemdUnit) { _ in true }
+        }
+        return .unverified(pid: pid)
+    }
+
+    private enum FlatpakInstance {
+        case none
+        case app(AppID)
+        case unnamed
+    }
+
+    private func flatpakInstance(pid: UInt32) -> FlatpakInstance {
+        // O_NOFOLLOW and the regular-file check in ProcFile: the file lies in the sandbox's root.
+        switch ProcFile.open("\(procRoot)/\(pid)/root/.flatpak-info", limit: Self.flatpakInfoLimit, flags: O_NOFOLLOW) {
+        case .success(let bytes):
+            return AppIdentityParser.flatpakAppID(fromInfo: ProcFile.text(bytes)).map(FlatpakInstance.app) ?? .unnamed
+        case .failure(let failure):
+            // Absent (a host process, or one already gone) or unreadable (a FUSE root, as in a
+            // toolbox container, which Flatpak never uses): not a Flatpak instance. Anything
+            // else (a symlink, a FIFO, a huge file) is a root that someone has tampered with.
+            return [ENOENT, ENOTDIR, EACCES, ESRCH].contains(failure.code) ? .none : .unnamed
+        }
+    }
+
+    /// The cgroup path up to and including `unit`'s component.
+    static func cgroup(of unit: String, in path: String) -> String? {
+        var prefix = ""
+        for component in path.split(separator: "/") {
+            prefix += "/" + component
+            if component == unit { return prefix }
+        }
+        return nil
+    }
+
+    // MARK: CPU
+
+    /// The CPU time used so far, or nil when the process is gone.
+    ///
+    /// With `cgroupPath` (the app's own unit's cgroup, `ProcessIdentity.cgroupPath`), the
+    /// cgroup's `cpu.stat` `usage_usec` when that file can be read: it counts every process of
+    /// the unit, however it forked. Pass nil for a process without a unit of its own, whose
+    /// cgroup is shared. Otherwise the sum over the process tree from `<procRoot>/*/stat`:
+    /// the process's utime+stime+cutime+cstime plus the same four of every live descendant.
+    /// Counting the descendants' cutime+cstime too keeps the sum from dropping when a
+    /// grandchild is reaped by a child (its time moves into that child's cutime); a process that
+    /// leaves the tree (re-parented to a subreaper or init) is no longer counted.
+    public func cpuUsage(pid: UInt32, cgroupPath: String?) -> CPUReading? {
+        guard let own = readStat(pid: pid) else { return nil }
+        if let cgroupPath, let usec = cgroupUsage(cgroupPath) {
+            return CPUReading(cpuSeconds: Double(usec) / 1_000_000, fromCgroup: true)
+        }
+        let ticks = own.totalTicks &+ descendantTicks(of: pid)
+        return CPUReading(cpuSeconds: Double(ticks) / Self.clockTicksPerSecond, fromCgroup: false)
+    }
+
+    private func cgroupUsage(_ cgroupPath: String) -> UInt64? {
+        // The path comes from /proc, but the caller passes it: never climb out of the root.
+        guard cgroupPath.hasPrefix("/"), !cgroupPath.split(separator: "/").contains(where: { $0 == ".." || $0 == "." }) else {
+            return nil
+        }
+        let directory = cgroupPath.hasSuffix("/") ? String(cgroupPath.dropLast()) : cgroupPath
+        guard let bytes = ProcFile.read(cgroupRoot + directory + "/cpu.stat", limit: Self.smallFileLimit) else { return nil }
+        for line in ProcFile.text(bytes).split(separator: "\n") {
+            let fields = line.split(separator: " ")
+            if fields.count == 2, fields[0] == "usage_usec" { return UInt64(fields[1]) }
+        }
+        return nil
+    }
+
+    /// The four times of every live descendant of `pid`, in clock ticks.
+    private func descendantTicks(of pid: UInt32) -> UInt64 {
+        guard let directory = opendir(procRoot) else { return 0 }
+        defer { closedir(directory) }
+        var children: [UInt32: [UInt32]] = [:]
+        var ticks: [UInt32: UInt64] = [:]
+        while let entry = readdir(directory) {
+            let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
+                String(decoding: raw.prefix(while: { $0 != 0 }), as: UTF8.self)
+            }
+            guard let other = UInt32(name), other != pid, let stat = readStat(pid: other) else { continue }
+            children[stat.ppid, default: []].append(other)
+            ticks[other] = stat.totalTicks
+        }
+        var total: UInt64 = 0
+        var pending = children[pid] ?? []
+        var seen: Set<UInt32> = [pid]
+        // A snapshot of a live /proc (or a fake root) could hold a ppid cycle: visit each pid once.
+        while let next = pending.popLast() {
+            guard seen.insert(next).inserted else { continue }
+            total &+= ticks[next] ?? 0
+            pending += children[next] ?? []
+        }
+        return total
+    }
+
+    private func readStat(pid: UInt32) -> ProcStat? {
+        ProcFile.read("\(procRoot)/\(pid)/stat", limit: Self.smallFileLimit).flatMap(ProcStat.init(parsing:))
+    }
+
+    static let clockTicksPerSecond: Double = {
+        let ticks = sysconf(Int32(_SC_CLK_TCK))
+        return ticks > 0 ? Double(ticks) : 100
+    }()
+
+    /// /proc/PID/cgroup holds one line per v1 hierarchy, each path at most PATH_MAX.
+    static let cgroupFileLimit = 64 * 1024
+    /// .flatpak-info is a few kilobytes; a sandbox with very many permissions stays far below this.
+    static let flatpakInfoLimit = 1024 * 1024
+    /// /proc/PID/stat is 52 numbers and a 16-byte name; cpu.stat a dozen lines.
+    static let smallFileLimit = 8 * 1024
+}
+
+/// The fields of /proc/PID/stat the inspector needs (proc(5)).
+struct ProcStat: Equatable {
+    var ppid: UInt32
+    var utime: UInt64
+    var stime: UInt64
+    var cutime: UInt64
+    var cstime: UInt64
+
+    var totalTicks: UInt64 { utime &+ stime &+ cutime &+ cstime }
+
+    /// Parses `pid (comm) state ppid … utime stime cutime cstime …`. The name may hold spaces
+    /// and parentheses, and the kernel does not escape them, so the fields start after the
+    /// *last* ')'.
+    init?(parsing bytes: [UInt8]) {
+        guard let close = bytes.lastIndex(of: UInt8(ascii: ")")) else { return nil }
+        let fields = bytes[(close + 1)...].split(whereSeparator: { $0 == UInt8(ascii: " ") || $0 == UInt8(ascii: "\n") })
+        // fields[0] is the state (field 3 of proc(5)); utime is field 14, cstime field 17.
+        guard fields.count > 14 else { return nil }
+        func number(_ index: Int) -> Int64? { Int64(String(decoding: fields[index], as: UTF8.self)) }
+        guard let ppid = number(1), let utime = number(11), let stime = number(12), let cutime = number(13),
+            let cstime = number(14), ppid >= 0, ppid <= Int64(UInt32.max)
+        else { return nil }
+        self.ppid = UInt32(ppid)
+        // cutime and cstime are signed in the kernel's format; they are never negative in practice.
+        self.utime = UInt64(max(utime, 0))
+        self.stime = UInt64(max(stime, 0))
+        self.cutime = UInt64(max(cutime, 0))
+        self.cstime = UInt64(max(cstime, 0))
+    }
+}
+
+/// Bounded reads of small files with plain system calls.
+enum ProcFile {
+    /// The file's bytes, or nil when it cannot be opened, is not a regular file, or is larger than `limit`.
+    static func read(_ path: String, limit: Int) -> [UInt8]? {
+        try? open(path, limit: limit, flags: 0).get()
+    }
+
+    /// An `errno` value from a failed read.
+    struct Failure: Error, Equatable {
+        var code: Int32
+    }
+
+    /// Like `read`, but says why it failed (`errno`; EFBIG for a file over `limit`, EINVAL for
+    /// one that is not a regular file).
+    static func open(_ path: String, limit: Int, flags: Int32) -> Result<[UInt8], Failure> {
+        // O_NONBLOCK: a FIFO planted where a file was expected must not block the opener.
+        let fd = Glibc.open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK | flags)
+        guard fd >= 0 else { return .failure(Failure(code: errno)) }
+        defer { close(fd) }
+        var info = stat()
+        guard fstat(fd, &info) == 0 else { return .failure(Failure(code: errno)) }
+        // procfs and cgroupfs files are regular files that report size 0, so read until EOF.
+        guard info.st_mode & S_IFMT == S_IFREG else { return .failure(Failure(code: EINVAL)) }
+        var bytes: [UInt8] = []
+        var chunk = [UInt8](repeating: 0, count: 4096)
+        while true {
+            let n = chunk.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, $0.count) }
+            if n < 0 {
+                if errno == EINTR { continue }
+                return .failure(Failure(code: errno))
+            }
+            if n == 0 { return .success(bytes) }
+            bytes += chunk[..<n]
+            if bytes.count > limit { return .failure(Failure(code: EFBIG)) }
+        }
+    }
+
+    static func text(_ bytes: [UInt8]) -> String {
+        String(decoding: bytes, as: UTF8.self)
+    }
+}

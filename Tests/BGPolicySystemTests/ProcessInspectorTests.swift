@@ -1,0 +1,237 @@
+import BGPolicyCore
+import BGPolicySystem
+import Foundation
+import Testing
+
+/// A fake procfs and cgroupfs in a temporary directory, removed when the value goes away.
+private final class FakeRoots {
+    let directory: URL
+    var proc: String { directory.appendingPathComponent("proc").path }
+    var cgroup: String { directory.appendingPathComponent("cgroup").path }
+    var inspector: ProcessInspector { ProcessInspector(procRoot: proc, cgroupRoot: cgroup) }
+
+    init() throws {
+        directory = FileManager.default.temporaryDirectory.appendingPathComponent("bgpolicy-proc-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(atPath: directory.appendingPathComponent("proc").path, withIntermediateDirectories: true)
+        try FileManager.default.createDirectory(atPath: directory.appendingPathComponent("cgroup").path, withIntermediateDirectories: true)
+    }
+
+    deinit {
+        try? FileManager.default.removeItem(at: directory)
+    }
+
+    func write(_ text: String, to relative: String) throws {
+        let url = directory.appendingPathComponent(relative)
+        try FileManager.default.createDirectory(at: url.deletingLastPathComponent(), withIntermediateDirectories: true)
+        try Data(text.utf8).write(to: url)
+    }
+
+    func cgroupFile(pid: UInt32, path: String) throws {
+        try write("0::\(path)\n", to: "proc/\(pid)/cgroup")
+    }
+
+    /// A /proc/PID/stat line in the kernel's format; times are in clock ticks.
+    func stat(pid: UInt32, comm: String = "worker", ppid: UInt32, utime: Int, stime: Int, cutime: Int = 0, cstime: Int = 0) throws {
+        let fields = ["S", "\(ppid)", "\(pid)", "\(pid)", "0", "-1", "4194560", "100", "0", "0", "0",
+                      "\(utime)", "\(stime)", "\(cutime)", "\(cstime)", "20", "0", "1", "0", "12345", "1000000", "200"]
+            + Array(repeating: "0", count: 30)
+        try write("\(pid) (\(comm)) " + fields.joined(separator: " ") + "\n", to: "proc/\(pid)/stat")
+    }
+}
+
+private let ticksPerSecond = Double(sysconf(Int32(_SC_CLK_TCK)))
+private let userManager = "/user.slice/user-1000.slice/user@1000.service"
+
+@Suite("ProcessInspector")
+struct ProcessInspectorTests {
+    // MARK: Identity
+
+    @Test("a Flatpak instance is named by .flatpak-info, with its own scope")
+    func flatpak() throws {
+        let roots = try FakeRoots()
+        let scope = "\(userManager)/app.slice/app-flatpak-org.gnome.Maps-4242.scope"
+        try roots.cgroupFile(pid: 4242, path: scope)
+        try roots.write("[Application]\nname=org.gnome.Maps\nruntime=runtime/org.gnome.Platform/x86_64/46\n\n[Instance]\ninstance-id=1\n",
+                        to: "proc/4242/root/.flatpak-info")
+        #expect(
+            roots.inspector.identify(pid: 4242)
+                == ProcessIdentity(pid: 4242, appID: AppID(rawValue: "org.gnome.Maps"), source: .flatpak,
+                                   unit: "app-flatpak-org.gnome.Maps-4242.scope", cgroupPath: scope))
+    }
+
+    @Test("a Flatpak instance in someone else's unit gets no unit to throttle")
+    func flatpakInForeignUnit() throws {
+        let roots = try FakeRoots()
+        try roots.cgroupFile(pid: 7, path: "/user.slice/user-1000.slice/session-2.scope")
+        try roots.write("[Application]\nname=org.gnome.Maps\n", to: "proc/7/root/.flatpak-info")
+        #expect(roots.inspector.identify(pid: 7) == ProcessIdentity(pid: 7, appID: AppID(rawValue: "org.gnome.Maps"), source: .flatpak))
+
+        try roots.cgroupFile(pid: 8, path: "\(userManager)/app.slice/app-gnome-org.other.App-8.scope")
+        try roots.write("[Application]\nname=org.gnome.Maps\n", to: "proc/8/root/.flatpak-info")
+        #expect(roots.inspector.identify(pid: 8) == ProcessIdentity(pid: 8, appID: AppID(rawValue: "org.gnome.Maps"), source: .flatpak))
+    }
+
+    @Test("a sandbox that names no app is unverified, whatever its cgroup says")
+    func flatpakUnnamed() throws {
+        let roots = try FakeRoots()
+        for pid: UInt32 in [10, 11, 12] {
+            try roots.cgroupFile(pid: pid, path: "\(userManager)/app.slice/app-gnome-org.gnome.Maps-\(pid).scope")
+        }
+        try roots.write("[Runtime]\nname=org.gnome.Sdk\n", to: "proc/10/root/.flatpak-info")
+        // A symlink and a FIFO where the file should be: tampered with, and the FIFO must not block.
+        try FileManager.default.createDirectory(atPath: roots.proc + "/11/root", withIntermediateDirectories: true)
+        try FileManager.default.createSymbolicLink(atPath: roots.proc + "/11/root/.flatpak-info", withDestinationPath: roots.proc + "/10/root/.flatpak-info")
+        try FileManager.default.createDirectory(atPath: roots.proc + "/12/root", withIntermediateDirectories: true)
+        #expect(mkfifo(roots.proc + "/12/root/.flatpak-info", 0o600) == 0)
+        for pid: UInt32 in [10, 11, 12] {
+            #expect(roots.inspector.identify(pid: pid) == .unverified(pid: pid))
+        }
+    }
+
+    @Test("a snap is named by its scope")
+    func snap() throws {
+        let roots = try FakeRoots()
+        let scope = "\(userManager)/app.slice/snap.firefox.firefox-2bcc5f39-2b4a-4fd4-9b2b-3b2b6f1c8d1e.scope"
+        try roots.cgroupFile(pid: 31, path: scope)
+        #expect(
+            roots.inspector.identify(pid: 31)
+                == ProcessIdentity(pid: 31, appID: AppID(rawValue: "snap.firefox"), source: .snap,
+                                   unit: "snap.firefox.firefox-2bcc5f39-2b4a-4fd4-9b2b-3b2b6f1c8d1e.scope", cgroupPath: scope))
+    }
+
+    @Test("an app unit names the app: GNOME, KDE, cgroup v1")
+    func appUnits() throws {
+        let roots = try FakeRoots()
+        let gnome = "\(userManager)/app.slice/app-gnome-firefox\\x2desr-9876.scope"
+        try roots.cgroupFile(pid: 9876, path: gnome)
+        #expect(
+            roots.inspector.identify(pid: 9876)
+                == ProcessIdentity(pid: 9876, appID: AppID(rawValue: "firefox-esr"), source: .systemdUnit,
+                                   unit: "app-gnome-firefox\\x2desr-9876.scope", cgroupPath: gnome))
+
+        // A process in a sub-cgroup of its unit: the unit's cgroup is what is measured.
+        let kde = "\(userManager)/app.slice/app-org.kde.dolphin@a1b2.service"
+        try roots.cgroupFile(pid: 55, path: kde + "/worker")
+        #expect(
+            roots.inspector.identify(pid: 55)
+                == ProcessIdentity(pid: 55, appID: AppID(rawValue: "org.kde.dolphin"), source: .systemdUnit,
+                                   unit: "app-org.kde.dolphin@a1b2.service", cgroupPath: kde))
+
+        let maps = "\(userManager)/app.slice/app-gnome-org.gnome.Maps-12345.scope"
+        try roots.write("12:pids:/\n4:memory:/\n1:name=systemd:\(maps)\n", to: "proc/12345/cgroup")
+        #expect(roots.inspector.identify(pid: 12345).appID == AppID(rawValue: "org.gnome.Maps"))
+        #expect(roots.inspector.identify(pid: 12345).unit == "app-gnome-org.gnome.Maps-12345.scope")
+    }
+
+    @Test("a terminal, a session scope or no cgroup at all: unverified, no unit")
+    func unverified() throws {
+        let roots = try FakeRoots()
+        try roots.cgroupFile(pid: 2, path: "/user.slice/user-1000.slice/session-2.scope")
+        try roots.cgroupFile(pid: 3, path: "\(userManager)/app.slice/app-org.gnome.Terminal.slice/vte-spawn-228ae109-a869-4533-8988-65ea4c10b492.scope")
+        try roots.cgroupFile(pid: 4, path: "/")
+        try roots.write("garbage", to: "proc/5/cgroup")
+        for pid: UInt32 in [2, 3, 4, 5, 6] {
+            #expect(roots.inspector.identify(pid: pid) == .unverified(pid: pid))
+        }
+    }
+
+    // MARK: CPU
+
+    @Test("/proc/PID/stat: fields after the last ')', descendants summed, strangers not")
+    func processTree() throws {
+        let roots = try FakeRoots()
+        // The app, with a name the kernel does not escape.
+        try roots.stat(pid: 100, comm: "my) (app", ppid: 1, utime: 300, stime: 100, cutime: 50, cstime: 10)
+        try roots.stat(pid: 101, comm: "child", ppid: 100, utime: 20, stime: 5)
+        try roots.stat(pid: 102, comm: ") )", ppid: 101, utime: 7, stime: 3, cutime: 4, cstime: 1)
+        try roots.stat(pid: 200, comm: "stranger", ppid: 1, utime: 9999, stime: 9999)
+        try roots.stat(pid: 201, comm: "stranger's child", ppid: 200, utime: 9999, stime: 9999)
+        try roots.write("not a pid", to: "proc/self/stat")
+        let reading = try #require(roots.inspector.cpuUsage(pid: 100, cgroupPath: nil))
+        #expect(reading.fromCgroup == false)
+        #expect(reading.cpuSeconds == Double(300 + 100 + 50 + 10 + 20 + 5 + 7 + 3 + 4 + 1) / ticksPerSecond)
+        // A child alone.
+        #expect(roots.inspector.cpuUsage(pid: 102, cgroupPath: nil) == CPUReading(cpuSeconds: 15 / ticksPerSecond, fromCgroup: false))
+    }
+
+    @Test("a ppid cycle in a snapshot counts each process once")
+    func cycle() throws {
+        let roots = try FakeRoots()
+        try roots.stat(pid: 1, ppid: 2, utime: 1, stime: 0)
+        try roots.stat(pid: 2, ppid: 1, utime: 10, stime: 0)
+        #expect(roots.inspector.cpuUsage(pid: 1, cgroupPath: nil)?.cpuSeconds == 11 / ticksPerSecond)
+    }
+
+    @Test("cpu.stat usage_usec when the cgroup has one, the process tree otherwise")
+    func cgroup() throws {
+        let roots = try FakeRoots()
+        let scope = "\(userManager)/app.slice/app-gnome-org.gnome.Maps-12345.scope"
+        try roots.stat(pid: 12345, ppid: 1, utime: 100, stime: 0)
+        try roots.write("usage_usec 2500000\nuser_usec 2000000\nsystem_usec 500000\nnr_periods 0\n", to: "cgroup" + scope + "/cpu.stat")
+        #expect(roots.inspector.cpuUsage(pid: 12345, cgroupPath: scope) == CPUReading(cpuSeconds: 2.5, fromCgroup: true))
+        #expect(roots.inspector.cpuUsage(pid: 12345, cgroupPath: scope + "/") == CPUReading(cpuSeconds: 2.5, fromCgroup: true))
+        let fallback = CPUReading(cpuSeconds: 100 / ticksPerSecond, fromCgroup: false)
+        // No cpu.stat (cgroup v1, or a vanished unit), one without usage_usec, or a path that climbs out.
+        #expect(roots.inspector.cpuUsage(pid: 12345, cgroupPath: "/user.slice/other.scope") == fallback)
+        try roots.write("nr_periods 0\n", to: "cgroup/empty.scope/cpu.stat")
+        #expect(roots.inspector.cpuUsage(pid: 12345, cgroupPath: "/empty.scope") == fallback)
+        try roots.write("usage_usec 1\n", to: "secret/cpu.stat")
+        #expect(roots.inspector.cpuUsage(pid: 12345, cgroupPath: "/../secret") == fallback)
+        #expect(roots.inspector.cpuUsage(pid: 12345, cgroupPath: "relative") == fallback)
+    }
+
+    @Test("a vanished process reads nil, even when its cgroup remains")
+    func vanished() throws {
+        let roots = try FakeRoots()
+        try roots.write("usage_usec 2500000\n", to: "cgroup/app.scope/cpu.stat")
+        #expect(roots.inspector.cpuUsage(pid: 999, cgroupPath: "/app.scope") == nil)
+        #expect(roots.inspector.cpuUsage(pid: 999, cgroupPath: nil) == nil)
+        #expect(roots.inspector.identify(pid: 999) == .unverified(pid: 999))
+        // Truncated or oversized stat files read as gone, not as garbage.
+        try roots.write("998 (cut", to: "proc/998/stat")
+        #expect(roots.inspector.cpuUsage(pid: 998, cgroupPath: nil) == nil)
+        try roots.write("997 (x) S 1 " + String(repeating: "1 ", count: 5000), to: "proc/997/stat")
+        #expect(roots.inspector.cpuUsage(pid: 997, cgroupPath: nil) == nil)
+    }
+
+    @Test("the real /proc/self: a busy loop's CPU within ±10 %")
+    func realProcess() throws {
+        // A proc root that shows only this process, so that other tests' children do not count.
+        let roots = try FakeRoots()
+        let pid = UInt32(getpid())
+        try FileManager.default.createSymbolicLink(atPath: roots.proc + "/\(pid)", withDestinationPath: "/proc/\(pid)")
+        let inspector = ProcessInspector(procRoot: roots.proc, cgroupRoot: roots.cgroup)
+
+        // What the kernel counts for this process and its reaped children, as cutime/cstime do.
+        func reference() -> Double {
+            var now = timespec()
+            clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &now)
+            var children = rusage()
+            getrusage(__rusage_who_t(RUSAGE_CHILDREN.rawValue), &children)
+            return Double(now.tv_sec) + Double(now.tv_nsec) / 1e9
+                + Double(children.ru_utime.tv_sec + children.ru_stime.tv_sec)
+                + Double(children.ru_utime.tv_usec + children.ru_stime.tv_usec) / 1e6
+        }
+        func threadSeconds() -> Double {
+            var now = timespec()
+            clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now)
+            return Double(now.tv_sec) + Double(now.tv_nsec) / 1e9
+        }
+
+        let before = try #require(inspector.cpuUsage(pid: pid, cgroupPath: nil))
+        let referenceBefore = reference()
+        let start = threadSeconds()
+        var spin: UInt64 = 0
+        while threadSeconds() - start < 0.6 {
+            for i in 0..<10_000 { spin = spin &* 31 &+ UInt64(i) }
+        }
+        let after = try #require(inspector.cpuUsage(pid: pid, cgroupPath: nil))
+        let referenceAfter = reference()
+        #expect(spin != 42)
+
+        let measured = after.cpuSeconds - before.cpuSeconds
+        let expected = referenceAfter - referenceBefore
+        #expect(after.fromCgroup == false)
+        #expect(abs(measured - expected) <= 0.1 * expected, "measured \(measured) s, expected \(expected) s")
+    }
+}

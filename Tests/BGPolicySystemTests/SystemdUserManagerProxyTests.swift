@@ -1,0 +1,140 @@
+import BGPolicyDBus
+import Foundation
+import Testing
+
+@testable import BGPolicySystem
+
+/// A private dbus-daemon with python-dbusmock's `systemd` template on it, as the user manager.
+private final class MockUserManager: @unchecked Sendable {
+    let address: String
+    private let bus: Process
+    private var mock: Process?
+
+    init() throws {
+        bus = Process()
+        bus.executableURL = URL(fileURLWithPath: "/usr/bin/dbus-daemon")
+        bus.arguments = ["--session", "--nofork", "--nopidfile", "--print-address=1"]
+        let pipe = Pipe()
+        bus.standardOutput = pipe
+        bus.standardError = FileHandle.nullDevice
+        try bus.run()
+        var data = Data()
+        while !data.contains(UInt8(ascii: "\n")) {
+            let chunk = pipe.fileHandleForReading.availableData
+            guard !chunk.isEmpty else { break }
+            data.append(chunk)
+        }
+        guard let line = String(decoding: data, as: UTF8.self).split(separator: "\n").first else {
+            kill(bus.processIdentifier, SIGKILL)
+            bus.waitUntilExit()
+            throw CocoaError(.fileReadUnknown)
+        }
+        address = String(line)
+    }
+
+    /// Starts the mock and waits (bounded) until it owns org.freedesktop.systemd1.
+    func start(connection: DBusConnection) async throws {
+        let mock = Process()
+        mock.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
+        mock.arguments = ["-m", "dbusmock", "--session", "--template", "systemd"]
+        var environment = ProcessInfo.processInfo.environment
+        environment["DBUS_SESSION_BUS_ADDRESS"] = address
+        mock.environment = environment
+        mock.standardOutput = FileHandle.nullDevice
+        mock.standardError = FileHandle.nullDevice
+        try mock.run()
+        self.mock = mock
+        let deadline = ContinuousClock.now + .seconds(20)
+        while try await connection.nameOwner(of: SystemdUserManagerProxy.busName) == nil {
+            guard ContinuousClock.now < deadline, mock.isRunning else { throw CocoaError(.executableLoad) }
+            try await Task.sleep(for: .milliseconds(50))
+        }
+    }
+
+    deinit {
+        // By pid, and SIGKILL: the test runner's threads may block SIGTERM for children.
+        for process in [mock, bus].compactMap({ $0 }) where process.isRunning {
+            kill(process.processIdentifier, SIGKILL)
+            process.waitUntilExit()
+        }
+    }
+}
+
+@Suite("SystemdUserManagerProxy", .serialized)
+struct SystemdUserManagerProxyTests {
+    static let managerPath = try! ObjectPath("/org/freedesktop/systemd1")
+    static let managerInterface = "org.freedesktop.systemd1.Manager"
+    static let mockInterface = "org.freedesktop.DBus.Mock"
+
+    /// Adds a method to the mock manager; `code` is Python run on each call.
+    func addMethod(_ connection: DBusConnection, _ name: String, signature: String, code: String = "") async throws {
+        _ = try await connection.call(
+            destination: SystemdUserManagerProxy.busName, path: Self.managerPath, interface: Self.mockInterface, member: "AddMethod",
+            [.string(Self.managerInterface), .string(name), .string(signature), .string(""), .string(code)], timeout: .seconds(5))
+    }
+
+    /// The arguments of each call of `method` the mock received.
+    func calls(_ connection: DBusConnection, _ method: String) async throws -> [[DBusValue]] {
+        let reply = try await connection.call(
+            destination: SystemdUserManagerProxy.busName, path: Self.managerPath, interface: Self.mockInterface, member: "GetMethodCalls",
+            [.string(method)], timeout: .seconds(5))
+        guard case .array(_, let entries)? = reply.first else { return [] }
+        return entries.compactMap { entry in
+            guard case .structure(let fields) = entry, fields.count == 2, case .array(_, let arguments) = fields[1] else { return nil }
+            return arguments.map(\.unwrappedVariant)
+        }
+    }
+
+    @Test("quota, release, freeze and thaw reach the manager with systemd's signatures")
+    func calls() async throws {
+        let manager = try MockUserManager()
+        let connection = try await DBusConnection.connect(to: .address(manager.address))
+        defer { connection.close() }
+        try await manager.start(connection: connection)
+        try await addMethod(connection, "SetUnitProperties", signature: "sba(sv)")
+        try await addMethod(connection, "FreezeUnit", signature: "s")
+        try await addMethod(connection, "ThawUnit", signature: "s")
+
+        let proxy = SystemdUserManagerProxy(connection: connection)
+        let unit = #"app-gnome-firefox\x2desr-9876.scope"#
+        try await proxy.setCPUQuota(unit: unit, percent: 10)
+        try await proxy.setCPUQuota(unit: unit, percent: 250)
+        try await proxy.clearCPUQuota(unit: unit)
+        try await proxy.freeze(unit: unit)
+        try await proxy.thaw(unit: unit)
+
+        func quota(_ usec: UInt64) -> [DBusValue] {
+            [.string(unit), .boolean(true),
+             .array(element: .structure([.string, .variant]), [.structure([.string("CPUQuotaPerSecUSec"), .variant(.uint64(usec))])])]
+        }
+        #expect(try await calls(connection, "SetUnitProperties") == [quota(100_000), quota(2_500_000), quota(UInt64.max)])
+        #expect(try await calls(connection, "FreezeUnit") == [[.string(unit)]])
+        #expect(try await calls(connection, "ThawUnit") == [[.string(unit)]])
+    }
+
+    @Test("the manager's errors reach the caller; a silent manager times out")
+    func errors() async throws {
+        let manager = try MockUserManager()
+        let connection = try await DBusConnection.connect(to: .address(manager.address))
+        defer { connection.close() }
+        try await manager.start(connection: connection)
+        try await addMethod(
+            connection, "FreezeUnit", signature: "s",
+            code: "raise dbus.exceptions.DBusException('Unit x.scope not loaded.', name='org.freedesktop.systemd1.NoSuchUnit')")
+        try await addMethod(connection, "ThawUnit", signature: "s", code: "import time; time.sleep(3)")
+
+        let proxy = SystemdUserManagerProxy(connection: connection)
+        await #expect(throws: DBusError.remote(name: "org.freedesktop.systemd1.NoSuchUnit", message: "Unit x.scope not loaded.")) {
+            try await proxy.freeze(unit: "x.scope")
+        }
+        // No such method on the mock: systemd's own answer for an unknown member comes back as is.
+        await #expect(throws: DBusError.self) { try await proxy.clearCPUQuota(unit: "x.scope") }
+        await #expect(throws: DBusError.self) { try await proxy.setCPUQuota(unit: "x.scope", percent: 0) }
+        await #expect(throws: DBusError.self) { try await proxy.setCPUQuota(unit: "x.scope", percent: Int.max) }
+
+        let impatient = SystemdUserManagerProxy(connection: connection, timeout: .milliseconds(300))
+        let started = ContinuousClock.now
+        await #expect(throws: DBusError.self) { try await impatient.thaw(unit: "x.scope") }
+        #expect(ContinuousClock.now - started < .seconds(2))
+    }
+}
