@@ -105,7 +105,7 @@ struct KeyOverrideTests {
         let tested = Set(KeyOverride.all.map { "\($0.section).\($0.key)" })
         let schema = Set(ConfigurationSchema.allKnobs.map { "\($0.section).\($0.key)" })
         #expect(tested == schema)
-        #expect(schema.count == 26)
+        #expect(schema.count == 27)
     }
 
     @Test func allOverridesTogether() throws {
