@@ -23,30 +23,40 @@ final class AgentProcess {
         return String(exe[..<slash]) + "/bgpolicyd"
     }
 
-    /// Starts the agent with XDG_STATE_HOME and XDG_CONFIG_HOME in a fresh temporary folder,
-    /// its output in a log file there, and a clean signal mask and dispositions (so SIGTERM
-    /// reaches it whatever this process blocks).
-    static func spawn(path: String) throws(BenchFailure) -> AgentProcess {
+    /// Starts the agent with `--state-dir`, XDG_STATE_HOME and XDG_CONFIG_HOME in a fresh
+    /// temporary folder (or in `home`, to start again on the state an earlier agent left), its
+    /// output appended to a log file there, and a clean signal mask and dispositions (so
+    /// SIGTERM reaches it whatever this process blocks). `environment` adds variables.
+    static func spawn(path: String, home existingHome: String? = nil, environment extra: [String] = []) throws(BenchFailure) -> AgentProcess {
         guard access(path, X_OK) == 0 else {
             throw BenchFailure("no agent at \(path) (\(String(cString: strerror(errno)))): build the bgpolicyd product next to bgpolicy-bench, or pass --agent PATH")
         }
-        let tmp = getenv("TMPDIR").map { String(cString: $0) }.flatMap { $0.isEmpty ? nil : $0 } ?? "/tmp"
-        var template = Array((tmp + "/bgpolicy-bench.XXXXXX").utf8CString)
-        guard mkdtemp(&template) != nil else {
-            throw BenchFailure("mkdtemp in \(tmp): \(String(cString: strerror(errno)))")
+        let home: String
+        if let existingHome {
+            home = existingHome
+        } else {
+            let tmp = getenv("TMPDIR").map { String(cString: $0) }.flatMap { $0.isEmpty ? nil : $0 } ?? "/tmp"
+            var template = Array((tmp + "/bgpolicy-bench.XXXXXX").utf8CString)
+            guard mkdtemp(&template) != nil else {
+                throw BenchFailure("mkdtemp in \(tmp): \(String(cString: strerror(errno)))")
+            }
+            home = template.withUnsafeBufferPointer { String(cString: $0.baseAddress!) }
         }
-        let home = template.withUnsafeBufferPointer { String(cString: $0.baseAddress!) }
         let logPath = home + "/bgpolicyd.log"
 
         var environment: [String] = []
         var entry = environ
         while let pointer = entry.pointee {
             let text = String(cString: pointer)
-            if !text.hasPrefix("XDG_STATE_HOME=") && !text.hasPrefix("XDG_CONFIG_HOME=") { environment.append(text) }
+            let name = text.prefix { $0 != "=" }
+            if name != "XDG_STATE_HOME" && name != "XDG_CONFIG_HOME" && !extra.contains(where: { $0.hasPrefix(name + "=") }) {
+                environment.append(text)
+            }
             entry += 1
         }
         environment.append("XDG_STATE_HOME=\(home)/state")
         environment.append("XDG_CONFIG_HOME=\(home)/config")
+        environment += extra
         // Without a system bus the agent retries with a backoff, and those due timers would
         // count as idle wake-ups. Give it a quiet one: the session bus, where no UPower,
         // NetworkManager or logind runs, so its sources are simply missing.
@@ -54,7 +64,7 @@ final class AgentProcess {
             environment.append("DBUS_SYSTEM_BUS_ADDRESS=" + String(cString: session))
         }
 
-        let argv: [UnsafeMutablePointer<CChar>?] = [strdup(path), nil]
+        let argv: [UnsafeMutablePointer<CChar>?] = [strdup(path), strdup("--state-dir"), strdup(home + "/state/bgpolicy"), nil]
         let envp: [UnsafeMutablePointer<CChar>?] = environment.map { strdup($0) } + [nil]
         defer {
             for p in argv { free(p) }
@@ -65,7 +75,7 @@ final class AgentProcess {
         posix_spawn_file_actions_init(&actions)
         defer { posix_spawn_file_actions_destroy(&actions) }
         posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
-        posix_spawn_file_actions_addopen(&actions, 1, logPath, O_WRONLY | O_CREAT | O_TRUNC, 0o644)
+        posix_spawn_file_actions_addopen(&actions, 1, logPath, O_WRONLY | O_CREAT | O_APPEND, 0o644)
         posix_spawn_file_actions_adddup2(&actions, 1, 2)
 
         var attributes = posix_spawnattr_t()
@@ -87,7 +97,7 @@ final class AgentProcess {
             }
         }
         guard rc == 0 else {
-            removeTree(home)
+            if existingHome == nil { removeTree(home) }
             throw BenchFailure("posix_spawn \(path): \(String(cString: strerror(rc)))")
         }
         return AgentProcess(pid: pid, home: home, logPath: logPath)

@@ -21,20 +21,40 @@ struct Options: Sendable {
     var idleSeconds = 10.0
     /// Quiet time before the idle window, so the tail of the load has settled.
     var settleSeconds = 1.0
+    /// Apps loaded with 11 pending requests each for the task part.
+    var taskApps = 1_000
+    /// Short-lived app connections registering and submitting at once while loading.
+    var loadConcurrency = 4
+    /// Timed sequential Submit calls (and as many GetId) per load level, after the warm-up.
+    var submitCalls = 5_000
+    var submitWarmupCalls = 500
+    /// Alternating starts of an empty-state and the loaded agent.
+    var restartRounds = 5
 
     static let usage = """
         usage: bgpolicy-bench [--quick] [--json] [--agent PATH] [--latency-calls N] [--concurrency N]
                               [--throughput-seconds S] [--memory-calls N] [--idle-seconds S]
+                              [--task-apps N] [--submit-calls N] [--restart-rounds N]
 
         Benchmarks the D-Bus layer on the session bus in DBUS_SESSION_BUS_ADDRESS (run it under
         dbus-run-session, or through `make bench`). Starts its own bgpolicyd (by default the one
-        next to this executable) with XDG_STATE_HOME and XDG_CONFIG_HOME in a fresh temporary
-        folder, and compares it with the bus daemon answering org.freedesktop.DBus.GetId:
+        next to this executable) with --state-dir, XDG_STATE_HOME and XDG_CONFIG_HOME in a fresh
+        temporary folder, and compares it with the bus daemon answering org.freedesktop.DBus.GetId:
 
           latency      median and p99 of sequential GetStatus vs GetId round trips
           throughput   calls/s with N calls in flight (N tasks, each calling back to back)
           memory       the agent's VmRSS growth over many GetStatus calls, after a warm-up
           idle         the agent's context switches (all threads) in a window with no calls
+
+        Then, with agents of their own (state in another temporary folder):
+
+          submit       median and p99 of sequential Submit (a fresh unverified app resubmitting
+                       one identifier) vs GetId, with no other requests pending, then with
+                       N apps × 11 pending requests loaded (each app on its own short-lived
+                       connection)
+          memory       the agent's VmRSS before and after loading
+          restart      SIGTERM, then start on the loaded state: ms until GetStatus answers and
+                       until it reports every request pending, vs an empty-state agent's start
 
         Figures are reported, not asserted: the exit status is 0 unless the bench could not run.
 
@@ -46,6 +66,9 @@ struct Options: Sendable {
           --throughput-seconds S  seconds per method per round, 2 rounds (default 2)
           --memory-calls N        GetStatus calls for the RSS growth (default 100000)
           --idle-seconds S        the idle window (default 10)
+          --task-apps N           apps loaded with 11 pending requests each (default 1000)
+          --submit-calls N        timed sequential Submit calls per load level (default 5000)
+          --restart-rounds N      empty-state and loaded starts, alternating (default 5)
         """
 
     static func parse(_ arguments: [String]) throws(UsageError) -> Options {
@@ -88,6 +111,15 @@ struct Options: Sendable {
             case "--idle-seconds":
                 let s = try seconds(argument)
                 overrides.append { $0.idleSeconds = s }
+            case "--task-apps":
+                let n = try int(argument)
+                overrides.append { $0.taskApps = n }
+            case "--submit-calls":
+                let n = try int(argument)
+                overrides.append { $0.submitCalls = n }
+            case "--restart-rounds":
+                let n = try int(argument)
+                overrides.append { $0.restartRounds = n }
             case "-h", "--help": throw UsageError(nil)
             default: throw UsageError("unknown argument \"\(argument)\"")
             }
@@ -102,6 +134,10 @@ struct Options: Sendable {
             options.memoryWarmupCalls = 1_000
             options.idleSeconds = 2
             options.settleSeconds = 0.3
+            options.taskApps = 50
+            options.submitCalls = 1_000
+            options.submitWarmupCalls = 100
+            options.restartRounds = 2
         }
         for apply in overrides { apply(&options) }
         return options

@@ -45,6 +45,8 @@ struct Results: Sendable {
     var idle = Idle()
 
     var agentStop = ""
+    /// The task part (Submit, load, restart); nil when it did not run.
+    var tasks: TasksResults?
     var totalSeconds = 0.0
 
     // MARK: Targets
@@ -240,6 +242,7 @@ extension Results {
                     ("target", "0"), ("met", idle.agentSwitches == 0 ? "true" : "false"),
                 ])
             ),
+            ("tasks", tasks?.json() ?? "null"),
             ("agent_stop", JSON.string(agentStop)),
             ("total_seconds", JSON.number(totalSeconds)),
             ("all_targets_met", allMet ? "true" : "false"),

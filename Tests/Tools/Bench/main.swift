@@ -1,6 +1,7 @@
 // bgpolicy-bench: the D-Bus layer's benchmark (`make bench`). Starts a bgpolicyd on the
 // session bus and measures GetStatus through DBusConnection.call against the bus daemon's
-// own GetId in the same run: latency, throughput, memory growth and idle wake-ups.
+// own GetId in the same run: latency, throughput, memory growth and idle wake-ups; then
+// Submit against GetId with and without many pending requests, and restarts (TasksBench).
 // Figures are reported, never asserted; see Options.usage.
 import BGPolicyDBus
 import Glibc
@@ -85,6 +86,13 @@ struct Bench {
             try await sleep(options.settleSeconds)
             results.idle = try await idleWindow(agent: spawned.pid, daemon: results.daemonPID)
             try checkAlive(spawned)
+            stop(spawned, &results)
+            agent = nil
+
+            // Submit, load and restart, with agents of their own.
+            results.tasks = try await TasksBench(
+                options: options, agentPath: path, connection: connection, daemonPID: results.daemonPID
+            ).run()
         } catch {
             progress("could not run: \(error)")
             if let agent {
@@ -94,12 +102,7 @@ struct Bench {
             return 1
         }
 
-        if let agent {
-            let stop = agent.stop()
-            results.agentStop = "stopped by SIGTERM: \(stop.description) after \(Format.fixed(stop.milliseconds, 0)) ms"
-            if stop.killed { results.agentStop = stop.description }
-            agent.removeHome()
-        }
+        if let agent { stop(agent, &results) }
         results.totalSeconds = Double(Clock.nanoseconds() - started) / 1e9
 
         if options.json {
@@ -108,8 +111,21 @@ struct Bench {
             print(results.table())
             print("")
             print(results.details())
+            if let tasks = results.tasks {
+                print("")
+                print(tasks.table())
+                print("")
+                print(tasks.details(options))
+            }
         }
         return 0
+    }
+
+    private func stop(_ agent: AgentProcess, _ results: inout Results) {
+        let stop = agent.stop()
+        results.agentStop = "stopped by SIGTERM: \(stop.description) after \(Format.fixed(stop.milliseconds, 0)) ms"
+        if stop.killed { results.agentStop = stop.description }
+        agent.removeHome()
     }
 
     private func busDaemonPID(_ connection: DBusConnection) async throws -> pid_t {
