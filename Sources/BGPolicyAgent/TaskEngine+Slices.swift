@@ -50,8 +50,11 @@ extension TaskEngine {
     // MARK: Evaluation
 
     /// Asks the policy what to run, once per turn of the executor however many changes
-    /// arrived in it, so a burst of calls costs one decision.
-    func requestEvaluation() {
+    /// arrived in it, so a burst of calls costs one decision. A change that concerns one app
+    /// (its call, its slice's end) asks about that app only; a change of facts or of the global
+    /// switch asks about every app.
+    func requestEvaluation(for appID: AppID? = nil) {
+        if let appID { dirtyApps.insert(appID) } else { fullEvaluationNeeded = true }
         guard !evaluationQueued else { return }
         evaluationQueued = true
         Task { await self.evaluate() }
@@ -74,13 +77,19 @@ extension TaskEngine {
 
     func evaluate() {
         evaluationQueued = false
+        let full = fullEvaluationNeeded
+        let candidates = full ? Set(pending.keys) : dirtyApps
+        fullEvaluationNeeded = false
+        dirtyApps = []
         let now = Self.wallNow()
         var states: [AppID: AppSchedulingState] = [:]
-        for appID in pending.keys where !(pending[appID]?.isEmpty ?? true) {
-            states[appID] = schedulingState(of: appID)
+        var requests: [TaskRequest] = []
+        for appID in candidates {
+            guard let mine = pending[appID], !mine.isEmpty, let state = schedulingState(of: appID) else { continue }
+            states[appID] = state
+            requests.append(contentsOf: mine.values)
         }
-        let all = pending.values.flatMap(\.values)
-        let decision = policy.decide(pending: all, apps: states, context: context(now: now))
+        let decision = policy.decide(pending: requests, apps: states, context: context(now: now))
         for launch in decision.launches where !delivering.contains(launch.appID) {
             delivering.insert(launch.appID)
             Task {
@@ -91,8 +100,13 @@ extension TaskEngine {
                 }
             }
         }
-        scheduleEvaluation(at: decision.nextEvaluation, now: now)
-        publishStatus(nextWindow: decision.nextEvaluation)
+        if full {
+            scheduleEvaluation(at: decision.nextEvaluation, now: now)
+        } else if let next = decision.nextEvaluation, next < (evaluationTimerDue ?? .infinity) {
+            // Only some apps were asked about: the others' next time still stands.
+            scheduleEvaluation(at: next, now: now)
+        }
+        publishStatus(nextWindow: evaluationTimerDue)
     }
 
     /// One timer, for the next time a rule lifts by itself; none when nothing is due.
@@ -114,6 +128,7 @@ extension TaskEngine {
     func evaluationTimerFired() {
         evaluationTimerDue = nil
         evaluationTimer = nil
+        fullEvaluationNeeded = true
         evaluate()
     }
 
@@ -126,7 +141,7 @@ extension TaskEngine {
     func deliver(_ launch: Launch, simulated: Bool) async throws(SchedulerError) {
         defer {
             delivering.remove(launch.appID)
-            requestEvaluation()
+            requestEvaluation(for: launch.appID)
         }
         let appID = launch.appID
         guard let runtime = apps[appID] else { throw .unknownApp(appID.rawValue) }
@@ -437,7 +452,7 @@ extension TaskEngine {
         if let enforcement = slice.enforcement {
             await release(enforcement, slice: slice)
         }
-        requestEvaluation()
+        requestEvaluation(for: slice.appID)
     }
 
     // MARK: Completion

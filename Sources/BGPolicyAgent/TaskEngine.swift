@@ -58,6 +58,8 @@ actor TaskEngine {
     var evaluationTimer: Task<Void, Never>?
     var evaluationTimerDue: UnixTime?
     var evaluationQueued = false
+    var fullEvaluationNeeded = false
+    var dirtyApps: Set<AppID> = []
     var historyAppends = 0
     /// The engine's part of `GetStatus`, for answers that do not wait for the engine.
     nonisolated let statusSnapshot = Mutex<[String: Variant]>([:])
@@ -97,6 +99,8 @@ actor TaskEngine {
         for request in try store.pendingRequests() {
             pending[request.appID, default: [:]][request.identifier] = request
         }
+        // Apps that registered a bus_name can be started for what is already due.
+        requestEvaluation()
         logger.info(
             "Tasks loaded",
             metadata: ["apps": "\(apps.count)", "pending": "\(pendingCount)", "global.enabled": "\(globalEnabled)"])
@@ -263,7 +267,7 @@ actor TaskEngine {
             "App registered",
             metadata: ["app.id": "\(appID)", "bus.unique": "\(caller)", "identity": "\(identity.source.rawValue)",
                        "unit": "\(identity.unit ?? "-")"])
-        requestEvaluation()
+        requestEvaluation(for: appID)
         return appID
     }
 
@@ -325,28 +329,32 @@ actor TaskEngine {
             requiresNetwork: options.requiresNetwork, requiresExternalPower: options.requiresExternalPower,
             expectedDuration: options.expectedDuration, submittedAt: now)
         let replaced = mine[identifier] != nil
+        let entry = HistoryEntry(
+            time: now, appID: appID, identifier: identifier, event: replaced ? .replaced : .submitted,
+            kind: DeliveryKind(kind), detail: replaced ? "resubmitted: replaced the pending request" : "submitted")
         do {
-            try store.savePending(request)
+            try store.savePending(request, history: entry)
         } catch {
             throw .storage(error)
         }
         pending[appID, default: [:]][identifier] = request
-        appendHistory(HistoryEntry(
-            time: now, appID: appID, identifier: identifier, event: replaced ? .replaced : .submitted,
-            kind: DeliveryKind(kind), detail: replaced ? "resubmitted: replaced the pending request" : "submitted"))
-        requestEvaluation()
+        requestEvaluation(for: appID)
     }
 
     func cancel(caller: String, identifier: String) throws(SchedulerError) {
         let appID = try app(of: caller)
         guard pending[appID]?[identifier] != nil else { throw .unknownPending(identifier, app: appID) }
         do {
-            try store.deletePending(appID: appID, identifier: identifier)
+            try store.deletePending(
+                appID: appID, identifier: identifier,
+                history: HistoryEntry(
+                    time: Self.wallNow(), appID: appID, identifier: identifier, event: .cancelled,
+                    detail: "cancelled by the app"))
         } catch {
             throw .storage(error)
         }
         pending[appID]?[identifier] = nil
-        appendHistory(HistoryEntry(time: Self.wallNow(), appID: appID, identifier: identifier, event: .cancelled, detail: "cancelled by the app"))
+        requestEvaluation(for: appID)
     }
 
     func cancelAll(caller: String) throws(SchedulerError) {
@@ -360,6 +368,7 @@ actor TaskEngine {
         }
         pending[appID] = nil
         appendHistory(HistoryEntry(time: Self.wallNow(), appID: appID, event: .cancelled, detail: "all \(count) pending requests cancelled by the app"))
+        requestEvaluation(for: appID)
     }
 
     func pendingRequests(caller: String) throws(SchedulerError) -> [TaskRequest] {
@@ -383,7 +392,7 @@ actor TaskEngine {
         } catch {
             throw .storage(error)
         }
-        if state == .foreground { requestEvaluation() }
+        if state == .foreground { requestEvaluation(for: appID) }
     }
 
     func refreshStatus(caller: String) throws(SchedulerError) -> RefreshStatus {
@@ -407,7 +416,7 @@ actor TaskEngine {
         appendHistory(HistoryEntry(
             time: Self.wallNow(), appID: appID, event: enabled ? .appEnabled : .appDisabled,
             detail: enabled ? "background work switched on by the user" : "background work switched off by the user"))
-        requestEvaluation()
+        requestEvaluation(for: appID)
     }
 
     func setGlobalEnabled(_ enabled: Bool) throws(SchedulerError) {

@@ -65,11 +65,13 @@ extension TaskStore {
     /// The one place history rows are written.
     @discardableResult
     static func insert(_ entry: HistoryEntry, _ db: Database) throws -> Int64 {
-        try db.execute(
+        // Cached: history is written on every call that changes anything, so it is parsed once.
+        try db.cachedStatement(
             sql: """
                 INSERT INTO history (time, app_id, identifier, task_id, event, kind, result, detail, cpu_seconds, duration)
                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-                """,
+                """
+        ).execute(
             arguments: [
                 entry.time, entry.appID?.rawValue, entry.identifier, entry.taskID, entry.event.rawValue,
                 entry.kind?.rawValue, entry.result?.rawValue, entry.detail, entry.cpuSeconds, entry.duration,

@@ -16,27 +16,47 @@ extension TaskStore {
     /// The app must have been saved first (`saveApp`); otherwise this throws `.io` (a foreign
     /// key constraint), because a request nobody registered for cannot be delivered.
     public func savePending(_ request: TaskRequest) throws(StoreError) {
+        try write { db in try Self.upsert(request, db) }
+    }
+
+    /// `savePending` and `append` in one transaction: a submission and its history entry.
+    public func savePending(_ request: TaskRequest, history entry: HistoryEntry) throws(StoreError) {
         try write { db in
-            try db.execute(
-                sql: """
-                    INSERT INTO pending (app_id, identifier, kind, earliest_begin, requires_network,
-                        requires_external_power, expected_duration, submitted_at, delivery_attempts,
-                        last_attempt_at, last_attempt_error)
-                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-                    ON CONFLICT (app_id, identifier) DO UPDATE SET
-                        kind = excluded.kind, earliest_begin = excluded.earliest_begin,
-                        requires_network = excluded.requires_network,
-                        requires_external_power = excluded.requires_external_power,
-                        expected_duration = excluded.expected_duration, submitted_at = excluded.submitted_at,
-                        delivery_attempts = excluded.delivery_attempts, last_attempt_at = excluded.last_attempt_at,
-                        last_attempt_error = excluded.last_attempt_error
-                    """,
-                arguments: [
-                    request.appID.rawValue, request.identifier, request.kind.rawValue, request.earliestBegin,
-                    request.requiresNetwork, request.requiresExternalPower, request.expectedDuration.map { Int64($0) },
-                    request.submittedAt, request.deliveryAttempts, request.lastAttemptAt, request.lastAttemptError,
-                ])
+            try Self.upsert(request, db)
+            _ = try Self.insert(entry, db)
         }
+    }
+
+    /// Removes one pending request and appends `entry`, in one transaction.
+    public func deletePending(appID: AppID, identifier: String, history entry: HistoryEntry) throws(StoreError) {
+        try write { db in
+            try db.cachedStatement(sql: "DELETE FROM pending WHERE app_id = ? AND identifier = ?")
+                .execute(arguments: [appID.rawValue, identifier])
+            _ = try Self.insert(entry, db)
+        }
+    }
+
+    static func upsert(_ request: TaskRequest, _ db: Database) throws {
+        try db.cachedStatement(
+            sql: """
+                INSERT INTO pending (app_id, identifier, kind, earliest_begin, requires_network,
+                    requires_external_power, expected_duration, submitted_at, delivery_attempts,
+                    last_attempt_at, last_attempt_error)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                ON CONFLICT (app_id, identifier) DO UPDATE SET
+                    kind = excluded.kind, earliest_begin = excluded.earliest_begin,
+                    requires_network = excluded.requires_network,
+                    requires_external_power = excluded.requires_external_power,
+                    expected_duration = excluded.expected_duration, submitted_at = excluded.submitted_at,
+                    delivery_attempts = excluded.delivery_attempts, last_attempt_at = excluded.last_attempt_at,
+                    last_attempt_error = excluded.last_attempt_error
+                """
+        ).execute(
+            arguments: [
+                request.appID.rawValue, request.identifier, request.kind.rawValue, request.earliestBegin,
+                request.requiresNetwork, request.requiresExternalPower, request.expectedDuration.map { Int64($0) },
+                request.submittedAt, request.deliveryAttempts, request.lastAttemptAt, request.lastAttemptError,
+            ])
     }
 
     /// Removes one pending request; nothing happens when there is none.
