@@ -1,1 +1,0 @@
-print("feed-reader: not yet")

@@ -1,0 +1,137 @@
+import BGPolicyCore
+#if canImport(FoundationEssentials)
+public import FoundationEssentials
+#else
+public import Foundation
+#endif
+import Synchronization
+
+/// What a delivered task is for: the kind of the request that caused it.
+public enum BGTaskKind: String, Sendable, Hashable, CaseIterable {
+    /// From a `BGAppRefreshTaskRequest`.
+    case refresh
+    /// From a `BGProcessingTaskRequest`.
+    case processing
+    /// Another process asked the agent to wake the app (SPEC §1, `NotifyContentAvailable`).
+    case contentAvailable = "content-available"
+    /// Background transfers finished (SPEC §3, `org.bgpolicy.Transfers1`).
+    case transfers
+}
+
+/// How a finished task went, for the agent's history and its picture of the app.
+public enum BGTaskResult: String, Sendable, Hashable, CaseIterable {
+    /// The app fetched new content.
+    case newData = "new-data"
+    /// The app looked and there was nothing new.
+    case noData = "no-data"
+    /// The work failed.
+    case failed
+
+    var taskResult: TaskResult {
+        switch self {
+        case .newData: .newData
+        case .noData: .noData
+        case .failed: .failed
+        }
+    }
+}
+
+/// A task the agent has launched: the app does its work, then calls `setTaskCompleted(success:)`.
+///
+/// The scheduler hands one to the launch handler registered for its identifier. Set
+/// `expirationHandler` first thing: the agent calls it shortly before the slice ends (or when the
+/// app uses too much CPU), and the app must then stop and complete the task at once, or the
+/// overrun counts against its future background time.
+///
+/// iOS has a subclass per kind; this is one final class with a `kind`, so the compiler can check
+/// that it is `Sendable` (its mutable state sits behind a lock).
+public final class BGTask: Sendable, CustomStringConvertible {
+    /// The identifier of the request that launched this task.
+    public let identifier: String
+    /// What the task is for.
+    public let kind: BGTaskKind
+    /// The agent's id for this run of the task, unique across runs.
+    public let taskID: String
+    /// When the slice ends. The agent warns (calls `expirationHandler`) a few seconds before.
+    public let deadline: Date
+
+    typealias Reporter = @Sendable (_ taskID: String, _ success: Bool, _ result: TaskResult) async throws -> Void
+
+    private struct State {
+        var expirationHandler: (@Sendable () -> Void)?
+        var expired = false
+        var completion: Task<Void, any Error>?
+    }
+
+    private let state = Mutex(State())
+    private let reporter: Reporter
+
+    init(identifier: String, kind: BGTaskKind, taskID: String, deadline: Date, reporter: @escaping Reporter) {
+        self.identifier = identifier
+        self.kind = kind
+        self.taskID = taskID
+        self.deadline = deadline
+        self.reporter = reporter
+    }
+
+    /// Called when the agent asks the app to stop. It must end the work quickly and call
+    /// `setTaskCompleted(success:)`. It runs on its own task, not on any particular actor.
+    ///
+    /// If the task has already expired when the handler is set, it is called at once, so a
+    /// warning that arrives before the launch handler sets it is not lost.
+    public var expirationHandler: (@Sendable () -> Void)? {
+        get { state.withLock { $0.expirationHandler } }
+        set {
+            let runNow: Bool = state.withLock { s in
+                s.expirationHandler = newValue
+                return s.expired && s.completion == nil
+            }
+            if runNow, let newValue { Task { newValue() } }
+        }
+    }
+
+    /// Whether the agent has asked this task to stop. Long work can poll this between steps.
+    public var isExpired: Bool { state.withLock { $0.expired } }
+
+    /// Whether `setTaskCompleted` has been called.
+    public var isCompleted: Bool { state.withLock { $0.completion != nil } }
+
+    /// Tells the agent the work is done, without saying whether there was new data.
+    ///
+    /// The report is sent in the background; the first call wins and later ones return the same
+    /// task. Await the returned task's `value` to know the agent accepted it (it throws
+    /// `BGTaskSchedulerError`, for instance `.unknownTask` when the slice had already ended).
+    @discardableResult
+    public func setTaskCompleted(success: Bool) -> Task<Void, any Error> {
+        complete(success: success, result: .unspecified)
+    }
+
+    /// Tells the agent the work is done and what came of it; see `setTaskCompleted(success:)`.
+    @discardableResult
+    public func setTaskCompleted(success: Bool, result: BGTaskResult) -> Task<Void, any Error> {
+        complete(success: success, result: result.taskResult)
+    }
+
+    private func complete(success: Bool, result: TaskResult) -> Task<Void, any Error> {
+        state.withLock { s in
+            if let existing = s.completion { return existing }
+            let report = Task { [reporter, taskID] in try await reporter(taskID, success, result) }
+            s.completion = report
+            s.expirationHandler = nil
+            return report
+        }
+    }
+
+    /// Marks the task expired and runs the expiration handler, unless it is already complete.
+    func expire() {
+        let handler: (@Sendable () -> Void)? = state.withLock { s in
+            guard !s.expired, s.completion == nil else { return nil }
+            s.expired = true
+            return s.expirationHandler
+        }
+        if let handler { Task { handler() } }
+    }
+
+    /// `BGTask(refresh org.example.App.refresh, task 42)`.
+    public var description: String { "BGTask(\(kind.rawValue) \(identifier), task \(taskID))" }
+}

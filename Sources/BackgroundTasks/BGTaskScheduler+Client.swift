@@ -1,0 +1,111 @@
+import BGPolicyCore
+import BGPolicyDBus
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
+import Foundation
+#endif
+import Synchronization
+
+/// `org.bgpolicy.Client1`: how the agent launches and warns the app.
+///
+/// Both methods answer on the connection's thread without suspending (the contract wants
+/// `RunTask` answered at once); the app's handlers run on tasks of their own.
+extension BGTaskScheduler {
+    static let clientPath = try! ObjectPath(BGPolicyNames.clientObjectPath)
+
+    /// How many unmatched `ExpireTask` ids are remembered.
+    static let earlyExpirationLimit = 32
+
+    func clientInterface() -> ExportedInterface {
+        ExportedInterface(ClientInterface.description)
+            .method("RunTask", immediate: { [weak self] call in
+                guard let self else { throw ClientCallError(.unavailable, "the app is shutting down its scheduler") }
+                try self.runTask(call)
+                return []
+            })
+            .method("ExpireTask", immediate: { [weak self] call in
+                guard let self else { return [] }
+                try self.expireTask(call)
+                return []
+            })
+    }
+
+    /// Anyone on the session bus can call the app; only the agent may start or stop its work.
+    private func checkCaller(_ call: MethodCall) throws {
+        let owner = state.withLock { $0.agentOwner }
+        guard let owner, call.sender == owner else {
+            throw ClientCallError(
+                .accessDenied, "only bgpolicyd, the owner of \(BGPolicyNames.busName), may call \(BGPolicyNames.clientInterface)")
+        }
+    }
+
+    func runTask(_ call: MethodCall) throws {
+        try checkCaller(call)
+        let arguments = call.arguments
+        let taskID = try arguments.decode(String.self, at: 0)
+        let identifier = try arguments.decode(String.self, at: 1)
+        let kindText = try arguments.decode(String.self, at: 2)
+        let seconds = try arguments.decode(UInt32.self, at: 3)
+        let info = try arguments.decode([String: Variant].self, at: 4)
+        guard let kind = BGTaskKind(rawValue: kindText) else {
+            throw ClientCallError(.invalidArgument, "this app does not know tasks of kind \"\(kindText)\"")
+        }
+        let deadline =
+            try info.optional("deadline", as: Int64.self).map { Date(timeIntervalSince1970: TimeInterval($0)) }
+            ?? Date(timeIntervalSinceNow: TimeInterval(seconds))
+
+        enum Outcome {
+            case start(BGTask, LaunchHandler)
+            case alreadyRunning
+            case noHandler
+        }
+        let outcome: Outcome = state.withLock { s in
+            guard s.running[taskID] == nil else { return .alreadyRunning }
+            guard let handler = s.handlers[identifier] else { return .noHandler }
+            let task = BGTask(identifier: identifier, kind: kind, taskID: taskID, deadline: deadline) { [weak self] id, success, result in
+                guard let self else {
+                    throw BGTaskSchedulerError(.other, "the scheduler that launched this task no longer exists")
+                }
+                try await self.reportCompletion(taskID: id, success: success, result: result)
+            }
+            s.running[taskID] = task
+            return .start(task, handler)
+        }
+        switch outcome {
+        case .start(let task, let handler):
+            Task { handler(task) }
+        case .alreadyRunning:
+            // A repeated delivery of a task that is running: it is already being worked on.
+            break
+        case .noHandler:
+            throw ClientCallError(.notPermitted, "this app has no launch handler for \"\(identifier)\"")
+        }
+    }
+
+    func expireTask(_ call: MethodCall) throws {
+        try checkCaller(call)
+        let id = try call.arguments.decode(String.self, at: 0)
+        enum Target {
+            case task(BGTask)
+            case backgroundTask(BackgroundTaskEntry)
+            case unknown
+        }
+        let target: Target = state.withLock { s in
+            if let task = s.running[id] { return .task(task) }
+            if let entry = s.backgroundTasks.removeValue(forKey: id) { return .backgroundTask(entry) }
+            s.earlyExpirations.append(id)
+            if s.earlyExpirations.count > Self.earlyExpirationLimit { s.earlyExpirations.removeFirst() }
+            return .unknown
+        }
+        switch target {
+        case .task(let task):
+            task.expire()
+        case .backgroundTask(let entry):
+            if let handler = entry.expirationHandler { Task { handler() } }
+        case .unknown:
+            // Finished already, or a background task whose token is still on its way: not an error.
+            break
+        }
+    }
+}

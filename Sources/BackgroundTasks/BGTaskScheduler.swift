@@ -1,0 +1,546 @@
+import BGPolicyCore
+public import BGPolicyDBus
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
+import Foundation
+#endif
+import Synchronization
+
+/// Schedules background work with bgpolicyd, the way `BGTaskScheduler` does on iOS.
+///
+/// Register a launch handler for every task identifier at start-up, before the first call that
+/// talks to the agent; submit requests; the agent launches the handler when conditions suit, in a
+/// time slice it grants, and the handler calls `setTaskCompleted(success:)` when done.
+///
+/// ```swift
+/// import BackgroundTasks
+/// import Foundation
+///
+/// let scheduler = BGTaskScheduler(appID: "org.example.News")
+/// scheduler.register(forTaskWithIdentifier: "org.example.News.refresh") { task in
+///     let work = Task {
+///         let fresh = await fetchHeadlines()          // the app's own work
+///         task.setTaskCompleted(success: true, result: fresh ? .newData : .noData)
+///     }
+///     task.expirationHandler = {
+///         work.cancel()
+///         task.setTaskCompleted(success: false, result: .failed)
+///     }
+/// }
+/// try await scheduler.activate()
+/// try await scheduler.submit(
+///     BGAppRefreshTaskRequest(identifier: "org.example.News.refresh",
+///                             earliestBeginDate: Date(timeIntervalSinceNow: 15 * 60)))
+/// ```
+///
+/// The scheduler connects to the bus lazily, on the first call that needs the agent (or on
+/// `activate()`): it exports `org.bgpolicy.Client1` at `/org/bgpolicy/Client1`, sends
+/// `Register` with every registered identifier, and, when `busName` is set, takes that name.
+/// Registering another identifier later re-sends `Register` before the next call. If the agent
+/// restarts, the scheduler registers again by itself. Every method throws `BGTaskSchedulerError`.
+public final class BGTaskScheduler: Sendable {
+    /// The scheduler for the app's own id, as the agent derives it (Flatpak, snap or systemd
+    /// unit). Apps that run outside all three create their own with an `appID`.
+    public static let shared = BGTaskScheduler()
+
+    /// The most identifiers one app may register; the agent refuses more.
+    public static let maximumIdentifiers = 64
+
+    /// The app id sent with `Register`, for processes the agent cannot identify; `nil` (or empty)
+    /// lets the agent derive it.
+    public let appID: String?
+    /// A D-Bus-activatable well-known name at which the agent may start the app when it is not
+    /// running; the scheduler takes it after exporting `org.bgpolicy.Client1`.
+    public let busName: String?
+    /// The process has no UI, so the agent's CPU monitor may stop it when it has no systemd unit.
+    public let backgroundOnly: Bool
+    /// The bus the agent is on: the session bus, except in tests.
+    public let bus: DBusConnection.Bus
+
+    typealias LaunchHandler = @Sendable (BGTask) -> Void
+
+    struct BackgroundTaskEntry {
+        let expirationHandler: (@Sendable () -> Void)?
+    }
+
+    struct State {
+        var handlers: [String: LaunchHandler] = [:]
+        /// Bumped by every register(); `Register` is sent again while the agent has an older list.
+        var generation = 0
+        var link: AgentLink?
+        var connecting: Task<AgentLink, any Error>?
+        /// The generation the agent has on the current link; `nil` until `Register` succeeds on it.
+        var registeredGeneration: Int?
+        var registering: (attempt: Int, task: Task<Void, any Error>)?
+        var registrationAttempts = 0
+        var registeredAppID: String?
+        /// Set by the first call that needed the agent: from then on, an agent that restarts is
+        /// sent `Register` without waiting for the app's next call, so it can launch the app.
+        var wantsAgent = false
+        /// The unique name of the agent, the only caller `Client1` answers.
+        var agentOwner: String?
+        var running: [String: BGTask] = [:]
+        var backgroundTasks: [String: BackgroundTaskEntry] = [:]
+        /// `ExpireTask` calls for ids not (yet) known: a background task's warning can overtake
+        /// the reply that tells us its token. Bounded; only the newest are kept.
+        var earlyExpirations: [String] = []
+    }
+
+    let state = Mutex(State())
+
+    /// A scheduler that connects to the agent when first needed.
+    ///
+    /// - Parameters:
+    ///   - appID: the app id to register as, for processes outside Flatpak, snap and systemd app
+    ///     units. A verified app that passes a different id is refused with `.accessDenied`.
+    ///   - busName: a D-Bus-activatable name the agent may use to start the app for its tasks.
+    ///   - backgroundOnly: the process has no UI (a daemon or helper).
+    ///   - bus: where the agent is; the session bus unless testing.
+    public init(appID: String? = nil, busName: String? = nil, backgroundOnly: Bool = false, bus: DBusConnection.Bus = .session) {
+        self.appID = appID
+        self.busName = busName
+        self.backgroundOnly = backgroundOnly
+        self.bus = bus
+    }
+
+    deinit {
+        state.withLock { s in
+            s.connecting?.cancel()
+            s.link?.close()
+        }
+    }
+
+    // MARK: Registration
+
+    /// Registers the code to run when the agent launches the task `identifier`.
+    ///
+    /// Register every identifier before the first call that talks to the agent (`activate()`,
+    /// `submit(_:)`, …), as on iOS, so the first `Register` carries them all. Registering later
+    /// works too: the list is sent again before the next call. The handler runs on its own task
+    /// each time the task is launched.
+    ///
+    /// - Returns: `false` when `identifier` is already registered, is not a task identifier
+    ///   (letters, digits, `_`, `-` and `.`, at most 255 bytes), or would be one more than
+    ///   `maximumIdentifiers`.
+    @discardableResult
+    public func register(forTaskWithIdentifier identifier: String, launchHandler: @escaping @Sendable (BGTask) -> Void) -> Bool {
+        guard TaskIdentifier.problem(with: identifier) == nil else { return false }
+        return state.withLock { s in
+            guard s.handlers[identifier] == nil, s.handlers.count < Self.maximumIdentifiers else { return false }
+            s.handlers[identifier] = launchHandler
+            s.generation += 1
+            return true
+        }
+    }
+
+    /// The identifiers registered so far, sorted.
+    public var registeredIdentifiers: [String] {
+        state.withLock { $0.handlers.keys.sorted() }
+    }
+
+    /// Connects to the agent now instead of on first use: exports `org.bgpolicy.Client1`, sends
+    /// `Register`, then takes `busName` if one was given.
+    ///
+    /// An app started by D-Bus activation calls this right after registering its handlers, so
+    /// that the agent's waiting `RunTask` finds it ready.
+    ///
+    /// - Returns: the app id the agent registered the app as.
+    @discardableResult
+    public func activate() async throws -> String {
+        _ = try await ready()
+        return state.withLock { $0.registeredAppID } ?? appID ?? ""
+    }
+
+    /// Closes the connection to the agent. Tasks that are running can no longer be completed;
+    /// the next call connects again.
+    public func disconnect() {
+        let link: AgentLink? = state.withLock { s in
+            defer {
+                s.link = nil
+                s.registeredGeneration = nil
+                s.running = [:]
+                s.backgroundTasks = [:]
+            }
+            return s.link
+        }
+        link?.close()
+    }
+
+    // MARK: Requests
+
+    /// Asks the agent to launch the task later. Submitting an identifier that is already pending
+    /// replaces that request.
+    ///
+    /// Throws `.notPermitted` for an identifier without a launch handler (before asking the
+    /// agent), `.tooManyPendingTaskRequests`, `.unavailable` when the user switched background
+    /// work off, and `.invalidArgument` for a request the agent does not accept.
+    public func submit(_ request: some BGTaskRequest) async throws {
+        let arguments = try SubmitArguments(request)
+        try checkRegistered(arguments.identifier)
+        _ = try await callAgent("Submit", arguments.body)
+    }
+
+    /// Cancels the pending request for `identifier`. Throws `.unknownTask` when none is pending.
+    public func cancel(taskRequestWithIdentifier identifier: String) async throws {
+        _ = try await callAgent("Cancel", [.string(identifier)])
+    }
+
+    /// Cancels every pending request of the app.
+    public func cancelAllTaskRequests() async throws {
+        _ = try await callAgent("CancelAll")
+    }
+
+    /// The app's pending requests, as the agent has them. Kinds this library does not know are
+    /// left out.
+    public func pendingTaskRequests() async throws -> [any BGTaskRequest] {
+        let reply = try await callAgent("GetPending")
+        do throws(DBusError) {
+            var requests: [any BGTaskRequest] = []
+            for entry in try reply.decode([[String: Variant]].self, at: 0) {
+                if let request = try PendingRequest.request(from: entry) { requests.append(request) }
+            }
+            return requests
+        } catch {
+            throw BGTaskSchedulerError(.other, "the agent's list of pending requests is malformed: \(error.message)")
+        }
+    }
+
+    // MARK: The app's state
+
+    /// Whether the agent will launch this app in the background now.
+    public func refreshStatus() async throws -> BGRefreshStatus {
+        let reply = try await callAgent("GetRefreshStatus")
+        let text: String
+        do {
+            text = try reply.decode(String.self, at: 0)
+        } catch {
+            throw BGTaskSchedulerError(.other, "the agent's refresh status is malformed: \(error.message)")
+        }
+        guard let status = BGRefreshStatus(rawValue: text) else {
+            throw BGTaskSchedulerError(.other, "the agent reported an unknown refresh status \"\(text)\"")
+        }
+        return status
+    }
+
+    /// Whether the user is using the app now, for apps whose launches the agent cannot observe.
+    public enum UsageState: String, Sendable, Hashable, CaseIterable {
+        /// The user brought the app to the front.
+        case foreground
+        /// The user left it.
+        case background
+    }
+
+    /// Tells the agent the user brought the app to the front or left it. The agent learns from
+    /// this when the user opens the app, so it can refresh just before.
+    public func reportUsage(_ state: UsageState) async throws {
+        _ = try await callAgent("ReportUsage", [.string(state.rawValue)])
+    }
+
+    // MARK: Finishing work the user started
+
+    /// Asks for time to finish work the user started, such as saving or sending, when the app
+    /// leaves the screen or is about to quit.
+    ///
+    /// Call `endBackgroundTask(_:)` as soon as the work is done. The expiration handler runs a
+    /// few seconds before the time runs out; it must end the work and call `endBackgroundTask(_:)`.
+    /// Throws `.unavailable` when the battery is critical.
+    public func beginBackgroundTask(
+        name: String, expirationHandler: (@Sendable () -> Void)?
+    ) async throws -> BGBackgroundTaskIdentifier {
+        let reply = try await callAgent("BeginBackgroundTask", [.string(name)])
+        let identifier: BGBackgroundTaskIdentifier
+        do {
+            identifier = BGBackgroundTaskIdentifier(
+                rawValue: try reply.decode(String.self, at: 0), timeAllowed: TimeInterval(try reply.decode(UInt32.self, at: 1)))
+        } catch {
+            throw BGTaskSchedulerError(.other, "the agent's answer to BeginBackgroundTask is malformed: \(error.message)")
+        }
+        let expiredAlready: Bool = state.withLock { s in
+            if let index = s.earlyExpirations.firstIndex(of: identifier.rawValue) {
+                s.earlyExpirations.remove(at: index)
+                return true
+            }
+            s.backgroundTasks[identifier.rawValue] = BackgroundTaskEntry(expirationHandler: expirationHandler)
+            return false
+        }
+        if expiredAlready, let expirationHandler { Task { expirationHandler() } }
+        return identifier
+    }
+
+    /// Ends a background task begun with `beginBackgroundTask(name:expirationHandler:)`.
+    /// Throws `.unknownTask` when the agent has already ended it.
+    public func endBackgroundTask(_ identifier: BGBackgroundTaskIdentifier) async throws {
+        _ = state.withLock { $0.backgroundTasks.removeValue(forKey: identifier.rawValue) }
+        _ = try await callAgent("EndBackgroundTask", [.string(identifier.rawValue)])
+    }
+
+    // MARK: Talking to the agent
+
+    static let agentPath = try! ObjectPath(BGPolicyNames.objectPath)
+
+    /// Fails before any bus traffic when `identifier` has no launch handler.
+    func checkRegistered(_ identifier: String) throws(BGTaskSchedulerError) {
+        let (known, any) = state.withLock { s in (s.handlers[identifier] != nil, !s.handlers.isEmpty) }
+        guard any else {
+            throw BGTaskSchedulerError(
+                .notRegistered, "register a launch handler for \"\(identifier)\" with register(forTaskWithIdentifier:launchHandler:) first")
+        }
+        guard known else {
+            throw BGTaskSchedulerError(
+                .notPermitted, "\"\(identifier)\" has no launch handler: register it with register(forTaskWithIdentifier:launchHandler:) before submitting")
+        }
+    }
+
+    /// Calls a `Scheduler1` method, connecting and registering first when needed. An agent that
+    /// restarted has forgotten this connection: on `NotRegistered` the scheduler registers
+    /// again and retries once.
+    func callAgent(_ member: String, _ body: [DBusValue] = []) async throws(BGTaskSchedulerError) -> [DBusValue] {
+        var retried = false
+        while true {
+            let link = try await ready()
+            do {
+                return try await link.connection.call(
+                    destination: BGPolicyNames.busName, path: Self.agentPath, interface: BGPolicyNames.schedulerInterface,
+                    member: member, body)
+            } catch DBusError.remote(let name, _) where name == BGPolicyErrorName.notRegistered.dbusName && !retried {
+                retried = true
+                state.withLock { s in
+                    if s.link === link { s.registeredGeneration = nil }
+                }
+            } catch {
+                throw BGTaskSchedulerError(error)
+            }
+        }
+    }
+
+    /// The connection, with the current identifier list registered and the bus name taken.
+    func ready() async throws(BGTaskSchedulerError) -> AgentLink {
+        let registered: Bool = state.withLock { s in
+            s.wantsAgent = true
+            return !s.handlers.isEmpty
+        }
+        // Every Scheduler1 call needs Register first, and Register needs an identifier.
+        guard registered else { throw Self.nothingRegistered }
+        let link = try await currentLink()
+        try await ensureRegistered(on: link)
+        if let busName, link.claimNameRequest() {
+            // Once per connection: an app whose name is taken still works while it runs, so only
+            // the first call (normally activate()) reports it.
+            do {
+                switch try await link.connection.requestName(busName, flags: [.doNotQueue]) {
+                case .primaryOwner, .alreadyOwner:
+                    break
+                case .exists, .inQueue:
+                    throw BGTaskSchedulerError(
+                        .other, "another process owns \(busName), so the agent cannot start this app by that name")
+                }
+            } catch {
+                throw BGTaskSchedulerError(error)
+            }
+        }
+        return link
+    }
+
+    private func currentLink() async throws(BGTaskSchedulerError) -> AgentLink {
+        enum Step {
+            case ready(AgentLink)
+            case wait(Task<AgentLink, any Error>)
+        }
+        var stale: AgentLink?
+        let step: Step = state.withLock { s in
+            if let link = s.link {
+                if link.connection.isConnected { return .ready(link) }
+                stale = link
+                s.link = nil
+                s.registeredGeneration = nil
+            }
+            if let connecting = s.connecting { return .wait(connecting) }
+            let connecting = Task { try await self.openLink() }
+            s.connecting = connecting
+            return .wait(connecting)
+        }
+        stale?.close()
+        switch step {
+        case .ready(let link):
+            return link
+        case .wait(let connecting):
+            do {
+                return try await connecting.value
+            } catch {
+                throw BGTaskSchedulerError(error)
+            }
+        }
+    }
+
+    /// Connects, exports `Client1`, and starts following who owns the agent's name.
+    private func openLink() async throws -> AgentLink {
+        do {
+            let connection = try await DBusConnection.connect(to: bus)
+            do {
+                try connection.objects.export([clientInterface()], at: Self.clientPath)
+                let owners = try await connection.watchNameOwner(BGPolicyNames.busName)
+                let owner = try await connection.nameOwner(of: BGPolicyNames.busName)
+                let link = AgentLink(connection: connection)
+                state.withLock { s in
+                    s.link = link
+                    s.connecting = nil
+                    s.agentOwner = owner
+                    s.registeredGeneration = nil
+                    s.registering = nil
+                    s.running = [:]
+                    s.backgroundTasks = [:]
+                }
+                link.start(
+                    Task { [objects = connection.objects] in await objects.serve() },
+                    Task { [weak self] in
+                        do {
+                            for try await owner in owners {
+                                guard let self else { return }
+                                self.agentOwnerChanged(to: owner, on: link)
+                            }
+                        } catch {
+                            // The connection closed; the next call opens a new one.
+                        }
+                    })
+                return link
+            } catch {
+                connection.close()
+                throw error
+            }
+        } catch {
+            state.withLock { $0.connecting = nil }
+            throw error
+        }
+    }
+
+    /// A new agent knows nothing of this connection: register again, so that it can launch the app.
+    private func agentOwnerChanged(to owner: String?, on link: AgentLink) {
+        let reregister: Bool = state.withLock { s in
+            guard s.link === link, s.agentOwner != owner else { return false }
+            s.agentOwner = owner
+            s.registeredGeneration = nil
+            return owner != nil && s.wantsAgent && !s.handlers.isEmpty
+        }
+        if reregister {
+            Task { [weak self] in _ = try? await self?.ready() }
+        }
+    }
+
+    /// Sends `Register` until the agent has the current identifier list. One `Register` is in
+    /// flight at a time, so the agent can never end up with an older list than the newest sent.
+    private func ensureRegistered(on link: AgentLink) async throws(BGTaskSchedulerError) {
+        enum Step {
+            case done
+            case wait(Task<Void, any Error>)
+            case fail(BGTaskSchedulerError)
+        }
+        while true {
+            let step: Step = state.withLock { s in
+                guard s.link === link else {
+                    return .fail(BGTaskSchedulerError(.agentNotRunning, "the connection to the session bus was closed"))
+                }
+                if s.registeredGeneration == s.generation { return .done }
+                if let registering = s.registering { return .wait(registering.task) }
+                guard !s.handlers.isEmpty else { return .fail(Self.nothingRegistered) }
+                s.registrationAttempts += 1
+                let attempt = s.registrationAttempts
+                let generation = s.generation
+                let body = registerBody(identifiers: s.handlers.keys.sorted())
+                let task = Task {
+                    do {
+                        let reply = try await link.connection.call(
+                            destination: BGPolicyNames.busName, path: Self.agentPath, interface: BGPolicyNames.schedulerInterface,
+                            member: "Register", body)
+                        let registeredAs = try reply.decode(String.self, at: 0)
+                        self.state.withLock { s in
+                            if s.registering?.attempt == attempt { s.registering = nil }
+                            if s.link === link {
+                                s.registeredGeneration = generation
+                                s.registeredAppID = registeredAs
+                            }
+                        }
+                    } catch {
+                        self.state.withLock { s in
+                            if s.registering?.attempt == attempt { s.registering = nil }
+                        }
+                        throw error
+                    }
+                }
+                s.registering = (attempt, task)
+                return .wait(task)
+            }
+            switch step {
+            case .done:
+                return
+            case .fail(let error):
+                throw error
+            case .wait(let task):
+                do {
+                    try await task.value
+                } catch {
+                    throw BGTaskSchedulerError(error)
+                }
+            }
+        }
+    }
+
+    static let nothingRegistered = BGTaskSchedulerError(
+        .notRegistered, "register at least one task identifier with register(forTaskWithIdentifier:launchHandler:) first")
+
+    /// The arguments of `Register`.
+    func registerBody(identifiers: [String]) -> [DBusValue] {
+        var options: [String: Variant] = [:]
+        if let appID, !appID.isEmpty { options["app_id"] = Variant(.string(appID)) }
+        if let busName, !busName.isEmpty { options["bus_name"] = Variant(.string(busName)) }
+        if backgroundOnly { options["background_only"] = Variant(.boolean(true)) }
+        return [identifiers.dbusValue, options.dbusValue]
+    }
+
+    /// Sends `SetTaskCompleted` for a task the app finished.
+    func reportCompletion(taskID: String, success: Bool, result: TaskResult) async throws {
+        _ = state.withLock { $0.running.removeValue(forKey: taskID) }
+        _ = try await callAgent("SetTaskCompleted", [.string(taskID), .boolean(success), .string(result.rawValue)])
+    }
+}
+
+/// One connection to the bus and what runs on it.
+final class AgentLink: Sendable {
+    let connection: DBusConnection
+    private struct State {
+        var tasks: [Task<Void, Never>] = []
+        var nameRequested = false
+        var closed = false
+    }
+    private let state = Mutex(State())
+
+    init(connection: DBusConnection) {
+        self.connection = connection
+    }
+
+    func start(_ tasks: Task<Void, Never>...) {
+        let cancelNow: Bool = state.withLock { s in
+            s.tasks += tasks
+            return s.closed
+        }
+        if cancelNow { for task in tasks { task.cancel() } }
+    }
+
+    /// True the first time only: the bus name is requested once per connection.
+    func claimNameRequest() -> Bool {
+        state.withLock { s in
+            defer { s.nameRequested = true }
+            return !s.nameRequested
+        }
+    }
+
+    func close() {
+        let tasks: [Task<Void, Never>] = state.withLock { s in
+            s.closed = true
+            defer { s.tasks = [] }
+            return s.tasks
+        }
+        for task in tasks { task.cancel() }
+        connection.close()
+    }
+}

@@ -1,0 +1,127 @@
+import BGPolicyCore
+import BGPolicyDBus
+
+/// Why a `BGTaskScheduler` call failed: a code to branch on and the agent's message for people.
+///
+/// Every error the scheduler throws is one of these. Codes mirror the agent's
+/// `org.bgpolicy.Error.*` names, so a program can react to, say, `.tooManyPendingTaskRequests`
+/// without parsing text; `message` is the agent's own sentence, meant to be logged or shown.
+///
+/// ```swift
+/// do {
+///     try await BGTaskScheduler.shared.submit(request)
+/// } catch let error as BGTaskSchedulerError where error.code == .unavailable {
+///     print("Background refresh is off: \(error.message)")
+/// }
+/// ```
+public struct BGTaskSchedulerError: Error, Sendable, Hashable, CustomStringConvertible {
+    /// The kinds of failure, one for each `org.bgpolicy.Error.*` the scheduler can see, plus
+    /// "the agent is not there" and a catch-all.
+    public enum Code: String, Sendable, Hashable, CaseIterable {
+        /// No identifier is registered yet, or the agent does not know this connection
+        /// (`org.bgpolicy.Error.NotRegistered`).
+        case notRegistered
+        /// The identifier was not registered with `register(forTaskWithIdentifier:launchHandler:)`
+        /// (`org.bgpolicy.Error.NotPermitted`).
+        case notPermitted
+        /// The app already has its one refresh or ten processing requests pending
+        /// (`org.bgpolicy.Error.TooManyPendingRequests`).
+        case tooManyPendingTaskRequests
+        /// The user switched background work off for this app or for all apps, or the battery is
+        /// critical (`org.bgpolicy.Error.Unavailable`).
+        case unavailable
+        /// A request or option the agent does not accept, such as an `earliestBeginDate` more than
+        /// a week ahead (`org.bgpolicy.Error.InvalidArgument`).
+        case invalidArgument
+        /// The agent would not let this process act as the app it claims to be
+        /// (`org.bgpolicy.Error.AccessDenied`).
+        case accessDenied
+        /// No pending request, running task or background task has that identifier
+        /// (`org.bgpolicy.Error.UnknownTask`).
+        case unknownTask
+        /// bgpolicyd is not running on the session bus (and cannot be started), or the bus
+        /// itself cannot be reached.
+        case agentNotRunning
+        /// Anything else: a timeout, an agent too old to know the call, a malformed answer.
+        case other
+    }
+
+    /// What kind of failure this is.
+    public var code: Code
+    /// The agent's message (or ours, for failures found before asking it), for people.
+    public var message: String
+    /// The D-Bus error name the failure arrived as, when it came from the bus.
+    public var dbusErrorName: String?
+
+    /// Creates an error; the library creates these, apps normally only read them.
+    public init(_ code: Code, _ message: String, dbusErrorName: String? = nil) {
+        self.code = code
+        self.message = message
+        self.dbusErrorName = dbusErrorName
+    }
+
+    /// `code: message`, as it should appear in a log line.
+    public var description: String { "\(code.rawValue): \(message)" }
+}
+
+extension BGTaskSchedulerError.Code {
+    /// The code for a D-Bus error name. Names outside `org.bgpolicy.Error.*` that mean "nobody
+    /// owns the agent's name" (or it could not be started) map to `.agentNotRunning`.
+    init(dbusErrorName name: String) {
+        if let known = BGPolicyErrorName(dbusName: name) {
+            switch known {
+            case .notRegistered: self = .notRegistered
+            case .notPermitted: self = .notPermitted
+            case .tooManyPendingRequests: self = .tooManyPendingTaskRequests
+            case .unavailable: self = .unavailable
+            case .invalidArgument: self = .invalidArgument
+            case .accessDenied: self = .accessDenied
+            case .unknownTask: self = .unknownTask
+            case .unknownObject, .unknownInterface, .unknownMethod, .unknownProperty, .propertyReadOnly,
+                .limitsExceeded, .failed:
+                self = .other
+            }
+            return
+        }
+        switch name {
+        case DBusError.serviceUnknown, DBusError.nameHasNoOwner, "org.freedesktop.DBus.Error.Disconnected":
+            self = .agentNotRunning
+        default:
+            // Every Spawn.* error means D-Bus activation of the agent failed.
+            self = name.hasPrefix("org.freedesktop.DBus.Error.Spawn.") ? .agentNotRunning : .other
+        }
+    }
+}
+
+extension BGTaskSchedulerError {
+    /// Wraps whatever a D-Bus call threw, so apps only ever see one error type.
+    init(_ error: any Error) {
+        switch error {
+        case let error as BGTaskSchedulerError:
+            self = error
+        case DBusError.remote(let name, let message):
+            let code = Code(dbusErrorName: name)
+            let text: String
+            switch code {
+            case .agentNotRunning:
+                text = "bgpolicyd is not running on the session bus (\(message)); start it with 'systemctl --user start bgpolicyd'"
+            case .other where name == DBusError.noReply || name == DBusError.timedOut:
+                text = "bgpolicyd did not answer in time (\(message))"
+            default:
+                text = message
+            }
+            self.init(code, text, dbusErrorName: name)
+        case let error as DBusError:
+            switch error {
+            case .connectionFailed, .disconnected:
+                self.init(.agentNotRunning, "the session bus cannot be reached: \(error.message)", dbusErrorName: error.name)
+            default:
+                self.init(.other, error.message, dbusErrorName: error.name)
+            }
+        case is CancellationError:
+            self.init(.other, "the call was cancelled")
+        default:
+            self.init(.other, "\(error)")
+        }
+    }
+}

@@ -1,1 +1,0 @@
-// The client library arrives in BGTaskScheduler.swift.
