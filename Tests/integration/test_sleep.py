@@ -1,0 +1,43 @@
+"""Sleep (SPEC §2): on logind's PrepareForSleep(true) the agent expires running slices before it
+releases its delay inhibitor, and starts nothing until PrepareForSleep(false)."""
+
+import time
+
+from gi.repository import GLib
+
+import conditions_helpers as ch
+from tasks_helpers import later, wait_until, world  # noqa: F401 - the fixture
+
+
+def prepare_for_sleep(logind, start):
+    logind.mock("EmitSignal", "sssav", (ch.LOGIND_MANAGER, "PrepareForSleep", "b", [GLib.Variant("b", start)]))
+
+
+def test_running_slices_expire_before_sleep_and_nothing_starts_until_resume(world):
+    logind = world.start_logind()
+    agent = world.start_agent()
+    app_id = "org.example.Sleeper"
+    first, second = f"{app_id}.first", f"{app_id}.second"
+    app = world.registered_app(app_id, [first, second])
+    app.submit(first, "refresh", earliest_begin=later(3600))
+    agent.simulate_launch(app_id, first)
+    run = app.wait_run_task(first, timeout=5)
+
+    prepare_for_sleep(logind, True)
+    expired = app.wait_event("ExpireTask", lambda e: e["task_id"] == run["task_id"], timeout=5)
+    assert expired["time"] >= run["time"], expired
+    entry = agent.wait_history("sleep-expired", task_id=run["task_id"], timeout=5)
+    assert entry["result"] == "failed" and "sleep" in entry["detail"], entry
+    assert agent.status()["running"] == []
+    # Going to sleep is not the app's fault.
+    assert agent.app_record(app_id)["violations"] == 0
+
+    # Work that becomes runnable while asleep waits for the resume, and says why.
+    app.submit(second, "refresh")
+    wait_until(lambda: "sleeping" in agent.explain(app_id, second)["blocking"], 5, "Explain names sleeping")
+    time.sleep(0.5)
+    assert not app.events_of("RunTask")[1:], "nothing may start while the machine sleeps"
+
+    prepare_for_sleep(logind, False)
+    resumed = app.wait_run_task(second, timeout=5)
+    assert resumed["identifier"] == second
