@@ -1,0 +1,121 @@
+"""The CPU monitor (SPEC §2): an app that burns a core in its slice is warned with ExpireTask,
+then throttled (or frozen) through the systemd user manager, and released after the slice; the
+CPU the agent measured agrees with what the app measured itself; processing that requires
+external power is left alone while on AC.
+
+The user manager is python-dbusmock's `systemd` template on the session bus, with the methods
+the template lacks added (TESTBED.md). The burners' units come from their fake cgroups, so their
+identities are verified and the units known. The limit is 20 % rather than 80 %, so that a
+busy two-core machine cannot keep a burner (one thread spinning) under the limit by starving it."""
+
+import tasks_helpers as th
+from tasks_helpers import UINT64_MAX, later, unit_cgroup, world  # noqa: F401 - the fixture
+
+BURNER_UNIT = "app-gnome-org.example.Burner-42.scope"
+EXEMPT_UNIT = "app-gnome-org.example.Exempt-43.scope"
+
+
+def cpu_config(action="throttle"):
+    return ("[slices]\nprocessing = 20s\nexpiration_warning = 2s\n"
+            f"[cpu]\nwindow = 4s\nsample_interval = 1s\nlimit = 20%\naction = {action}\n")
+
+
+def start_burner(world, unit, app_id, **options):
+    """A verified app in `unit` that burns a core from RunTask on, launched with SimulateLaunch."""
+    app = world.app(app_id, cgroup=unit_cgroup(unit))
+    identifier = f"{app_id}.work"
+    assert app.register([identifier]) == app_id
+    app.configure(burn=True)  # and it ignores ExpireTask: it keeps burning until told to stop
+    app.submit(identifier, "processing", earliest_begin=later(3600), **options)
+    world.agent.simulate_launch(app_id, identifier)
+    return app, app.wait_run_task(identifier, timeout=5)
+
+
+def unit_properties(call):
+    """(unit, runtime, [(name, type, value)]) of one recorded SetUnitProperties call."""
+    unit, runtime, props = call[1]
+    out = []
+    for i in range(props.n_children()):
+        entry = props.get_child_value(i)
+        value = entry.get_child_value(1).get_variant()
+        out.append((entry.get_child_value(0).get_string(), value.get_type_string(), value.unpack()))
+    return unit.unpack(), runtime.unpack(), out
+
+
+def assert_cpu_agrees(entry, completed):
+    agent_cpu, own_cpu = entry.get("cpu_seconds"), completed["cpu_self"]
+    assert agent_cpu is not None, f"no cpu_seconds in {entry}"
+    assert own_cpu > 1, f"the burner measured only {own_cpu:.2f}s of CPU: {completed}"
+    assert abs(agent_cpu - own_cpu) <= 0.10 * own_cpu, \
+        f"the agent measured {agent_cpu:.3f}s of CPU in the slice, the app itself {own_cpu:.3f}s (more than 10 % apart)"
+
+
+def test_a_burner_is_warned_then_throttled_and_released(world):
+    systemd = world.start_systemd_mock(units=[BURNER_UNIT])
+    agent = world.start_agent(config=cpu_config("throttle"))
+    app, run = start_burner(world, BURNER_UNIT, "org.example.Burner")
+    assert run["seconds"] == 20
+
+    throttled = agent.wait_history("cpu-throttled", app_id="org.example.Burner", timeout=16)
+    warned = agent.events("cpu-warned", app_id="org.example.Burner")
+    assert warned and warned[0]["time"] <= throttled["time"], agent.history()
+    expires = app.events_of("ExpireTask")
+    assert expires and expires[0]["task_id"] == run["task_id"], expires
+    assert expires[0]["time"] <= throttled["time"], "ExpireTask must warn before the throttle"
+
+    calls = systemd.calls("SetUnitProperties")
+    assert [unit_properties(c) for c in calls] == [(BURNER_UNIT, True, [("CPUQuotaPerSecUSec", "t", 100000)])], calls
+    assert systemd.calls("FreezeUnit") == []
+
+    completed = app.complete(run["task_id"], True, "no-data")
+    assert completed["error"] is None, completed
+    entry = agent.wait_history("completed", task_id=run["task_id"], timeout=5)
+    # After the slice, the quota is lifted.
+    th.wait_until(lambda: len(systemd.calls("SetUnitProperties")) >= 2, 5, "the throttle is released")
+    released = [unit_properties(c) for c in systemd.calls("SetUnitProperties")][1:]
+    assert released == [(BURNER_UNIT, True, [("CPUQuotaPerSecUSec", "t", UINT64_MAX)])], released
+    agent.wait_history("cpu-released", app_id="org.example.Burner", timeout=3)
+    assert agent.app_record("org.example.Burner")["violations"] >= 1
+    assert_cpu_agrees(entry, completed)
+
+
+def test_freeze_action_freezes_then_thaws_the_unit(world):
+    systemd = world.start_systemd_mock(units=[BURNER_UNIT])
+    agent = world.start_agent(config=cpu_config("freeze"))
+    app, run = start_burner(world, BURNER_UNIT, "org.example.Burner")
+    agent.wait_history("cpu-frozen", app_id="org.example.Burner", timeout=16)
+    assert agent.events("cpu-warned", app_id="org.example.Burner")
+    freezes = systemd.calls("FreezeUnit")
+    assert [[v.unpack() for v in c[1]] for c in freezes] == [[BURNER_UNIT]], freezes
+    assert systemd.calls("SetUnitProperties") == []
+    assert systemd.calls("ThawUnit") == []
+
+    completed = app.complete(run["task_id"], True, "no-data")
+    entry = agent.wait_history("completed", task_id=run["task_id"], timeout=5)
+    th.wait_until(lambda: systemd.calls("ThawUnit"), 5, "the unit is thawed after the slice")
+    thaws = systemd.calls("ThawUnit")
+    assert [[v.unpack() for v in c[1]] for c in thaws] == [[BURNER_UNIT]], thaws
+    assert_cpu_agrees(entry, completed)
+
+
+def test_processing_on_external_power_is_exempt_while_on_ac(world):
+    systemd = world.start_systemd_mock(units=[BURNER_UNIT, EXEMPT_UNIT])
+    agent = world.start_agent(config=cpu_config("throttle"))
+    assert agent.status()["conditions"].get("on_battery") is False
+    # Both burn at the same time; only the one without the exemption is warned.
+    exempt, exempt_run = start_burner(world, EXEMPT_UNIT, "org.example.Exempt", requires_external_power=True)
+    burner, burner_run = start_burner(world, BURNER_UNIT, "org.example.Burner")
+
+    agent.wait_history("cpu-warned", app_id="org.example.Burner", timeout=12)
+    agent.wait_history("cpu-throttled", app_id="org.example.Burner", timeout=12)
+    monitored = {"cpu-warned", "cpu-throttled", "cpu-frozen", "cpu-stopped", "cpu-observed"}
+    assert [e for e in agent.events(app_id="org.example.Exempt") if e["event"] in monitored] == []
+    assert exempt.events_of("ExpireTask") == []
+    units = [unit_properties(c)[0] for c in systemd.calls("SetUnitProperties")]
+    assert EXEMPT_UNIT not in units and BURNER_UNIT in units, units
+
+    exempt_done = exempt.complete(exempt_run["task_id"], True, "no-data")
+    burner.complete(burner_run["task_id"], True, "no-data")
+    agent.wait_history("completed", task_id=exempt_run["task_id"], timeout=5)
+    assert agent.app_record("org.example.Exempt")["violations"] == 0
+    assert exempt_done["cpu_self"] > 1, exempt_done

@@ -1,0 +1,109 @@
+"""One app flooding Scheduler1 (10,000 Submit/Cancel pairs, 64 calls in flight) must not slow
+down another app much, must get only answers (success, or LimitsExceeded when it overdoes it),
+and must not make the agent grow."""
+
+import json
+import os
+import signal
+import statistics
+import time
+
+import pytest
+
+import tasks_helpers as th
+from tasks_helpers import PYTHON, SCHEDULER, later, world  # noqa: F401 - the fixture
+
+MIB = 1024  # VmRSS is in KiB
+
+
+class Observer:
+    """Another app, in this process: times its own GetRefreshStatus and GetPending calls."""
+
+    def __init__(self, world):
+        self.gbus = world.stack.push(th.ch.GBus(world.address))
+        th.call(self.gbus.conn, SCHEDULER, "Register", "asa{sv}",
+                (["org.example.Observer.refresh"], th.register_options(app_id="org.example.Observer")), "(s)")
+        th.call(self.gbus.conn, SCHEDULER, "Submit", "ssa{sv}",
+                ("org.example.Observer.refresh", "refresh", th.submit_options(earliest_begin=later(3600))))
+        self.turn = 0
+
+    def one(self):
+        """Latency in seconds of one call, alternating the two methods."""
+        self.turn += 1
+        method, reply = ("GetRefreshStatus", "(s)") if self.turn % 2 else ("GetPending", "(aa{sv})")
+        start = time.perf_counter()
+        result = th.call(self.gbus.conn, SCHEDULER, method, reply_type=reply, timeout=10)
+        elapsed = time.perf_counter() - start
+        assert result[0] == "available" if method == "GetRefreshStatus" else len(result[0]) == 1, result
+        return elapsed
+
+
+def cpu_seconds(pid):
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def measure(observer, seconds):
+    out = []
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        out.append(observer.one())
+    return out
+
+
+def test_a_flood_from_one_app_does_not_hurt_another(world):
+    agent = world.start_agent()
+    observer = Observer(world)
+    measure(observer, 0.3)  # warm up both ends
+    unloaded = [observer.one() for _ in range(400)]
+    rss_before = agent.vm_rss_kib()
+    agent_cpu_before = cpu_seconds(agent.pid)
+
+    flood = world.stack.push(th.ch.Proc(
+        [PYTHON, th.__file__, "flood", "--address", world.address, "--app-id", "org.example.Flood",
+         "--count", "10000", "--inflight", "64"], dict(os.environ), name="flood"))
+    th.wait_until(lambda: "FLOODING" in flood.stdout() or (not flood.alive() and pytest.fail(
+        f"the flood client exited {flood.popen.returncode}: {flood.stderr()}")), 15, "the flood starts")
+    # While it floods, a few times the flooder is stopped for a moment: the calls timed then see
+    # the same machine without the flood, so that other load on the machine (a build, say) does
+    # not pass for the agent's unfairness.
+    loaded, quiet = [], []
+    try:
+        for _ in range(4):
+            loaded += measure(observer, 0.6)
+            flood.popen.send_signal(signal.SIGSTOP)
+            time.sleep(0.1)  # its calls in flight are answered
+            quiet += measure(observer, 0.4)
+            flood.popen.send_signal(signal.SIGCONT)
+    finally:
+        flood.popen.send_signal(signal.SIGCONT)
+    deadline = time.monotonic() + 180
+    while flood.alive() and time.monotonic() < deadline:
+        loaded.append(observer.one())
+    assert flood.popen.wait(timeout=10) == 0, flood.stderr()
+    summary = json.loads([line for line in flood.stdout().splitlines() if line.startswith("SUMMARY ")][0][8:])
+    rss_after = agent.vm_rss_kib()
+    agent_cpu = cpu_seconds(agent.pid) - agent_cpu_before
+
+    base, calm = statistics.median(unloaded), statistics.median(quiet)
+    busy = statistics.median(loaded) if loaded else float("inf")
+    th.ch.log(f"\nflood: {summary['calls']} calls in {summary['seconds']:.2f}s ({agent_cpu:.2f}s of agent CPU), "
+              f"{summary['ok']} ok, {summary['limited']} LimitsExceeded; observer median {base * 1e6:.0f} us "
+              f"before, {calm * 1e6:.0f} us with the flooder stopped, {busy * 1e6:.0f} us under the flood "
+              f"({len(loaded)} calls); VmRSS {rss_before / MIB:.1f} -> {rss_after / MIB:.1f} MiB")
+
+    # Every call was answered: success, or LimitsExceeded (and then its Cancel found nothing).
+    assert summary["other"] == [] and summary["unanswered"] == 0, summary
+    assert summary["ok"] + summary["limited"] + summary["cancel_after_refused_submit"] == summary["calls"], summary
+    assert summary["ok"] >= summary["calls"] // 2, summary
+    assert agent.alive()
+
+    assert len(loaded) >= 50, f"only {len(loaded)} observer calls during the flood: it was too short to judge"
+    assert busy <= 2 * max(base, calm), (
+        f"the other app's median latency went from {base * 1e6:.0f} us ({calm * 1e6:.0f} us with the flooder "
+        f"paused) to {busy * 1e6:.0f} us under the flood (more than 2x)")
+    assert rss_after < 64 * MIB and rss_after < rss_before + 16 * MIB, \
+        f"VmRSS {rss_before / MIB:.1f} MiB before the flood, {rss_after / MIB:.1f} MiB after"
+    # The agent still answers, and the flood left no more than its ten identifiers pending.
+    assert len([p for p in agent.list_pending() if p["app_id"] == "org.example.Flood"]) <= 10

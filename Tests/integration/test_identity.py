@@ -1,0 +1,115 @@
+"""App identity (SPEC §1): the agent derives an app's id from the caller's pid, its Flatpak
+instance, snap or systemd app unit, never from what the caller says; unverified ids are held by
+one live connection at a time and can never take over a verified one.
+
+Each test app is a process of its own; before it registers, the test writes its entry in a fake
+proc tree (BGPOLICY_PROC_ROOT): `<root>/<pid>/cgroup`, `<root>/<pid>/root/.flatpak-info`, and
+`<root>/<pid>/stat` linked to the real one."""
+
+import time
+
+import pytest
+
+import tasks_helpers as th
+from tasks_helpers import AgentError, expect_error, later, unit_cgroup, world  # noqa: F401
+
+
+@pytest.mark.parametrize("cgroup,flatpak_app,expected_id,identity", [
+    pytest.param(unit_cgroup("app-gnome-org.example.Maps-1234.scope"), None, "org.example.Maps", "systemd-unit",
+                 id="gnome-scope"),
+    pytest.param(unit_cgroup("app-org.kde.konsole-a1b2c3.scope"), None, "org.kde.konsole", "systemd-unit",
+                 id="kde-scope"),
+    pytest.param(unit_cgroup("app-org.kde.dolphin@12ab.service"), None, "org.kde.dolphin", "systemd-unit",
+                 id="kde-service"),
+    pytest.param(unit_cgroup(r"app-gnome-org.example.My\x2dApp-77.scope"), None, "org.example.My-App",
+                 "systemd-unit", id="escaped"),
+    pytest.param(unit_cgroup("app-flatpak-org.example.Flat-99.scope"), "org.example.Flat", "org.example.Flat",
+                 "flatpak", id="flatpak"),
+    pytest.param(unit_cgroup("snap.firefox.firefox-2f8a6c1e-4b1d-4f7a-9c0e-1a2b3c4d5e6f.scope"), None,
+                 "snap.firefox", "snap", id="snap"),
+])
+def test_register_derives_the_app_id(world, cgroup, flatpak_app, expected_id, identity):
+    agent = world.start_agent()
+    app = world.app("derived", cgroup=cgroup, flatpak_app=flatpak_app)
+    identifier = f"{expected_id}.refresh"
+    assert app.register([identifier]) == expected_id
+    record = agent.app_record(expected_id)
+    assert record is not None, agent.list_apps()
+    assert (record["identity"], record["verified"], record["connected"], record["identifiers"]) == \
+        (identity, True, True, [identifier]), record
+    # The connection is bound to the derived id: its requests are that app's.
+    app.submit(identifier, "refresh", earliest_begin=later(3600))
+    assert [(p["app_id"], p["identifier"]) for p in agent.list_pending()] == [(expected_id, identifier)]
+
+
+def test_a_verified_caller_cannot_claim_another_app_id(world):
+    agent = world.start_agent()
+    app = world.app("maps", cgroup=unit_cgroup("app-gnome-org.example.Maps-1234.scope"))
+    message = expect_error("AccessDenied", app.register, ["org.example.Bank.refresh"], app_id="org.example.Bank")
+    assert "org.example.Maps" in message and "org.example.Bank" in message, message
+    assert agent.app_record("org.example.Bank") is None
+    assert app.register(["org.example.Maps.refresh"]) == "org.example.Maps"
+
+
+def test_an_unverified_id_is_held_by_one_live_connection(world):
+    agent = world.start_agent()
+    first = world.app("first")
+    assert first.register(["org.example.Notes.sync"], app_id="org.example.Notes") == "org.example.Notes"
+    record = agent.app_record("org.example.Notes")
+    assert (record["identity"], record["verified"]) == ("unverified", False), record
+
+    second = world.app("second")
+    message = expect_error("AccessDenied", second.register, ["org.example.Notes.sync"], app_id="org.example.Notes")
+    assert "org.example.Notes" in message, message
+    # Refused, so not bound: the second connection is still nobody.
+    expect_error("NotRegistered", second.pending)
+
+    first.quit()
+    th.wait_until(lambda: agent.app_record("org.example.Notes")["connected"] is False, 5,
+                  "the agent sees the first connection go")
+
+    def takes_it():
+        try:
+            return second.register(["org.example.Notes.sync"], app_id="org.example.Notes")
+        except AgentError as error:
+            assert error.name == th.ERROR_PREFIX + "AccessDenied", error
+            return None
+    assert th.wait_until(takes_it, 5, "the id is free once its connection closed") == "org.example.Notes"
+    assert agent.app_record("org.example.Notes")["connected"] is True
+
+
+def test_an_unverified_caller_can_never_take_a_verified_id(world):
+    agent = world.start_agent()
+    verified = world.app("maps", cgroup=unit_cgroup("app-gnome-org.example.Maps-1234.scope"))
+    assert verified.register(["org.example.Maps.refresh"]) == "org.example.Maps"
+    impostor = world.app("impostor")
+    message = expect_error("AccessDenied", impostor.register, ["org.example.Maps.refresh"], app_id="org.example.Maps")
+    assert "org.example.Maps" in message, message
+    # SPEC §1: "it can never take over an id that a verified caller uses" - not when the
+    # verified app is closed either.
+    verified.quit()
+    th.wait_until(lambda: agent.app_record("org.example.Maps")["connected"] is False, 5, "maps disconnected")
+    time.sleep(0.2)
+    expect_error("AccessDenied", impostor.register, ["org.example.Maps.refresh"], app_id="org.example.Maps")
+    record = agent.app_record("org.example.Maps")
+    assert (record["identity"], record["verified"]) == ("systemd-unit", True), record
+
+
+def test_an_app_cannot_see_or_cancel_another_apps_requests(world):
+    agent = world.start_agent()
+    shared = "org.example.Shared.refresh"  # the same identifier text in both apps
+    a = world.app("a", cgroup=unit_cgroup("app-gnome-org.example.A-11.scope"))
+    assert a.register([shared]) == "org.example.A"
+    b = world.registered_app("org.example.B", [shared])
+    a.submit(shared, "refresh", earliest_begin=later(3600))
+
+    assert b.pending() == []
+    expect_error("UnknownTask", b.cancel, shared)
+    b.scheduler("CancelAll")
+    assert b.explain(shared)["state"] == "not-pending"
+    assert [p["identifier"] for p in a.pending()] == [shared]
+    assert [(p["app_id"], p["identifier"]) for p in agent.list_pending()] == [("org.example.A", shared)]
+    # And the owner can.
+    a.cancel(shared)
+    assert a.pending() == []
+

@@ -1,0 +1,497 @@
+"""The task cycle through org.bgpolicy.Scheduler1, Client1 and Admin1, driven by real app
+processes (tasks_helpers.TestApp) on a private bus: register, submit, delivery, completion,
+expiry, the limits and errors, the user's switches, Explain, and the two example apps.
+
+Requests that must wait for `simulate launch` carry an `earliest_begin` an hour ahead (simulate
+launch ignores every gate but reachability); everything else would run by itself on this
+machine, which is on AC (a umockdev testbed) with no system bus."""
+
+import json
+import os
+import time
+
+import pytest
+
+import tasks_helpers as th
+from tasks_helpers import PYTHON, ROOT, expect_error, later, world  # noqa: F401 - the fixture
+
+SHORT_REFRESH = "[slices]\nrefresh = 4s\nexpiration_warning = 2s\n"
+
+
+def running_app(world, app_id="org.example.Cycle", identifier=None, config=None, kind="refresh"):
+    """An agent, an app with one gated request, launched with SimulateLaunch: (agent, app, run)."""
+    agent = world.agent or world.start_agent(config=config)
+    identifier = identifier or f"{app_id}.{kind}"
+    app = world.registered_app(app_id, [identifier])
+    app.submit(identifier, kind, earliest_begin=later(3600))
+    agent.simulate_launch(app_id, identifier)
+    return agent, app, app.wait_run_task(identifier, timeout=5)
+
+
+# MARK: The cycle
+
+
+def test_refresh_cycle_simulate_launch_run_and_complete(world):
+    agent = world.start_agent()
+    app_id, identifier = "org.example.Cycle", "org.example.Cycle.refresh"
+    app = world.registered_app(app_id, [identifier])
+    app.submit(identifier, "refresh", earliest_begin=later(3600))
+    assert [p["identifier"] for p in app.pending()] == [identifier]
+
+    agent.cli("simulate", "launch", app_id, identifier)
+    run = app.wait_run_task(identifier, timeout=5)
+    assert run["kind"] == "refresh" and run["identifier"] == identifier, run
+    assert run["seconds"] == 30, f"the default refresh slice is 30 s: {run}"
+    assert run["task_id"], run
+    assert run["info_types"] == {"slice_id": "s", "deadline": "x"}, run
+    assert abs(run["info"]["deadline"] - (run["time"] + 30)) <= 2, run
+    # The request left the pending list: it is running now.
+    assert app.pending() == []
+    slices = agent.status()["running"]
+    assert [(s["app_id"], s["slice_id"], s["task_ids"], s["identifiers"], s["deadline"]) for s in slices] == \
+        [(app_id, run["info"]["slice_id"], [run["task_id"]], [identifier], run["info"]["deadline"])], slices
+    assert abs(slices[0]["started_at"] - run["time"]) <= 2, slices
+    record = agent.app_record(app_id)
+    assert (record["pending"], record["running"], record["connected"], record["enabled"]) == (0, 1, True, True), record
+    assert app.explain(identifier)["state"] == "running"
+
+    done = app.complete(run["task_id"], True, "new-data")
+    assert done["error"] is None, done
+    entry = agent.wait_history("completed", task_id=run["task_id"], timeout=5)
+    assert (entry["app_id"], entry["identifier"], entry["kind"], entry["result"]) == \
+        (app_id, identifier, "refresh", "new-data"), entry
+    assert entry["detail"], entry
+    assert agent.events("delivered", task_id=run["task_id"]), agent.history()
+    assert agent.status()["running"] == []
+    # Completing twice: the task is no longer running.
+    expect_error("UnknownTask", app.set_task_completed, run["task_id"], True, "new-data")
+
+
+def test_a_task_that_never_completes_is_warned_then_expired_as_a_violation(world):
+    agent = world.start_agent(config=SHORT_REFRESH)
+    _, app, run = running_app(world, "org.example.Sleepy")
+    assert run["seconds"] == 4, run
+    expire = app.wait_event("ExpireTask", timeout=6)
+    assert expire["task_id"] == run["task_id"]
+    warned_after = expire["mono"] - run["mono"]
+    assert 1.4 <= warned_after <= 2.8, f"ExpireTask {warned_after:.2f}s into a 4 s slice, expected ~2 s (4 s - 2 s)"
+
+    entry = agent.wait_history("expired", task_id=run["task_id"], timeout=6)
+    assert 3.3 <= entry["time"] - run["time"] <= 5.5, (entry, run)
+    assert agent.events("expiration-warned", task_id=run["task_id"]), agent.history()
+    assert agent.app_record("org.example.Sleepy")["violations"] == 1
+    assert agent.status()["running"] == []
+    # Too late: the slice is over.
+    expect_error("UnknownTask", app.set_task_completed, run["task_id"], True, "new-data")
+
+
+def test_simulate_expiration_sends_expire_task_at_once(world):
+    agent, app, run = running_app(world, "org.example.Expiring")
+    sent = time.monotonic()
+    agent.simulate_expiration("org.example.Expiring", "org.example.Expiring.refresh")
+    expire = app.wait_event("ExpireTask", timeout=3)
+    assert expire["task_id"] == run["task_id"]
+    assert expire["mono"] - sent < 1.0, f"ExpireTask came {expire['mono'] - sent:.2f}s after SimulateExpiration"
+    # The app may still finish in its slice.
+    assert app.complete(run["task_id"], True, "no-data")["error"] is None
+    assert agent.wait_history("completed", task_id=run["task_id"], timeout=5)["result"] == "no-data"
+    expect_error("UnknownTask", agent.simulate_expiration, "org.example.Expiring", "org.example.Expiring.refresh")
+
+
+def test_simulate_launch_errors(world):
+    agent = world.start_agent()
+    app = world.registered_app("org.example.Sim", ["org.example.Sim.refresh"])
+    expect_error("NotRegistered", agent.simulate_launch, "org.example.Nobody", "org.example.Nobody.refresh")
+    expect_error("UnknownTask", agent.simulate_launch, "org.example.Sim", "org.example.Sim.refresh")
+    expect_error("UnknownTask", agent.simulate_expiration, "org.example.Sim", "org.example.Sim.refresh")
+    cli = agent.cli("simulate", "launch", "org.example.Sim", "org.example.Sim.refresh", check=False)
+    assert cli.returncode != 0 and "org.example.Sim.refresh" in cli.stderr, (cli.returncode, cli.stderr)
+    assert app.events_of("RunTask") == []
+
+
+def test_history_is_the_newest_entries_oldest_first(world):
+    agent = world.start_agent()
+    app_id, identifier = "org.example.Log", "org.example.Log.refresh"
+    app = world.registered_app(app_id, [identifier])
+    for _ in range(60):  # 120 entries: submitted, cancelled
+        app.submit(identifier, "refresh", earliest_begin=later(3600))
+        app.cancel(identifier)
+    mine = [e for e in agent.history() if e.get("app_id") == app_id]
+    assert len(mine) == 121 and mine[0]["event"] == "registered", [e["event"] for e in mine[:3]]
+    default = agent.admin("GetHistory", "xu", (0, 0), "(aa{sv})")[0]
+    assert len(default) == 100, len(default)
+    assert [e["id"] for e in default] == sorted(e["id"] for e in default), "oldest first"
+    assert default[-1]["event"] == "cancelled" and default[-1]["id"] == mine[-1]["id"], default[-1]
+    three = agent.admin("GetHistory", "xu", (0, 3), "(aa{sv})")[0]
+    assert [e["id"] for e in three] == [e["id"] for e in mine[-3:]]
+    middle = mine[60]["time"]
+    since = agent.admin("GetHistory", "xu", (int(middle) + 1, 10000), "(aa{sv})")[0]
+    assert all(e["time"] >= int(middle) + 1 for e in since), since[:2]
+
+
+def test_report_usage(world):
+    agent = world.start_agent()
+    app = world.registered_app("org.example.Used", ["org.example.Used.refresh"])
+    message = expect_error("InvalidArgument", app.scheduler, "ReportUsage", "s", ("sideways",))
+    assert "foreground" in message and "background" in message, message
+    before = agent.app_record("org.example.Used").get("last_used_at", 0)
+    time.sleep(1.1)
+    app.scheduler("ReportUsage", "s", ("foreground",))
+    app.scheduler("ReportUsage", "s", ("background",))
+    after = agent.app_record("org.example.Used")["last_used_at"]
+    assert after > before and abs(after - time.time()) < 5, (before, after)
+
+
+# MARK: Limits and errors
+
+
+def test_pending_limits_one_refresh_ten_processing(world):
+    world.start_agent()
+    app_id = "org.example.Busy"
+    processing = [f"{app_id}.p{i}" for i in range(11)]
+    refreshes = [f"{app_id}.r1", f"{app_id}.r2"]
+    app = world.registered_app(app_id, processing + refreshes)
+    tomorrow = later(86400)
+    for identifier in processing[:10]:
+        app.submit(identifier, "processing", earliest_begin=tomorrow)
+    message = expect_error("TooManyPendingRequests", app.submit, processing[10], "processing", earliest_begin=tomorrow)
+    assert "10" in message and "processing" in message, message
+    app.submit(refreshes[0], "refresh", earliest_begin=tomorrow)
+    message = expect_error("TooManyPendingRequests", app.submit, refreshes[1], "refresh", earliest_begin=tomorrow)
+    assert "refresh" in message, message
+    assert sorted(p["identifier"] for p in app.pending()) == sorted(processing[:10] + refreshes[:1])
+    # At the limit, resubmitting a pending identifier replaces it: no new slot is needed.
+    app.submit(processing[3], "processing", earliest_begin=tomorrow, expected_duration=90)
+    app.submit(refreshes[0], "refresh", earliest_begin=tomorrow + 60)
+    assert len(app.pending()) == 11
+    # Cancelling one frees its slot.
+    app.cancel(processing[0])
+    app.submit(processing[10], "processing", earliest_begin=tomorrow)
+    assert len(app.pending()) == 11
+
+
+def test_resubmitting_an_identifier_replaces_its_request(world):
+    agent = world.start_agent()
+    app_id, identifier = "org.example.Replace", "org.example.Replace.clean"
+    app = world.registered_app(app_id, [identifier])
+    first, second = later(3600), later(7200)
+    app.submit(identifier, "processing", earliest_begin=first, expected_duration=60)
+    app.submit(identifier, "processing", earliest_begin=second, requires_network=True,
+               requires_external_power=True, expected_duration=120)
+    pending = app.pending()
+    assert len(pending) == 1, pending
+    p = pending[0]
+    assert (p["identifier"], p["kind"], p["earliest_begin"], p["requires_network"], p["requires_external_power"],
+            p["expected_duration"]) == (identifier, "processing", second, True, True, 120), p
+    listed = [q for q in agent.list_pending() if q["app_id"] == app_id]
+    assert len(listed) == 1 and listed[0]["earliest_begin"] == second and listed[0]["expected_duration"] == 120, listed
+    agent.wait_history("replaced", identifier=identifier, timeout=3)
+
+
+def test_not_registered_before_register_and_not_permitted_for_undeclared_identifiers(world):
+    world.start_agent()
+    app = world.app("newcomer")
+    calls = [
+        ("Submit", "ssa{sv}", ("org.example.New.refresh", "refresh", {})),
+        ("Cancel", "s", ("org.example.New.refresh",)),
+        ("CancelAll", "", ()),
+        ("GetPending", "", ()),
+        ("Explain", "s", ("org.example.New.refresh",)),
+        ("SetTaskCompleted", "sbs", ("t1", True, "")),
+        ("BeginBackgroundTask", "s", ("save",)),
+        ("EndBackgroundTask", "s", ("token",)),
+        ("ReportUsage", "s", ("foreground",)),
+        ("GetRefreshStatus", "", ()),
+    ]
+    for method, signature, args in calls:
+        message = expect_error("NotRegistered", app.scheduler, method, signature, args)
+        assert "Register" in message, f"{method}: the message should say to call Register first: {message!r}"
+
+    app.register(["org.example.New.refresh"], app_id="org.example.New")
+    message = expect_error("NotPermitted", app.submit, "org.example.New.other", "refresh")
+    assert "org.example.New.other" in message and "Register" in message, message
+    assert app.pending() == []
+
+
+def type_words(code, *words):
+    """Ways a message can name the D-Bus type `code` it wanted."""
+    return (f"'{code}'", f'"{code}"', f"({code})", f" {code} ", f"type {code}", *words)
+
+
+# Each needle is a word the message must hold, or a tuple of which it must hold one: what was
+# wrong, and what to send instead.
+@pytest.mark.parametrize("label,kind,options,needles", [
+    ("earliest_begin 8 days ahead", "refresh", lambda: th.submit_options(earliest_begin=later(8 * 86400)),
+     ["earliest_begin", ("7 days", "7d", "seven days", "a week", "one week")]),
+    ("unknown kind", "nonsense", lambda: {}, ["nonsense", "refresh", "processing"]),
+    ("requires_network as a string", "processing", lambda: {"requires_network": th.GLib.Variant("s", "yes")},
+     ["requires_network", type_words("b", "boolean")]),
+    ("earliest_begin as a string", "refresh", lambda: {"earliest_begin": th.GLib.Variant("s", "tomorrow")},
+     ["earliest_begin", type_words("x", "int64", "Unix seconds", "integer")]),
+    ("expected_duration as a signed int", "processing", lambda: {"expected_duration": th.GLib.Variant("i", -5)},
+     ["expected_duration", type_words("u", "uint32", "unsigned")]),
+    ("unknown option", "refresh", lambda: {"priority": th.GLib.Variant("u", 9)},
+     ["priority", ("earliest_begin", "requires_network")]),
+])
+def test_invalid_submit_arguments_say_what_to_do(world, label, kind, options, needles):
+    world.start_agent()
+    app = world.registered_app("org.example.Picky", ["org.example.Picky.task"])
+    message = expect_error("InvalidArgument", app.submit, "org.example.Picky.task", kind, options())
+    for needle in needles:
+        choices = needle if isinstance(needle, tuple) else (needle,)
+        assert any(c in message for c in choices), \
+            f"{label}: the message should mention {' or '.join(map(repr, choices))}: {message!r}"
+    assert app.pending() == []
+
+
+def test_invalid_register_arguments(world):
+    world.start_agent()
+    app = world.app("badreg")
+    expect_error("InvalidArgument", app.register, [], app_id="org.example.Bad")
+    expect_error("InvalidArgument", app.register, ["has space"], app_id="org.example.Bad")
+    expect_error("InvalidArgument", app.register, [f"org.example.Bad.t{i}" for i in range(65)], app_id="org.example.Bad")
+    expect_error("InvalidArgument", app.register, ["org.example.Bad.t"], app_id="not an id!")
+    expect_error("InvalidArgument", app.register, ["org.example.Bad.t"],
+                 options={"app_id": th.GLib.Variant("s", "org.example.Bad"), "colour": th.GLib.Variant("s", "red")})
+    expect_error("InvalidArgument", app.register, ["org.example.Bad.t"],
+                 options={"app_id": th.GLib.Variant("u", 7)})
+    # 64 identifiers is the limit, not past it.
+    assert app.register([f"org.example.Bad.t{i}" for i in range(64)], app_id="org.example.Bad") == "org.example.Bad"
+
+
+# MARK: Running by itself
+
+
+def conditions_on_ac(agent):
+    """What `bgpolicy status` says once udev has been read: on AC (the testbed's charger)."""
+    def read():
+        conditions = json.loads(agent.cli("status", "--json").stdout)["conditions"]
+        return conditions if "udev" in conditions["sources"] else None
+    conditions = th.wait_until(read, 5, "udev is a live source in `bgpolicy status --json`")
+    assert conditions.get("on_battery") is False, conditions
+    return conditions
+
+
+@pytest.mark.parametrize("options", [{}, {"requires_external_power": True}], ids=["no-gates", "external-power"])
+def test_a_runnable_refresh_runs_by_itself(world, options):
+    agent = world.start_agent(config="[slices]\nrefresh = 5s\nexpiration_warning = 1s\n")
+    conditions_on_ac(agent)
+    app_id, identifier = "org.example.Auto", "org.example.Auto.refresh"
+    app = world.registered_app(app_id, [identifier])
+    app.configure(complete_after=0.2, result="new-data")
+    app.submit(identifier, "refresh", **options)
+    run = app.wait_run_task(identifier, timeout=15)
+    assert run["kind"] == "refresh" and run["seconds"] == 5, run
+    entry = agent.wait_history("completed", task_id=run["task_id"], timeout=5)
+    assert entry["result"] == "new-data"
+    assert app.pending() == []
+
+
+def test_on_battery_a_request_for_external_power_waits_and_says_why(tmp_path):
+    with th.open_world(tmp_path, power="battery") as world:
+        agent = world.start_agent(config="[slices]\nrefresh = 5s\nexpiration_warning = 1s\n")
+        th.wait_until(lambda: agent.status()["conditions"].get("on_battery") is True, 5, "on battery")
+        app_id = "org.example.Plugged"
+        app = world.registered_app(app_id, [f"{app_id}.refresh"])
+        app.submit(f"{app_id}.refresh", "refresh", requires_external_power=True)
+        time.sleep(2)
+        assert app.events_of("RunTask") == []
+        explained = app.explain(f"{app_id}.refresh")
+        assert explained["state"] == "pending" and explained["runnable"] is False, explained
+        assert "no-external-power" in explained["blocking"], explained
+
+
+def test_two_tasks_due_together_share_one_slice(world):
+    # Processing runs only while idle: the session is locked (logind mock on a private system bus).
+    world.start_logind(locked=True)
+    agent = world.start_agent(config="[slices]\nprocessing = 6s\nexpiration_warning = 1s\n")
+    th.wait_until(lambda: agent.status()["conditions"].get("locked") is True, 5, "the agent sees the locked session")
+    app_id = "org.example.Pair"
+    a, b = f"{app_id}.a", f"{app_id}.b"
+    app = world.registered_app(app_id, [a, b])
+    app.configure(complete_after=0.5, result="no-data")
+    due = later(3)
+    app.submit(a, "processing", earliest_begin=due)
+    app.submit(b, "processing", earliest_begin=due)
+    run_a = app.wait_run_task(a, timeout=15)
+    run_b = app.wait_run_task(b, timeout=3)
+    assert run_a["task_id"] != run_b["task_id"]
+    assert run_a["info"]["slice_id"] == run_b["info"]["slice_id"], (run_a, run_b)
+    assert run_a["info"]["deadline"] == run_b["info"]["deadline"], (run_a, run_b)
+    assert run_a["seconds"] == run_b["seconds"] == 6
+    assert run_a["time"] >= due - 1, f"ran before its earliest_begin: {run_a['time']} < {due}"
+    for run in (run_a, run_b):
+        assert agent.wait_history("completed", task_id=run["task_id"], timeout=5)["result"] == "no-data"
+
+
+def test_an_app_that_vanishes_mid_slice_is_recorded_vanished(world):
+    agent, app, run = running_app(world, "org.example.Gone")
+    app.kill()
+    entry = agent.wait_history("vanished", task_id=run["task_id"], timeout=5)
+    assert entry["app_id"] == "org.example.Gone"
+    assert agent.status()["running"] == []
+    th.wait_until(lambda: agent.app_record("org.example.Gone")["connected"] is False, 5, "ListApps connected false")
+
+
+def test_set_task_completed_with_another_apps_task_is_unknown(world):
+    agent, app, run = running_app(world, "org.example.Owner")
+    other = world.registered_app("org.example.Thief", ["org.example.Thief.refresh"])
+    expect_error("UnknownTask", other.set_task_completed, run["task_id"], True, "new-data")
+    expect_error("UnknownTask", other.set_task_completed, "no-such-task", True, "new-data")
+    assert len(agent.status()["running"]) == 1
+    assert app.complete(run["task_id"], True, "failed")["error"] is None
+    assert agent.wait_history("completed", task_id=run["task_id"], timeout=5)["app_id"] == "org.example.Owner"
+
+
+def test_set_task_completed_rejects_an_unknown_result(world):
+    agent, app, run = running_app(world, "org.example.Result")
+    message = expect_error("InvalidArgument", app.set_task_completed, run["task_id"], True, "great")
+    assert "great" in message and "new-data" in message, message
+    app.set_task_completed(run["task_id"], True, "")
+    agent.wait_history("completed", task_id=run["task_id"], timeout=5)
+
+
+# MARK: Background tasks (beginBackgroundTask)
+
+
+def test_begin_background_task_grants_thirty_seconds(world):
+    agent = world.start_agent()
+    app = world.registered_app("org.example.Saver", ["org.example.Saver.refresh"])
+    token, seconds = app.begin_background_task("save document")
+    assert token and seconds == 30, (token, seconds)
+    app.end_background_task(token)
+    agent.wait_history("background-task-began", app_id="org.example.Saver", timeout=3)
+    agent.wait_history("background-task-ended", app_id="org.example.Saver", timeout=3)
+    expect_error("UnknownTask", app.end_background_task, token)
+    expect_error("UnknownTask", app.end_background_task, "not-a-token")
+
+
+def test_background_task_is_warned_then_expires_if_not_ended(world):
+    agent = world.start_agent(config="[slices]\ncompletion = 3s\nexpiration_warning = 1s\n")
+    app = world.registered_app("org.example.Saver", ["org.example.Saver.refresh"])
+    begun = time.monotonic()
+    token, seconds = app.begin_background_task("upload")
+    assert seconds == 3
+    expire = app.wait_event("ExpireTask", lambda e: e["task_id"] == token, timeout=5)
+    assert 1.4 <= expire["mono"] - begun <= 2.8, expire["mono"] - begun
+    app.end_background_task(token)  # in time: after the warning, before the end
+    agent.wait_history("background-task-ended", app_id="org.example.Saver", timeout=3)
+    assert agent.app_record("org.example.Saver")["violations"] == 0
+
+    forgotten, _ = app.begin_background_task("forgotten")
+    app.wait_event("ExpireTask", lambda e: e["task_id"] == forgotten, timeout=5)
+    agent.wait_history("background-task-expired", app_id="org.example.Saver", timeout=5)
+    assert agent.app_record("org.example.Saver")["violations"] == 1
+    expect_error("UnknownTask", app.end_background_task, forgotten)
+
+
+# MARK: The user's switches and Explain
+
+
+def test_switching_an_app_or_everything_off(world):
+    agent = world.start_agent()
+    app_id, identifier = "org.example.Switch", "org.example.Switch.refresh"
+    app = world.registered_app(app_id, [identifier])
+    assert app.refresh_status() == "available"
+
+    agent.cli("disable", app_id)
+    assert app.refresh_status() == "denied"
+    record = agent.app_record(app_id)
+    assert record["enabled"] is False and record["refresh_status"] == "denied", record
+    message = expect_error("Unavailable", app.submit, identifier, "refresh")
+    assert app_id in message or "switched" in message or "disabled" in message, message
+    agent.set_app_enabled(app_id, True)
+    assert app.refresh_status() == "available"
+
+    agent.cli("disable", "--all")
+    assert app.refresh_status() == "restricted"
+    assert agent.status()["global_enabled"] is False
+    expect_error("Unavailable", app.submit, identifier, "refresh")
+    agent.set_global_enabled(True)
+    assert app.refresh_status() == "available"
+    app.submit(identifier, "refresh", earliest_begin=later(3600))
+    expect_error("NotRegistered", agent.set_app_enabled, "org.example.Nobody", False)
+
+
+def test_explain_names_the_blocking_rules_in_words(world):
+    agent = world.start_agent()
+    app_id, identifier = "org.example.Why", "org.example.Why.refresh"
+    app = world.registered_app(app_id, [identifier])
+    due = later(3600)
+    app.submit(identifier, "refresh", earliest_begin=due)
+
+    e = app.explain(identifier)
+    assert (e["app_id"], e["identifier"], e["state"], e["kind"], e["runnable"]) == \
+        (app_id, identifier, "pending", "refresh", False), e
+    assert e["blocking"] == ["earliest-begin"], e
+    assert len(e["reasons"]) == 1 and " " in e["reasons"][0] and e["reasons"][0] != "earliest-begin", e
+    assert e["summary"].strip() and " " in e["summary"], e
+    assert due <= e["earliest_window"] <= due + 15 * 60, e
+
+    agent.cli("disable", app_id)
+    e = agent.explain(app_id, identifier)
+    assert set(e["blocking"]) == {"app-disabled", "earliest-begin"}, e
+    assert len(e["reasons"]) == 2 and all(" " in r and r not in e["blocking"] for r in e["reasons"]), e
+    assert "earliest_window" not in e, f"a switch lifts by no clock, so no window is known: {e}"
+    listed = [p for p in agent.list_pending() if p["app_id"] == app_id]
+    assert len(listed) == 1 and set(listed[0]["blocking"]) == {"app-disabled", "earliest-begin"}, listed
+    assert len(listed[0]["reasons"]) == 2, listed
+
+    not_pending = agent.explain(app_id, "org.example.Why.other")
+    assert not_pending["state"] == "not-pending", not_pending
+
+
+# MARK: The examples
+
+
+def wait_pending(agent, app_id, identifier, timeout=15, process=None):
+    def found():
+        if process is not None and process.popen.poll() is not None:
+            raise AssertionError(f"{process.name} exited {process.popen.returncode} before submitting:\n"
+                                 f"{process.stdout()}\n{process.stderr()}")
+        return any(p["app_id"] == app_id and p["identifier"] == identifier for p in agent.list_pending())
+    th.wait_until(found, timeout, f"{app_id} submits {identifier}")
+
+
+def test_python_example_runs_its_refresh_after_simulate_launch(world):
+    example = ROOT / "Docs" / "examples" / "python_app.py"
+    assert example.is_file(), f"{example} is missing"
+    agent = world.start_agent()
+    app_id, identifier = "org.example.PyApp", "org.example.PyApp.refresh"
+    env = dict(os.environ, DBUS_SESSION_BUS_ADDRESS=world.address)
+    proc = world.stack.push(th.ch.Proc([PYTHON, example, "--app-id", app_id, "--identifier", identifier,
+                                        "--exit-after", "1", "--work-seconds", "0.3"], env, name="python_app.py"))
+    wait_pending(agent, app_id, identifier, process=proc)
+    # It asks for its refresh 15 minutes ahead: only simulate launch runs it now.
+    assert not agent.events("delivered", app_id=app_id), agent.history()
+    agent.cli("simulate", "launch", app_id, identifier)
+    code = proc.popen.wait(timeout=20)
+    out = proc.stdout()
+    assert code == 0, f"python_app.py exited {code}:\n{out}\n{proc.stderr()}"
+    assert "run task_id=" in out and "completed task_id=" in out and "result=new-data" in out, out
+    entry = agent.wait_history("completed", app_id=app_id, timeout=5)
+    assert (entry["identifier"], entry["kind"], entry["result"]) == (identifier, "refresh", "new-data"), entry
+
+
+def test_feed_reader_refreshes_from_a_local_feed_after_simulate_launch(world, tmp_path):
+    feed_reader = world.bin_dir / "feed-reader"
+    assert os.access(feed_reader, os.X_OK), f"{feed_reader} is missing: swift build --product feed-reader"
+    items = ["Swift 6.3 released", "bgpolicy reaches beta", "Refresh in the background"]
+    feed = tmp_path / "feed.txt"
+    feed.write_text("# a local feed: one item per line\n" + "\n".join(items) + "\n")
+    cache = tmp_path / "cache.txt"
+    agent = world.start_agent()
+    app_id = "org.example.FeedReader"
+    identifier = "org.bgpolicy.examples.FeedReader.refresh"
+    env = dict(os.environ, DBUS_SESSION_BUS_ADDRESS=world.address)
+    proc = world.stack.push(th.ch.Proc([feed_reader, "--feed", feed, "--cache", cache, "--app-id", app_id,
+                                        "--exit-after", "1"], env, name="feed-reader"))
+    wait_pending(agent, app_id, identifier, process=proc)
+    assert not cache.exists(), "refreshed before the launch"
+    agent.cli("simulate", "launch", app_id, identifier)
+    code = proc.popen.wait(timeout=20)
+    assert code == 0, f"feed-reader exited {code}:\n{proc.stdout()}\n{proc.stderr()}"
+    entry = agent.wait_history("completed", app_id=app_id, identifier=identifier, timeout=5)
+    assert entry["result"] == "new-data", entry
+    lines = cache.read_text().splitlines()
+    assert lines[:-1] == items and lines[-1].startswith("refreshed_at: "), lines
