@@ -488,7 +488,7 @@ extension TaskEngine {
         slice.monitor = monitor
         slice.lastCPUPercent = monitor.averagePercent
         slices[sliceID] = slice
-        let window = Int(min(configuration.cpu.window, slice.length).secondsValue)
+        let covered = Self.format(monitor.coveredSeconds)
         let limit = configuration.cpu.limit.value
         switch step {
         case .none:
@@ -497,7 +497,7 @@ extension TaskEngine {
             logger.warning("App over the CPU limit; warned", metadata: ["app.id": "\(slice.appID)", "cpu.percent": "\(Int(average))"])
             warnExpiring(
                 sliceID: sliceID,
-                reason: "used \(Int(average.rounded())) % of one core over \(window) s, above the \(limit) % limit",
+                reason: "used \(Int(average.rounded())) % of one core over the last \(covered) s, above the \(limit) % limit",
                 event: .cpuWarned)
         case .enforce(let average):
             await enforce(sliceID: sliceID, average: average)

@@ -86,6 +86,12 @@ public struct CPUUsageMonitor: Sendable {
         return (last.cpuSeconds - first.cpuSeconds) * 100 / (last.time - first.time)
     }
 
+    /// How many seconds `averagePercent` covers: the window once it has filled, less before.
+    public var coveredSeconds: Double {
+        guard let first = readings.first, let last = readings.last else { return 0 }
+        return last.time - first.time
+    }
+
     /// Last reading − first reading; across a counter reset, the sum of the stretches before and
     /// after it (what the restarted process used before its first reading is not known).
     public var totalCPUSeconds: Double {

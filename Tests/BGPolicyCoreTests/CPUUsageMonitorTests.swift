@@ -30,6 +30,16 @@ struct CPUUsageMonitorTests {
         #expect(monitor.totalCPUSeconds == 600)
     }
 
+    @Test("the span the average covers grows to the window and stays there")
+    func coveredSeconds() {
+        var monitor = Self.defaultMonitor()
+        #expect(monitor.coveredSeconds == 0)
+        _ = Self.run(&monitor, times: (0...30).map(Double.init), cpu: { $0 })
+        #expect(monitor.coveredSeconds == 30)
+        _ = Self.run(&monitor, times: (31...200).map(Double.init), cpu: { $0 })
+        #expect(monitor.coveredSeconds == 60)
+    }
+
     @Test("usage at or under the limit is never judged over it", arguments: [50.0, 80.0])
     func underLimit(percent: Double) {
         var monitor = Self.defaultMonitor()
