@@ -74,7 +74,7 @@ public struct AgentService: Service {
         try connection.objects.export([admin.exported(), scheduler.exported()], at: objectPath)
         let log = logger
         await hub.onChange { conditions in
-            Task { await engine.conditionsChanged(conditions) }
+            engine.noteConditions(conditions)
             do {
                 try connection.emitPropertiesChanged(
                     path: objectPath, interface: BGPolicyNames.adminInterface,

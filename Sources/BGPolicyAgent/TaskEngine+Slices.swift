@@ -57,7 +57,7 @@ extension TaskEngine {
         if let appID { dirtyApps.insert(appID) } else { fullEvaluationNeeded = true }
         guard !evaluationQueued else { return }
         evaluationQueued = true
-        Task { await self.evaluate() }
+        Task { self.evaluate() }
     }
 
     func context(now: UnixTime) -> SchedulingContext {
@@ -121,7 +121,7 @@ extension TaskEngine {
         let delay = Duration.milliseconds(Int64(max(0.05, min(due - now, 86_400)) * 1000))
         evaluationTimer = Task {
             do { try await AgentExecutor.sleep(for: delay) } catch { return }
-            await self.evaluationTimerFired()
+            self.evaluationTimerFired()
         }
     }
 
@@ -340,7 +340,7 @@ extension TaskEngine {
         let untilDeadline = slice.length - .seconds(slice.elapsed)
         slice.timers.append(Task {
             do { try await AgentExecutor.sleep(for: max(.zero, untilWarning)) } catch { return }
-            await self.warnExpiring(sliceID: sliceID, reason: "the slice ends in \(Int(warning.secondsValue)) s")
+            self.warnExpiring(sliceID: sliceID, reason: "the slice ends in \(Int(warning.secondsValue)) s")
         })
         slice.timers.append(Task {
             do { try await AgentExecutor.sleep(for: max(.zero, untilDeadline)) } catch { return }
@@ -620,9 +620,9 @@ extension TaskEngine {
         var task = BackgroundTask(token: token, appID: appID, name: name, connection: caller, startedAt: Self.wallNow())
         task.timer = Task {
             do { try await AgentExecutor.sleep(for: max(.zero, length - warning)) } catch { return }
-            await self.warnBackgroundTask(token)
+            self.warnBackgroundTask(token)
             do { try await AgentExecutor.sleep(for: warning) } catch { return }
-            await self.expireBackgroundTask(token)
+            self.expireBackgroundTask(token)
         }
         backgroundTasks[token] = task
         appendHistory(HistoryEntry(

@@ -63,6 +63,7 @@ actor TaskEngine {
     var historyAppends = 0
     /// The engine's part of `GetStatus`, for answers that do not wait for the engine.
     nonisolated let statusSnapshot = Mutex<[String: Variant]>([:])
+    nonisolated let incomingConditions = Mutex<Conditions>(.unknown)
 
     init(
         store: TaskStore, policy: any SchedulingPolicy, configuration: PolicyConfiguration,
@@ -126,8 +127,18 @@ actor TaskEngine {
 
     // MARK: Facts from outside
 
-    func conditionsChanged(_ new: Conditions) {
-        conditions = new
+    /// Called from the conditions hub's listener, which cannot wait for the engine. The value
+    /// goes into a box and the engine takes the newest from it, so tasks that run out of order
+    /// can never leave it with older facts than the last reported.
+    nonisolated func noteConditions(_ new: Conditions) {
+        incomingConditions.withLock { $0 = new }
+        Task { await self.takeConditions() }
+    }
+
+    func takeConditions() {
+        let newest = incomingConditions.withLock { $0 }
+        guard newest != conditions else { return }
+        conditions = newest
         requestEvaluation()
     }
 
@@ -226,7 +237,7 @@ actor TaskEngine {
                         await connectionVanished(holder)
                     } else {
                         throw SchedulerError(
-                        .accessDenied,
+                            .accessDenied,
                             "\(id) is held by another live connection (\(holder)); an unverified app id binds to one connection at a time. Try again after it exits")
                     }
                 }
