@@ -39,7 +39,7 @@ struct AgentEnvironmentTests {
         let base = try temporaryDirectory()
         defer { try? FileManager.default.removeItem(atPath: base) }
         let path = base + "/state"
-        FileManager.default.createFile(atPath: path, contents: Data("x".utf8))
+        #expect(FileManager.default.createFile(atPath: path, contents: Data("x".utf8)))
         let env = try AgentEnvironment.resolve(configPath: nil, stateDirectory: path)
         #expect {
             try env.prepareStateDirectory()
