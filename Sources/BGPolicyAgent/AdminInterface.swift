@@ -9,7 +9,8 @@ struct AdminInterface: Sendable {
     let conditions: ConditionsHub
     let engine: TaskEngine
     let startedAt: ContinuousClock.Instant
-    let startedAtUnix: Int64
+    /// The entries of `GetStatus` that never change, encoded once.
+    let constantEntries: [StatusEntry]
 
     init(environment: AgentEnvironment, conditions: ConditionsHub, engine: TaskEngine) {
         self.environment = environment
@@ -18,31 +19,34 @@ struct AdminInterface: Sendable {
         self.startedAt = ContinuousClock.now
         var now = timespec()
         clock_gettime(CLOCK_REALTIME, &now)
-        self.startedAtUnix = Int64(now.tv_sec)
-    }
-
-    /// The facts `GetStatus` reports.
-    func status() -> [String: Variant] {
-        let uptime = ContinuousClock.now - startedAt
-        let seconds = Double(uptime.components.seconds) + Double(uptime.components.attoseconds) / 1e18
-        var status = engine.statusSnapshot.withLock { $0 }
-        status.merge([
+        self.constantEntries = StatusEntry.encode([
             "version": Variant(BGPolicyVersion.current),
             "pid": Variant(UInt32(getpid())),
-            "started_at": Variant(startedAtUnix),
-            "uptime_seconds": Variant(seconds),
+            "started_at": Variant(Int64(now.tv_sec)),
             "state_dir": Variant(environment.stateDirectory),
             "config_source": Variant(environment.configSource ?? "defaults"),
             "config_path": Variant(environment.configPath),
-            "conditions": Variant(conditions.snapshotDBusValue),
-        ]) { _, new in new }
-        return status
+        ])
+    }
+
+    /// The `a{sv}` `GetStatus` returns. Built from entries encoded when they change (the
+    /// constants, the engine's part, the conditions), so a call encodes only the uptime:
+    /// settings panels may call it as often as they redraw.
+    func status() -> DBusValue {
+        let uptime = ContinuousClock.now - startedAt
+        let seconds = Double(uptime.components.seconds) + Double(uptime.components.attoseconds) / 1e18
+        var entries = constantEntries
+        entries.append(StatusEntry("uptime_seconds", .double(seconds)))
+        entries.append(StatusEntry("conditions", conditions.snapshotDBusValue))
+        engine.statusEntries.withLock { entries.append(contentsOf: $0) }
+        entries.sort { $0.key < $1.key }
+        return .dictionary(key: .string, value: .variant, entries.map(\.entry))
     }
 
     func exported() -> ExportedInterface {
         ExportedInterface(AgentInterfaces.admin)
             // Reads only values in memory: answered on the connection's thread.
-            .method("GetStatus", immediate: { _ in [status().dbusValue] })
+            .method("GetStatus", immediate: { _ in [status()] })
             .property("Conditions", get: { conditions.snapshotDBusValue })
             .method("ListApps") { call in
                 try call.arguments.expect("")
@@ -90,5 +94,20 @@ struct AdminInterface: Sendable {
                     app: call.arguments.decode(String.self, at: 0), identifier: call.arguments.decode(String.self, at: 1))
                 return []
             }
+    }
+}
+
+/// One `{sv}` entry of a status dictionary, with its key kept for sorting.
+struct StatusEntry: Sendable {
+    let key: String
+    let entry: DBusDictEntry
+
+    init(_ key: String, _ value: DBusValue) {
+        self.key = key
+        self.entry = DBusDictEntry(key: .string(key), value: .variant(value))
+    }
+
+    static func encode(_ dictionary: [String: Variant]) -> [StatusEntry] {
+        dictionary.map { StatusEntry($0.key, $0.value.value) }.sorted { $0.key < $1.key }
     }
 }

@@ -138,6 +138,7 @@ extension TaskEngine {
             "running": Variant(running),
         ]
         if let nextWindow { status["next_window"] = Variant(Int64(nextWindow.rounded(.up))) }
-        statusSnapshot.withLock { $0 = status }
+        let entries = StatusEntry.encode(status)
+        statusEntries.withLock { $0 = entries }
     }
 }

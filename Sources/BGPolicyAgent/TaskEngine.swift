@@ -62,7 +62,7 @@ actor TaskEngine {
     var dirtyApps: Set<AppID> = []
     var historyAppends = 0
     /// The engine's part of `GetStatus`, for answers that do not wait for the engine.
-    nonisolated let statusSnapshot = Mutex<[String: Variant]>([:])
+    nonisolated let statusEntries = Mutex<[StatusEntry]>([])
     nonisolated let incomingConditions = Mutex<Conditions>(.unknown)
 
     init(
