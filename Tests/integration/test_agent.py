@@ -173,7 +173,7 @@ def test_gdbus_and_busctl_call_getstatus(agent, bus):
 HELP_COMMANDS = [
     ["--help"], ["status", "--help"], ["apps", "--help"], ["pending", "--help"], ["history", "--help"],
     ["explain", "--help"], ["enable", "--help"], ["disable", "--help"], ["simulate", "--help"],
-    ["simulate", "launch", "--help"], ["simulate", "expire", "--help"],
+    ["simulate", "launch", "--help"], ["simulate", "expire", "--help"], ["replay", "--help"],
 ]
 
 

@@ -1,0 +1,122 @@
+import ArgumentParser
+import BGPolicyCore
+import Glibc
+
+/// `bgpolicy replay`: runs a refresh policy in virtual time over a usage trace and prints the
+/// figures of Docs/Replay.md. It works offline: it does not talk to bgpolicyd.
+struct ReplayCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "replay",
+        abstract: "Replay a usage trace under a refresh policy and print how it did.",
+        discussion: """
+            The trace is a CSV file with the header timestamp,app_id,event (SPEC.md §4). The \
+            replay runs offline, in virtual time, learning only from the past; opens are scored \
+            after the first 7 days. See Docs/Replay.md for the exact definitions.
+            """)
+
+    @Option(name: .long, help: ArgumentHelp("The usage trace to replay.", valueName: "file"))
+    var trace: String
+
+    @Option(name: .long, help: ArgumentHelp(
+        "bgpolicy, periodic:<period> (every app on one aligned timer, like periodic:60m) or oracle:<lead> (a refresh that long before every open).",
+        valueName: "policy"))
+    var policy: String = "bgpolicy"
+
+    @Flag(name: .long, help: "Print the figures as a JSON object, for scripts.")
+    var json = false
+
+    /// A trace that cannot be read (EX_NOINPUT) or parsed (EX_DATAERR).
+    static let noInput = ExitCode(66)
+    static let badData = ExitCode(65)
+
+    func validate() throws {
+        do {
+            _ = try ReplayPolicyChoice(parsing: policy)
+        } catch {
+            throw ValidationError(error.description)
+        }
+    }
+
+    func run() throws {
+        let choice: ReplayPolicyChoice
+        do {
+            choice = try ReplayPolicyChoice(parsing: policy)
+        } catch {
+            throw ValidationError(error.description)
+        }
+        let text: String
+        switch Self.readFile(trace) {
+        case .success(let contents): text = contents
+        case .failure(let message):
+            Self.printError("cannot read \(trace): \(message)")
+            throw Self.noInput
+        }
+        let parsed: UsageTrace
+        do {
+            parsed = try UsageTrace.parse(text)
+        } catch {
+            Self.printError("\(trace): \(error.description)")
+            throw Self.badData
+        }
+        let metrics = choice.metrics(over: parsed)
+        print(json ? Self.jsonText(metrics) : Self.tableText(metrics, policy: choice))
+    }
+
+    static func jsonText(_ metrics: ReplayMetrics) -> String {
+        "{" + zip(ReplayMetrics.keys, metrics.values).map { key, value in
+            JSONText.string(key) + ": " + (value.isFinite ? "\(value)" : "null")
+        }.joined(separator: ", ") + "}"
+    }
+
+    static func tableText(_ metrics: ReplayMetrics, policy: ReplayPolicyChoice) -> String {
+        var table = TableText([.init("METRIC"), .init(policy.description, .right)])
+        for (key, value) in zip(ReplayMetrics.keys, metrics.values) {
+            table.append([key, decimal(value, places: key == "median_staleness_s" ? 0 : 3)])
+        }
+        return table.text
+    }
+
+    /// `value` with a fixed number of decimals, without Foundation's formatting.
+    static func decimal(_ value: Double, places: Int) -> String {
+        guard value.isFinite else { return TableText.none }
+        var scale = 1.0
+        for _ in 0..<places { scale *= 10 }
+        let scaled = (abs(value) * scale).rounded()
+        let whole = Int(scaled / scale)
+        let fraction = Int(scaled - Double(whole) * scale)
+        let sign = value < 0 && scaled > 0 ? "-" : ""
+        guard places > 0 else { return sign + "\(whole)" }
+        let digits = String(fraction)
+        return sign + "\(whole)." + String(repeating: "0", count: places - digits.count) + digits
+    }
+
+    enum ReadResult { case success(String), failure(String) }
+
+    static func readFile(_ path: String) -> ReadResult {
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { return .failure(String(cString: strerror(errno))) }
+        defer { close(fd) }
+        var bytes: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 1 << 16)
+        while true {
+            let n = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+            if n < 0 {
+                if errno == EINTR { continue }
+                return .failure(String(cString: strerror(errno)))
+            }
+            if n == 0 { break }
+            bytes.append(contentsOf: buffer[0..<n])
+        }
+        return .success(String(decoding: bytes, as: UTF8.self))
+    }
+
+    static func printError(_ message: String) {
+        var bytes = Array(("bgpolicy: " + message + "\n").utf8)[...]
+        while !bytes.isEmpty {
+            let n = bytes.withUnsafeBytes { write(STDERR_FILENO, $0.baseAddress, $0.count) }
+            if n < 0 && errno == EINTR { continue }
+            guard n > 0 else { return }
+            bytes = bytes.dropFirst(n)
+        }
+    }
+}

@@ -1,0 +1,51 @@
+import BGPolicyCore
+import Testing
+
+@Suite("PredictivePolicy")
+struct PredictivePolicyTests {
+    /// Three apps opened daily at fixed times, 07:25, 12:40 and 21:35 (and Mail at 09:50 on
+    /// weekdays only), for five weeks.
+    static var routine: UsageTrace {
+        var events: [UsageEvent] = []
+        let monday = UsagePredictorTests.monday
+        for d in 0..<35 {
+            let day = monday + Double(d) * 86_400
+            var opens: [(Double, String)] = [(26_700, "org.example.News"), (45_600, "org.example.Chat"),
+                                             (77_700, "org.example.News")]
+            if d % 7 < 5 { opens.append((35_400, "org.example.Mail")) }
+            for (offset, app) in opens.sorted(by: { $0.0 < $1.0 }) {
+                events.append(UsageEvent(time: day + offset, appID: app, kind: .open))
+                events.append(UsageEvent(time: day + offset + 300, appID: app, kind: .close))
+            }
+        }
+        return UsageTrace(events: events)
+    }
+
+    @Test func refreshesOnTheGridAtMostOncePer15MinutesPerApp() {
+        var policy = PredictivePolicy()
+        let refreshes = ReplayDriver.run(Self.routine, policy: &policy)
+        #expect(!refreshes.isEmpty)
+        #expect(refreshes.allSatisfy { $0.time.truncatingRemainder(dividingBy: 900) == 0 })
+        var last: [String: Double] = [:]
+        for refresh in refreshes {
+            if let previous = last[refresh.appID] { #expect(refresh.time - previous >= 900) }
+            last[refresh.appID] = refresh.time
+        }
+        // Only apps that were opened (and so have a pending request) are refreshed.
+        #expect(Set(refreshes.map(\.appID)).isSubset(of: ["org.example.News", "org.example.Chat", "org.example.Mail"]))
+    }
+
+    @Test func learnsARoutineWithFewWakeupsAndLittleWaste() {
+        let trace = Self.routine
+        let bgpolicy = ReplayPolicyChoice.bgpolicy.metrics(over: trace)
+        let periodic = ReplayPolicyChoice.periodic(seconds: 3600).metrics(over: trace)
+        // Every open is 25–50 min past the hour, so hourly timers are never fresh for 15 min.
+        // The budget allows under two refreshes a day per app, and the policy spends them
+        // ahead of the routine (0.55 today; the routine is the easy case a better model should
+        // get nearly all of).
+        #expect(periodic.freshness15m == 0)
+        #expect(bgpolicy.freshness15m >= 0.5, "\(bgpolicy)")
+        #expect(bgpolicy.wakeupsPerDay <= periodic.wakeupsPerDay)
+        #expect(bgpolicy.refreshesPerDay <= 0.1 * periodic.refreshesPerDay, "\(bgpolicy)")
+    }
+}

@@ -1,0 +1,41 @@
+import BGPolicyCore
+import Testing
+
+@Suite("UsageTrace")
+struct UsageTraceTests {
+    @Test func parsesFractionalSecondsBlankLinesAndCRLF() throws {
+        let trace = try UsageTrace.parse("timestamp,app_id,event\r\n1.25,org.a,open\r\n\r\n2,org.a,close\r\n")
+        #expect(trace.events == [UsageEvent(time: 1.25, appID: "org.a", kind: .open),
+                                 UsageEvent(time: 2, appID: "org.a", kind: .close)])
+        #expect(trace.span?.start == 1.25)
+        #expect(trace.appIDs == ["org.a"])
+    }
+
+    @Test func headerOnlyIsAnEmptyTrace() throws {
+        #expect(try UsageTrace.parse("timestamp,app_id,event\n").events.isEmpty)
+    }
+
+    static let errors: [(text: String, line: Int, contains: String)] = [
+        ("", 1, "empty"),
+        ("time,app,event\n", 1, "header"),
+        ("timestamp,app_id,event\n1,a,open\n2,a\n", 3, "3 fields"),
+        ("timestamp,app_id,event\n1,a,open,x\n", 2, "3 fields"),
+        ("timestamp,app_id,event\nnoon,a,open\n", 2, "not a number"),
+        ("timestamp,app_id,event\nnan,a,open\n", 2, "not a number"),
+        ("timestamp,app_id,event\n1,,open\n", 2, "app_id is empty"),
+        ("timestamp,app_id,event\n1,a,launch\n", 2, "neither open nor close"),
+        ("timestamp,app_id,event\n5,a,open\n\n4,a,close\n", 4, "sorted"),
+    ]
+
+    @Test(arguments: errors)
+    func reportsTheLineOfAnError(_ example: (text: String, line: Int, contains: String)) {
+        do {
+            _ = try UsageTrace.parse(example.text)
+            Issue.record("parsed \(example.text.debugDescription)")
+        } catch {
+            #expect(error.line == example.line)
+            #expect(error.description.contains(example.contains), "\(error)")
+            #expect(error.description.hasPrefix("line \(example.line): "))
+        }
+    }
+}

@@ -1,0 +1,165 @@
+"""`bgpolicy replay` (Docs/Replay.md): a small synthetic trace whose
+figures are worked out by hand, and the StudentLife traces, converted at test time by
+scripts/studentlife-trace.py from ../shared/traces/studentlife, where issue 5's targets are
+checked against periodic:60m.
+
+Its exact --help text is checked with the others in test_agent.py (HELP_COMMANDS). Needs no
+bus: replay runs offline. The binary comes from $BGPOLICY_BUILD_DIR (conftest.py).
+"""
+
+import json
+import os
+import subprocess
+
+import pytest
+
+from conftest import ROOT, find_bin_dir
+
+STUDENTLIFE = ROOT.parent / "shared" / "traces" / "studentlife" / "running_app_u00_u01_u02.csv"
+CONVERTER = ROOT / "scripts" / "studentlife-trace.py"
+KEYS = ["wakeups_per_day", "refreshes_per_day", "freshness_5m", "freshness_15m",
+        "median_staleness_s", "wasted_fraction"]
+
+
+def bgpolicy():
+    path = find_bin_dir() / "bgpolicy"
+    if not os.access(path, os.X_OK):
+        pytest.fail(f"{path} is missing: build it first (swift build --product bgpolicy)")
+    return path
+
+
+_figures = {}
+
+
+def replay(trace, policy, *extra):
+    key = (str(trace), policy, extra)
+    if key not in _figures:
+        _figures[key] = _replay(trace, policy, *extra)
+    return _figures[key]
+
+
+def _replay(trace, policy, *extra):
+    r = subprocess.run([str(bgpolicy()), "replay", "--trace", str(trace), "--policy", policy, "--json", *extra],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    figures = json.loads(r.stdout)
+    assert list(figures) == KEYS
+    return figures
+
+
+# --- A synthetic trace with a known answer ---------------------------------------------------
+# The same trace as Tests/BGPolicyCoreTests/ReplayMetricsTests.swift; D is 7 days after its start.
+D = 7 * 86400
+SYNTHETIC = f"""timestamp,app_id,event
+0,a,open
+60.5,a,close
+{D + 1000},a,open
+{D + 1100},a,close
+{D + 4000},b,open
+{D + 4100},b,close
+{D + 7300},a,open
+{D + 86400},b,close
+"""
+
+
+@pytest.fixture
+def synthetic(tmp_path):
+    path = tmp_path / "synthetic.csv"
+    path.write_text(SYNTHETIC)
+    return path
+
+
+@pytest.mark.parametrize("policy,expected", [
+    ("periodic:60m", [25, 50, 1 / 3, 2 / 3, 400, 47 / 50]),
+    ("oracle:10m", [3, 3, 0, 1, 600, 0]),
+])
+def test_synthetic_trace_has_the_worked_answer(synthetic, policy, expected):
+    figures = replay(synthetic, policy)
+    assert [figures[k] for k in KEYS] == pytest.approx(expected)
+
+
+def test_table_names_every_figure(synthetic):
+    r = subprocess.run([str(bgpolicy()), "replay", "--trace", str(synthetic), "--policy", "oracle:10m"],
+                       capture_output=True, text=True, timeout=20)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0].split() == ["METRIC", "oracle:10min"]
+    assert [line.split()[0] for line in lines[1:]] == KEYS
+    assert lines[4].split() == ["freshness_15m", "1.000"]
+
+
+@pytest.mark.parametrize("text,status,message", [
+    ("time,app,event\n", 65, "line 1: expected the header"),
+    ("timestamp,app_id,event\n5,a,open\n4,a,close\n", 65, "line 3: "),
+    ("timestamp,app_id,event\n5,a,launch\n", 65, "line 2: event \"launch\""),
+])
+def test_bad_trace_names_the_line(tmp_path, text, status, message):
+    path = tmp_path / "bad.csv"
+    path.write_text(text)
+    r = subprocess.run([str(bgpolicy()), "replay", "--trace", str(path)], capture_output=True, text=True, timeout=20)
+    assert r.returncode == status
+    assert message in r.stderr, r.stderr
+
+
+def test_missing_trace_and_bad_policy(tmp_path):
+    r = subprocess.run([str(bgpolicy()), "replay", "--trace", str(tmp_path / "none.csv")],
+                       capture_output=True, text=True, timeout=20)
+    assert r.returncode == 66
+    assert "cannot read" in r.stderr
+    r = subprocess.run([str(bgpolicy()), "replay", "--trace", "x", "--policy", "cron:1h"],
+                       capture_output=True, text=True, timeout=20)
+    assert r.returncode == 64
+    assert "unknown policy" in r.stderr
+
+
+# --- StudentLife -----------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def studentlife(tmp_path_factory):
+    if not STUDENTLIFE.is_file():
+        pytest.fail(f"{STUDENTLIFE} is missing: the shared traces live next to the repository")
+    out = tmp_path_factory.mktemp("studentlife")
+    subprocess.run(["/usr/bin/python3", str(CONVERTER), str(STUDENTLIFE), str(out), "--user", "00", "01", "02"],
+                   check=True, timeout=120)
+    return out
+
+
+def test_converter_writes_one_sorted_trace_per_user(studentlife):
+    for user in ["00", "01", "02"]:
+        lines = (studentlife / f"studentlife-u{user}.csv").read_text().splitlines()
+        assert lines[0] == "timestamp,app_id,event"
+        rows = [line.split(",") for line in lines[1:]]
+        times = [float(r[0]) for r in rows]
+        assert times == sorted(times)
+        assert {r[2] for r in rows} == {"open", "close"}
+        apps = {r[1] for r in rows}
+        assert not apps & {"com.android.launcher", "com.android.systemui", "com.android.phone", "org.bewellapp"}
+        assert sum(r[2] == "open" for r in rows) > 300
+
+
+@pytest.mark.parametrize("user", ["00", "01", "02"])
+def test_every_trace_wakes_and_refreshes_less_than_hourly_timers(studentlife, user):
+    trace = studentlife / f"studentlife-u{user}.csv"
+    ours = replay(trace, "bgpolicy")
+    hourly = replay(trace, "periodic:60m")
+    assert ours["wakeups_per_day"] <= hourly["wakeups_per_day"]
+    assert ours["refreshes_per_day"] <= 0.1 * hourly["refreshes_per_day"]
+
+
+# Issue 5's freshness target: reached on user 02, not yet on user 00 (Docs/Replay.md, "Where it
+# stands"). User 00's figure is guarded against regressions, and its target kept as an expected
+# failure so that reaching it shows.
+@pytest.mark.parametrize("user", [
+    "02",
+    pytest.param("00", marks=pytest.mark.xfail(reason="issue 5 target not reached yet on user 00; see Docs/Replay.md",
+                                               strict=True)),
+])
+def test_freshness_target(studentlife, user):
+    trace = studentlife / f"studentlife-u{user}.csv"
+    ours = replay(trace, "bgpolicy")
+    hourly = replay(trace, "periodic:60m")
+    assert ours["freshness_15m"] >= 1.5 * hourly["freshness_15m"]
+
+
+def test_freshness_on_user_00_does_not_regress(studentlife):
+    assert replay(studentlife / "studentlife-u00.csv", "bgpolicy")["freshness_15m"] >= 0.36
