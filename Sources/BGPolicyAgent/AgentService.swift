@@ -87,6 +87,8 @@ public struct AgentService: Service {
             // Awaited before the sleep inhibitor is released: slices are expired first.
             await engine.sleepEvent(event)
         }
+        // Apps opening and closing, from the systemd user manager on this same bus.
+        let appUnits = AppUnitSource(sessionBus: connection)
 
         // Subscribe before asking for the name, so a NameLost cannot slip past.
         let nameLost = try await connection.nameLostSignals()
@@ -114,6 +116,10 @@ public struct AgentService: Service {
                 }
                 // The conditions never end the agent: their sources outlive every daemon.
                 group.addTask { await conditions.run() }
+                // Like the conditions, never ends the agent: a missing manager means no events.
+                group.addTask {
+                    await appUnits.run(logger: log) { event in await engine.appUnitChanged(event) }
+                }
                 group.addTask {
                     await connection.waitUntilDisconnected()
                     guard Task.isCancelled else { throw AgentError.busLost }
@@ -135,7 +141,7 @@ public struct AgentService: Service {
                 // The first task to end ends the agent; on graceful shutdown all end together.
                 defer { group.cancelAll() }
                 do {
-                    // Conditions return only when cancelled, so the first task to end is
+                    // Conditions and app units return only when cancelled, so the first task to end is
                     // serve(), the session bus, or NameLost.
                     try await group.next()
                 } catch DBusError.disconnected {

@@ -226,8 +226,10 @@ class Proc:
         return self.popen.poll() is None
 
     def _read(self, f):
-        f.seek(0)
-        return f.read().decode("utf-8", errors="replace")
+        # pread, not seek and read: the child writes through the same open file description,
+        # so moving its offset would make the child's next write land over what it wrote.
+        fd = f.fileno()
+        return os.pread(fd, os.fstat(fd).st_size, 0).decode("utf-8", errors="replace")
 
     def stdout(self):
         return self._read(self._out)

@@ -1,0 +1,41 @@
+import BGPolicyCore
+import BGPolicyStore
+import BGPolicySystem
+import Logging
+
+extension TaskEngine {
+    /// An app unit appeared or went in the systemd user manager: the usage log gets a row
+    /// (foreground for an open, background for a close), and an open of a registered app
+    /// counts as its use, which lifts the inactivity rule and may let its work run now.
+    ///
+    /// Failures are logged, never thrown: nobody is waiting for an answer, and a missed row
+    /// only makes the usage log a little less complete.
+    func appUnitChanged(_ event: AppUnitEvent) {
+        let appID = event.appID
+        let metadata: Logger.Metadata = ["app.id": "\(appID)", "unit": "\(event.unit)", "change": "\(event.change.rawValue)"]
+        // A unit of an app the agent is starting itself (D-Bus activation in a scope) is not
+        // the user opening it.
+        if event.change == .opened && delivering.contains(appID) {
+            logger.debug("App unit started by the agent's own launch; not counted as an open", metadata: metadata)
+            return
+        }
+        let now = Self.wallNow()
+        let state: UsageState = event.change == .opened ? .foreground : .background
+        do {
+            try store.appendUsage(appID: appID, state: state, at: now)
+        } catch {
+            logger.warning("Could not record app usage", metadata: metadata.merging(["error": "\(error)"]) { $1 })
+        }
+        logger.debug("App unit changed", metadata: metadata)
+        guard event.change == .opened, var record = apps[appID]?.record else { return }
+        record.lastUsedAt = now
+        do {
+            try store.saveApp(record)
+        } catch {
+            logger.warning("Could not record that the app was used", metadata: metadata.merging(["error": "\(error)"]) { $1 })
+            return
+        }
+        apps[appID]?.record = record
+        requestEvaluation(for: appID)
+    }
+}

@@ -1,0 +1,23 @@
+public import BGPolicyCore
+
+/// An app unit of the systemd user manager appeared or went: the plain fact `AppUnitSource`
+/// reports. What it means for the app (an open, a close) is the agent's to decide.
+public struct AppUnitEvent: Sendable, Hashable {
+    public enum Change: String, Sendable, Hashable, CaseIterable {
+        /// `UnitNew`: the launcher created the app's scope or service; the app is starting.
+        case opened
+        /// `UnitRemoved`: the unit is gone; every process of that instance has exited.
+        case closed
+    }
+
+    public var appID: AppID
+    public var change: Change
+    /// The unit's name as systemd sent it (escaped), for logs.
+    public var unit: String
+
+    public init(appID: AppID, change: Change, unit: String) {
+        self.appID = appID
+        self.change = change
+        self.unit = unit
+    }
+}

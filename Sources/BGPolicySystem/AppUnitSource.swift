@@ -1,0 +1,70 @@
+public import BGPolicyDBus
+public import Logging
+
+/// Apps opening and closing, from the systemd user manager (`org.freedesktop.systemd1` on the
+/// session bus): desktop launchers (GNOME Shell, KDE Plasma, `systemd-run --user --scope`…)
+/// start each app in its own `app-*.scope` or `app-*.service`, so the manager's `UnitNew` and
+/// `UnitRemoved` signals say when the user opened an app and when it exited.
+///
+/// The manager sends those signals only to clients that called `Subscribe`. The name's owner
+/// is followed (`DaemonFollower`): a manager missing at start is picked up when it appears,
+/// and one that restarts is subscribed to again. Nothing polls; between signals this costs
+/// nothing. No manager at all only means no events.
+public struct AppUnitSource: Sendable {
+    static let busName = SystemdUserManagerProxy.busName
+    static let path = SystemdUserManagerProxy.path
+    static let interface = SystemdUserManagerProxy.interface
+
+    let connection: DBusConnection
+
+    public init(sessionBus: DBusConnection) {
+        connection = sessionBus
+    }
+
+    /// Runs until the task is cancelled, calling `report` for each app unit that appears or
+    /// goes, in the order the manager sent them.
+    public func run(logger: Logger, report: @escaping @Sendable (AppUnitEvent) async -> Void) async {
+        // No re-reads: there is no state to read again, only signals to follow. The
+        // continuation is kept alive so that the follower does not see the stream end.
+        let (rereads, keepAlive) = AsyncStream.makeStream(of: Void.self)
+        let follower = DaemonFollower(connection: connection, name: Self.busName, logger: logger)
+        await follower.run(rereads: rereads, lost: {}) { owner in
+            // One rule for the manager's signals, not one per member, so that a unit's
+            // UnitNew and UnitRemoved cannot be reordered between two streams.
+            let signals = try await connection.subscribe(MatchRule(sender: owner, interface: Self.interface, path: Self.path))
+            await subscribe(owner: owner, logger: logger)
+            var tracker = AppUnitTracker()
+            for try await signal in signals {
+                guard let member = signal.member, member == "UnitNew" || member == "UnitRemoved" else { continue }
+                guard signal.body.count == 2, case .string(let unit) = signal.body[0] else {
+                    logger.warning(
+                        "The systemd user manager sent a unit signal with unexpected arguments",
+                        metadata: ["member": "\(member)", "signature": "\(signal.signature)"])
+                    continue
+                }
+                guard let event = tracker.event(member: member, unit: unit) else { continue }
+                await report(event)
+            }
+        }
+        keepAlive.finish()
+        // The follower returns early only when the bus itself is gone, which the agent learns
+        // elsewhere; this source never ends the agent.
+        await waitUntilCancelled()
+    }
+
+    /// Asks the manager to send unit signals to this connection. A failure is logged and the
+    /// signals still followed: some managers (and mocks) broadcast them unasked.
+    private func subscribe(owner: String, logger: Logger) async {
+        do {
+            _ = try await connection.call(
+                destination: owner, path: Self.path, interface: Self.interface, member: "Subscribe", [], timeout: .seconds(5))
+            logger.debug("Following app units of the systemd user manager", metadata: ["bus.unique": "\(owner)"])
+        } catch DBusError.remote(let name, _) where name == "org.freedesktop.systemd1.AlreadySubscribed" {
+            // This connection subscribed earlier: the signals already come.
+        } catch {
+            logger.warning(
+                "The systemd user manager refused Subscribe; app opens may be missed",
+                metadata: ["bus.unique": "\(owner)", "error": "\(error)"])
+        }
+    }
+}

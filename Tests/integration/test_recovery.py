@@ -1,0 +1,237 @@
+"""The store's recovery, seen from outside the agent:
+
+- a corrupt database file at start-up (garbage where the file should be, or a real database
+  with a damaged page): the agent starts, logs it at critical, moves the file aside (kept for the
+  user, beside the new one) and works on a fresh database;
+- a full disk: the state directory on a small tmpfs, filled up while the agent runs. Submit and
+  Cancel fail with org.bgpolicy.Error.Failed saying nothing was changed, the requests that were
+  pending before stay pending (after the disk frees up, and after a restart), and the agent keeps
+  serving throughout.
+
+The tmpfs needs `mount` (root, as in the project's containers). Where mounting is refused (or
+BGPOLICY_TEST_NO_TMPFS is set), the same test runs with a file size limit on the agent instead
+(RLIMIT_FSIZE); the test's output says which it used."""
+
+import errno
+import os
+import resource
+import sqlite3
+import subprocess
+
+import pytest
+
+import conditions_helpers as ch
+import tasks_helpers as th
+from tasks_helpers import expect_error, later, world  # noqa: F401 - the fixture
+
+APP = "org.example.Recovery"
+IDENTIFIERS = [f"{APP}.a", f"{APP}.b", f"{APP}.c"]
+
+
+def state_dir(world):
+    return world.tmp / "state" / "bgpolicy"
+
+
+def database(world):
+    return state_dir(world) / "bgpolicy.sqlite"
+
+
+def pending_identifiers(agent):
+    return sorted(p["identifier"] for p in agent.list_pending() if p["app_id"] == APP)
+
+
+def critical_lines(stderr):
+    """The log lines at level critical (`<time> critical <label>: ...`)."""
+    return [line for line in stderr.splitlines() if line.split(" ", 2)[1:2] == ["critical"]]
+
+
+def moved_aside(world):
+    return sorted(p for p in state_dir(world).iterdir() if p.name.startswith("bgpolicy.sqlite.corrupt-"))
+
+
+# MARK: A corrupt file at start-up
+
+
+def write_garbage(world):
+    directory = state_dir(world)
+    directory.mkdir(parents=True, mode=0o700)
+    garbage = b"this is not a database, but the wreck of one\n" * 200
+    database(world).write_bytes(garbage)
+    return garbage
+
+
+def damage_a_page(world):
+    """A real database of this agent (an app, a pending request), with its second page
+    overwritten: SQLite opens the file, and its quick_check finds the damage."""
+    agent = world.start_agent()
+    app = world.registered_app(APP, IDENTIFIERS)
+    app.submit(IDENTIFIERS[0], "refresh", earliest_begin=later(3600))
+    app.quit()
+    agent.stop()
+    world.agent = None
+    # Everything into the main file first, so the damage is not hidden by a WAL copy of it.
+    db = sqlite3.connect(database(world))
+    db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    db.close()
+    assert not (state_dir(world) / "bgpolicy.sqlite-wal").exists()
+    with open(database(world), "r+b") as f:
+        page = int.from_bytes(f.read(18)[16:18], "big") or 65536
+        f.seek(page)
+        f.write(b"\xa5" * page)
+    return database(world).read_bytes()
+
+
+@pytest.mark.parametrize("damage", [write_garbage, damage_a_page], ids=["garbage", "damaged-page"])
+def test_corrupt_database_is_moved_aside_and_the_agent_works(world, damage):
+    broken = damage(world)
+    agent = world.start_agent()
+
+    stderr = agent.stderr()
+    loud = critical_lines(stderr)
+    assert len(loud) == 1 and "The database was corrupt" in loud[0], stderr
+    moved = moved_aside(world)
+    assert len(moved) == 1, moved
+    # Kept for the user, the damage included. (Opening a file in WAL mode, GRDB creates and
+    # drops a table before the check runs, so page 1 of a real database may differ.)
+    kept = moved[0].read_bytes()
+    assert kept[4096:8192] == broken[4096:8192] and len(kept) >= len(broken), "the broken file is kept for the user"
+    if damage is write_garbage:
+        assert kept == broken
+    assert str(moved[0]) in loud[0], "the log says where the file went"
+    assert database(world).exists()
+
+    # A fresh, working database: nothing of the old one, and the agent registers and submits.
+    assert agent.list_apps() == []
+    app = world.registered_app(APP, IDENTIFIERS)
+    app.submit(IDENTIFIERS[0], "refresh", earliest_begin=later(3600))
+    assert pending_identifiers(agent) == [IDENTIFIERS[0]]
+
+    # It stays fixed: the next start finds a sound file and says nothing critical.
+    app.quit()
+    agent.stop()
+    agent.previous.clear()
+    agent.restart()
+    assert critical_lines(agent.stderr()) == [], agent.stderr()
+    assert len(moved_aside(world)) == 1
+    assert pending_identifiers(agent) == [IDENTIFIERS[0]]
+
+
+# MARK: A full disk
+
+
+def mount_small_tmpfs(world, path, size="4m"):
+    """A tmpfs of `size` at `path`, unmounted when the test ends; None when mounted, else why not."""
+    path.mkdir(parents=True, exist_ok=True)
+    if os.environ.get("BGPOLICY_TEST_NO_TMPFS"):
+        return "BGPOLICY_TEST_NO_TMPFS is set"
+    result = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", str(path)],
+                            capture_output=True, text=True, timeout=10, check=False)
+    if result.returncode != 0:
+        return result.stderr.strip() or f"mount exited {result.returncode}"
+    world.stack.push(lambda: subprocess.run(["umount", "-l", str(path)], capture_output=True, timeout=10, check=False))
+    return None
+
+
+class TmpfsDisk:
+    """The state directory on a small tmpfs: full when a filler file takes every free block."""
+
+    exact = True  # SQLite sees ENOSPC, which the agent words as "full"
+
+    def __init__(self, world, mount):
+        self.mount = mount
+        self.filler = None
+
+    def start_agent(self, world):
+        return world.start_agent()
+
+    def fill(self, _agent):
+        self.filler = self.mount / "filler"
+        fd = os.open(self.filler, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            for size in (1 << 20, 1 << 16, 1 << 12, 1):
+                chunk = b"\x00" * size
+                while True:
+                    try:
+                        os.write(fd, chunk)
+                    except OSError as error:
+                        assert error.errno == errno.ENOSPC, error
+                        break
+        finally:
+            os.close(fd)
+
+    def free(self, _agent):
+        self.filler.unlink()
+
+
+class SizeLimitedDisk:
+    """Where no tmpfs can be mounted: the agent's file size limit (RLIMIT_FSIZE, set on the
+    running process as `prlimit --fsize` does) lowered to the size of its WAL, so that the next
+    write to the database fails as on a full disk. SIGXFSZ is ignored in the agent (set before
+    exec, which keeps it), so the write fails with EFBIG instead of killing it; SQLite reports
+    that as an I/O error, not SQLITE_FULL, so only "nothing was changed" is asserted."""
+
+    exact = False
+
+    def __init__(self, world, _mount):
+        self.world = world
+
+    def start_agent(self, world):
+        world.agent = XfszIgnoringAgent(world)
+        return world.agent
+
+    def fill(self, agent):
+        wal = state_dir(self.world) / "bgpolicy.sqlite-wal"
+        _, hard = resource.prlimit(agent.pid, resource.RLIMIT_FSIZE)
+        resource.prlimit(agent.pid, resource.RLIMIT_FSIZE, (wal.stat().st_size, hard))
+
+    def free(self, agent):
+        _, hard = resource.prlimit(agent.pid, resource.RLIMIT_FSIZE)
+        resource.prlimit(agent.pid, resource.RLIMIT_FSIZE, (hard, hard))
+
+
+class XfszIgnoringAgent(th.TaskAgent):
+    def start(self):
+        command = ["/bin/sh", "-c", 'trap "" XFSZ; exec "$0" "$@"', self.bin_dir / "bgpolicyd", "--log-level",
+                   self.log_level]
+        self.proc = self.world.stack.push(ch.Proc(command, self.env, name="bgpolicyd"))
+        self.world.session.wait_for_name(th.AGENT_NAME, process=self.proc)
+        return self
+
+
+def test_full_disk_loses_no_pending_request_and_the_agent_keeps_serving(world):
+    mount = world.tmp / "state"
+    refused = mount_small_tmpfs(world, mount)
+    disk = SizeLimitedDisk(world, mount) if refused else TmpfsDisk(world, mount)
+    print(f"full disk simulated with {type(disk).__name__}" + (f" (no tmpfs: {refused})" if refused else ""))
+    agent = disk.start_agent(world)
+    app = world.registered_app(APP, IDENTIFIERS)
+    app.submit(IDENTIFIERS[0], "refresh", earliest_begin=later(3600))
+    assert pending_identifiers(agent) == [IDENTIFIERS[0]]
+
+    disk.fill(agent)
+    message = expect_error("Failed", app.submit, IDENTIFIERS[1], "processing", earliest_begin=later(3600))
+    assert "nothing was changed" in message and ("full" in message or not disk.exact), message
+    message = expect_error("Failed", app.cancel, IDENTIFIERS[0])
+    assert "nothing was changed" in message, message
+    # Nothing changed indeed, and the agent still answers everyone.
+    assert pending_identifiers(agent) == [IDENTIFIERS[0]]
+    assert [p["identifier"] for p in app.pending()] == [IDENTIFIERS[0]]
+    assert agent.status() is not None and agent.alive()
+
+    # The disk frees up: the same agent writes again, and the earlier request is still there.
+    disk.free(agent)
+    app.submit(IDENTIFIERS[1], "processing", earliest_begin=later(3600))
+    assert pending_identifiers(agent) == IDENTIFIERS[:2]
+
+    # Full again, then the agent is killed outright and started once there is room.
+    disk.fill(agent)
+    expect_error("Failed", app.submit, IDENTIFIERS[2], "processing", earliest_begin=later(3600))
+    app.quit()
+    agent.sigkill()
+    if isinstance(disk, TmpfsDisk):
+        disk.free(agent)
+    agent.restart()
+    assert pending_identifiers(agent) == IDENTIFIERS[:2]
+    app = world.registered_app(APP, IDENTIFIERS, name="again")
+    app.submit(IDENTIFIERS[2], "processing", earliest_begin=later(3600))
+    assert pending_identifiers(agent) == IDENTIFIERS

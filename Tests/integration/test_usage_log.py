@@ -1,0 +1,188 @@
+"""The usage log's systemd source: the agent follows the systemd user manager (python-dbusmock's
+`systemd` template on the session bus) and turns its `UnitNew`/`UnitRemoved` for app units into
+usage rows; an open of a registered app refreshes its `last_used_at` (ListApps) and lifts the
+7-day inactivity rule (Explain). Unit names are the ones GNOME Shell and KDE really create;
+units that are not apps change nothing. The agent copes with the manager being absent at start,
+and follows it when it stops and starts again.
+
+Apps are made "unused for 30 days" by registering them, stopping the agent and moving their
+times back in its database (the agent is the only writer, so only while it is stopped)."""
+
+import os
+import sqlite3
+import time
+
+import gi
+
+gi.require_version("GLib", "2.0")
+from gi.repository import GLib  # noqa: E402
+
+import conditions_helpers as ch  # noqa: E402
+import tasks_helpers as th  # noqa: E402
+from tasks_helpers import PYTHON, later, world  # noqa: E402,F401 - the fixture
+
+MANAGER = "org.freedesktop.systemd1.Manager"
+MANAGER_NAME = "org.freedesktop.systemd1"
+
+MAPS, KONSOLE, DOLPHIN = "org.gnome.Maps", "org.kde.konsole", "org.kde.dolphin"
+BYSTANDER = "org.example.Bystander"
+UNITS = {
+    MAPS: "app-gnome-org.gnome.Maps-12345.scope",
+    KONSOLE: "app-org.kde.konsole-a1b2c3.scope",
+    DOLPHIN: "app-org.kde.dolphin@12ab.service",
+}
+NOT_APPS = ["session-2.scope", "dbus.service", "user@1000.service", "app.slice"]
+DAYS_30 = 30 * 86400
+TEMPLATE = th.HERE / "systemd_user_template.py"
+
+
+def start_manager(world):
+    """The dbusmock systemd user manager, with `Subscribe` from the start: (proc, mock)."""
+    env = dict(os.environ, DBUS_SESSION_BUS_ADDRESS=world.address)
+    proc = world.stack.push(ch.Proc([PYTHON, "-m", "dbusmock", "--session", "--template", str(TEMPLATE)], env,
+                                    name="dbusmock systemd"))
+    world.session.wait_for_name(MANAGER_NAME, process=proc)
+    return proc, th.SystemdMock(world.session)
+
+
+def wait_subscribed(agent, mock):
+    """Until the agent called Subscribe on this mock: its match rule is on the bus by then."""
+    def subscribed():
+        if not agent.alive():
+            raise AssertionError(f"bgpolicyd exited:\n{agent.stderr_tail()}")
+        return len(mock.calls("Subscribe")) >= 1
+    th.wait_until(subscribed, th.TIMEOUT, "the agent to call Subscribe on the systemd user manager")
+
+
+def emit(mock, member, unit):
+    path = f"/org/freedesktop/systemd1/unit/{unit.replace('.', '_').replace('-', '_').replace('@', '_')}"
+    mock.mock("EmitSignal", "sssav", (MANAGER, member, "so", [GLib.Variant("s", unit), GLib.Variant("o", path)]))
+
+
+def database(world):
+    return world.tmp / "state" / "bgpolicy" / "bgpolicy.sqlite"
+
+
+def usage_rows(world):
+    """(app_id, state) of every usage row, oldest first; read while the agent is stopped."""
+    with sqlite3.connect(database(world)) as db:
+        return db.execute("SELECT app_id, state FROM usage ORDER BY time, id").fetchall()
+
+
+def last_used(agent, app_id):
+    record = agent.app_record(app_id)
+    assert record is not None, f"{app_id} is not registered: {agent.list_apps()}"
+    return record.get("last_used_at")
+
+
+def registered_long_ago(world, app_ids, pending_for=()):
+    """An agent whose apps `app_ids` registered 30 days ago and were not used since; the apps in
+    `pending_for` have a refresh pending (gated an hour ahead, so nothing runs). The agent is
+    running again on return, the apps' processes gone."""
+    agent = world.agent or world.start_agent()
+    for app_id in app_ids:
+        app = world.registered_app(app_id, [f"{app_id}.refresh"])
+        if app_id in pending_for:
+            app.submit(f"{app_id}.refresh", "refresh", earliest_begin=later(3600))
+        app.quit()
+    agent.stop()
+    long_ago = time.time() - DAYS_30
+    with sqlite3.connect(database(world)) as db:
+        db.execute("UPDATE apps SET registered_at = ?, last_used_at = ?", (long_ago, long_ago))
+    agent.restart()
+    for app_id in app_ids:
+        assert last_used(agent, app_id) <= long_ago + 1, agent.app_record(app_id)
+    return agent, long_ago
+
+
+def is_fresh(value):
+    return value is not None and abs(value - time.time()) <= 60
+
+
+def test_app_unit_opens_refresh_last_used_and_lift_the_inactivity_rule(world):
+    _, manager = start_manager(world)
+    agent, long_ago = registered_long_ago(world, [MAPS, KONSOLE, DOLPHIN, BYSTANDER], pending_for=[MAPS])
+    wait_subscribed(agent, manager)
+    assert "app-inactive" in agent.explain(MAPS, f"{MAPS}.refresh")["blocking"]
+
+    # Units that are not apps first: signals are handled in order, so once KDE's konsole is
+    # seen, they have been too, and they changed nothing.
+    for unit in NOT_APPS:
+        emit(manager, "UnitNew", unit)
+        emit(manager, "UnitRemoved", unit)
+    emit(manager, "UnitNew", UNITS[KONSOLE])
+    th.wait_until(lambda: is_fresh(last_used(agent, KONSOLE)), th.TIMEOUT, "konsole's last_used_at after its UnitNew")
+    for app_id in (MAPS, DOLPHIN, BYSTANDER):
+        assert last_used(agent, app_id) <= long_ago + 1, agent.app_record(app_id)
+
+    # GNOME's scope for Maps: fresh, and the inactivity rule no longer holds its refresh back.
+    emit(manager, "UnitNew", UNITS[MAPS])
+    th.wait_until(lambda: is_fresh(last_used(agent, MAPS)), th.TIMEOUT, "Maps' last_used_at after its UnitNew")
+    explanation = agent.explain(MAPS, f"{MAPS}.refresh")
+    assert "app-inactive" not in explanation["blocking"], explanation
+
+    # KDE's service for Dolphin.
+    emit(manager, "UnitNew", UNITS[DOLPHIN])
+    th.wait_until(lambda: is_fresh(last_used(agent, DOLPHIN)), th.TIMEOUT, "Dolphin's last_used_at after its UnitNew")
+
+    # A close is logged but is not a use; an app that never registered is logged too.
+    maps_opened = last_used(agent, MAPS)
+    emit(manager, "UnitRemoved", UNITS[MAPS])
+    emit(manager, "UnitNew", "app-gnome-org.gnome.Weather-777.scope")
+    emit(manager, "UnitNew", UNITS[KONSOLE])  # loaded again while live: not a second open
+    emit(manager, "UnitRemoved", UNITS[KONSOLE])
+    th.wait_until(lambda: "org.gnome.Weather" in agent.stderr() and agent.stderr().count("App unit changed") >= 6,
+                  th.TIMEOUT, "the agent to log the last unit changes")
+    assert last_used(agent, MAPS) == maps_opened
+    assert last_used(agent, BYSTANDER) <= long_ago + 1
+    assert agent.app_record("org.gnome.Weather") is None, "an unregistered app is not registered by its unit"
+    assert agent.alive()
+
+    agent.stop()
+    assert usage_rows(world) == [
+        (KONSOLE, "foreground"), (MAPS, "foreground"), (DOLPHIN, "foreground"),
+        (MAPS, "background"), ("org.gnome.Weather", "foreground"), (KONSOLE, "background"),
+    ]
+
+
+def test_agent_follows_the_manager_when_absent_at_start_and_when_it_restarts(world):
+    agent, long_ago = registered_long_ago(world, [MAPS, KONSOLE])
+    # No manager yet: the agent serves all the same.
+    assert agent.status() is not None
+    assert not world.session.has_owner(MANAGER_NAME)
+
+    # It appears: the agent subscribes and hears it.
+    proc, manager = start_manager(world)
+    wait_subscribed(agent, manager)
+    emit(manager, "UnitNew", UNITS[MAPS])
+    th.wait_until(lambda: is_fresh(last_used(agent, MAPS)), th.TIMEOUT, "Maps' last_used_at after its UnitNew")
+
+    # It goes away: the agent keeps serving, apps register and submit.
+    proc.stop()
+    world.session.wait_for_name(MANAGER_NAME, present=False)
+    app = world.registered_app("org.example.Meanwhile", ["org.example.Meanwhile.refresh"])
+    app.submit("org.example.Meanwhile.refresh", "refresh", earliest_begin=later(3600))
+    assert agent.alive() and agent.status() is not None
+
+    # It comes back (a new owner): the agent subscribes again and hears the new one.
+    _, manager = start_manager(world)
+    wait_subscribed(agent, manager)
+    emit(manager, "UnitNew", UNITS[KONSOLE])
+    th.wait_until(lambda: is_fresh(last_used(agent, KONSOLE)), th.TIMEOUT, "konsole's last_used_at after its UnitNew")
+    assert agent.alive()
+    assert [p["identifier"] for p in agent.list_pending() if p["app_id"] == "org.example.Meanwhile"] == \
+        ["org.example.Meanwhile.refresh"]
+
+
+def test_signals_from_another_sender_are_ignored(world):
+    """Only the owner of org.freedesktop.systemd1 speaks for the user manager: the same signal
+    from any other connection is not an open."""
+    _, manager = start_manager(world)
+    agent, long_ago = registered_long_ago(world, [MAPS, KONSOLE])
+    wait_subscribed(agent, manager)
+    # A plain connection emits a look-alike UnitNew on the manager's path and interface.
+    world.session.conn.emit_signal(None, "/org/freedesktop/systemd1", MANAGER, "UnitNew",
+                                   GLib.Variant("(so)", (UNITS[MAPS], "/org/freedesktop/systemd1/unit/x")))
+    emit(manager, "UnitNew", UNITS[KONSOLE])
+    th.wait_until(lambda: is_fresh(last_used(agent, KONSOLE)), th.TIMEOUT, "konsole's last_used_at after its UnitNew")
+    assert last_used(agent, MAPS) <= long_ago + 1, agent.app_record(MAPS)
