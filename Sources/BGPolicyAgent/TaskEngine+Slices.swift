@@ -85,7 +85,8 @@ extension TaskEngine {
         var states: [AppID: AppSchedulingState] = [:]
         var requests: [TaskRequest] = []
         for appID in candidates {
-            guard let mine = pending[appID], !mine.isEmpty, let state = schedulingState(of: appID) else { continue }
+            guard saving[appID] == nil, let mine = pending[appID], !mine.isEmpty, let state = schedulingState(of: appID)
+            else { continue }
             states[appID] = state
             requests.append(contentsOf: mine.values)
         }
@@ -585,8 +586,8 @@ extension TaskEngine {
     func simulateLaunch(app text: String, identifier: String) async throws(SchedulerError) {
         guard let appID = AppID(rawValue: text), apps[appID] != nil else { throw .unknownApp(text) }
         guard let request = pending[appID]?[identifier] else { throw .unknownPending(identifier, app: appID) }
-        if delivering.contains(appID) {
-            throw SchedulerError(.unavailable, "a delivery to \(appID) is on its way; try again in a moment")
+        if delivering.contains(appID) || saving[appID] != nil {
+            throw SchedulerError(.unavailable, "a delivery to \(appID), or a change to its requests, is on its way; try again in a moment")
         }
         delivering.insert(appID)
         let length = request.kind == .refresh ? configuration.slices.refresh : configuration.slices.processing

@@ -61,6 +61,11 @@ actor TaskEngine {
     var fullEvaluationNeeded = false
     var dirtyApps: Set<AppID> = []
     var historyAppends = 0
+    /// Writes that may wait on the disk, away from the executor (see StoreWriter).
+    let writer = StoreWriter()
+    /// Apps with a Submit or Cancel on its way to the disk: not evaluated until it is there,
+    /// so a request is never delivered before it is stored.
+    var saving: [AppID: Int] = [:]
     /// The engine's part of `GetStatus`, for answers that do not wait for the engine.
     nonisolated let statusEntries = Mutex<[StatusEntry]>([])
     nonisolated let incomingConditions = Mutex<Conditions>(.unknown)
@@ -300,7 +305,7 @@ actor TaskEngine {
         var expectedDuration: UInt32?
     }
 
-    func submit(caller: String, identifier: String, kind kindText: String, options: SubmitOptions) throws(SchedulerError) {
+    func submit(caller: String, identifier: String, kind kindText: String, options: SubmitOptions) async throws(SchedulerError) {
         let appID = try app(of: caller)
         guard let runtime = apps[appID] else { throw .notRegistered }
         guard runtime.record.identifiers.contains(identifier) else {
@@ -339,32 +344,50 @@ actor TaskEngine {
             appID: appID, identifier: identifier, kind: kind, earliestBegin: options.earliestBegin.map(UnixTime.init),
             requiresNetwork: options.requiresNetwork, requiresExternalPower: options.requiresExternalPower,
             expectedDuration: options.expectedDuration, submittedAt: now)
-        let replaced = mine[identifier] != nil
+        let previous = mine[identifier]
         let entry = HistoryEntry(
-            time: now, appID: appID, identifier: identifier, event: replaced ? .replaced : .submitted,
-            kind: DeliveryKind(kind), detail: replaced ? "resubmitted: replaced the pending request" : "submitted")
+            time: now, appID: appID, identifier: identifier, event: previous != nil ? .replaced : .submitted,
+            kind: DeliveryKind(kind), detail: previous != nil ? "resubmitted: replaced the pending request" : "submitted")
+        // Held in memory while it is written, so that the limits count it; not evaluated
+        // until it is on disk, and put back as it was if the write fails.
+        pending[appID, default: [:]][identifier] = request
+        beginSaving(appID)
+        defer { endSaving(appID) }
+        let store = store
         do {
-            try store.savePending(request, history: entry)
+            try await writer.run { () throws(StoreError) in try store.savePending(request, history: entry) }
         } catch {
+            if pending[appID]?[identifier] == request { pending[appID]?[identifier] = previous }
             throw .storage(error)
         }
-        pending[appID, default: [:]][identifier] = request
-        requestEvaluation(for: appID)
     }
 
-    func cancel(caller: String, identifier: String) throws(SchedulerError) {
+    func cancel(caller: String, identifier: String) async throws(SchedulerError) {
         let appID = try app(of: caller)
-        guard pending[appID]?[identifier] != nil else { throw .unknownPending(identifier, app: appID) }
+        guard let removed = pending[appID]?[identifier] else { throw .unknownPending(identifier, app: appID) }
+        pending[appID]?[identifier] = nil
+        beginSaving(appID)
+        defer { endSaving(appID) }
+        let store = store
+        let entry = HistoryEntry(
+            time: Self.wallNow(), appID: appID, identifier: identifier, event: .cancelled, detail: "cancelled by the app")
         do {
-            try store.deletePending(
-                appID: appID, identifier: identifier,
-                history: HistoryEntry(
-                    time: Self.wallNow(), appID: appID, identifier: identifier, event: .cancelled,
-                    detail: "cancelled by the app"))
+            try await writer.run { () throws(StoreError) in
+                try store.deletePending(appID: appID, identifier: identifier, history: entry)
+            }
         } catch {
+            if pending[appID]?[identifier] == nil { pending[appID, default: [:]][identifier] = removed }
             throw .storage(error)
         }
-        pending[appID]?[identifier] = nil
+    }
+
+    func beginSaving(_ appID: AppID) {
+        saving[appID, default: 0] += 1
+    }
+
+    func endSaving(_ appID: AppID) {
+        let left = (saving[appID] ?? 1) - 1
+        saving[appID] = left > 0 ? left : nil
         requestEvaluation(for: appID)
     }
 

@@ -10,12 +10,26 @@ bus: replay runs offline. The binary comes from $BGPOLICY_BUILD_DIR (conftest.py
 import json
 import os
 import subprocess
+from pathlib import Path
 
 import pytest
 
 from conftest import ROOT, find_bin_dir
 
-STUDENTLIFE = ROOT.parent / "shared" / "traces" / "studentlife" / "running_app_u00_u01_u02.csv"
+def find_studentlife():
+    """The shared StudentLife file: $BGPOLICY_SHARED_DIR, else ../shared next to the repository
+    (the developers' layout), else /work/shared (where this workplace keeps it for CI's clones,
+    which may live anywhere)."""
+    relative = Path("traces") / "studentlife" / "running_app_u00_u01_u02.csv"
+    roots = [Path(os.environ["BGPOLICY_SHARED_DIR"])] if os.environ.get("BGPOLICY_SHARED_DIR") else []
+    roots += [ROOT.parent / "shared", Path("/work/shared")]
+    for root in roots:
+        if (root / relative).is_file():
+            return root / relative
+    return roots[0] / relative
+
+
+STUDENTLIFE = find_studentlife()
 CONVERTER = ROOT / "scripts" / "studentlife-trace.py"
 KEYS = ["wakeups_per_day", "refreshes_per_day", "freshness_5m", "freshness_15m",
         "median_staleness_s", "wasted_fraction"]
@@ -117,7 +131,7 @@ def test_missing_trace_and_bad_policy(tmp_path):
 @pytest.fixture(scope="module")
 def studentlife(tmp_path_factory):
     if not STUDENTLIFE.is_file():
-        pytest.fail(f"{STUDENTLIFE} is missing: the shared traces live next to the repository")
+        pytest.fail(f"{STUDENTLIFE} is missing: set BGPOLICY_SHARED_DIR to the folder holding traces/studentlife")
     out = tmp_path_factory.mktemp("studentlife")
     subprocess.run(["/usr/bin/python3", str(CONVERTER), str(STUDENTLIFE), str(out), "--user", "00", "01", "02"],
                    check=True, timeout=120)

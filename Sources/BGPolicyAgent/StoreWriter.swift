@@ -1,0 +1,56 @@
+import Glibc
+
+/// One thread that runs store writes for the engine, so that a write stalled by the disk (a
+/// WAL checkpoint's fsync, the kernel throttling a process that dirties pages while another
+/// floods the disk) holds up only the caller that asked for it, not every caller the agent's
+/// one executor thread serves. It waits on a condition variable with no timeout: idle, it
+/// never wakes.
+final class StoreWriter: @unchecked Sendable {
+    private let mutex = UnsafeMutablePointer<pthread_mutex_t>.allocate(capacity: 1)
+    private let condition = UnsafeMutablePointer<pthread_cond_t>.allocate(capacity: 1)
+    private var jobs: [() -> Void] = []
+
+    init() {
+        pthread_mutex_init(mutex, nil)
+        pthread_cond_init(condition, nil)
+        let box = Unmanaged.passRetained(self)
+        var thread = pthread_t()
+        let created = pthread_create(&thread, nil, { argument in
+            let writer = Unmanaged<StoreWriter>.fromOpaque(argument!).takeRetainedValue()
+            writer.loop()
+            return nil
+        }, box.toOpaque())
+        precondition(created == 0, "cannot start the store writer thread (error \(created))")
+        pthread_detach(thread)
+    }
+
+    /// Runs `body` on the writer thread and returns its result; other work on the executor
+    /// goes on meanwhile.
+    func run<T: Sendable, E: Error>(_ body: @escaping @Sendable () throws(E) -> T) async throws(E) -> T {
+        let result: Result<T, E> = await withCheckedContinuation { continuation in
+            let job = {
+                do throws(E) {
+                    continuation.resume(returning: .success(try body()))
+                } catch {
+                    continuation.resume(returning: .failure(error))
+                }
+            }
+            pthread_mutex_lock(mutex)
+            jobs.append(job)
+            pthread_cond_signal(condition)
+            pthread_mutex_unlock(mutex)
+        }
+        return try result.get()
+    }
+
+    private func loop() {
+        while true {
+            pthread_mutex_lock(mutex)
+            while jobs.isEmpty { pthread_cond_wait(condition, mutex) }
+            let batch = jobs
+            jobs.removeAll(keepingCapacity: true)
+            pthread_mutex_unlock(mutex)
+            for job in batch { job() }
+        }
+    }
+}
