@@ -33,8 +33,7 @@ struct AdminInterface: Sendable {
     /// constants, the engine's part, the conditions), so a call encodes only the uptime:
     /// settings panels may call it as often as they redraw.
     func status() -> DBusValue {
-        let uptime = ContinuousClock.now - startedAt
-        let seconds = Double(uptime.components.seconds) + Double(uptime.components.attoseconds) / 1e18
+        let seconds = (ContinuousClock.now - startedAt).seconds
         var entries = constantEntries
         entries.append(StatusEntry("uptime_seconds", .double(seconds)))
         entries.append(StatusEntry("conditions", conditions.snapshotDBusValue))

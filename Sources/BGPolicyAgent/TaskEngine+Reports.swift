@@ -83,16 +83,14 @@ extension TaskEngine {
     /// Why a request has not run: from the policy when pending, from the slice when running.
     func explain(appID: AppID, identifier: String) -> [String: Variant] {
         var d: [String: Variant] = ["app_id": Variant(appID.rawValue), "identifier": Variant(identifier)]
-        if let slice = slices.values.first(where: { $0.appID == appID && $0.openMembers.contains { $0.request.identifier == identifier } }),
-            let member = slice.openMembers.first(where: { $0.request.identifier == identifier })
-        {
+        if let (slice, member) = runningTask(of: appID, identifier: identifier) {
             d["state"] = Variant("running")
             d["kind"] = Variant(member.request.kind.rawValue)
             d["runnable"] = Variant(false)
             d["blocking"] = Variant([String]())
             d["reasons"] = Variant([String]())
             d["summary"] = Variant(
-                "Running now as task \(member.taskID) in slice \(slice.id), \(Int(max(0, slice.length.secondsValue - slice.elapsed))) s left.")
+                "Running now as task \(member.taskID) in slice \(slice.id), \(Int(max(0, slice.length.seconds - slice.elapsed))) s left.")
             return d
         }
         guard let request = pending[appID]?[identifier], let state = schedulingState(of: appID) else {

@@ -41,9 +41,9 @@ struct Slice {
     /// `requires_external_power` processing on AC: the CPU monitor leaves it alone.
     var exempt = false
 
-    var deadline: UnixTime { startedAt + length.secondsValue }
+    var deadline: UnixTime { startedAt + length.seconds }
     var openMembers: [Member] { members.filter { !$0.done } }
-    var elapsed: Double { (ContinuousClock.now - started).secondsValue }
+    var elapsed: Double { (ContinuousClock.now - started).seconds }
 }
 
 extension TaskEngine {
@@ -192,7 +192,7 @@ extension TaskEngine {
         var delivered = 0
         do {
             for member in members {
-                let remaining = max(1, slice.length.secondsValue - slice.elapsed)
+                let remaining = max(1, slice.length.seconds - slice.elapsed)
                 let info: [String: Variant] = [
                     "slice_id": Variant(sliceID),
                     "deadline": Variant(Int64(slice.deadline.rounded(.up))),
@@ -209,7 +209,7 @@ extension TaskEngine {
                     time: Self.wallNow(), appID: appID, identifier: member.request.identifier, taskID: member.taskID,
                     event: .delivered, kind: DeliveryKind(member.request.kind),
                     detail: (simulated ? "simulated launch: " : "")
-                        + "RunTask delivered to \(target) for \(Int(slice.length.secondsValue)) s"
+                        + "RunTask delivered to \(target) for \(Int(slice.length.seconds)) s"
                         + (activating ? " (started by D-Bus activation)" : "")
                         + (members.count > 1 ? ", sharing slice \(sliceID) with \(members.count - 1) more" : "")
                         + (slices[sliceID]?.exempt == true ? "; CPU monitor off (external-power processing on AC)" : "")))
@@ -244,7 +244,7 @@ extension TaskEngine {
         logger.info(
             "Slice started",
             metadata: ["app.id": "\(appID)", "slice.id": "\(sliceID)", "tasks": "\(members.count)",
-                       "seconds": "\(Int(slice.length.secondsValue))", "cpu.monitor": "\(live.monitor != nil)"])
+                       "seconds": "\(Int(slice.length.seconds))", "cpu.monitor": "\(live.monitor != nil)"])
         publishStatus(nextWindow: evaluationTimerDue)
     }
 
@@ -272,10 +272,7 @@ extension TaskEngine {
     func unstart(_ members: [Slice.Member], sliceID: String, reason: String) {
         let now = Self.wallNow()
         for member in members {
-            var request = member.request
-            request.deliveryAttempts += 1
-            request.lastAttemptAt = now
-            request.lastAttemptError = reason
+            let request = Self.failedAttempt(member.request, reason: reason, now: now)
             do {
                 try store.savePending(request)
                 try store.finishTask(
@@ -297,10 +294,8 @@ extension TaskEngine {
     }
 
     func recordDeliveryFailure(_ requests: [TaskRequest], reason: String, now: UnixTime) {
-        for var request in requests {
-            request.deliveryAttempts += 1
-            request.lastAttemptAt = now
-            request.lastAttemptError = reason
+        for failed in requests {
+            let request = Self.failedAttempt(failed, reason: reason, now: now)
             do {
                 try store.savePending(request)
             } catch {
@@ -312,6 +307,15 @@ extension TaskEngine {
                 kind: DeliveryKind(request.kind), detail: "not delivered: \(reason); the request stays pending"))
             apps[request.appID]?.lastDeliveryFailureAt = now
         }
+    }
+
+    /// The request as it stays pending after a delivery that did not reach the app.
+    static func failedAttempt(_ request: TaskRequest, reason: String, now: UnixTime) -> TaskRequest {
+        var request = request
+        request.deliveryAttempts += 1
+        request.lastAttemptAt = now
+        request.lastAttemptError = reason
+        return request
     }
 
     static func describe(deliveryError error: any Error, target: String) -> String {
@@ -341,7 +345,7 @@ extension TaskEngine {
         let untilDeadline = slice.length - .seconds(slice.elapsed)
         slice.timers.append(Task {
             do { try await AgentExecutor.sleep(for: max(.zero, untilWarning)) } catch { return }
-            self.warnExpiring(sliceID: sliceID, reason: "the slice ends in \(Int(warning.secondsValue)) s")
+            self.warnExpiring(sliceID: sliceID, reason: "the slice ends in \(Int(warning.seconds)) s")
         })
         slice.timers.append(Task {
             do { try await AgentExecutor.sleep(for: max(.zero, untilDeadline)) } catch { return }
@@ -386,7 +390,7 @@ extension TaskEngine {
 
     func expireAtDeadline(sliceID: String) async {
         guard let slice = slices[sliceID] else { return }
-        let seconds = Int(slice.length.secondsValue)
+        let seconds = Int(slice.length.seconds)
         for member in slice.openMembers {
             finish(member, in: sliceID, event: .expired, result: .failed,
                    detail: "did not call SetTaskCompleted within its \(seconds) s slice: a violation that lowers the app's future opportunities")
@@ -431,10 +435,7 @@ extension TaskEngine {
         } catch {
             logger.error("Could not record a task's end", metadata: ["task.id": "\(member.taskID)", "error": "\(error)"])
         }
-        if event.isViolation, apps[slice.appID] != nil {
-            apps[slice.appID]?.violations += 1
-            apps[slice.appID]?.lastViolationAt = entry.time
-        }
+        if event.isViolation { noteViolation(of: slice.appID, at: entry.time) }
         if let index = slice.members.firstIndex(where: { $0.taskID == member.taskID }) {
             slice.members[index].done = true
         }
@@ -594,11 +595,19 @@ extension TaskEngine {
         try await deliver(Launch(appID: appID, requests: [request], sliceLength: length), simulated: true)
     }
 
+    /// The unfinished task of `appID` with that identifier, and its slice.
+    func runningTask(of appID: AppID, identifier: String) -> (Slice, Slice.Member)? {
+        for slice in slices.values where slice.appID == appID {
+            if let member = slice.openMembers.first(where: { $0.request.identifier == identifier }) {
+                return (slice, member)
+            }
+        }
+        return nil
+    }
+
     func simulateExpiration(app text: String, identifier: String) throws(SchedulerError) {
         guard let appID = AppID(rawValue: text), apps[appID] != nil else { throw .unknownApp(text) }
-        guard let slice = slices.values.first(where: { $0.appID == appID && $0.openMembers.contains { $0.request.identifier == identifier } }),
-            let member = slice.openMembers.first(where: { $0.request.identifier == identifier })
-        else {
+        guard let (slice, member) = runningTask(of: appID, identifier: identifier) else {
             throw SchedulerError(.unknownTask, "\(appID) has no running task '\(identifier)'; 'bgpolicy simulate launch' starts one")
         }
         sendExpire(member.taskID, to: slice.connection)
@@ -628,8 +637,8 @@ extension TaskEngine {
         backgroundTasks[token] = task
         appendHistory(HistoryEntry(
             time: task.startedAt, appID: appID, identifier: name, taskID: token, event: .backgroundTaskBegan,
-            detail: "background task '\(name)' began: \(Int(length.secondsValue)) s to finish"))
-        return (token, UInt32(length.secondsValue.rounded()))
+            detail: "background task '\(name)' began: \(Int(length.seconds)) s to finish"))
+        return (token, UInt32(length.seconds.rounded()))
     }
 
     func warnBackgroundTask(_ token: String) {

@@ -317,7 +317,7 @@ actor TaskEngine {
         let now = Self.wallNow()
         if let begin = options.earliestBegin {
             if begin < 0 { throw .invalid("earliest_begin is Unix seconds and cannot be negative; got \(begin)") }
-            let limit = configuration.limits.earliestBeginMax.secondsValue
+            let limit = configuration.limits.earliestBeginMax.seconds
             if UnixTime(begin) > now + limit {
                 let days = (UnixTime(begin) - now) / 86_400
                 throw .invalid(
@@ -479,10 +479,14 @@ actor TaskEngine {
         } catch {
             logger.error("Could not write history", metadata: ["event": "\(entry.event.rawValue)", "error": "\(error)"])
         }
-        if entry.event.isViolation, let appID = entry.appID, apps[appID] != nil {
-            apps[appID]?.violations += 1
-            apps[appID]?.lastViolationAt = entry.time
-        }
+        if entry.event.isViolation, let appID = entry.appID { noteViolation(of: appID, at: entry.time) }
+    }
+
+    /// Counts a violation against the app's future opportunities (the store has its row).
+    func noteViolation(of appID: AppID, at time: UnixTime) {
+        guard apps[appID] != nil else { return }
+        apps[appID]?.violations += 1
+        apps[appID]?.lastViolationAt = time
     }
 
     func history(since: Int64, limit: UInt32) throws(SchedulerError) -> [HistoryEntry] {
@@ -497,12 +501,5 @@ actor TaskEngine {
     static func format(_ value: Double) -> String {
         let rounded = (value * 10).rounded() / 10
         return rounded == rounded.rounded() ? String(Int(rounded)) : String(rounded)
-    }
-}
-
-extension Duration {
-    /// The duration in seconds, as a `Double`.
-    var secondsValue: Double {
-        Double(components.seconds) + Double(components.attoseconds) / 1e18
     }
 }
