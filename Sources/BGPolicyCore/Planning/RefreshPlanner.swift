@@ -1,0 +1,204 @@
+/// Decides which apps refresh in a wake window: the part of the planner that learns. The agent
+/// and `bgpolicy replay` run this same code; the replay drives it on a virtual clock
+/// (`PredictivePolicy`), the agent on the real one (`WindowPlanner`). Pure: time is passed in.
+///
+/// - **Slots.** Time is cut into 15-min slots aligned to the Unix epoch. `advance(to:)` closes
+///   every slot that has ended (the predictor learns whether each app was opened in it) and
+///   counts a slot that passed without a refresh window.
+/// - **Whether to refresh in a window.** The predictor gives the probability that the user opens
+///   some app in the coming slot (`UsagePredictor.probabilityOfAnyOpen`). Refreshes go out when
+///   it reaches a threshold that adapts online so that about `targetWakesPerDay` windows carry
+///   refreshes per day, or fewer when the budget could not fill them (an online quantile: raised
+///   after a window with refreshes, lowered a little after each slot without), and never more
+///   than `maxWakesPerDay` in any 24 hours. So refresh windows go to the hours, days and
+///   moments after recent use when opens are likeliest, whatever this user's pattern is.
+/// - **Which apps.** Candidates in order of their own probability of being opened in the slot,
+///   weighed by their standing (`Candidate.weight`: apps that keep answering `no-data`, overrun
+///   or burn CPU count for less), while the budget lasts.
+/// - **Budget.** A shared pool accrues `refreshesPerAppPerDay` refreshes a day for every known
+///   app, up to one day's worth; a refresh spends one, and a window spends at most its share,
+///   the daily accrual over `targetWakesPerDay`. `periodic:60m` spends 24 a day per app, so
+///   over a span of D days this spends at most 2.2·(D+1)/(24·D) of it: under 10 % once D ≥ 11.
+/// - **Eligible.** The app was opened within the last 7 days (SPEC §2) and was not refreshed in
+///   the last 15 minutes (SPEC §2), a span that grows as its weight shrinks.
+public struct RefreshPlanner: Sendable {
+    /// A refresh the caller could start in this window, and how much the app's record counts.
+    public struct Candidate: Sendable, Equatable {
+        public var appID: String
+        /// 1 for an app in good standing, down to `minimumWeight` for one that wastes its slices.
+        public var weight: Double
+
+        public init(appID: String, weight: Double = 1) {
+            self.appID = appID
+            self.weight = weight
+        }
+    }
+
+    public var slotSeconds: Double
+    public var targetWakesPerDay: Double = 22
+    /// A safety bound: never more refresh windows than this in any 24 hours.
+    public var maxWakesPerDay = 48
+    public var refreshesPerAppPerDay: Double = 2.2
+    public var inactiveAfterSeconds: Double = 7 * 86_400
+    public var minRefreshIntervalSeconds: Double = 900
+    /// Apps registered with the agent (in replay, the apps of the trace): the budget is per app
+    /// known, registered or seen opened, whichever is more.
+    public var registeredAppCount: Int
+
+    public static let minimumWeight = 0.125
+    /// Step of the threshold's online quantile, in log units.
+    static let thresholdStep = 0.01
+
+    public private(set) var predictor: UsagePredictor
+    private var lastRefresh: [String: Double] = [:]
+    private var recentWakes: [Double] = []
+    private var logThreshold = ReplayMath.log(0.2)
+    private var tokens: Double = 0
+    /// The start of the slot being watched, once the first slot has started.
+    private var currentSlot: Double?
+    /// Whether a window with refreshes opened in the current slot.
+    private var wokeInSlot = false
+
+    public init(slotSeconds: Double = 900, utcOffsetSeconds: Double = 0, registeredAppCount: Int = 0) {
+        self.slotSeconds = slotSeconds
+        self.registeredAppCount = registeredAppCount
+        predictor = UsagePredictor(slotSeconds: slotSeconds, utcOffsetSeconds: utcOffsetSeconds)
+    }
+
+    /// The start of the slot holding `time`.
+    public func slot(containing time: Double) -> Double {
+        (time / slotSeconds).rounded(.down) * slotSeconds
+    }
+
+    /// Records an open. Opens must arrive in time order; slots before it are closed first.
+    public mutating func recordOpen(of appID: String, at time: Double) {
+        advance(to: time)
+        predictor.recordOpen(of: appID, at: time)
+    }
+
+    /// Closes every slot that ended by `time` and starts the one holding it. Catches up any
+    /// number of slots (the agent sleeps through slots in which nothing is due), at most a
+    /// week's worth of them one by one: older ones only age the budget and the threshold.
+    public mutating func advance(to time: Double) {
+        let target = slot(containing: time)
+        guard let current = currentSlot else {
+            startSlot(at: target)
+            return
+        }
+        guard target > current else { return }
+        var next = current + slotSeconds
+        let skipped = ((target - next) / slotSeconds).rounded(.down)
+        if skipped > 7 * 96 {
+            // Nothing was learned while the agent was gone: jump without training per slot.
+            closeSlot()
+            next = target
+        }
+        while next <= target {
+            closeSlot()
+            startSlot(at: next)
+            next += slotSeconds
+        }
+    }
+
+    private mutating func closeSlot() {
+        guard currentSlot != nil else { return }
+        let known = Double(knownApps)
+        let q = min(targetWakesPerDay, refreshesPerAppPerDay * known) * slotSeconds / 86_400
+        logThreshold += Self.thresholdStep * ((wokeInSlot ? 1 : 0) - q)
+        wokeInSlot = false
+    }
+
+    private mutating func startSlot(at time: Double) {
+        predictor.startSlot(at: time)
+        if let currentSlot {
+            let daily = refreshesPerAppPerDay * Double(knownApps)
+            tokens = min(daily, tokens + daily * max(time - currentSlot, 0) / 86_400)
+        }
+        currentSlot = time
+        while let first = recentWakes.first, first <= time - 86_400 { recentWakes.removeFirst() }
+    }
+
+    private var knownApps: Int { max(predictor.appIDs.count, registeredAppCount) }
+
+    /// Why a candidate cannot refresh at `time` whatever the prediction says, if it cannot.
+    public enum Ineligibility: Sendable, Equatable {
+        /// Never opened, or not for `inactiveAfterSeconds`.
+        case inactive
+        /// Refreshed too recently: the next refresh may come at `until`.
+        case tooSoon(until: Double)
+    }
+
+    public func ineligibility(of candidate: Candidate, at time: Double) -> Ineligibility? {
+        guard let opened = predictor.lastOpen(of: candidate.appID), time - opened < inactiveAfterSeconds else {
+            return .inactive
+        }
+        if let refreshed = lastRefresh[candidate.appID] {
+            let until = refreshed + minRefreshIntervalSeconds / max(candidate.weight, Self.minimumWeight)
+            if time < until { return .tooSoon(until: until) }
+        }
+        return nil
+    }
+
+    /// The apps among `candidates` that refresh in a window at `time` (the slot holding `time`
+    /// must have been reached with `advance(to:)`). Does not change the state: call
+    /// `recordWindow` with what was started.
+    public func choose(at time: Double, among candidates: [Candidate]) -> [String] {
+        guard tokens >= 1, recentWakes.count < maxWakesPerDay, !wokeInSlot else { return [] }
+        var ranked: [(app: String, score: Double)] = []
+        ranked.reserveCapacity(candidates.count)
+        for candidate in candidates where ineligibility(of: candidate, at: time) == nil {
+            let weight = min(max(candidate.weight, Self.minimumWeight), 1)
+            ranked.append((candidate.appID, weight * predictor.probability(of: candidate.appID, inSlotAt: time)))
+        }
+        guard !ranked.isEmpty else { return [] }
+        guard predictor.probabilityOfAnyOpen(inSlotAt: time) >= ReplayMath.exp(logThreshold) else { return [] }
+        ranked.sort { ($0.score, $1.app) > ($1.score, $0.app) }
+        let perWake = Int((refreshesPerAppPerDay * Double(knownApps) / targetWakesPerDay).rounded(.up))
+        return ranked.prefix(min(perWake, Int(tokens.rounded(.down)))).map(\.app)
+    }
+
+    /// Records the refreshes started in a window at `time`.
+    public mutating func recordWindow(at time: Double, refreshed: [String]) {
+        guard !refreshed.isEmpty else { return }
+        for app in refreshed { lastRefresh[app] = time }
+        tokens = max(tokens - Double(refreshed.count), 0)
+        if !wokeInSlot {
+            wokeInSlot = true
+            recentWakes.append(time)
+        }
+    }
+
+    /// The first slot start after `time`, within `horizon` seconds, at which `choose` would pick
+    /// some of `candidates` if nothing else happened meanwhile (no open, no other window): the
+    /// planned refresh window. The threshold and the budget are aged as `advance` would age them;
+    /// the predictor's own learning from empty slots is not simulated, so the plan is re-made
+    /// when the time comes.
+    public func nextWindow(after time: Double, among candidates: [Candidate], horizon: Double = 86_400)
+        -> (time: Double, apps: [String])?
+    {
+        var future = self
+        var slotStart = slot(containing: time) + slotSeconds
+        let end = time + horizon
+        while slotStart <= end {
+            future.ageWithoutLearning(to: slotStart)
+            let chosen = future.choose(at: slotStart, among: candidates)
+            if !chosen.isEmpty { return (slotStart, chosen) }
+            slotStart += slotSeconds
+        }
+        return nil
+    }
+
+    /// `advance` without the predictor's training: for looking ahead.
+    private mutating func ageWithoutLearning(to time: Double) {
+        guard let current = currentSlot, time > current else { return }
+        var next = current + slotSeconds
+        while next <= time {
+            closeSlot()
+            let daily = refreshesPerAppPerDay * Double(knownApps)
+            tokens = min(daily, tokens + daily * slotSeconds / 86_400)
+            currentSlot = next
+            while let first = recentWakes.first, first <= next - 86_400 { recentWakes.removeFirst() }
+            next += slotSeconds
+        }
+    }
+}
