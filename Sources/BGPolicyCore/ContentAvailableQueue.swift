@@ -1,0 +1,186 @@
+/// The pure part of `NotifyContentAvailable` (SPEC §1 "silent push", §2 "content-available
+/// wake"): another process asks the agent to wake an app; the wake waits for the next wake
+/// window, where the agent delivers it as a `content-available` slice next to the other work.
+///
+/// Two rules, as APNs applies them to background pushes:
+/// - **Rate.** On battery each app has a token bucket holding `perHour` tokens that refills
+///   continuously at `perHour` per hour; a new wake costs one. On AC nothing is counted. Whether
+///   the machine is on AC comes from `Conditions.onBattery`; unknown counts as battery.
+/// - **Newest only.** An app has at most one undelivered wake. A notification while one waits
+///   replaces its payload and costs nothing: the app is woken once either way.
+///
+/// Generic over the payload so that Core stays free of D-Bus: the agent keeps the `a{sv}` it
+/// received, tests keep strings. Reads no clock: every call that depends on time takes `now`.
+/// Memory is bounded by the number of apps: one bucket and at most one wake each, and a bucket
+/// that has refilled completely and has no wake is dropped (an absent bucket reads as full).
+public struct ContentAvailableQueue<Payload: Sendable & Equatable>: Sendable, Equatable {
+    /// A wake waiting for the next window.
+    public struct Wake: Sendable, Equatable {
+        /// The newest notification's payload; older ones were replaced.
+        public var payload: Payload
+        /// When the newest notification, the one whose payload this is, arrived.
+        public var receivedAt: UnixTime
+        /// When the first notification this wake stands for arrived: how long the app has waited.
+        public var firstReceivedAt: UnixTime
+        /// How many notifications this wake stands for: 1, plus one for each replaced payload.
+        public var notificationCount: Int
+
+        public init(payload: Payload, receivedAt: UnixTime, firstReceivedAt: UnixTime, notificationCount: Int) {
+            self.payload = payload
+            self.receivedAt = receivedAt
+            self.firstReceivedAt = firstReceivedAt
+            self.notificationCount = notificationCount
+        }
+    }
+
+    /// The answer to one notification.
+    public enum Outcome: Sendable, Equatable {
+        /// The wake waits for the next window. `replaced`: an undelivered wake of the app took the
+        /// new payload, and no token was spent. `tokensLeft`: what is left in the bucket after
+        /// this notification (may be fractional, as it refills continuously); `nil` on AC, where
+        /// nothing is counted.
+        case queued(replaced: Bool, tokensLeft: Double?)
+        /// Refused by the bucket; nothing was queued. `nextAllowedAt` is when the next token is
+        /// available on battery: `.infinity` when `perHour` is 0, so that no token ever comes
+        /// (the message then says so instead of naming a time; on AC it is allowed at once).
+        case rateLimited(nextAllowedAt: UnixTime)
+    }
+
+    private struct Bucket: Sendable, Equatable {
+        var tokens: Double
+        /// The time `tokens` was worked out at.
+        var updatedAt: UnixTime
+    }
+
+    /// Wakes per app per hour on battery (`limits.content_available_per_hour`), which is also
+    /// the bucket's size. May change when the configuration is reloaded: buckets take the new
+    /// size the next time they are read. Below 0 counts as 0.
+    public var perHour: Int
+
+    private var buckets: [AppID: Bucket] = [:]
+    private var wakes: [AppID: Wake] = [:]
+
+    /// Lets a wake through when the bucket is short of a whole token by only rounding error, so
+    /// that a notification at exactly `nextAllowedAt` is accepted.
+    private static var tolerance: Double { 1e-9 }
+
+    public init(perHour: Int) {
+        self.perHour = perHour
+    }
+
+    private var capacity: Double { Double(max(perHour, 0)) }
+
+    // MARK: Notifications
+
+    /// Records a notification for `appID` at `now`. `onBattery` as in `Conditions`: `false`
+    /// only when the machine is known to be on AC.
+    public mutating func notify(
+        _ appID: AppID, payload: Payload, at now: UnixTime, onBattery: Bool?
+    ) -> Outcome {
+        dropFullBuckets(at: now)
+        let counted = onBattery != false
+        var bucket = counted ? refilledBucket(for: appID, at: now) : nil
+        defer {
+            if let bucket { buckets[appID] = bucket }
+        }
+
+        if var wake = wakes[appID] {
+            wake.payload = payload
+            wake.receivedAt = now
+            wake.notificationCount += 1
+            wakes[appID] = wake
+            return .queued(replaced: true, tokensLeft: bucket?.tokens)
+        }
+
+        if var spending = bucket {
+            guard spending.tokens >= 1 - Self.tolerance else {
+                return .rateLimited(nextAllowedAt: nextTokenTime(spending, at: now))
+            }
+            spending.tokens = max(spending.tokens - 1, 0)
+            bucket = spending
+        }
+        wakes[appID] = Wake(payload: payload, receivedAt: now, firstReceivedAt: now, notificationCount: 1)
+        return .queued(replaced: false, tokensLeft: bucket?.tokens)
+    }
+
+    // MARK: Delivery
+
+    /// Removes and returns the app's undelivered wake, when the agent starts its slice.
+    public mutating func take(_ appID: AppID) -> Wake? {
+        wakes.removeValue(forKey: appID)
+    }
+
+    /// The app's undelivered wake, left in place (for `Explain` and `ListPending`).
+    public func wake(for appID: AppID) -> Wake? {
+        wakes[appID]
+    }
+
+    /// The apps with an undelivered wake, sorted.
+    public var undelivered: [AppID] {
+        wakes.keys.sorted()
+    }
+
+    /// What is in the app's bucket at `now`: between 0 and `perHour`.
+    public func tokensLeft(for appID: AppID, at now: UnixTime) -> Double {
+        refilledBucket(for: appID, at: now).tokens
+    }
+
+    /// Forgets the app, its bucket and its undelivered wake: it unregistered.
+    public mutating func remove(_ appID: AppID) {
+        buckets.removeValue(forKey: appID)
+        wakes.removeValue(forKey: appID)
+    }
+
+    // MARK: Words
+
+    /// Why a notification was refused, for the `LimitsExceeded` error message: "org.example.Mail
+    /// has used its 3 content-available wakes per hour on battery; the next is allowed in 12 min
+    /// (unlimited on AC)".
+    public static func refusalMessage(
+        appID: AppID, perHour: Int, nextAllowedAt: UnixTime, now: UnixTime
+    ) -> String {
+        guard perHour > 0, nextAllowedAt != .infinity else {
+            return "\(appID) may not be woken by content-available notifications on battery "
+                + "(limits.content_available_per_hour is 0); they are unlimited on AC"
+        }
+        let wakes = perHour == 1 ? "1 content-available wake" : "\(perHour) content-available wakes"
+        let wait = RunWhenEligiblePolicy.durationWords(max(nextAllowedAt - now, 0))
+        return "\(appID) has used its \(wakes) per hour on battery; the next is allowed in \(wait) (unlimited on AC)"
+    }
+
+    // MARK: The bucket
+
+    /// The app's bucket brought forward to `now`. An app without one has a full bucket.
+    ///
+    /// Time that goes backwards (the clock was set back) adds nothing, and the bucket then
+    /// counts from the new time: refilling resumes at once instead of waiting for the clock to
+    /// catch up. A huge step forward fills the bucket and no more.
+    private func refilledBucket(for appID: AppID, at now: UnixTime) -> Bucket {
+        guard var bucket = buckets[appID] else { return Bucket(tokens: capacity, updatedAt: now) }
+        // A non-finite time carries no interval: keep the bucket as it was.
+        guard now.isFinite else { return Bucket(tokens: min(bucket.tokens, capacity), updatedAt: bucket.updatedAt) }
+        if now > bucket.updatedAt, capacity > 0 {
+            // Multiplied before dividing, so that whole refills (1200 s at 3 per hour) are exact.
+            bucket.tokens += (now - bucket.updatedAt) * capacity / 3600
+        }
+        bucket.tokens = min(bucket.tokens, capacity)
+        bucket.updatedAt = now
+        return bucket
+    }
+
+    /// When the bucket, as it is at `now`, next holds a whole token.
+    private func nextTokenTime(_ bucket: Bucket, at now: UnixTime) -> UnixTime {
+        guard capacity > 0 else { return .infinity }
+        return now + max(1 - bucket.tokens, 0) * 3600 / capacity
+    }
+
+    /// Drops the buckets that have refilled completely and have no wake: they read the same as
+    /// no bucket, so memory follows only the apps that used their bucket lately.
+    private mutating func dropFullBuckets(at now: UnixTime) {
+        guard now.isFinite else { return }
+        let full = buckets.keys.filter { appID in
+            wakes[appID] == nil && refilledBucket(for: appID, at: now).tokens >= capacity
+        }
+        for appID in full { buckets.removeValue(forKey: appID) }
+    }
+}
