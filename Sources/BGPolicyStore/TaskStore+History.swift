@@ -78,28 +78,4 @@ extension TaskStore {
             ])
         return db.lastInsertedRowID
     }
-
-    // MARK: - Usage
-
-    /// Records that the app went to the foreground or the background at `at`.
-    public func appendUsage(appID: AppID, state: UsageState, at time: UnixTime) throws(StoreError) {
-        try write { db in
-            try db.execute(
-                sql: "INSERT INTO usage (app_id, state, time) VALUES (?, ?, ?)",
-                arguments: [appID.rawValue, state.rawValue, time])
-        }
-    }
-
-    /// The app's usage log, oldest first, for tests until the learning issue reads it. Unknown
-    /// states are left out.
-    func usage(appID: AppID) throws(StoreError) -> [(state: UsageState, time: UnixTime)] {
-        try read { db in
-            try Row.fetchAll(
-                db, sql: "SELECT state, time FROM usage WHERE app_id = ? ORDER BY time, id", arguments: [appID.rawValue]
-            ).compactMap { row in
-                guard let state = UsageState(rawValue: try row.decode(String.self, forColumn: "state")) else { return nil }
-                return (state, try row.decode(Double.self, forColumn: "time"))
-            }
-        }
-    }
 }

@@ -82,6 +82,31 @@ extension TaskStore {
                 CREATE INDEX usage_app_time ON usage(app_id, time);
                 """)
         }
+        // The usage log's housekeeping (TaskStore+Usage.swift): raw events are kept for
+        // `usageRetention`, then folded into per-app, per-hour-of-week counts kept for good.
+        migrator.registerMigration("v2-usage-hourly") { db in
+            try db.execute(sql: """
+                -- week_hour: hours since Monday 00:00 UTC, 0...167. opens: foreground events
+                -- folded so far. REAL, so that a later agent may decay the counts in place.
+                CREATE TABLE usage_hourly (
+                    app_id TEXT NOT NULL,
+                    week_hour INTEGER NOT NULL CHECK (week_hour BETWEEN 0 AND 167),
+                    opens REAL NOT NULL,
+                    PRIMARY KEY (app_id, week_hour)
+                ) WITHOUT ROWID;
+                -- The newest open folded per app, so that the last open outlives its raw row.
+                CREATE TABLE usage_folded (
+                    app_id TEXT PRIMARY KEY NOT NULL,
+                    last_open REAL NOT NULL
+                ) WITHOUT ROWID;
+                -- Replaces usage_app_time: with the state in the key, the per-app summary reads
+                -- only the app's foreground entries, from the index alone (no table lookups).
+                CREATE INDEX usage_app_state_time ON usage(app_id, state, time);
+                DROP INDEX usage_app_time;
+                -- For pruning by age and for replaying recent opens at start-up.
+                CREATE INDEX usage_time ON usage(time);
+                """)
+        }
         return migrator
     }
 }
