@@ -21,6 +21,11 @@ extension AgentClient {
         try await dictionary("Explain", [.string(app), .string(identifier)])
     }
 
+    /// The next 24 hours of one app, or of every app when `app` is "": a{sv} (see TimelineCommand).
+    func timeline(app: String) async throws -> VariantDictionary {
+        try await dictionary("GetTimeline", [.string(app)])
+    }
+
     func setAppEnabled(_ app: String, _ enabled: Bool) async throws {
         try await perform("SetAppEnabled", [.string(app), .boolean(enabled)])
     }

@@ -172,8 +172,9 @@ def test_gdbus_and_busctl_call_getstatus(agent, bus):
 
 HELP_COMMANDS = [
     ["--help"], ["status", "--help"], ["apps", "--help"], ["pending", "--help"], ["history", "--help"],
-    ["explain", "--help"], ["enable", "--help"], ["disable", "--help"], ["simulate", "--help"],
-    ["simulate", "launch", "--help"], ["simulate", "expire", "--help"], ["replay", "--help"],
+    ["explain", "--help"], ["timeline", "--help"], ["enable", "--help"], ["disable", "--help"],
+    ["simulate", "--help"], ["simulate", "launch", "--help"], ["simulate", "expire", "--help"],
+    ["replay", "--help"],
 ]
 
 
