@@ -72,6 +72,18 @@ struct AdminInterface: Sendable {
                 try await engine.setGlobalEnabled(call.arguments.decode(Bool.self, at: 0))
                 return []
             }
+            .method("GetTimeline") { call in
+                try call.arguments.expect("s")
+                let text = try call.arguments.decode(String.self, at: 0)
+                var appID: AppID?
+                if !text.isEmpty {
+                    guard let id = AppID(rawValue: text), await engine.isRegistered(id) else {
+                        throw SchedulerError.unknownApp(text)
+                    }
+                    appID = id
+                }
+                return [await engine.timeline(of: appID).dbusValue]
+            }
             .method("Explain") { call in
                 try call.arguments.expect("ss")
                 let text = try call.arguments.decode(String.self, at: 0)

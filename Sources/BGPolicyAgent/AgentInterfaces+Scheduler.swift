@@ -118,6 +118,24 @@ extension AgentInterfaces {
                 "GetRefreshStatus",
                 outputs: [.init("status", .string, "\"available\", \"denied\" (the user switched this app off) or \"restricted\" (all background work off, power saver, or low battery).")],
                 documentation: "GetRefreshStatus:\nWhether background refresh can run for the caller's app."),
+            .init(
+                "NotifyContentAvailable",
+                inputs: [
+                    .init("app_id", .string, "The registered app to wake, such as \"org.example.Mail\"."),
+                    .init("payload", asv, """
+                        A small hint for the app (at most 4096 bytes marshalled, no file descriptors),
+                        passed in RunTask's info. The keys "slice_id" and "deadline" are reserved.
+                        """),
+                ],
+                documentation: """
+                    NotifyContentAvailable:
+                    From a sync or push service: there is new content for the app. The agent wakes
+                    it with Client1.RunTask(task_id, "", "content-available", 30, info) in the next
+                    wake window, together with other work. Only the newest undelivered wake is kept:
+                    a second one before delivery replaces its payload. On battery each app may be
+                    woken 3 times an hour (a token bucket; LimitsExceeded says when the next is
+                    allowed); on AC, without limit. NotRegistered for an app that never registered.
+                    """),
         ])
 
     /// Exported by apps, not by the agent; documented here so that `dbus/` ships it.
@@ -138,7 +156,7 @@ extension AgentInterfaces {
                     .init("identifier", .string, "The submitted task identifier."),
                     .init("kind", .string, "\"refresh\", \"processing\", \"content-available\" or \"transfers\"."),
                     .init("seconds", .uint32, "How long the app has, from now."),
-                    .init("info", asv, "\"slice_id\" (s) tasks with the same slice_id share one slice; \"deadline\" (x) the Unix time the slice ends."),
+                    .init("info", asv, "\"slice_id\" (s) tasks with the same slice_id share one slice; \"deadline\" (x) the Unix time the slice ends; for \"content-available\", the payload's keys too."),
                 ],
                 documentation: """
                     RunTask:

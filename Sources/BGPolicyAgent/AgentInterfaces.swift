@@ -98,11 +98,29 @@ public enum AgentInterfaces {
                     "kind" (s, when pending or running), "runnable" (b) nothing blocks it,
                     "blocking" (as) rule keys: global-disabled, app-disabled, earliest-begin,
                     critical-battery, low-battery, power-saver, not-idle, no-network, no-external-power,
-                    app-inactive, overrun-penalty, unreachable, app-busy, sleeping; "reasons" (as) the
-                    same in words; "summary" (s) one sentence; "earliest_window" (x, when known) the
-                    earliest time it can run.
+                    app-inactive, overrun-penalty, unreachable, app-busy, sleeping, and the planner's
+                    next-window, predicted-use, refresh-interval; "reasons" (as) the same in words;
+                    "summary" (s) one sentence; "earliest_window" (x, when known) the earliest wake
+                    window it can run in.
                     """)],
                 documentation: "Explain:\nWhy a request has not run yet. NotRegistered for an unknown app."),
+            .init(
+                "GetTimeline",
+                inputs: [.init("app_id", .string, "A registered app, or \"\" for every registered app.")],
+                outputs: [.init("timeline", asv, """
+                    The next 24 hours as the planner sees them now: "now" (x); "start" (x) the start
+                    of the first slot; "slot_seconds" (u) 900; "slots" (u) 96; "grid_seconds" (u) the
+                    window grid now (900 on battery, 300 on AC); "windows" (ax) the planned wake
+                    windows; "apps" (aa{sv}) per app "app_id" (s), "probabilities" (ad) the predicted
+                    probability of an open in each slot, "refreshes" (ax) its planned refresh windows
+                    (if it resubmits after each, as apps do), "pending" (as) its pending identifiers,
+                    "inactive" (b) unused for 7 days, so nothing is planned.
+                    """)],
+                documentation: """
+                    GetTimeline:
+                    What `bgpolicy timeline` draws. A plan, not a promise: an open, a change of
+                    conditions or a new request re-plans. NotRegistered for an unknown app.
+                    """),
             .init(
                 "SimulateLaunch",
                 inputs: [.init("app_id", .string, "A registered app."), .init("identifier", .string, "One of its pending requests.")],

@@ -54,7 +54,7 @@ public struct AgentService: Service {
                 metadata: ["db.path": "\(environment.databasePath)", "db.moved_to": "\(moved)"])
         }
         let engine = TaskEngine(
-            store: store, policy: RunWhenEligiblePolicy(), configuration: environment.configuration,
+            store: store, policy: WindowPlanner(), configuration: environment.configuration,
             connection: connection, inspector: .fromEnvironment(), logger: logger)
         do {
             try await engine.load()

@@ -80,6 +80,17 @@ struct SchedulerInterface: Sendable {
                 try await engine.reportUsage(caller: call.sender, state: call.arguments.decode(String.self, at: 0))
                 return []
             }
+            .method("NotifyContentAvailable") { call in
+                try call.arguments.expect("sa{sv}")
+                let app = try call.arguments.decode(String.self, at: 0)
+                let payload = try call.arguments.decode(VariantDictionary.self, at: 1)
+                if let reserved = payload.keys.sorted().first(where: { ["slice_id", "deadline"].contains($0) }) {
+                    throw SchedulerError.invalid(
+                        "the payload key '\(reserved)' is reserved: RunTask's info carries the agent's own value for it")
+                }
+                try await engine.notifyContentAvailable(caller: call.sender, app: app, payload: payload)
+                return []
+            }
             .method("GetRefreshStatus") { call in
                 try call.arguments.expect("")
                 return [.string(try await engine.refreshStatus(caller: call.sender).rawValue)]

@@ -85,7 +85,7 @@ extension TaskEngine {
         var d: [String: Variant] = ["app_id": Variant(appID.rawValue), "identifier": Variant(identifier)]
         if let (slice, member) = runningTask(of: appID, identifier: identifier) {
             d["state"] = Variant("running")
-            d["kind"] = Variant(member.request.kind.rawValue)
+            d["kind"] = Variant(member.kind.rawValue)
             d["runnable"] = Variant(false)
             d["blocking"] = Variant([String]())
             d["reasons"] = Variant([String]())

@@ -9,8 +9,26 @@ import Logging
 struct Slice {
     struct Member {
         let taskID: String
+        /// The pending request it came from; for a content-available wake, a stand-in with an
+        /// empty identifier that was never pending.
         let request: TaskRequest
+        var kind: DeliveryKind
+        /// A content-available wake's payload, passed in `RunTask`'s info.
+        var payload: [String: Variant]? = nil
         var done = false
+
+        init(taskID: String, request: TaskRequest) {
+            self.taskID = taskID
+            self.request = request
+            self.kind = DeliveryKind(request.kind)
+        }
+
+        init(taskID: String, contentWake payload: [String: Variant], appID: AppID, at now: UnixTime) {
+            self.taskID = taskID
+            self.request = TaskRequest(appID: appID, identifier: "", kind: .refresh, submittedAt: now)
+            self.kind = .contentAvailable
+            self.payload = payload
+        }
     }
 
     /// What the CPU monitor did to the app, undone when the slice closes.
@@ -60,10 +78,12 @@ extension TaskEngine {
         Task { self.evaluate() }
     }
 
+    /// The facts for a decision at `now`; the refresh planner is first advanced to `now`.
     func context(now: UnixTime) -> SchedulingContext {
-        SchedulingContext(
+        refreshPlanner?.advance(to: now)
+        return SchedulingContext(
             now: now, conditions: conditions, globalEnabled: globalEnabled, sleeping: sleeping,
-            configuration: configuration)
+            configuration: configuration, planning: planningFacts())
     }
 
     func schedulingState(of appID: AppID) -> AppSchedulingState? {
@@ -90,7 +110,12 @@ extension TaskEngine {
             states[appID] = state
             requests.append(contentsOf: mine.values)
         }
+        for appID in contentWakeApps() where states[appID] == nil && (full || candidates.contains(appID)) {
+            if let state = schedulingState(of: appID) { states[appID] = state }
+        }
         let decision = policy.decide(pending: requests, apps: states, context: context(now: now))
+        let refreshed = decision.refreshed.filter { !delivering.contains($0) }
+        if !refreshed.isEmpty { refreshPlanner?.recordWindow(at: now, refreshed: refreshed.map(\.rawValue)) }
         for launch in decision.launches where !delivering.contains(launch.appID) {
             delivering.insert(launch.appID)
             Task {
@@ -162,21 +187,28 @@ extension TaskEngine {
 
         let now = Self.wallNow()
         let sliceID = Self.newID("s")
-        let members = launch.requests.map { Slice.Member(taskID: Self.newID("t"), request: $0) }
+        var members = launch.requests.map { Slice.Member(taskID: Self.newID("t"), request: $0) }
+        if launch.contentAvailable, let wake = contentWakes.take(appID) {
+            members.append(Slice.Member(taskID: Self.newID("t"), contentWake: wake.payload, appID: appID, at: now))
+        }
+        guard !members.isEmpty else { return }
         var slice = Slice(
             id: sliceID, appID: appID, connection: target, members: members, startedAt: now,
             started: ContinuousClock.now, length: launch.sliceLength)
         slice.backgroundOnly = runtime.record.backgroundOnly
-        slice.exempt = conditions.onBattery == false
+        slice.exempt = conditions.onBattery == false && !launch.requests.isEmpty && !launch.contentAvailable
             && launch.requests.allSatisfy { $0.kind == .processing && $0.requiresExternalPower }
         let records = members.map {
             RunningTaskRecord(
                 taskID: $0.taskID, sliceID: sliceID, appID: appID, identifier: $0.request.identifier,
-                kind: DeliveryKind($0.request.kind), startedAt: now, deadline: slice.deadline)
+                kind: $0.kind, startedAt: now, deadline: slice.deadline)
         }
         do {
             try store.startTasks(records, history: [])
         } catch {
+            for member in members where member.kind == .contentAvailable {
+                putBack(member, sliceID: sliceID, reason: "the agent could not record the slice", now: now)
+            }
             logger.error("Could not record a slice; not delivering it", metadata: ["app.id": "\(appID)", "error": "\(error)"])
             throw .storage(error)
         }
@@ -193,21 +225,20 @@ extension TaskEngine {
         do {
             for member in members {
                 let remaining = max(1, slice.length.seconds - slice.elapsed)
-                let info: [String: Variant] = [
-                    "slice_id": Variant(sliceID),
-                    "deadline": Variant(Int64(slice.deadline.rounded(.up))),
-                ]
+                var info = member.payload ?? [:]
+                info["slice_id"] = Variant(sliceID)
+                info["deadline"] = Variant(Int64(slice.deadline.rounded(.up)))
                 _ = try await connection.call(
                     destination: target, path: Self.clientPath, interface: BGPolicyNames.clientInterface,
                     member: "RunTask",
                     [.string(member.taskID), .string(member.request.identifier),
-                     .string(DeliveryKind(member.request.kind).rawValue), .uint32(UInt32(remaining.rounded())),
+                     .string(member.kind.rawValue), .uint32(UInt32(remaining.rounded())),
                      info.dbusValue],
                     timeout: activating ? .seconds(25) : .seconds(10))
                 delivered += 1
                 appendHistory(HistoryEntry(
                     time: Self.wallNow(), appID: appID, identifier: member.request.identifier, taskID: member.taskID,
-                    event: .delivered, kind: DeliveryKind(member.request.kind),
+                    event: .delivered, kind: member.kind,
                     detail: (simulated ? "simulated launch: " : "")
                         + "RunTask delivered to \(target) for \(Int(slice.length.seconds)) s"
                         + (activating ? " (started by D-Bus activation)" : "")
@@ -272,6 +303,10 @@ extension TaskEngine {
     func unstart(_ members: [Slice.Member], sliceID: String, reason: String) {
         let now = Self.wallNow()
         for member in members {
+            if member.kind == .contentAvailable {
+                putBack(member, sliceID: sliceID, reason: reason, now: now)
+                continue
+            }
             let request = Self.failedAttempt(member.request, reason: reason, now: now)
             do {
                 try store.savePending(request)
@@ -291,6 +326,26 @@ extension TaskEngine {
         if let appID = members.first?.request.appID {
             apps[appID]?.lastDeliveryFailureAt = now
         }
+    }
+
+    /// A content-available wake that did not reach the app waits for the next window again,
+    /// unless a newer one arrived meanwhile (only the newest is kept).
+    func putBack(_ member: Slice.Member, sliceID: String, reason: String, now: UnixTime) {
+        let appID = member.request.appID
+        if contentWakes.wake(for: appID) == nil, let payload = member.payload {
+            _ = contentWakes.notify(appID, payload: payload, at: now, onBattery: false)
+        }
+        do {
+            try store.finishTask(
+                taskID: member.taskID,
+                history: HistoryEntry(
+                    time: now, appID: appID, identifier: "", taskID: member.taskID, event: .deliveryFailed,
+                    kind: .contentAvailable, detail: "RunTask failed: \(reason); the wake waits for the next window"))
+        } catch {
+            logger.error("Could not record a failed content-available delivery", metadata: ["app.id": "\(appID)", "error": "\(error)"])
+        }
+        taskSlices[member.taskID] = nil
+        slices[sliceID]?.members.removeAll { $0.taskID == member.taskID }
     }
 
     func recordDeliveryFailure(_ requests: [TaskRequest], reason: String, now: UnixTime) {
@@ -370,7 +425,7 @@ extension TaskEngine {
             sendExpire(member.taskID, to: slice.connection)
             appendHistory(HistoryEntry(
                 time: Self.wallNow(), appID: slice.appID, identifier: member.request.identifier, taskID: member.taskID,
-                event: event, kind: DeliveryKind(member.request.kind), detail: "ExpireTask sent: \(reason)"))
+                event: event, kind: member.kind, detail: "ExpireTask sent: \(reason)"))
         }
     }
 
@@ -428,7 +483,7 @@ extension TaskEngine {
         }
         let entry = HistoryEntry(
             time: Self.wallNow(), appID: slice.appID, identifier: member.request.identifier, taskID: member.taskID,
-            event: event, kind: DeliveryKind(member.request.kind), result: result, detail: detail,
+            event: event, kind: member.kind, result: result, detail: detail,
             cpuSeconds: cpuSeconds, duration: slice.elapsed)
         do {
             try store.finishTask(taskID: member.taskID, history: entry)
@@ -472,6 +527,7 @@ extension TaskEngine {
                 "\(appID) has no running task '\(taskID)'; it may have ended already ('bgpolicy history \(appID)' shows how)")
         }
         let effective: TaskResult = success ? result : .failed
+        if member.kind == .refresh { noteRefreshResult(appID, effective) }
         finish(member, in: sliceID, event: .completed, result: effective,
                detail: success ? "completed" + (result == .unspecified ? "" : " with \(result.rawValue)") : "completed unsuccessfully")
         if slices[sliceID]?.openMembers.isEmpty ?? true {
@@ -553,7 +609,7 @@ extension TaskEngine {
         for member in slice.openMembers {
             appendHistory(HistoryEntry(
                 time: Self.wallNow(), appID: slice.appID, identifier: member.request.identifier, taskID: member.taskID,
-                event: event, kind: DeliveryKind(member.request.kind), detail: detail))
+                event: event, kind: member.kind, detail: detail))
         }
         if slices[sliceID] == nil, let enforcement {
             // The slice closed while the systemd call was on its way: undo at once.
@@ -613,7 +669,7 @@ extension TaskEngine {
         sendExpire(member.taskID, to: slice.connection)
         appendHistory(HistoryEntry(
             time: Self.wallNow(), appID: appID, identifier: identifier, taskID: member.taskID, event: .expirationWarned,
-            kind: DeliveryKind(member.request.kind), detail: "ExpireTask sent: simulated expiration"))
+            kind: member.kind, detail: "ExpireTask sent: simulated expiration"))
     }
 
     // MARK: Background tasks (user-started work)

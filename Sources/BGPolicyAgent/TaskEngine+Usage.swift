@@ -27,6 +27,7 @@ extension TaskEngine {
             logger.warning("Could not record app usage", metadata: metadata.merging(["error": "\(error)"]) { $1 })
         }
         logger.debug("App unit changed", metadata: metadata)
+        if event.change == .opened { noteOpen(appID, at: now) }
         guard event.change == .opened, var record = apps[appID]?.record else { return }
         record.lastUsedAt = now
         do {

@@ -66,6 +66,15 @@ actor TaskEngine {
     /// Apps with a Submit or Cancel on its way to the disk: not evaluated until it is there,
     /// so a request is never delivered before it is stored.
     var saving: [AppID: Int] = [:]
+    /// The refresh planner (predictions and budget), `nil` with `[refresh] strategy = every-window`.
+    var refreshPlanner: RefreshPlanner?
+    /// The latest opportunistic window (unlock, activity, charger, unmetered network).
+    var opportunity: Opportunity?
+    /// Undelivered content-available wakes, newest only, and their token buckets. In memory: a
+    /// wake lost with a restart is one the sender's next notification replaces.
+    var contentWakes: ContentAvailableQueue<[String: Variant]>
+    /// Refreshes in a row that brought no data, per app: they lower its standing.
+    var noDataStreak: [AppID: Int] = [:]
     /// The engine's part of `GetStatus`, for answers that do not wait for the engine.
     nonisolated let statusEntries = Mutex<[StatusEntry]>([])
     nonisolated let incomingConditions = Mutex<Conditions>(.unknown)
@@ -81,6 +90,13 @@ actor TaskEngine {
         self.inspector = inspector
         self.systemd = SystemdUserManagerProxy(connection: connection)
         self.logger = logger
+        contentWakes = ContentAvailableQueue(perHour: configuration.limits.contentAvailablePerHour)
+        if configuration.refresh.strategy == .predicted {
+            var planner = RefreshPlanner(utcOffsetSeconds: Self.localUTCOffset())
+            planner.minRefreshIntervalSeconds = configuration.refresh.minInterval.seconds
+            planner.inactiveAfterSeconds = configuration.limits.inactiveAfter.seconds
+            refreshPlanner = planner
+        }
     }
 
     /// Loads the store, recording as interrupted every task that was running when the agent
@@ -105,6 +121,7 @@ actor TaskEngine {
         for request in try store.pendingRequests() {
             pending[request.appID, default: [:]][request.identifier] = request
         }
+        try warmPlanner(now: now)
         // Apps that registered a bus_name can be started for what is already due.
         requestEvaluation()
         logger.info(
@@ -143,6 +160,10 @@ actor TaskEngine {
     func takeConditions() {
         let newest = incomingConditions.withLock { $0 }
         guard newest != conditions else { return }
+        if let reason = Self.opportunity(from: conditions, to: newest) {
+            opportunity = Opportunity(at: Self.wallNow(), reason: reason)
+            logger.debug("Opportunistic wake window", metadata: ["reason": "\(reason.rawValue)"])
+        }
         conditions = newest
         requestEvaluation()
     }
@@ -261,7 +282,8 @@ actor TaskEngine {
             enabled: previous?.enabled ?? true, registeredAt: previous?.registeredAt ?? now,
             lastUsedAt: previous?.lastUsedAt)
         // An app the agent itself just started by D-Bus activation was not opened by the user.
-        if !delivering.contains(appID) { record.lastUsedAt = now }
+        let opened = !delivering.contains(appID)
+        if opened { record.lastUsedAt = now }
         do {
             try store.saveApp(record)
         } catch {
@@ -274,6 +296,7 @@ actor TaskEngine {
         runtime.lastDeliveryFailureAt = nil
         apps[appID] = runtime
         boundApp[caller] = appID
+        if opened { noteRegistrationAsOpen(appID, at: now) }
         if previous == nil || previous?.identifiers != record.identifiers || previous?.identity != record.identity {
             appendHistory(HistoryEntry(
                 time: now, appID: appID, event: .registered,
@@ -423,6 +446,7 @@ actor TaskEngine {
                 try store.saveApp(record)
                 apps[appID]?.record = record
             }
+            if state == .foreground { noteOpen(appID, at: now) }
         } catch {
             throw .storage(error)
         }

@@ -15,6 +15,7 @@ enum ConfigurationSchema {
             case percentage(any WritableKeyPath<PolicyConfiguration, Percentage> & Sendable, ClosedRange<Int>)
             case count(any WritableKeyPath<PolicyConfiguration, Int> & Sendable, ClosedRange<Int>)
             case cpuAction(any WritableKeyPath<PolicyConfiguration, CPUAction> & Sendable)
+            case refreshStrategy(any WritableKeyPath<PolicyConfiguration, RefreshStrategy> & Sendable)
         }
 
         let section: String
@@ -32,6 +33,7 @@ enum ConfigurationSchema {
             case let .percentage(path, _): ConfigurationSyntax.render(configuration[keyPath: path])
             case let .count(path, _): String(configuration[keyPath: path])
             case let .cpuAction(path): configuration[keyPath: path].rawValue
+            case let .refreshStrategy(path): configuration[keyPath: path].rawValue
             }
         }
 
@@ -50,6 +52,8 @@ enum ConfigurationSchema {
                     text, in: range, example: defaults[keyPath: path])
             case let .cpuAction(path):
                 configuration[keyPath: path] = try ConfigurationSyntax.word(text, as: CPUAction.self)
+            case let .refreshStrategy(path):
+                configuration[keyPath: path] = try ConfigurationSyntax.word(text, as: RefreshStrategy.self)
             }
         }
 
@@ -161,6 +165,9 @@ enum ConfigurationSchema {
             Knob(section: "refresh", key: "min_interval",
                  summary: "At most one refresh per app per this interval (SPEC §2 refresh before predicted use).",
                  kind: .duration(\.refresh.minInterval, positiveDuration)),
+            Knob(section: "refresh", key: "strategy",
+                 summary: "predicted: before predicted opens, within a budget (SPEC §2 refresh before predicted use); every-window: in every window.",
+                 kind: .refreshStrategy(\.refresh.strategy)),
         ]),
         Section(name: "transfers", summary: "Background transfers.", knobs: [
             Knob(section: "transfers", key: "resource_timeout",

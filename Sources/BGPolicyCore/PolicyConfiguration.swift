@@ -132,10 +132,16 @@ public struct PolicyConfiguration: Sendable, Equatable {
         public var lead: Duration
         /// At most one refresh per app per this interval.
         public var minInterval: Duration
+        /// Whether refreshes follow predicted use (the default) or run in every window.
+        public var strategy: RefreshStrategy
 
-        public init(lead: Duration = .seconds(10 * 60), minInterval: Duration = .seconds(15 * 60)) {
+        public init(
+            lead: Duration = .seconds(10 * 60), minInterval: Duration = .seconds(15 * 60),
+            strategy: RefreshStrategy = .predicted
+        ) {
             self.lead = lead
             self.minInterval = minInterval
+            self.strategy = strategy
         }
     }
 

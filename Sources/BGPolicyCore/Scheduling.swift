@@ -22,6 +22,11 @@ public enum BlockingRule: String, Sendable, CaseIterable, Codable {
     case unreachable
     case appBusy = "app-busy"
     case sleeping
+    /// The planner's rules (`WindowPlanner`): work starts only in a wake window; a refresh waits
+    /// for the window before predicted use; at most one refresh per app per interval.
+    case nextWindow = "next-window"
+    case predictedUse = "predicted-use"
+    case refreshInterval = "refresh-interval"
 }
 
 /// One rule that blocks a request, in words a person can act on, and when it lifts by itself
@@ -65,24 +70,79 @@ public struct AppSchedulingState: Sendable, Equatable {
     }
 }
 
+/// Why an opportunistic wake window opened: the machine is awake and in use anyway (SPEC §1,
+/// Wake window).
+public enum OpportunityReason: String, Sendable, CaseIterable, Codable {
+    case unlocked
+    case userActive = "user-active"
+    case chargerPlugged = "charger-plugged"
+    case unmeteredNetwork = "unmetered-network"
+
+    public var words: String {
+        switch self {
+        case .unlocked: "the session was unlocked"
+        case .userActive: "the user became active"
+        case .chargerPlugged: "the charger was plugged in"
+        case .unmeteredNetwork: "an unmetered network appeared"
+        }
+    }
+}
+
+/// An opportunistic wake window: opened at `at`, for `reason`.
+public struct Opportunity: Sendable, Equatable {
+    public var at: UnixTime
+    public var reason: OpportunityReason
+
+    public init(at: UnixTime, reason: OpportunityReason) {
+        self.at = at
+        self.reason = reason
+    }
+}
+
+/// What the planner knows beyond the requests and the machine: its learned state and recent
+/// events. Empty for policies that do not plan.
+public struct PlanningFacts: Sendable {
+    /// The refresh planner, advanced to `now`; `nil` when refresh runs in every window
+    /// (`[refresh] strategy = every-window`).
+    public var refresh: RefreshPlanner?
+    /// The latest opportunistic window, if one opened.
+    public var opportunity: Opportunity?
+    /// How much each app's record counts when refreshes are shared out (1 when absent).
+    public var refreshWeights: [AppID: Double]
+    /// Apps with an undelivered content-available wake.
+    public var contentAvailable: Set<AppID>
+
+    public init(
+        refresh: RefreshPlanner? = nil, opportunity: Opportunity? = nil, refreshWeights: [AppID: Double] = [:],
+        contentAvailable: Set<AppID> = []
+    ) {
+        self.refresh = refresh
+        self.opportunity = opportunity
+        self.refreshWeights = refreshWeights
+        self.contentAvailable = contentAvailable
+    }
+}
+
 /// The machine-wide facts a decision depends on.
-public struct SchedulingContext: Sendable, Equatable {
+public struct SchedulingContext: Sendable {
     public var now: UnixTime
     public var conditions: Conditions
     public var globalEnabled: Bool
     /// Between `PrepareForSleep(true)` and resume: nothing starts.
     public var sleeping: Bool
     public var configuration: PolicyConfiguration
+    public var planning: PlanningFacts
 
     public init(
         now: UnixTime, conditions: Conditions, globalEnabled: Bool = true, sleeping: Bool = false,
-        configuration: PolicyConfiguration = .defaults
+        configuration: PolicyConfiguration = .defaults, planning: PlanningFacts = PlanningFacts()
     ) {
         self.now = now
         self.conditions = conditions
         self.globalEnabled = globalEnabled
         self.sleeping = sleeping
         self.configuration = configuration
+        self.planning = planning
     }
 }
 
@@ -91,11 +151,14 @@ public struct Launch: Sendable, Equatable {
     public var appID: AppID
     public var requests: [TaskRequest]
     public var sliceLength: Duration
+    /// Deliver the app's undelivered content-available wake in this window too.
+    public var contentAvailable: Bool
 
-    public init(appID: AppID, requests: [TaskRequest], sliceLength: Duration) {
+    public init(appID: AppID, requests: [TaskRequest], sliceLength: Duration, contentAvailable: Bool = false) {
         self.appID = appID
         self.requests = requests
         self.sliceLength = sliceLength
+        self.contentAvailable = contentAvailable
     }
 }
 
@@ -106,10 +169,19 @@ public struct SchedulingDecision: Sendable, Equatable {
     /// Ask again at this time even if nothing changes (an `earliest_begin` or a penalty lifts),
     /// or `nil` when only a change of facts can make more work runnable.
     public var nextEvaluation: UnixTime?
+    /// The wake window open now, if any.
+    public var window: WakeWindow?
+    /// The apps whose refresh the refresh planner chose in this window: the caller records them
+    /// with `RefreshPlanner.recordWindow` once launched.
+    public var refreshed: [AppID]
 
-    public init(launches: [Launch] = [], nextEvaluation: UnixTime? = nil) {
+    public init(
+        launches: [Launch] = [], nextEvaluation: UnixTime? = nil, window: WakeWindow? = nil, refreshed: [AppID] = []
+    ) {
         self.launches = launches
         self.nextEvaluation = nextEvaluation
+        self.window = window
+        self.refreshed = refreshed
     }
 }
 

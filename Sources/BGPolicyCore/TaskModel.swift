@@ -227,6 +227,8 @@ public enum HistoryEvent: String, Sendable, CaseIterable, Codable {
     case globalEnabled = "global-enabled"
     case globalDisabled = "global-disabled"
     case usage
+    /// `NotifyContentAvailable` queued a wake for the app's next window.
+    case contentQueued = "content-queued"
 
     /// Whether this event counts against the app's future opportunities.
     public var isViolation: Bool {

@@ -82,6 +82,7 @@ struct KeyOverride: Sendable, CustomTestStringConvertible {
         .init(section: "windows", key: "grid_on_ac", text: "1min") { $0.windows.gridOnAC = .seconds(60) },
         .init(section: "refresh", key: "lead", text: "5min") { $0.refresh.lead = .seconds(300) },
         .init(section: "refresh", key: "min_interval", text: "1h") { $0.refresh.minInterval = .seconds(3600) },
+        .init(section: "refresh", key: "strategy", text: "every-window") { $0.refresh.strategy = .everyWindow },
         .init(section: "transfers", key: "resource_timeout", text: "2d") { $0.transfers.resourceTimeout = .seconds(2 * 86_400) },
         .init(section: "transfers", key: "request_timeout", text: "90s") { $0.transfers.requestTimeout = .seconds(90) },
         .init(section: "transfers", key: "backoff_initial", text: "1min") { $0.transfers.backoffInitial = .seconds(60) },
@@ -105,7 +106,7 @@ struct KeyOverrideTests {
         let tested = Set(KeyOverride.all.map { "\($0.section).\($0.key)" })
         let schema = Set(ConfigurationSchema.allKnobs.map { "\($0.section).\($0.key)" })
         #expect(tested == schema)
-        #expect(schema.count == 27)
+        #expect(schema.count == 28)
     }
 
     @Test func allOverridesTogether() throws {

@@ -39,7 +39,7 @@ struct TaskModelTests {
         (BlockingRule.allCases.map(\.rawValue), [
             "global-disabled", "app-disabled", "earliest-begin", "critical-battery", "low-battery", "power-saver",
             "not-idle", "no-network", "no-external-power", "app-inactive", "overrun-penalty", "unreachable",
-            "app-busy", "sleeping",
+            "app-busy", "sleeping", "next-window", "predicted-use", "refresh-interval",
         ]),
     ])
     func contractWords(raws: [String], expected: [String]) { #expect(raws == expected) }

@@ -192,16 +192,24 @@ class PrivateBus(ch.DBusDaemon):
 # MARK: The agent
 
 
+IMMEDIATE_WINDOWS = "[windows]\ngrid_on_battery = 1s\ngrid_on_ac = 1s\n[refresh]\nstrategy = every-window\n"
+
+
 class TaskAgent:
     """bgpolicyd on the world's bus; the state dir survives `restart()` and `sigkill()`."""
 
-    def __init__(self, world, config=None, env_extra=None, log_level="debug"):
+    def __init__(self, world, config=None, env_extra=None, log_level="debug", planner=False):
         self.world = world
         self.bin_dir = world.bin_dir
         self.log_level = log_level
         tmp = world.tmp
         config_dir = tmp / "config" / "bgpolicy"
         config_dir.mkdir(parents=True, exist_ok=True)
+        if not planner:
+            # Tests of the task cycle want work to run as soon as it is eligible: a window that
+            # is always open and refresh in every window. Planner tests pass planner=True and
+            # get the published defaults (15-min grid, predicted refresh).
+            config = IMMEDIATE_WINDOWS + (config or "")
         if config is not None:
             (config_dir / "bgpolicy.conf").write_text(config)
         env = dict(os.environ, DBUS_SESSION_BUS_ADDRESS=world.address,
@@ -589,8 +597,8 @@ class World:
 
     # Processes.
 
-    def start_agent(self, config=None, env_extra=None):
-        self.agent = TaskAgent(self, config=config, env_extra=env_extra)
+    def start_agent(self, config=None, env_extra=None, planner=False):
+        self.agent = TaskAgent(self, config=config, env_extra=env_extra, planner=planner)
         return self.agent
 
     def app(self, name="app", client=True, cgroup=SESSION_CGROUP, flatpak_app=None, extra_args=()):

@@ -1,0 +1,189 @@
+import BGPolicyCore
+import BGPolicyDBus
+import BGPolicyStore
+import Glibc
+import Logging
+
+/// What the engine feeds the planner: opens for the predictor, opportunities, and each app's
+/// standing from the results of its refreshes.
+extension TaskEngine {
+    /// The usage log the predictor learns from at start: at most this many opens, the newest.
+    static let warmOpensLimit = 500_000
+
+    /// Replays the usage log's opens (8 weeks, the raw retention) into the refresh planner, so
+    /// a restart keeps what was learned; apps' standing comes back from their recent history.
+    func warmPlanner(now: UnixTime) throws(StoreError) {
+        let since = now - TaskStore.usageRetention
+        let opens = try store.usageOpens(since: since, limit: Self.warmOpensLimit)
+        if var planner = refreshPlanner {
+            planner.registeredAppCount = apps.count
+            // Registrations count as opens but are not in the log: each app's last use comes
+            // from its record when that is newer than its last logged open.
+            var events = opens.filter { $0.time <= now }.map { (time: $0.time, appID: $0.appID) }
+            var lastLogged: [AppID: UnixTime] = [:]
+            for open in events { lastLogged[open.appID] = max(lastLogged[open.appID] ?? open.time, open.time) }
+            for (appID, runtime) in apps {
+                if let used = runtime.record.lastUsedAt, used > since, used <= now, used > (lastLogged[appID] ?? -.infinity) {
+                    events.append((used, appID))
+                }
+            }
+            events.sort { ($0.time, $0.appID.rawValue) < ($1.time, $1.appID.rawValue) }
+            for open in events {
+                planner.recordOpen(of: open.appID.rawValue, at: open.time)
+            }
+            planner.advance(to: now)
+            refreshPlanner = planner
+        }
+        for appID in apps.keys {
+            let entries = try store.history(since: now - Self.violationMemory, limit: 50, appID: appID)
+            noDataStreak[appID] = Self.noDataStreak(in: entries)
+        }
+        if !opens.isEmpty {
+            logger.info("Usage learned from the log", metadata: ["opens": "\(opens.count)", "apps": "\(apps.count)"])
+        }
+    }
+
+    /// Consecutive `no-data` refresh results at the end of `entries` (oldest first).
+    static func noDataStreak(in entries: [HistoryEntry]) -> Int {
+        var streak = 0
+        for entry in entries where entry.event == .completed && entry.kind == .refresh {
+            streak = entry.result == .noData ? streak + 1 : 0
+        }
+        return streak
+    }
+
+    /// The user opened the app: the predictor learns it, and its work may be due.
+    func noteOpen(_ appID: AppID, at time: UnixTime) {
+        refreshPlanner?.recordOpen(of: appID.rawValue, at: time)
+    }
+
+    /// A registration the agent did not cause is the app starting, which usually means the user
+    /// opened it. The predictor counts it as an open unless one was just recorded (the app's
+    /// unit appeared, or it reported itself in the foreground). The usage log keeps only what
+    /// the user manager and `ReportUsage` said; the app's record keeps the registration
+    /// (`last_used_at`), which the predictor reads back at start.
+    func noteRegistrationAsOpen(_ appID: AppID, at time: UnixTime) {
+        if let last = refreshPlanner?.predictor.lastOpen(of: appID.rawValue), time - last < 60 { return }
+        noteOpen(appID, at: time)
+    }
+
+    /// The planner's facts now. The planner itself must already be advanced to now.
+    func planningFacts() -> PlanningFacts {
+        var weights: [AppID: Double] = [:]
+        for (appID, runtime) in apps {
+            let weight = Self.refreshWeight(noDataStreak: noDataStreak[appID] ?? 0, violations: runtime.violations)
+            if weight < 1 { weights[appID] = weight }
+        }
+        refreshPlanner?.registeredAppCount = apps.count
+        return PlanningFacts(
+            refresh: refreshPlanner, opportunity: opportunity, refreshWeights: weights,
+            contentAvailable: Set(contentWakeApps()))
+    }
+
+    /// An app's standing when refreshes are shared out: halved for every two `no-data` answers
+    /// in a row after the first, and for every violation (overrun, CPU) in the last 7 days;
+    /// never below `RefreshPlanner.minimumWeight`. A `new-data` answer restores the first part.
+    static func refreshWeight(noDataStreak: Int, violations: Int) -> Double {
+        let exponent = Double(max(noDataStreak - 1, 0)) / 2 + Double(max(violations, 0))
+        return max(RefreshPlanner.minimumWeight, Double.pow2(-min(exponent, 10)))
+    }
+
+    /// A refresh ended with `result`: its run of `no-data` answers grows or ends.
+    func noteRefreshResult(_ appID: AppID, _ result: TaskResult) {
+        switch result {
+        case .noData: noDataStreak[appID, default: 0] += 1
+        case .newData: noDataStreak[appID] = 0
+        case .failed, .unspecified: break
+        }
+    }
+
+    /// Which change of conditions opens an opportunistic window: the machine is in use anyway.
+    static func opportunity(from old: Conditions, to new: Conditions) -> OpportunityReason? {
+        if old.locked == true, new.locked == false { return .unlocked }
+        if old.idle == true, new.idle == false, new.locked != true { return .userActive }
+        if old.onBattery == true, new.onBattery == false { return .chargerPlugged }
+        let unmeteredNow = new.connectivity == .full && new.metered == false
+        let unmeteredBefore = old.connectivity == .full && old.metered == false
+        if unmeteredNow, !unmeteredBefore, old.connectivity != .unknown || old.metered != nil { return .unmeteredNetwork }
+        return nil
+    }
+
+    /// The local time's offset from UTC now, in seconds: the predictor's hours are local hours.
+    /// Read once at start; a change of zone or daylight saving time shifts the learned hours by
+    /// the difference until the agent restarts.
+    static func localUTCOffset() -> Double {
+        var now = time(nil)
+        var local = tm()
+        guard localtime_r(&now, &local) != nil else { return 0 }
+        return Double(local.tm_gmtoff)
+    }
+}
+
+extension Double {
+    /// 2 to the power `exponent`, exactly for integers and by `exp` in between.
+    fileprivate static func pow2(_ exponent: Double) -> Double {
+        Glibc.exp2(exponent)
+    }
+}
+
+extension TaskEngine {
+    static let timelineSlots = 96
+
+    /// `GetTimeline`: the next 24 hours as the planner sees them now (see `AgentInterfaces`).
+    /// The refresh plan assumes each app resubmits after every refresh, as apps do, and that
+    /// nothing else happens: no open, no change of conditions.
+    func timeline(of only: AppID?) -> [String: Variant] {
+        let now = Self.wallNow()
+        let context = context(now: now)
+        let slotSeconds = 900.0
+        let start = (now / slotSeconds).rounded(.down) * slotSeconds
+        let end = start + Double(Self.timelineSlots) * slotSeconds
+        let shown = only.map { [$0] } ?? apps.keys.sorted()
+        let inactiveAfter = configuration.limits.inactiveAfter.seconds
+
+        var planned: [AppID: [UnixTime]] = [:]
+        var windows = Set<UnixTime>()
+        if let planner = refreshPlanner {
+            let weights = context.planning.refreshWeights
+            let candidates = pending.filter { $0.value.values.contains { $0.kind == .refresh } }.keys.sorted()
+                .map { RefreshPlanner.Candidate(appID: $0.rawValue, weight: weights[$0] ?? 1) }
+            var future = planner
+            var time = now
+            for _ in 0..<Self.timelineSlots {
+                guard let next = future.nextWindow(after: time, among: candidates, horizon: end - time) else { break }
+                future.advance(to: next.time)
+                future.recordWindow(at: next.time, refreshed: next.apps)
+                for app in next.apps {
+                    if let appID = AppID(rawValue: app) { planned[appID, default: []].append(next.time) }
+                }
+                windows.insert(next.time)
+                time = next.time
+            }
+        }
+        if let due = evaluationTimerDue, due < end { windows.insert(due) }
+
+        let rows: [[String: Variant]] = shown.map { appID in
+            let record = apps[appID]?.record
+            let lastUsed = max(record?.lastUsedAt ?? record?.registeredAt ?? now, record?.registeredAt ?? now)
+            let probabilities = (0..<Self.timelineSlots).map { index in
+                refreshPlanner?.predictor.probability(of: appID.rawValue, inSlotAt: start + Double(index) * slotSeconds) ?? 0
+            }
+            return [
+                "app_id": Variant(appID.rawValue),
+                "probabilities": Variant(probabilities),
+                "refreshes": Variant((planned[appID] ?? []).map { Int64($0.rounded()) }),
+                "pending": Variant((pending[appID] ?? [:]).keys.sorted()),
+                "inactive": Variant(now - lastUsed > inactiveAfter),
+            ]
+        }
+        return [
+            "now": Variant(Int64(now.rounded(.down))),
+            "start": Variant(Int64(start)),
+            "slot_seconds": Variant(UInt32(slotSeconds)),
+            "slots": Variant(UInt32(Self.timelineSlots)),
+            "grid_seconds": Variant(UInt32(WindowPlanner.grid(context))),
+            "windows": Variant(windows.sorted().map { Int64($0.rounded()) }),
+            "apps": Variant(rows),
+        ]
+    }
+}

@@ -1,0 +1,318 @@
+import BGPolicyCore
+import Testing
+
+/// The planner with a manual clock: every case sets `now` and the facts, and reads the decision.
+/// Times are built from a grid-aligned Monday 00:00 UTC so that grid points are easy to read.
+private enum Clock {
+    /// Monday 2024-01-08 00:00:00 UTC.
+    static let monday: UnixTime = 1_704_672_000
+    static func at(day: Int = 0, _ hour: Int, _ minute: Int, _ second: Int = 0) -> UnixTime {
+        monday + Double(day * 86_400 + hour * 3600 + minute * 60 + second)
+    }
+}
+
+private func appState(_ name: String, lastUsed: UnixTime, registered: UnixTime? = nil) -> AppSchedulingState {
+    let appID = AppID(rawValue: name)!
+    return AppSchedulingState(
+        record: AppRecord(
+            appID: appID, identifiers: ["\(name).refresh", "\(name).clean"], identity: .flatpak,
+            registeredAt: registered ?? lastUsed - 3600, lastUsedAt: lastUsed),
+        reachable: true)
+}
+
+private func request(_ name: String, _ kind: TaskKind, at time: UnixTime, earliest: UnixTime? = nil) -> TaskRequest {
+    TaskRequest(
+        appID: AppID(rawValue: name)!, identifier: "\(name).\(kind == .refresh ? "refresh" : "clean")", kind: kind,
+        earliestBegin: earliest, submittedAt: time - 60)
+}
+
+/// Locked (so processing may run), online, unmetered, battery at 80 %.
+private func conditions(onBattery: Bool = true) -> Conditions {
+    var c = Conditions()
+    c.onBattery = onBattery
+    c.percentage = 80
+    c.powerProfile = .balanced
+    c.connectivity = .full
+    c.metered = false
+    c.locked = true
+    c.idle = true
+    return c
+}
+
+private func context(
+    _ now: UnixTime, onBattery: Bool = true, strategy: RefreshStrategy = .everyWindow,
+    planning: PlanningFacts = PlanningFacts()
+) -> SchedulingContext {
+    var configuration = PolicyConfiguration.defaults
+    configuration.refresh.strategy = strategy
+    return SchedulingContext(now: now, conditions: conditions(onBattery: onBattery), configuration: configuration, planning: planning)
+}
+
+private let mail = "org.example.Mail"
+private let news = "org.example.News"
+
+@Suite("WindowPlanner")
+struct WindowPlannerTests {
+    let planner = WindowPlanner()
+
+    struct GridCase: Sendable, CustomTestStringConvertible {
+        var label: String
+        var now: UnixTime
+        var onBattery: Bool
+        /// Launched now, or else the next evaluation.
+        var launches: Bool
+        var next: UnixTime?
+        var testDescription: String { label }
+    }
+
+    static let gridCases: [GridCase] = [
+        GridCase(label: "on battery, at a grid point", now: Clock.at(10, 15), onBattery: true, launches: true, next: nil),
+        GridCase(label: "on battery, 59 s into a window", now: Clock.at(10, 15, 59), onBattery: true, launches: true, next: nil),
+        GridCase(label: "on battery, between grid points", now: Clock.at(10, 16, 0), onBattery: true, launches: false,
+                 next: Clock.at(10, 30)),
+        GridCase(label: "on AC, 5-min grid", now: Clock.at(10, 16, 0), onBattery: false, launches: false, next: Clock.at(10, 20)),
+        GridCase(label: "on AC, at a 5-min point", now: Clock.at(10, 20, 0), onBattery: false, launches: true, next: nil),
+    ]
+
+    @Test(arguments: gridCases)
+    func workStartsOnlyInGridWindowsAndAllAppsTogether(_ c: GridCase) {
+        let apps = [mail: appState(mail, lastUsed: c.now - 600), news: appState(news, lastUsed: c.now - 600)]
+        let pending = [request(mail, .processing, at: c.now), request(news, .processing, at: c.now),
+                       request(news, .refresh, at: c.now)]
+        let decision = planner.decide(
+            pending: pending, apps: Dictionary(uniqueKeysWithValues: apps.map { (AppID(rawValue: $0.key)!, $0.value) }),
+            context: context(c.now, onBattery: c.onBattery))
+        if c.launches {
+            // Both apps in the same window; News's two requests share one slice.
+            #expect(decision.launches.map(\.appID.rawValue) == [mail, news])
+            #expect(decision.launches[1].requests.map(\.kind) == [.refresh, .processing])
+            #expect(decision.window?.kind == .planned)
+        } else {
+            #expect(decision.launches.isEmpty)
+            #expect(decision.nextEvaluation == c.next)
+            let explanation = planner.explain(pending[0], app: apps[mail]!, context: context(c.now, onBattery: c.onBattery))
+            #expect(explanation.blocking.map(\.rule) == [.nextWindow])
+            #expect(explanation.earliestRun == c.next)
+        }
+    }
+
+    @Test func earliestBeginsCloseTogetherAreBatchedIntoOneWindow() {
+        let now = Clock.at(10, 1)
+        let a = request(mail, .processing, at: now, earliest: Clock.at(10, 7))
+        let b = request(news, .processing, at: now, earliest: Clock.at(10, 12, 30))
+        let apps = [AppID(rawValue: mail)!: appState(mail, lastUsed: now), AppID(rawValue: news)!: appState(news, lastUsed: now)]
+        let before = planner.decide(pending: [a, b], apps: apps, context: context(now))
+        #expect(before.launches.isEmpty)
+        #expect(before.nextEvaluation == Clock.at(10, 15))
+        #expect(planner.explain(a, app: apps[a.appID]!, context: context(now)).earliestRun == Clock.at(10, 15))
+        let at = planner.decide(pending: [a, b], apps: apps, context: context(Clock.at(10, 15)))
+        #expect(at.launches.map(\.appID.rawValue) == [mail, news])
+    }
+
+    struct OpportunityCase: Sendable, CustomTestStringConvertible {
+        var reason: OpportunityReason
+        var age: Double
+        var opens: Bool
+        var testDescription: String { "\(reason.rawValue), \(Int(age)) s ago" }
+    }
+
+    static let opportunityCases: [OpportunityCase] = OpportunityReason.allCases.flatMap {
+        [OpportunityCase(reason: $0, age: 5, opens: true), OpportunityCase(reason: $0, age: 61, opens: false)]
+    }
+
+    @Test(arguments: opportunityCases)
+    func opportunisticWindowsOpenBetweenGridPoints(_ c: OpportunityCase) {
+        let now = Clock.at(10, 7)
+        let facts = PlanningFacts(opportunity: Opportunity(at: now - c.age, reason: c.reason))
+        let pending = [request(mail, .processing, at: now)]
+        let apps = [AppID(rawValue: mail)!: appState(mail, lastUsed: now)]
+        let decision = planner.decide(pending: pending, apps: apps, context: context(now, planning: facts))
+        #expect(decision.launches.count == (c.opens ? 1 : 0))
+        #expect(decision.window == (c.opens ? WakeWindow(at: now - c.age, kind: .opportunistic(c.reason)) : nil))
+    }
+
+    @Test func opportunitiesComeFromChangesOfConditionsOnly() {
+        // The engine's rule, restated in Core terms: see TaskEngine.opportunity(from:to:).
+        let planner = WindowPlanner()
+        let sleeping = context(Clock.at(10, 15))
+        var asleep = sleeping
+        asleep.sleeping = true
+        #expect(WindowPlanner.openWindow(asleep) == nil)
+        #expect(WindowPlanner.openWindow(sleeping) != nil)
+        _ = planner
+    }
+
+    // MARK: Refresh before predicted use
+
+    /// Mail opened every day at 09:05 for three weeks, News at 19:35: the planner learns both.
+    static func routinePlanner(days: Int = 21) -> RefreshPlanner {
+        var refresh = RefreshPlanner(registeredAppCount: 2)
+        for day in 0..<days {
+            refresh.recordOpen(of: mail, at: Clock.at(day: day, 9, 5))
+            refresh.recordOpen(of: news, at: Clock.at(day: day, 19, 35))
+        }
+        return refresh
+    }
+
+    @Test func refreshIsPlannedShortlyBeforeThePredictedOpen() {
+        var refresh = Self.routinePlanner()
+        let now = Clock.at(day: 21, 6, 0)
+        refresh.advance(to: now)
+        let facts = PlanningFacts(refresh: refresh)
+        let apps = [AppID(rawValue: mail)!: appState(mail, lastUsed: now - 75_000)]
+        let pending = [request(mail, .refresh, at: now)]
+        let explanation = planner.explain(pending[0], app: apps.first!.value, context: context(now, strategy: .predicted, planning: facts))
+        #expect(explanation.blocking.map(\.rule) == [.predictedUse])
+        let planned = try! #require(explanation.earliestRun)
+        // The window before the 09:05 open: within 20 minutes ahead of it, never after it.
+        #expect(planned >= Clock.at(day: 21, 8, 45) && planned <= Clock.at(day: 21, 9, 5), "planned \(planned - Clock.at(day: 21, 0, 0))")
+        let decision = planner.decide(pending: pending, apps: apps, context: context(now, strategy: .predicted, planning: facts))
+        #expect(decision.launches.isEmpty)
+        #expect(decision.nextEvaluation == planned)
+
+        // At the planned window the refresh runs, and the planner records it.
+        refresh.advance(to: planned)
+        let atWindow = planner.decide(
+            pending: pending, apps: apps, context: context(planned, strategy: .predicted, planning: PlanningFacts(refresh: refresh)))
+        #expect(atWindow.launches.map(\.appID.rawValue) == [mail])
+        #expect(atWindow.refreshed.map(\.rawValue) == [mail])
+    }
+
+    @Test func aNeverOpenedAppGetsNoPredictedRefresh() {
+        var refresh = Self.routinePlanner(days: 8)
+        let now = Clock.at(day: 8, 9, 0)
+        refresh.advance(to: now)
+        let other = "org.example.Unused"
+        let app = appState(other, lastUsed: now - 60)
+        let explanation = planner.explain(
+            request(other, .refresh, at: now), app: app,
+            context: context(now, strategy: .predicted, planning: PlanningFacts(refresh: refresh)))
+        #expect(explanation.blocking.map(\.rule) == [.predictedUse])
+        #expect(explanation.earliestRun == nil)
+    }
+
+    struct StandingCase: Sendable, CustomTestStringConvertible {
+        var noData: Int
+        var violations: Int
+        var weight: Double
+        var testDescription: String { "\(noData) no-data, \(violations) violations" }
+    }
+
+    static let standingCases: [StandingCase] = [
+        StandingCase(noData: 0, violations: 0, weight: 1),
+        StandingCase(noData: 1, violations: 0, weight: 1),
+        StandingCase(noData: 3, violations: 0, weight: 0.5),
+        StandingCase(noData: 5, violations: 0, weight: 0.25),
+        StandingCase(noData: 0, violations: 1, weight: 0.5),
+        StandingCase(noData: 3, violations: 2, weight: 0.125),
+        StandingCase(noData: 40, violations: 9, weight: 0.125),
+    ]
+
+    /// Budgets shrink after `no-data` and overruns: a smaller weight ranks the app lower and
+    /// stretches its minimum gap between refreshes (15 min / weight).
+    @Test(arguments: standingCases)
+    func budgetsShrinkAfterNoDataAndOverruns(_ c: StandingCase) {
+        var refresh = Self.routinePlanner()
+        let window = Clock.at(day: 21, 9, 0)
+        refresh.advance(to: window)
+        refresh.recordWindow(at: window, refreshed: [mail])
+        let candidate = RefreshPlanner.Candidate(appID: mail, weight: c.weight)
+        let until = window + 900 / c.weight
+        #expect(refresh.ineligibility(of: candidate, at: window + 60) == .tooSoon(until: until))
+        #expect(refresh.ineligibility(of: candidate, at: until) == nil)
+        // The agent's formula for the weight (TaskEngine.refreshWeight) is checked in the agent's
+        // tests; the table here gives the values it must produce.
+        #expect(c.weight >= RefreshPlanner.minimumWeight)
+    }
+
+    @Test func anAppWithAPoorRecordRanksBelowOneInGoodStanding() throws {
+        // Two apps with the same history, opened together every day at 09:05: equally likely
+        // to be opened. A window takes one refresh for two apps (2.2 a day each over 22
+        // windows, rounded up), so the weight decides which.
+        var refresh = RefreshPlanner(registeredAppCount: 2)
+        for day in 0..<21 {
+            refresh.recordOpen(of: mail, at: Clock.at(day: day, 9, 5))
+            refresh.recordOpen(of: news, at: Clock.at(day: day, 9, 5))
+        }
+        let noon = Clock.at(day: 21, 0, 0)
+        refresh.advance(to: noon + 1)
+        let poorMail = try #require(refresh.nextWindow(
+            after: noon, among: [.init(appID: mail, weight: 0.125), .init(appID: news, weight: 1)]))
+        #expect(poorMail.apps == [news])
+        let poorNews = try #require(refresh.nextWindow(
+            after: noon, among: [.init(appID: mail, weight: 1), .init(appID: news, weight: 0.125)]))
+        #expect(poorNews.apps == [mail])
+    }
+
+    // MARK: Content-available
+
+    @Test func contentAvailableWakesGoOutInTheNextWindowWithTheirOwnSlice() {
+        let off = Clock.at(10, 7)
+        let facts = PlanningFacts(contentAvailable: [AppID(rawValue: mail)!])
+        let apps = [AppID(rawValue: mail)!: appState(mail, lastUsed: off - 60)]
+        let waiting = planner.decide(pending: [], apps: apps, context: context(off, planning: facts))
+        #expect(waiting.launches.isEmpty)
+        #expect(waiting.nextEvaluation == Clock.at(10, 15))
+        let window = planner.decide(pending: [], apps: apps, context: context(Clock.at(10, 15), planning: facts))
+        #expect(window.launches == [Launch(appID: AppID(rawValue: mail)!, requests: [], sliceLength: .seconds(30), contentAvailable: true)])
+    }
+
+    @Test func contentAvailableWakesWaitForPowerSaverAndTheSwitches() {
+        let now = Clock.at(10, 15)
+        let facts = PlanningFacts(contentAvailable: [AppID(rawValue: mail)!])
+        var app = appState(mail, lastUsed: now - 60)
+        var saver = context(now, planning: facts)
+        saver.conditions.powerProfile = .powerSaver
+        #expect(planner.decide(pending: [], apps: [app.record.appID: app], context: saver).launches.isEmpty)
+        #expect(planner.contentReasons(app: app, context: saver).map(\.rule) == [.powerSaver])
+        app.record.enabled = false
+        #expect(planner.contentReasons(app: app, context: context(now, planning: facts)).map(\.rule) == [.appDisabled])
+    }
+
+    // MARK: Gates and Explain
+
+    struct GateCase: Sendable, CustomTestStringConvertible {
+        var label: String
+        var rule: BlockingRule
+        var change: @Sendable (inout SchedulingContext, inout AppSchedulingState) -> Void
+        var testDescription: String { label }
+    }
+
+    static let gateCases: [GateCase] = [
+        GateCase(label: "unused for 8 days", rule: .appInactive) { c, app in app.record.lastUsedAt = c.now - 8 * 86_400
+            app.record.registeredAt = c.now - 9 * 86_400 },
+        GateCase(label: "battery at 15 %", rule: .lowBattery) { c, _ in c.conditions.percentage = 15 },
+        GateCase(label: "battery at 5 %", rule: .criticalBattery) { c, _ in c.conditions.percentage = 5 },
+        GateCase(label: "power saver", rule: .powerSaver) { c, _ in c.conditions.powerProfile = .powerSaver },
+        GateCase(label: "all switched off", rule: .globalDisabled) { c, _ in c.globalEnabled = false },
+        GateCase(label: "the app switched off", rule: .appDisabled) { _, app in app.record.enabled = false },
+    ]
+
+    /// The gates hold in a window too, for every kind, and Explain names them, not the window.
+    @Test(arguments: gateCases)
+    func gatesHoldInWindowsAndExplainNamesThem(_ c: GateCase) {
+        let now = Clock.at(10, 15)
+        var ctx = context(now)
+        var app = appState(mail, lastUsed: now - 60)
+        c.change(&ctx, &app)
+        for kind in [TaskKind.refresh, .processing] {
+            let r = request(mail, kind, at: now)
+            #expect(planner.decide(pending: [r], apps: [app.record.appID: app], context: ctx).launches.isEmpty)
+            #expect(planner.explain(r, app: app, context: ctx).blocking.map(\.rule) == [c.rule])
+        }
+        // And off the grid, the gate is what Explain names: the window is not the obstacle.
+        ctx.now = Clock.at(10, 20)
+        #expect(planner.explain(request(mail, .processing, at: now), app: app, context: ctx).blocking.map(\.rule) == [c.rule])
+    }
+
+    @Test func processingRunsOnlyWhileIdle() {
+        let now = Clock.at(10, 15)
+        var ctx = context(now)
+        ctx.conditions.locked = false
+        ctx.conditions.idle = false
+        let app = appState(mail, lastUsed: now - 60)
+        let r = request(mail, .processing, at: now)
+        #expect(planner.decide(pending: [r], apps: [app.record.appID: app], context: ctx).launches.isEmpty)
+        #expect(planner.explain(r, app: app, context: ctx).blocking.map(\.rule) == [.notIdle])
+    }
+}

@@ -1,0 +1,197 @@
+"""The planner in the agent (Docs/Policy.md): grid windows that coalesce the work of all apps,
+opportunistic windows, refresh before predicted use, Explain and GetTimeline speaking the plan,
+and NotifyContentAvailable (newest only, delivered in the next window, rate limited on
+battery). Unit tests (WindowPlannerTests, ContentAvailableQueueTests) cover the rules case by
+case with a manual clock; these check that the agent acts on them with real clocks and apps.
+"""
+
+import json
+import math
+import time
+
+from gi.repository import GLib
+
+import pytest
+
+import tasks_helpers as th
+from tasks_helpers import expect_error, world  # noqa: F401 - the fixture
+
+
+@pytest.fixture
+def laptop(tmp_path):
+    """A world on battery (a laptop at 42 %, discharging): the 15-min grid, and content-available
+    wakes counted."""
+    with th.open_world(tmp_path, power="battery") as w:
+        yield w
+
+# A fine grid so that a window comes within seconds; refresh in every window, so that a
+# refresh needs no learned history. The window stays open a quarter of the grid.
+GRID = 6
+FINE = f"[windows]\ngrid_on_battery = {GRID}s\ngrid_on_ac = {GRID}s\n[refresh]\nstrategy = every-window\n"
+
+
+def in_window(t, grid=GRID):
+    """Whether Unix time `t` falls in the open part of a grid window (with 0.4 s of slack for
+    the delivery's own latency)."""
+    return (t % grid) < grid / 4 + 0.4
+
+
+def notify(agent, app_id, payload, sender=None):
+    conn = (sender or agent.world.session).conn
+    return th.call(conn, th.SCHEDULER, "NotifyContentAvailable", "sa{sv}", (app_id, payload), None, 10.0)
+
+
+def test_work_of_two_apps_starts_together_in_a_grid_window(world):
+    agent = world.start_agent(config=FINE, planner=True)
+    mail = world.registered_app("org.example.Mail", ["org.example.Mail.refresh"])
+    news = world.registered_app("org.example.News", ["org.example.News.refresh"])
+    # Submit just after a window closed, so that both wait for the next one.
+    while not (GRID / 4 + 0.5 < time.time() % GRID < GRID - 1.5):
+        time.sleep(0.05)
+    mail.submit("org.example.Mail.refresh")
+    explanation = agent.explain("org.example.Mail", "org.example.Mail.refresh")
+    assert explanation["blocking"] == ["next-window"], explanation
+    assert explanation["earliest_window"] % GRID == 0, explanation
+    time.sleep(0.3)
+    news.submit("org.example.News.refresh")
+    a = mail.wait_run_task(timeout=3 * GRID)
+    b = news.wait_run_task(timeout=3 * GRID)
+    assert abs(a["time"] - b["time"]) < 1.0, (a, b)
+    assert in_window(a["time"]) and in_window(b["time"]), (a["time"] % GRID, b["time"] % GRID)
+    assert a["time"] >= explanation["earliest_window"] - 0.01
+
+
+def test_a_refresh_waits_for_predicted_use_and_explain_and_timeline_agree(laptop):
+    world = laptop
+    agent = world.start_agent(planner=True)
+    app = world.registered_app("org.example.Maps", ["org.example.Maps.refresh", "org.example.Maps.clean"])
+    app.submit("org.example.Maps.refresh")
+    explanation = agent.explain("org.example.Maps", "org.example.Maps.refresh")
+    assert explanation["state"] == "pending"
+    assert explanation["blocking"] == ["predicted-use"], explanation
+    assert "likely to be opened" in explanation["reasons"][0] or "predicted" in explanation["reasons"][0]
+
+    (timeline,) = agent.admin("GetTimeline", "s", ("org.example.Maps",), "(a{sv})")
+    assert timeline["slots"] == 96 and timeline["slot_seconds"] == 900
+    assert timeline["start"] % 900 == 0 and timeline["start"] <= timeline["now"] < timeline["start"] + 900
+    assert timeline["grid_seconds"] == 900  # on battery
+    (row,) = timeline["apps"]
+    assert row["app_id"] == "org.example.Maps" and row["pending"] == ["org.example.Maps.refresh"]
+    assert row["inactive"] is False
+    assert len(row["probabilities"]) == 96 and all(0 <= p <= 1 for p in row["probabilities"])
+    # A cold app starts from the prior: about one open a day.
+    assert abs(row["probabilities"][0] - 1 / 96) < 0.01, row["probabilities"][:4]
+    # The earliest window Explain gives is the first planned refresh on the timeline.
+    if "earliest_window" in explanation:
+        assert row["refreshes"] and row["refreshes"][0] == explanation["earliest_window"], (explanation, row)
+        assert explanation["earliest_window"] % 900 == 0
+        assert explanation["earliest_window"] in timeline["windows"]
+    else:
+        assert row["refreshes"] == [], row
+
+    # Every app at once, and errors.
+    (everything,) = agent.admin("GetTimeline", "s", ("",), "(a{sv})")
+    assert [r["app_id"] for r in everything["apps"]] == ["org.example.Maps"]
+    expect_error("NotRegistered", agent.admin, "GetTimeline", "s", ("org.example.Nobody",), "(a{sv})")
+
+
+def test_processing_waits_for_the_grid_even_when_eligible(world):
+    world.start_logind(locked=True)
+    agent = world.start_agent(config=FINE.replace(f"{GRID}s", "15min"), planner=True)
+    app = world.registered_app("org.example.Clean", ["org.example.Clean.vacuum"])
+    now = time.time()
+    if now % 900 < 20 or now % 900 > 880:
+        time.sleep(25)  # keep clear of a grid point: the window there would run it at once
+    app.submit("org.example.Clean.vacuum", "processing")
+    explanation = agent.explain("org.example.Clean", "org.example.Clean.vacuum")
+    assert explanation["blocking"] == ["next-window"], explanation
+    assert explanation["earliest_window"] == math.ceil(time.time() / 900) * 900
+    assert "every 15 min on AC" in explanation["reasons"][0], explanation
+    status = agent.status()
+    assert status.get("next_window") == explanation["earliest_window"], status
+    time.sleep(1)
+    assert app.events_of("RunTask") == []
+
+
+def test_unlocking_opens_an_opportunistic_window(world):
+    logind = world.start_logind(locked=True)
+    agent = world.start_agent(config=FINE.replace(f"{GRID}s", "15min"), planner=True)
+    app = world.registered_app("org.example.Feed", ["org.example.Feed.refresh"])
+    now = time.time()
+    if now % 900 < 20 or now % 900 > 870:
+        time.sleep(35)
+    app.submit("org.example.Feed.refresh")
+    assert agent.explain("org.example.Feed", "org.example.Feed.refresh")["blocking"] == ["next-window"]
+    unlocked = time.time()
+    logind.call("org.freedesktop.login1.Session", "SetLockedHint", "b", (False,), path=logind.session_path)
+    run = app.wait_run_task("org.example.Feed.refresh", timeout=10)
+    assert run["time"] - unlocked < 5, run
+
+
+def test_content_available_is_newest_only_and_delivered_in_the_next_window(world):
+    agent = world.start_agent(config=FINE, planner=True)
+    mail = world.registered_app("org.example.Mail", ["org.example.Mail.refresh"])
+    while not (GRID / 4 + 0.5 < time.time() % GRID < GRID - 1.5):
+        time.sleep(0.05)
+    notify(agent, "org.example.Mail", {"mailbox": GLib.Variant("s", "INBOX"), "n": GLib.Variant("i", 1)})
+    notify(agent, "org.example.Mail", {"mailbox": GLib.Variant("s", "INBOX"), "n": GLib.Variant("i", 2)})
+    run = mail.wait_event("RunTask", lambda e: e["kind"] == "content-available", timeout=3 * GRID)
+    assert run["identifier"] == "" and run["seconds"] <= 30 and run["seconds"] >= 28, run
+    assert run["info"]["n"] == 2 and run["info"]["mailbox"] == "INBOX", run  # the newest payload only
+    assert "slice_id" in run["info"] and "deadline" in run["info"]
+    assert in_window(run["time"]), run["time"] % GRID
+    time.sleep(GRID / 2)
+    assert len([e for e in mail.events_of("RunTask") if e["kind"] == "content-available"]) == 1
+    mail.set_task_completed(run["task_id"], True, "new-data")
+    entry = agent.wait_history("completed", app_id="org.example.Mail", task_id=run["task_id"])
+    assert entry["kind"] == "content-available", entry
+    assert len(agent.events("content-queued", app_id="org.example.Mail")) == 1
+
+
+def test_content_available_is_rate_limited_on_battery_and_checked(laptop):
+    world = laptop
+    agent = world.start_agent(config=FINE.replace(f"{GRID}s", "2s"), planner=True)
+    mail = world.registered_app("org.example.Mail", ["org.example.Mail.refresh"])
+    mail.configure(complete_after=0.1)
+    # On battery: three wakes, each delivered before the next notification.
+    for n in range(3):
+        notify(agent, "org.example.Mail", {"n": GLib.Variant("i", n)})
+        mail.wait_event("RunTask", lambda e, n=n: e["kind"] == "content-available" and e["info"]["n"] == n, timeout=10)
+        agent.wait_history("completed", app_id="org.example.Mail", identifier="", timeout=10)
+        time.sleep(0.3)
+    message = expect_error("LimitsExceeded", notify, agent, "org.example.Mail", {"n": GLib.Variant("i", 3)})
+    assert "3 content-available wakes per hour on battery" in message and "unlimited on AC" in message, message
+
+    message = expect_error("NotRegistered", notify, agent, "org.example.Nobody", {})
+    assert "org.example.Nobody" in message
+    expect_error("InvalidArgument", notify, agent, "not an id", {})
+    message = expect_error("InvalidArgument", notify, agent, "org.example.Mail", {"deadline": GLib.Variant("x", 1)})
+    assert "reserved" in message
+    message = expect_error("InvalidArgument", notify, agent, "org.example.Mail", {"blob": GLib.Variant("s", "x" * 5000)})
+    assert "4096" in message
+    assert agent.alive()
+
+
+def test_bgpolicy_timeline_draws_the_agents_plan(laptop, tmp_path):
+    world = laptop
+    agent = world.start_agent(planner=True)
+    app = world.registered_app("org.example.Maps", ["org.example.Maps.refresh"])
+    app.submit("org.example.Maps.refresh")
+    out = agent.cli("timeline").stdout
+    lines = out.splitlines()
+    assert lines[0].startswith("Next 24 h from ") and "a column is" in lines[0], out
+    assert any(line.startswith("org.example.Maps") for line in lines), out
+    assert any(line.startswith("windows") for line in lines), out
+
+    as_json = json.loads(agent.cli("timeline", "org.example.Maps", "--json").stdout)
+    assert as_json["slots"] == 96 and [a["app_id"] for a in as_json["apps"]] == ["org.example.Maps"]
+    assert as_json["apps"][0]["pending"] == ["org.example.Maps.refresh"]
+
+    svg = tmp_path / "plan.svg"
+    agent.cli("timeline", "--svg", str(svg))
+    text = svg.read_text()
+    assert text.startswith("<svg") or text.startswith("<?xml"), text[:80]
+    assert "org.example.Maps" in text and text.rstrip().endswith("</svg>")
+
+    r = agent.cli("timeline", "org.example.Nobody", check=False)
+    assert r.returncode == 1 and "org.example.Nobody" in r.stderr, (r.returncode, r.stderr)
