@@ -43,6 +43,26 @@ extension TaskEngine {
         }
     }
 
+    /// Usage housekeeping: raw events older than 8 weeks fold into the per-hour aggregates
+    /// (kept) and go, and the WAL is checkpointed. At start, and after every 1,000 appends.
+    func pruneUsage(now: UnixTime) throws(StoreError) {
+        let removed = try store.pruneUsage(olderThan: now - TaskStore.usageRetention)
+        try store.compact()
+        if removed > 0 { logger.info("Old usage folded into the hourly aggregates", metadata: ["rows": "\(removed)"]) }
+    }
+
+    /// Appends one usage row; failures are logged, never thrown (a missed row only makes the
+    /// log a little less complete).
+    func appendUsage(_ appID: AppID, _ state: UsageState, at time: UnixTime) {
+        do {
+            try store.appendUsage(appID: appID, state: state, at: time)
+            usageAppends += 1
+            if usageAppends % 1000 == 0 { try pruneUsage(now: time) }
+        } catch {
+            logger.warning("Could not record app usage", metadata: ["app.id": "\(appID)", "error": "\(error)"])
+        }
+    }
+
     /// Consecutive `no-data` refresh results at the end of `entries` (oldest first).
     static func noDataStreak(in entries: [HistoryEntry]) -> Int {
         var streak = 0

@@ -21,11 +21,7 @@ extension TaskEngine {
         }
         let now = Self.wallNow()
         let state: UsageState = event.change == .opened ? .foreground : .background
-        do {
-            try store.appendUsage(appID: appID, state: state, at: now)
-        } catch {
-            logger.warning("Could not record app usage", metadata: metadata.merging(["error": "\(error)"]) { $1 })
-        }
+        appendUsage(appID, state, at: now)
         logger.debug("App unit changed", metadata: metadata)
         if event.change == .opened { noteOpen(appID, at: now) }
         guard event.change == .opened, var record = apps[appID]?.record else { return }

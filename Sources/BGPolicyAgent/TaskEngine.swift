@@ -61,6 +61,7 @@ actor TaskEngine {
     var fullEvaluationNeeded = false
     var dirtyApps: Set<AppID> = []
     var historyAppends = 0
+    var usageAppends = 0
     /// Writes that may wait on the disk, away from the executor (see StoreWriter).
     let writer = StoreWriter()
     /// Apps with a Submit or Cancel on its way to the disk: not evaluated until it is there,
@@ -109,6 +110,7 @@ actor TaskEngine {
                 metadata: ["app.id": "\(entry.appID?.rawValue ?? "-")", "task.id": "\(entry.taskID ?? "-")"])
         }
         try store.pruneHistory(before: now - Self.historyRetention)
+        try pruneUsage(now: now)
         globalEnabled = try store.globalEnabled()
         let since = now - Self.violationMemory
         for record in try store.apps() {
