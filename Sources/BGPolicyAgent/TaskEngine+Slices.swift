@@ -120,7 +120,9 @@ extension TaskEngine {
             delivering.insert(launch.appID)
             Task {
                 do {
-                    try await self.deliver(launch, simulated: false)
+                    try await self.deliver(
+                        launch, simulated: false,
+                        why: Self.why(window: decision.window, predicted: decision.refreshed.contains(launch.appID)))
                 } catch {
                     // Recorded in history and logged by deliver; the request stays pending.
                 }
@@ -164,7 +166,19 @@ extension TaskEngine {
     /// calls `RunTask` for each, and starts the slice's timers and CPU monitor. When the app
     /// cannot be reached, the requests go back to pending with the attempt recorded, and the
     /// error says why.
-    func deliver(_ launch: Launch, simulated: Bool) async throws(SchedulerError) {
+    /// Why a launch happened now, for its history entries: every decision carries its reason.
+    static func why(window: WakeWindow?, predicted: Bool) -> String {
+        var words: String
+        switch window?.kind {
+        case .planned?: words = "in the planned wake window"
+        case .opportunistic(let reason)?: words = "in a wake window opened because \(reason.words)"
+        case nil: words = "when eligible"
+        }
+        if predicted { words += "; refresh ahead of the app's predicted use" }
+        return words
+    }
+
+    func deliver(_ launch: Launch, simulated: Bool, why: String = "") async throws(SchedulerError) {
         defer {
             delivering.remove(launch.appID)
             requestEvaluation(for: launch.appID)
@@ -242,6 +256,7 @@ extension TaskEngine {
                     detail: (simulated ? "simulated launch: " : "")
                         + "RunTask delivered to \(target) for \(Int(slice.length.seconds)) s"
                         + (activating ? " (started by D-Bus activation)" : "")
+                        + (why.isEmpty ? "" : ", \(why)")
                         + (members.count > 1 ? ", sharing slice \(sliceID) with \(members.count - 1) more" : "")
                         + (slices[sliceID]?.exempt == true ? "; CPU monitor off (external-power processing on AC)" : "")))
             }

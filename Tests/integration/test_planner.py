@@ -59,6 +59,8 @@ def test_work_of_two_apps_starts_together_in_a_grid_window(world):
     assert abs(a["time"] - b["time"]) < 1.0, (a, b)
     assert in_window(a["time"]) and in_window(b["time"]), (a["time"] % GRID, b["time"] % GRID)
     assert a["time"] >= explanation["earliest_window"] - 0.01
+    delivered = agent.wait_history("delivered", app_id="org.example.Mail")
+    assert "in the planned wake window" in delivered["detail"], delivered
 
 
 def test_a_refresh_waits_for_predicted_use_and_explain_and_timeline_agree(laptop):
@@ -126,6 +128,8 @@ def test_unlocking_opens_an_opportunistic_window(world):
     logind.call("org.freedesktop.login1.Session", "SetLockedHint", "b", (False,), path=logind.session_path)
     run = app.wait_run_task("org.example.Feed.refresh", timeout=10)
     assert run["time"] - unlocked < 5, run
+    delivered = agent.wait_history("delivered", app_id="org.example.Feed")
+    assert "wake window opened because the session was unlocked" in delivered["detail"], delivered
 
 
 def test_content_available_is_newest_only_and_delivered_in_the_next_window(world):
