@@ -176,4 +176,5 @@ def test_freshness_target(studentlife, user):
 
 
 def test_freshness_on_user_00_does_not_regress(studentlife):
-    assert replay(studentlife / "studentlife-u00.csv", "bgpolicy")["freshness_15m"] >= 0.36
+    # 0.432 with the user-level activity model (Docs/Replay.md); 0.374 before it.
+    assert replay(studentlife / "studentlife-u00.csv", "bgpolicy")["freshness_15m"] >= 0.42

@@ -5,13 +5,17 @@
 /// - **Slots.** Time is cut into 15-min slots aligned to the Unix epoch. `advance(to:)` closes
 ///   every slot that has ended (the predictor learns whether each app was opened in it) and
 ///   counts a slot that passed without a refresh window.
-/// - **Whether to refresh in a window.** The predictor gives the probability that the user opens
-///   some app in the coming slot (`UsagePredictor.probabilityOfAnyOpen`). Refreshes go out when
-///   it reaches a threshold that adapts online so that about `targetWakesPerDay` windows carry
-///   refreshes per day, or fewer when the budget could not fill them (an online quantile: raised
-///   after a window with refreshes, lowered a little after each slot without), and never more
-///   than `maxWakesPerDay` in any 24 hours. So refresh windows go to the hours, days and
-///   moments after recent use when opens are likeliest, whatever this user's pattern is.
+/// - **Whether to refresh in a window.** A window's value is the expected share of the coming
+///   slot's opens it would serve: the probability that the user opens some app in the slot
+///   (`UsagePredictor.probabilityOfAnyOpen`, the user-level model) times the share of the apps'
+///   predicted opens that the apps it can afford carry. Refreshes go out when the value reaches a
+///   threshold that adapts online so that about `targetWakesPerDay` windows carry refreshes per
+///   day, or fewer when the budget could not fill them (an online quantile: raised after a window
+///   with refreshes, lowered a little after each slot without), and never more than
+///   `maxWakesPerDay` in any 24 hours. So refresh windows go to the moments after recent use, the
+///   times of day and the days when opens are likeliest, and likeliest to be of apps the budget
+///   can cover, whatever this user's pattern is; an active user gets many windows in a row, a
+///   sleeping one none.
 /// - **Which apps.** Candidates in order of their own probability of being opened in the slot,
 ///   weighed by their standing (`Candidate.weight`: apps that keep answering `no-data`, overrun
 ///   or burn CPU count for less), while the budget lasts.
@@ -47,7 +51,7 @@ public struct RefreshPlanner: Sendable {
 
     public static let minimumWeight = 0.125
     /// Step of the threshold's online quantile, in log units.
-    static let thresholdStep = 0.01
+    static let thresholdStep = 0.02
 
     public private(set) var predictor: UsagePredictor
     private var lastRefresh: [String: Double] = [:]
@@ -144,17 +148,34 @@ public struct RefreshPlanner: Sendable {
     /// `recordWindow` with what was started.
     public func choose(at time: Double, among candidates: [Candidate]) -> [String] {
         guard tokens >= 1, recentWakes.count < maxWakesPerDay, !wokeInSlot else { return [] }
-        var ranked: [(app: String, score: Double)] = []
-        ranked.reserveCapacity(candidates.count)
-        for candidate in candidates where ineligibility(of: candidate, at: time) == nil {
+        // The cheap tests first: is anyone eligible, is the window worth it; then rank. Looking
+        // ahead (`nextWindow`) tries many slots, and most fail the threshold.
+        let eligible = candidates.filter { ineligibility(of: $0, at: time) == nil }
+        guard !eligible.isEmpty else { return [] }
+        // The window's value is at most the probability of any open: most slots fail here.
+        let threshold = ReplayMath.exp(logThreshold)
+        let anyOpen = predictor.probabilityOfAnyOpen(inSlotAt: time)
+        guard anyOpen >= threshold else { return [] }
+        // The predicted opens of every app in use, candidate or not (in app order).
+        let predicted = predictor.probabilitiesOfActiveApps(inSlotAt: time, inactiveAfter: inactiveAfterSeconds)
+        var total = 0.0
+        for p in predicted { total += p ?? 0 }
+        var ranked: [(app: String, score: Double, p: Double)] = []
+        ranked.reserveCapacity(eligible.count)
+        for candidate in eligible {
             let weight = min(max(candidate.weight, Self.minimumWeight), 1)
-            ranked.append((candidate.appID, weight * predictor.probability(of: candidate.appID, inSlotAt: time)))
+            let p = predictor.position(of: candidate.appID).flatMap { predicted[$0] }
+                ?? predictor.probability(of: candidate.appID, inSlotAt: time)
+            ranked.append((candidate.appID, weight * p, p))
         }
-        guard !ranked.isEmpty else { return [] }
-        guard predictor.probabilityOfAnyOpen(inSlotAt: time) >= ReplayMath.exp(logThreshold) else { return [] }
         ranked.sort { ($0.score, $1.app) > ($1.score, $0.app) }
         let perWake = Int((refreshesPerAppPerDay * Double(knownApps) / targetWakesPerDay).rounded(.up))
-        return ranked.prefix(min(perWake, Int(tokens.rounded(.down)))).map(\.app)
+        let chosen = ranked.prefix(min(perWake, Int(tokens.rounded(.down))))
+        // The window is worth what it serves: the chance of an open in the slot, times the share
+        // of the apps' predicted opens that the chosen apps carry.
+        let served = chosen.reduce(0.0) { $0 + $1.p }
+        guard total > 0, anyOpen * min(served / total, 1) >= threshold else { return [] }
+        return chosen.map(\.app)
     }
 
     /// Records the refreshes started in a window at `time`.

@@ -12,8 +12,8 @@
 /// Time of day is in UTC offset by `utcOffsetSeconds`; a trace carries no time zone.
 ///
 /// Besides the per-app models, `probabilityOfAnyOpen` answers whether the user opens *some*
-/// app in a slot, from `ActivityEstimator`'s counts over recency × hour × weekend: that is the
-/// signal that decides when a wake window is worth opening.
+/// app in a slot, from `ActivityEstimator`'s user-level model (recency, slot of the day, hour,
+/// day): that is the signal that decides when a wake window is worth opening.
 ///
 /// Learning is incremental and only from the past: at each slot boundary the previous slot's
 /// outcome (did the app open in it?) trains the model with the features it had when the slot
@@ -41,8 +41,7 @@ public struct UsagePredictor: Sendable {
     static let featureCount = weekHourBase + 168
 
     struct Model: Sendable {
-        var weights: [Double]
-        var squares: [Double]
+        var logistic: OnlineLogistic
         var lastOpen: Double?
         var recentOpens: [Double] = []
         /// Features of the slot being watched, and whether the app opened in it.
@@ -50,18 +49,19 @@ public struct UsagePredictor: Sendable {
         var openedInSlot = false
     }
 
-    private var models: [String: Model] = [:]
-    /// The apps in a fixed order, so that training (and so every replay) is deterministic:
-    /// Swift seeds its hashing per process, and the shared prior learns in this order.
+    /// The apps in a fixed (sorted) order, so that training (and so every replay) is
+    /// deterministic: Swift seeds its hashing per process, and the shared prior learns in this
+    /// order. `models[i]` is the model of `order[i]`; `index` finds it.
     private var order: [String] = []
+    private var models: [Model] = []
+    private var index: [String: Int] = [:]
     /// Shared weights learned by every app: the prior of a cold app.
     private var shared: Model
     private var lastAnyOpen: Double?
     private var slotStart: Double?
     /// The user-level estimate: is any app opened in the slot? It sees every slot, so it learns
     /// the user's rhythm (sessions, hours, days) faster and more surely than any one app's model.
-    private var activity = ActivityEstimator()
-    private var userSlot: (age: Double?, hour: Int, weekend: Bool, day: Int)?
+    private var activity: ActivityEstimator
     private var openedInUserSlot = false
 
     public static let learningRate = 0.5
@@ -72,26 +72,30 @@ public struct UsagePredictor: Sendable {
     public init(slotSeconds: Double = 900, utcOffsetSeconds: Double = 0) {
         self.slotSeconds = slotSeconds
         self.utcOffsetSeconds = utcOffsetSeconds
-        var weights = [Double](repeating: 0, count: Self.featureCount)
-        weights[0] = Self.logit(Self.priorPerSlot)
-        shared = Model(weights: weights, squares: [Double](repeating: 1, count: Self.featureCount))
+        shared = Model(logistic: OnlineLogistic(count: Self.featureCount, bias: OnlineLogistic.logit(Self.priorPerSlot)))
+        activity = ActivityEstimator(slotSeconds: slotSeconds)
     }
 
     /// The apps the predictor knows (opened at least once).
     public var appIDs: [String] { order }
 
     /// The time of the app's last open, if any.
-    public func lastOpen(of appID: String) -> Double? { models[appID]?.lastOpen }
+    public func lastOpen(of appID: String) -> Double? { index[appID].map { models[$0].lastOpen } ?? nil }
 
     /// Records an open. Opens must arrive in time order.
     public mutating func recordOpen(of appID: String, at time: Double) {
-        if models[appID] == nil {
-            models[appID] = Model(weights: shared.weights, squares: [Double](repeating: 1, count: Self.featureCount))
-            order.insert(appID, at: order.firstIndex { $0 > appID } ?? order.endIndex)
+        let i: Int
+        if let known = index[appID] {
+            i = known
+        } else {
+            i = order.firstIndex { $0 > appID } ?? order.endIndex
+            order.insert(appID, at: i)
+            models.insert(Model(logistic: OnlineLogistic(startingFrom: shared.logistic.weights)), at: i)
+            for (j, app) in order.enumerated().dropFirst(i) { index[app] = j }
         }
-        models[appID]!.openedInSlot = true
-        models[appID]!.lastOpen = time
-        models[appID]!.recentOpens.append(time)
+        models[i].openedInSlot = true
+        models[i].lastOpen = time
+        models[i].recentOpens.append(time)
         lastAnyOpen = time
         openedInUserSlot = true
     }
@@ -99,29 +103,23 @@ public struct UsagePredictor: Sendable {
     /// Closes the slot being watched (training on its outcome) and starts a new one at `time`:
     /// call at each slot boundary, in time order, after recording the opens before it.
     public mutating func startSlot(at time: Double) {
-        if let slot = userSlot {
-            activity.record(age: slot.age, hour: slot.hour, weekend: slot.weekend, opened: openedInUserSlot, day: slot.day)
-        }
-        let (hour, day) = clock(time)
-        userSlot = (lastAnyOpen.map { time - $0 }, hour, day >= 5, Int(((time + utcOffsetSeconds) / 86_400).rounded(.down)))
+        activity.startSlot(situation(at: time), previousOpened: openedInUserSlot)
         openedInUserSlot = false
-        for appID in order {
-            var model = models[appID]!
+        let sharedRate = Self.learningRate / Double(max(models.count, 1)).squareRoot()
+        for i in models.indices {
             // Apps unused for 7 days are not refreshed (SPEC §2); they need no training until used.
-            if let last = model.lastOpen, time - last > Self.dormantAfter {
-                model.pending = nil
-                models[appID] = model
+            if let last = models[i].lastOpen, time - last > Self.dormantAfter {
+                models[i].pending = nil
                 continue
             }
-            if let features = model.pending {
-                let y: Double = model.openedInSlot ? 1 : 0
-                Self.train(&model, features, y)
-                Self.train(&shared, features, y, rate: Self.learningRate / Double(max(models.count, 1)).squareRoot())
+            if let features = models[i].pending {
+                let y: Double = models[i].openedInSlot ? 1 : 0
+                models[i].logistic.train(features, y, rate: Self.learningRate, l2: Self.l2)
+                shared.logistic.train(features, y, rate: sharedRate, l2: Self.l2)
             }
-            model.recentOpens.removeAll { $0 <= time - 86_400 }
-            model.pending = features(of: model, at: time)
-            model.openedInSlot = false
-            models[appID] = model
+            models[i].recentOpens.removeAll { $0 <= time - 86_400 }
+            models[i].pending = features(of: models[i], at: time)
+            models[i].openedInSlot = false
         }
         slotStart = time
     }
@@ -129,14 +127,49 @@ public struct UsagePredictor: Sendable {
     /// The probability that `appID` is opened in `[time, time + slotSeconds)`, given what is known
     /// now. Unknown apps get the cold prior.
     public func probability(of appID: String, inSlotAt time: Double) -> Double {
-        guard let model = models[appID] else { return Self.priorPerSlot }
-        return Self.sigmoid(Self.score(model.weights, features(of: model, at: time)))
+        guard let i = index[appID] else { return Self.priorPerSlot }
+        return probability(ofModelAt: i, inSlotAt: time)
+    }
+
+    /// For every app in `appIDs` order: its probability of being opened in the slot at `time`, or
+    /// nil when it was last opened `inactiveAfter` seconds ago or more (it cannot be refreshed).
+    func probabilitiesOfActiveApps(inSlotAt time: Double, inactiveAfter: Double) -> [Double?] {
+        models.indices.map { i in
+            guard let last = models[i].lastOpen, time - last < inactiveAfter else { return nil }
+            return probability(ofModelAt: i, inSlotAt: time)
+        }
+    }
+
+    /// Where `appID` is in `appIDs`.
+    func position(of appID: String) -> Int? { index[appID] }
+
+    private func probability(ofModelAt i: Int, inSlotAt time: Double) -> Double {
+        let f = featureIndices(of: models[i], at: time)
+        let w = models[i].logistic.weights
+        // Summed in the order `OnlineLogistic.score` sums `features(of:at:)`.
+        var score = 0.0
+        score += w[f.0]
+        score += w[f.1]
+        score += w[f.2]
+        score += w[f.3]
+        score += w[f.4]
+        score += w[f.5]
+        score += w[f.6]
+        return OnlineLogistic.sigmoid(score)
     }
 
     /// The probability that some app is opened in `[time, time + slotSeconds)`.
     public func probabilityOfAnyOpen(inSlotAt time: Double) -> Double {
+        activity.probability(situation(at: time))
+    }
+
+    /// What the user-level model sees of the slot starting at `time`.
+    func situation(at time: Double) -> ActivityEstimator.Situation {
         let (hour, day) = clock(time)
-        return activity.probability(age: lastAnyOpen.map { time - $0 }, hour: hour, weekend: day >= 5)
+        let local = time + utcOffsetSeconds
+        let intoDay = local - (local / 86_400).rounded(.down) * 86_400
+        return .init(age: lastAnyOpen.map { time - $0 }, hour: hour, day: day,
+                     slotOfDay: Int((intoDay / slotSeconds).rounded(.down)))
     }
 
     static let dormantAfter: Double = 7 * 86_400
@@ -151,17 +184,22 @@ public struct UsagePredictor: Sendable {
     }
 
     func features(of model: Model, at time: Double) -> [Int] {
+        let f = featureIndices(of: model, at: time)
+        return [f.0, f.1, f.2, f.3, f.4, f.5, f.6]
+    }
+
+    /// The features of `features(of:at:)` without building an array: ranking a thousand apps
+    /// in a window allocates nothing per app.
+    private func featureIndices(of model: Model, at time: Double) -> (Int, Int, Int, Int, Int, Int, Int) {
         let (hour, day) = clock(time)
         let recent = model.recentOpens.reduce(0) { $0 + ($1 > time - 86_400 ? 1 : 0) }
-        return [
-            0,
-            Self.appAgeBase + Self.ageBin(model.lastOpen.map { time - $0 }),
-            Self.userAgeBase + Self.ageBin(lastAnyOpen.map { time - $0 }),
-            Self.rateBase + Self.bin(Double(recent), Self.rateEdges),
-            Self.hourBase + hour,
-            Self.dayBase + day,
-            Self.weekHourBase + day * 24 + hour,
-        ]
+        return (0,
+                Self.appAgeBase + Self.ageBin(model.lastOpen.map { time - $0 }),
+                Self.userAgeBase + Self.ageBin(lastAnyOpen.map { time - $0 }),
+                Self.rateBase + Self.bin(Double(recent), Self.rateEdges),
+                Self.hourBase + hour,
+                Self.dayBase + day,
+                Self.weekHourBase + day * 24 + hour)
     }
 
     static func ageBin(_ age: Double?) -> Int {
@@ -175,20 +213,4 @@ public struct UsagePredictor: Sendable {
         return i
     }
 
-    static func score(_ weights: [Double], _ features: [Int]) -> Double {
-        features.reduce(0) { $0 + weights[$1] }
-    }
-
-    static func train(_ model: inout Model, _ features: [Int], _ y: Double, rate: Double = learningRate) {
-        let p = sigmoid(score(model.weights, features))
-        let gradient = p - y
-        for f in features {
-            let g = gradient + l2 * model.weights[f]
-            model.squares[f] += g * g
-            model.weights[f] -= rate * g / model.squares[f].squareRoot()
-        }
-    }
-
-    static func sigmoid(_ x: Double) -> Double { 1 / (1 + ReplayMath.exp(-x)) }
-    static func logit(_ p: Double) -> Double { ReplayMath.log(p / (1 - p)) }
 }
