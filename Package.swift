@@ -144,7 +144,7 @@ let package = Package(
         ),
         .executableTarget(
             name: "bgpolicy-bench",
-            dependencies: ["BGPolicyDBus"],
+            dependencies: ["BGPolicyDBus", "BGPolicyCore", "BGPolicyStore", .product(name: "GRDB", package: "GRDB.swift")],
             path: "Tests/Tools/Bench",
             swiftSettings: strictSettings
         ),

@@ -127,8 +127,6 @@ extension TaskStore {
     @discardableResult
     public func pruneUsage(olderThan cutoff: UnixTime) throws(StoreError) -> Int {
         try write { db in
-            // Both SELECTs walk usage_time over the old rows only. "WHERE" before "ON CONFLICT"
-            // also keeps SQLite's parser from reading the upsert as a join constraint.
             let foreground = UsageState.foreground.rawValue
             try db.execute(sql: Self.foldHourlySQL, arguments: [cutoff, foreground])
             try db.execute(sql: Self.foldLastOpenSQL, arguments: [cutoff, foreground])

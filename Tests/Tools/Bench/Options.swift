@@ -30,11 +30,25 @@ struct Options: Sendable {
     var submitWarmupCalls = 500
     /// Alternating starts of an empty-state and the loaded agent.
     var restartRounds = 5
+    /// Which parts run: the agent's (bus, tasks) and the usage log's.
+    var runAgent = true
+    var runUsage = true
+    /// Events appended, in batches of 1,000, for the usage ingest rate.
+    var usageIngestEvents = 500_000
+    /// Events in the usage log the summary query runs against (1,000 apps over 8 weeks).
+    var usageEvents = 10_000_000
+    /// Timed summary queries (and as many baseline counts), after 100 of each not timed.
+    var usageQueries = 1_000
+    /// Where the big usage log is kept between runs (built again when its key differs); a
+    /// temporary file when nil, and always with --quick.
+    var usageFile: String?
 
     static let usage = """
         usage: bgpolicy-bench [--quick] [--json] [--agent PATH] [--latency-calls N] [--concurrency N]
                               [--throughput-seconds S] [--memory-calls N] [--idle-seconds S]
                               [--task-apps N] [--submit-calls N] [--restart-rounds N]
+                              [--only agent|usage] [--usage-events N] [--usage-queries N]
+                              [--usage-ingest-events N] [--usage-file PATH]
 
         Benchmarks the D-Bus layer on the session bus in DBUS_SESSION_BUS_ADDRESS (run it under
         dbus-run-session, or through `make bench`). Starts its own bgpolicyd (by default the one
@@ -56,6 +70,14 @@ struct Options: Sendable {
           restart      SIGTERM, then start on the loaded state: ms until GetStatus answers and
                        until it reports every request pending, vs an empty-state agent's start
 
+        Then the usage log, with no bus and no agent (Tests/Tools/Bench/UsageBench.swift):
+
+          ingest       events/s appended to a file store in batches of 1,000, vs the same rows
+                       through one prepared INSERT into a bare table without indexes
+          summary      p50 and p99 of the per-app prediction query (TaskStore.usageSummary) with
+                       10,000,000 events from 1,000 apps in the log, vs SELECT count(*) of the
+                       app's rows on the same file
+
         Figures are reported, not asserted: the exit status is 0 unless the bench could not run.
 
           --quick                 small counts, for a smoke test (a few seconds)
@@ -69,6 +91,11 @@ struct Options: Sendable {
           --task-apps N           apps loaded with 11 pending requests each (default 1000)
           --submit-calls N        timed sequential Submit calls per load level (default 5000)
           --restart-rounds N      empty-state and loaded starts, alternating (default 5)
+          --only agent|usage      run only the agent's part (bus, tasks) or only the usage log's
+          --usage-events N        events in the log for the summary query (default 10000000)
+          --usage-queries N       timed summary queries (default 1000)
+          --usage-ingest-events N events for the ingest rate (default 500000)
+          --usage-file PATH       keep the usage log there between runs (not with --quick)
         """
 
     static func parse(_ arguments: [String]) throws(UsageError) -> Options {
@@ -120,6 +147,22 @@ struct Options: Sendable {
             case "--restart-rounds":
                 let n = try int(argument)
                 overrides.append { $0.restartRounds = n }
+            case "--only":
+                switch try value(argument) {
+                case "agent": options.runUsage = false
+                case "usage": options.runAgent = false
+                case let other: throw UsageError("--only takes agent or usage, not \"\(other)\"")
+                }
+            case "--usage-events":
+                let n = try int(argument)
+                overrides.append { $0.usageEvents = n }
+            case "--usage-queries":
+                let n = try int(argument)
+                overrides.append { $0.usageQueries = n }
+            case "--usage-ingest-events":
+                let n = try int(argument)
+                overrides.append { $0.usageIngestEvents = n }
+            case "--usage-file": options.usageFile = try value(argument)
             case "-h", "--help": throw UsageError(nil)
             default: throw UsageError("unknown argument \"\(argument)\"")
             }
@@ -138,6 +181,9 @@ struct Options: Sendable {
             options.submitCalls = 1_000
             options.submitWarmupCalls = 100
             options.restartRounds = 2
+            options.usageIngestEvents = 20_000
+            options.usageEvents = 100_000
+            options.usageQueries = 500
         }
         for apply in overrides { apply(&options) }
         return options

@@ -47,6 +47,8 @@ struct Results: Sendable {
     var agentStop = ""
     /// The task part (Submit, load, restart); nil when it did not run.
     var tasks: TasksResults?
+    /// The usage log part; nil when it did not run.
+    var usage: UsageResults?
     var totalSeconds = 0.0
 
     // MARK: Targets
@@ -243,6 +245,7 @@ extension Results {
                 ])
             ),
             ("tasks", tasks?.json() ?? "null"),
+            ("usage", usage?.json() ?? "null"),
             ("agent_stop", JSON.string(agentStop)),
             ("total_seconds", JSON.number(totalSeconds)),
             ("all_targets_met", allMet ? "true" : "false"),

@@ -1,7 +1,8 @@
 // bgpolicy-bench: the D-Bus layer's benchmark (`make bench`). Starts a bgpolicyd on the
 // session bus and measures GetStatus through DBusConnection.call against the bus daemon's
 // own GetId in the same run: latency, throughput, memory growth and idle wake-ups; then
-// Submit against GetId with and without many pending requests, and restarts (TasksBench).
+// Submit against GetId with and without many pending requests, and restarts (TasksBench);
+// then the usage log's ingest and per-app summary against bare SQL (UsageBench).
 // Figures are reported, never asserted; see Options.usage.
 import BGPolicyDBus
 import Glibc
@@ -20,79 +21,81 @@ struct Bench {
         var results = Results(options: options)
         var agent: AgentProcess?
         do {
-            let connection: DBusConnection
-            do {
-                connection = try await DBusConnection.connect(to: .session)
-            } catch {
-                throw BenchFailure("cannot connect to the session bus (\(error)); run under dbus-run-session or `make bench`")
+            if options.runAgent {
+                let connection: DBusConnection
+                do {
+                    connection = try await DBusConnection.connect(to: .session)
+                } catch {
+                    throw BenchFailure("cannot connect to the session bus (\(error)); run under dbus-run-session or `make bench`")
+                }
+                defer { connection.close() }
+                results.daemonPID = try await busDaemonPID(connection)
+
+                if let owner = try await connection.nameOwner(of: "org.bgpolicy.Agent1") {
+                    throw BenchFailure("org.bgpolicy.Agent1 is already owned (by \(owner)) on this bus; run the bench on a private bus (dbus-run-session)")
+                }
+                guard let path = options.agentPath ?? AgentProcess.defaultPath() else {
+                    throw BenchFailure("cannot find this executable's folder; pass --agent PATH")
+                }
+                progress("starting \(path)")
+                let spawned = try AgentProcess.spawn(path: path)
+                agent = spawned
+                results.agentPID = spawned.pid
+                progress("agent pid \(spawned.pid), bus daemon pid \(results.daemonPID), bench pid \(getpid())")
+
+                let getStatus = try Caller.getStatus(on: connection)
+                let getID = Caller.getID(on: connection)
+                try await waitUntilReady(spawned, getStatus)
+                if let pid = try? await connection.credentials(of: "org.bgpolicy.Agent1").pid, pid != UInt32(spawned.pid) {
+                    throw BenchFailure("org.bgpolicy.Agent1 is owned by pid \(pid), not by the agent the bench started (\(spawned.pid))")
+                }
+
+                // Latency.
+                progress("warm-up: \(options.warmupCalls) sequential calls each")
+                var discard = Samples()
+                try await Measure.sequential(getID, count: options.warmupCalls, into: &discard)
+                try await Measure.sequential(getStatus, count: options.warmupCalls, into: &discard)
+                progress("latency: \(options.latencyCalls) sequential calls each")
+                (results.statusLatency, results.idLatency, results.statusCPU, results.idCPU) = try await Measure.latency(
+                    getStatus, getID, count: options.latencyCalls, agent: spawned.pid, daemon: results.daemonPID)
+                try checkAlive(spawned)
+
+                // Throughput, alternating rounds.
+                progress("throughput: \(options.throughputRounds) × \(options.throughputSeconds) s per method, \(options.concurrency) in flight")
+                for _ in 0..<options.throughputRounds {
+                    let t0 = Measure.CPU.Snapshot.read(agent: spawned.pid, daemon: results.daemonPID)
+                    results.idThroughput.add(await Measure.throughput(getID, concurrency: options.concurrency, seconds: options.throughputSeconds))
+                    let t1 = Measure.CPU.Snapshot.read(agent: spawned.pid, daemon: results.daemonPID)
+                    results.statusThroughput.add(await Measure.throughput(getStatus, concurrency: options.concurrency, seconds: options.throughputSeconds))
+                    let t2 = Measure.CPU.Snapshot.read(agent: spawned.pid, daemon: results.daemonPID)
+                    results.idThroughputCPU.add(from: t0, to: t1)
+                    results.statusThroughputCPU.add(from: t1, to: t2)
+                }
+                try checkAlive(spawned)
+
+                // Memory.
+                progress("memory: \(options.memoryWarmupCalls) warm-up + \(options.memoryCalls) GetStatus calls, then as many GetId")
+                let warm = await Measure.counted(getStatus, count: options.memoryWarmupCalls, concurrency: options.concurrency)
+                if warm.errors > 0 { progress("warning: \(warm.errors) calls failed in the memory warm-up (\(warm.firstError ?? "?"))") }
+                (results.memory.statusRun, results.memory.agentRSS, results.memory.daemonRSSDuringStatus) = try await memoryRun(
+                    getStatus, agent: spawned.pid, daemon: results.daemonPID)
+                (results.memory.idRun, _, results.memory.daemonRSSDuringID) = try await memoryRun(
+                    getID, agent: spawned.pid, daemon: results.daemonPID)
+                try checkAlive(spawned)
+
+                // Idle.
+                progress("idle: settling \(options.settleSeconds) s, then counting context switches for \(options.idleSeconds) s")
+                try await sleep(options.settleSeconds)
+                results.idle = try await idleWindow(agent: spawned.pid, daemon: results.daemonPID)
+                try checkAlive(spawned)
+                stop(spawned, &results)
+                agent = nil
+
+                // Submit, load and restart, with agents of their own.
+                results.tasks = try await TasksBench(
+                    options: options, agentPath: path, connection: connection, daemonPID: results.daemonPID
+                ).run()
             }
-            defer { connection.close() }
-            results.daemonPID = try await busDaemonPID(connection)
-
-            if let owner = try await connection.nameOwner(of: "org.bgpolicy.Agent1") {
-                throw BenchFailure("org.bgpolicy.Agent1 is already owned (by \(owner)) on this bus; run the bench on a private bus (dbus-run-session)")
-            }
-            guard let path = options.agentPath ?? AgentProcess.defaultPath() else {
-                throw BenchFailure("cannot find this executable's folder; pass --agent PATH")
-            }
-            progress("starting \(path)")
-            let spawned = try AgentProcess.spawn(path: path)
-            agent = spawned
-            results.agentPID = spawned.pid
-            progress("agent pid \(spawned.pid), bus daemon pid \(results.daemonPID), bench pid \(getpid())")
-
-            let getStatus = try Caller.getStatus(on: connection)
-            let getID = Caller.getID(on: connection)
-            try await waitUntilReady(spawned, getStatus)
-            if let pid = try? await connection.credentials(of: "org.bgpolicy.Agent1").pid, pid != UInt32(spawned.pid) {
-                throw BenchFailure("org.bgpolicy.Agent1 is owned by pid \(pid), not by the agent the bench started (\(spawned.pid))")
-            }
-
-            // Latency.
-            progress("warm-up: \(options.warmupCalls) sequential calls each")
-            var discard = Samples()
-            try await Measure.sequential(getID, count: options.warmupCalls, into: &discard)
-            try await Measure.sequential(getStatus, count: options.warmupCalls, into: &discard)
-            progress("latency: \(options.latencyCalls) sequential calls each")
-            (results.statusLatency, results.idLatency, results.statusCPU, results.idCPU) = try await Measure.latency(
-                getStatus, getID, count: options.latencyCalls, agent: spawned.pid, daemon: results.daemonPID)
-            try checkAlive(spawned)
-
-            // Throughput, alternating rounds.
-            progress("throughput: \(options.throughputRounds) × \(options.throughputSeconds) s per method, \(options.concurrency) in flight")
-            for _ in 0..<options.throughputRounds {
-                let t0 = Measure.CPU.Snapshot.read(agent: spawned.pid, daemon: results.daemonPID)
-                results.idThroughput.add(await Measure.throughput(getID, concurrency: options.concurrency, seconds: options.throughputSeconds))
-                let t1 = Measure.CPU.Snapshot.read(agent: spawned.pid, daemon: results.daemonPID)
-                results.statusThroughput.add(await Measure.throughput(getStatus, concurrency: options.concurrency, seconds: options.throughputSeconds))
-                let t2 = Measure.CPU.Snapshot.read(agent: spawned.pid, daemon: results.daemonPID)
-                results.idThroughputCPU.add(from: t0, to: t1)
-                results.statusThroughputCPU.add(from: t1, to: t2)
-            }
-            try checkAlive(spawned)
-
-            // Memory.
-            progress("memory: \(options.memoryWarmupCalls) warm-up + \(options.memoryCalls) GetStatus calls, then as many GetId")
-            let warm = await Measure.counted(getStatus, count: options.memoryWarmupCalls, concurrency: options.concurrency)
-            if warm.errors > 0 { progress("warning: \(warm.errors) calls failed in the memory warm-up (\(warm.firstError ?? "?"))") }
-            (results.memory.statusRun, results.memory.agentRSS, results.memory.daemonRSSDuringStatus) = try await memoryRun(
-                getStatus, agent: spawned.pid, daemon: results.daemonPID)
-            (results.memory.idRun, _, results.memory.daemonRSSDuringID) = try await memoryRun(
-                getID, agent: spawned.pid, daemon: results.daemonPID)
-            try checkAlive(spawned)
-
-            // Idle.
-            progress("idle: settling \(options.settleSeconds) s, then counting context switches for \(options.idleSeconds) s")
-            try await sleep(options.settleSeconds)
-            results.idle = try await idleWindow(agent: spawned.pid, daemon: results.daemonPID)
-            try checkAlive(spawned)
-            stop(spawned, &results)
-            agent = nil
-
-            // Submit, load and restart, with agents of their own.
-            results.tasks = try await TasksBench(
-                options: options, agentPath: path, connection: connection, daemonPID: results.daemonPID
-            ).run()
         } catch {
             progress("could not run: \(error)")
             if let agent {
@@ -103,20 +106,28 @@ struct Bench {
         }
 
         if let agent { stop(agent, &results) }
+
+        // The usage log: no bus, no agent.
+        if options.runUsage {
+            do {
+                results.usage = try UsageBench(options: options).run()
+            } catch {
+                progress("could not run the usage part: \(error)")
+                return 1
+            }
+        }
         results.totalSeconds = Double(Clock.nanoseconds() - started) / 1e9
 
         if options.json {
-            print(results.json())
+            print(options.runAgent ? results.json() : results.usage?.json() ?? "null")
         } else {
-            print(results.table())
-            print("")
-            print(results.details())
-            if let tasks = results.tasks {
-                print("")
-                print(tasks.table())
-                print("")
-                print(tasks.details(options))
+            var sections: [String] = []
+            if options.runAgent {
+                sections.append(results.table() + "\n\n" + results.details())
+                if let tasks = results.tasks { sections.append(tasks.table() + "\n\n" + tasks.details(options)) }
             }
+            if let usage = results.usage { sections.append(usage.table() + "\n\n" + usage.details()) }
+            print(sections.joined(separator: "\n\n"))
         }
         return 0
     }

@@ -1,0 +1,101 @@
+import BGPolicyCore
+import Glibc
+
+// The planner's decision for one wake window, without a bus or an agent: 1,000 registered apps,
+// each with 1 refresh and 10 processing requests pending (the most SPEC §2 allows), a refresh
+// planner that has learned two weeks of their use, on battery, session locked, at a grid point.
+// `WindowPlanner.decide` is timed against issue 4's `RunWhenEligiblePolicy.decide` on the same
+// facts (the same rules without windows or predictions), interleaved, in the same run.
+
+/// What the planning section measured (nanoseconds per decision).
+struct PlanningResults: Sendable {
+    var apps = 0
+    var requests = 0
+    var decisions = 0
+    var planner = Samples()
+    var baseline = Samples()
+    /// Slices the planner's decision started, and refreshes among them.
+    var launches = 0
+    var refreshes = 0
+
+    static let p99TargetNanoseconds = 1_000_000.0
+}
+
+enum PlanningBench {
+    static func run(apps appCount: Int, decisions: Int) -> PlanningResults {
+        var results = PlanningResults()
+        results.apps = appCount
+        results.decisions = decisions
+        let day = 86_400.0
+        // A grid point on a Monday, two weeks after the history starts.
+        let now = (1_704_672_000.0 + 14 * day + 10 * 3600).rounded(.down)
+        var refresh = RefreshPlanner(registeredAppCount: appCount)
+        var apps: [AppID: AppSchedulingState] = [:]
+        var pending: [TaskRequest] = []
+        var opens: [(time: Double, app: String)] = []
+        var seed: UInt64 = 20_261_122
+        func random() -> Double {
+            seed = seed &* 6_364_136_223_846_793_005 &+ 1_442_695_040_888_963_407
+            return Double(seed >> 11) / Double(1 << 53)
+        }
+        for index in 0..<appCount {
+            let name = "org.example.App\(index)"
+            guard let appID = AppID(rawValue: name) else { continue }
+            // Each app is opened 0–4 times a day at its own habitual hours.
+            let perDay = Int(random() * 5)
+            let hours = (0..<perDay).map { _ in 7 + random() * 15 }
+            for d in 0..<14 {
+                for hour in hours { opens.append((now - 14 * day + Double(d) * day + hour * 3600, name)) }
+            }
+            let identifiers = ["\(name).refresh"] + (0..<10).map { "\(name).job\($0)" }
+            apps[appID] = AppSchedulingState(
+                record: AppRecord(
+                    appID: appID, identifiers: identifiers, identity: .flatpak, registeredAt: now - 15 * day,
+                    lastUsedAt: now - 3600),
+                reachable: true)
+            pending.append(TaskRequest(appID: appID, identifier: identifiers[0], kind: .refresh, submittedAt: now - 600))
+            for job in identifiers.dropFirst() {
+                pending.append(TaskRequest(appID: appID, identifier: job, kind: .processing, submittedAt: now - 600))
+            }
+        }
+        opens.sort { ($0.time, $0.app) < ($1.time, $1.app) }
+        for open in opens where open.time < now { refresh.recordOpen(of: open.app, at: open.time) }
+        refresh.advance(to: now)
+        results.requests = pending.count
+
+        var conditions = Conditions()
+        conditions.onBattery = true
+        conditions.percentage = 70
+        conditions.powerProfile = .balanced
+        conditions.connectivity = .full
+        conditions.metered = false
+        conditions.locked = true
+        var configuration = PolicyConfiguration.defaults
+        configuration.refresh.strategy = .predicted
+        let context = SchedulingContext(
+            now: now, conditions: conditions, configuration: configuration, planning: PlanningFacts(refresh: refresh))
+        let planner = WindowPlanner()
+        let baseline = RunWhenEligiblePolicy()
+
+        func time(_ body: () -> Int) -> UInt64 {
+            let start = Clock.nanoseconds()
+            let launches = body()
+            let elapsed = Clock.nanoseconds() - start
+            if launches < 0 { progress("impossible") }  // keeps the result alive
+            return elapsed
+        }
+        // Warm-up, then interleaved pairs so that both see the same machine.
+        for _ in 0..<5 {
+            _ = planner.decide(pending: pending, apps: apps, context: context)
+            _ = baseline.decide(pending: pending, apps: apps, context: context)
+        }
+        for _ in 0..<decisions {
+            results.planner.values.append(time { planner.decide(pending: pending, apps: apps, context: context).launches.count })
+            results.baseline.values.append(time { baseline.decide(pending: pending, apps: apps, context: context).launches.count })
+        }
+        let decision = planner.decide(pending: pending, apps: apps, context: context)
+        results.launches = decision.launches.count
+        results.refreshes = decision.refreshed.count
+        return results
+    }
+}

@@ -1,0 +1,108 @@
+#!/usr/bin/python3
+"""The replay table of `make bench`: `bgpolicy replay` on the StudentLife traces.
+
+Usage: replay-table.py BINDIR [--quick]
+
+Converts the shared StudentLife file (found as Tests/integration/test_replay.py finds it:
+$BGPOLICY_SHARED_DIR, else ../shared next to the repository, else /work/shared) with
+scripts/studentlife-trace.py for users 00, 01 and 02 (only 00 with --quick), runs
+`BINDIR/bgpolicy replay --trace T --policy P --json` for each policy below, and prints one
+markdown table per user (a row per policy, a column per figure), then bgpolicy's ratios:
+freshness_15m and wake-ups against periodic:60m, refreshes as a percentage of periodic:60m's,
+and freshness_15m as a percentage of oracle:10m's (the best any policy could do).
+Figures are reported, never asserted. Python 3 standard library only.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CONVERTER = ROOT / "scripts" / "studentlife-trace.py"
+POLICIES = ["bgpolicy", "periodic:15m", "periodic:30m", "periodic:60m", "oracle:10m"]
+KEYS = ["wakeups_per_day", "refreshes_per_day", "freshness_5m", "freshness_15m",
+        "median_staleness_s", "wasted_fraction"]
+USERS = ["00", "01", "02"]
+
+
+def find_studentlife():
+    relative = Path("traces") / "studentlife" / "running_app_u00_u01_u02.csv"
+    roots = [Path(os.environ["BGPOLICY_SHARED_DIR"])] if os.environ.get("BGPOLICY_SHARED_DIR") else []
+    roots += [ROOT.parent / "shared", Path("/work/shared")]
+    for root in roots:
+        if (root / relative).is_file():
+            return root / relative
+    return None
+
+
+def replay(bgpolicy, trace, policy):
+    r = subprocess.run([str(bgpolicy), "replay", "--trace", str(trace), "--policy", policy, "--json"],
+                       capture_output=True, text=True, timeout=600)
+    if r.returncode != 0:
+        sys.exit(f"replay-table: bgpolicy replay --policy {policy} on {trace.name} failed "
+                 f"(status {r.returncode}): {r.stderr.strip()}")
+    return json.loads(r.stdout)
+
+
+def cell(key, value):
+    if value is None:
+        return "n/a"
+    if key == "median_staleness_s":
+        return f"{value:,.0f}"
+    if key.endswith("_per_day"):
+        return f"{value:,.2f}"
+    return f"{value:.3f}"
+
+
+def ratio(a, b, percent=False):
+    if a is None or not b:
+        return "n/a"
+    return f"{a / b * 100:.0f} %" if percent else f"{a / b:.2f}×"
+
+
+def table(user, figures):
+    lines = [f"StudentLife user {user}:", "",
+             "| policy | " + " | ".join(KEYS) + " |",
+             "|---|" + "---:|" * len(KEYS)]
+    for policy in POLICIES:
+        lines.append(f"| {policy} | " + " | ".join(cell(k, figures[policy].get(k)) for k in KEYS) + " |")
+    ours, hourly, oracle = figures["bgpolicy"], figures["periodic:60m"], figures["oracle:10m"]
+    lines += ["",
+              "bgpolicy: freshness_15m " + ratio(ours["freshness_15m"], hourly["freshness_15m"])
+              + " periodic:60m's; wake-ups " + ratio(ours["wakeups_per_day"], hourly["wakeups_per_day"])
+              + " periodic:60m's; refreshes " + ratio(ours["refreshes_per_day"], hourly["refreshes_per_day"], True)
+              + " of periodic:60m's; freshness_15m " + ratio(ours["freshness_15m"], oracle["freshness_15m"], True)
+              + " of oracle:10m's."]
+    return "\n".join(lines)
+
+
+def main(argv):
+    args = [a for a in argv if a != "--quick"]
+    if len(args) != 1 or args[0] in ("-h", "--help"):
+        print(__doc__.strip().splitlines()[2], file=sys.stderr)
+        return 2
+    bgpolicy = Path(args[0]) / "bgpolicy"
+    if not os.access(bgpolicy, os.X_OK):
+        sys.exit(f"replay-table: {bgpolicy} is missing: build it first (swift build --product bgpolicy)")
+    source = find_studentlife()
+    if source is None:
+        print("replay-table: the StudentLife trace is not here (traces/studentlife/running_app_u00_u01_u02.csv "
+              "under $BGPOLICY_SHARED_DIR, ../shared or /work/shared); skipping the replay table.", file=sys.stderr)
+        return 0
+    users = USERS[:1] if "--quick" in argv else USERS
+    with tempfile.TemporaryDirectory(prefix="bgpolicy-replay-table-") as out:
+        subprocess.run([sys.executable, str(CONVERTER), str(source), out, "--user", *users], check=True)
+        tables = []
+        for user in users:
+            trace = Path(out) / f"studentlife-u{user}.csv"
+            figures = {policy: replay(bgpolicy, trace, policy) for policy in POLICIES}
+            tables.append(table(user, figures))
+    print("\n\n".join(tables))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
