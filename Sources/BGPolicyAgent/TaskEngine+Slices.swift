@@ -102,18 +102,17 @@ extension TaskEngine {
         fullEvaluationNeeded = false
         dirtyApps = []
         let now = Self.wallNow()
-        var states: [AppID: AppSchedulingState] = [:]
-        var requests: [TaskRequest] = []
-        for appID in candidates {
-            guard saving[appID] == nil, let mine = pending[appID], !mine.isEmpty, let state = schedulingState(of: appID)
-            else { continue }
-            states[appID] = state
-            requests.append(contentsOf: mine.values)
+        var concerned = candidates
+        for appID in contentWakeApps() where full || candidates.contains(appID) { concerned.insert(appID) }
+        var work: [AppWork] = []
+        work.reserveCapacity(concerned.count)
+        for appID in concerned.sorted() {
+            guard saving[appID] == nil, let state = schedulingState(of: appID) else { continue }
+            let mine = RunWhenEligiblePolicy.launchOrder(pending[appID].map { Array($0.values) } ?? [])
+            guard !mine.isEmpty || contentWakes.wake(for: appID) != nil else { continue }
+            work.append(AppWork(app: state, requests: mine))
         }
-        for appID in contentWakeApps() where states[appID] == nil && (full || candidates.contains(appID)) {
-            if let state = schedulingState(of: appID) { states[appID] = state }
-        }
-        let decision = policy.decide(pending: requests, apps: states, context: context(now: now))
+        let decision = policy.decide(work: work, context: context(now: now))
         let refreshed = decision.refreshed.filter { !delivering.contains($0) }
         if !refreshed.isEmpty { refreshPlanner?.recordWindow(at: now, refreshed: refreshed.map(\.rawValue)) }
         for launch in decision.launches where !delivering.contains(launch.appID) {
@@ -195,7 +194,7 @@ extension TaskEngine {
             activating = true
         } else {
             let reason = "\(appID) is not running and registered no bus_name to start it by D-Bus activation"
-            recordDeliveryFailure(launch.requests, reason: reason, now: Self.wallNow())
+            recordDeliveryFailure(Array(launch.requests), reason: reason, now: Self.wallNow())
             throw SchedulerError(.unavailable, reason + "; start the app, or register with a bus_name")
         }
 

@@ -15,31 +15,78 @@ public struct RunWhenEligiblePolicy: SchedulingPolicy {
 
     public init() {}
 
-    public func decide(
-        pending: [TaskRequest], apps: [AppID: AppSchedulingState], context: SchedulingContext
-    ) -> SchedulingDecision {
-        var runnable: [AppID: [TaskRequest]] = [:]
+    public func decide(work: [AppWork], context: SchedulingContext) -> SchedulingDecision {
+        var launches: [Launch] = []
         var nextEvaluation: UnixTime?
-        for request in pending {
-            guard let app = apps[request.appID] else { continue }
-            let reasons = blockingReasons(for: request, app: app, context: context)
-            if reasons.isEmpty {
-                runnable[request.appID, default: []].append(request)
-            } else if let runsAt = Self.timeAllLift(reasons) {
-                nextEvaluation = min(nextEvaluation ?? runsAt, runsAt)
-            }
-        }
-        let launches = runnable.keys.sorted().map { appID in
-            // Refresh first: it is the short, latency-sensitive work the user sees.
-            let requests = runnable[appID, default: []].sorted { a, b in
-                if (a.kind == .refresh) != (b.kind == .refresh) { return a.kind == .refresh }
-                if a.submittedAt != b.submittedAt { return a.submittedAt < b.submittedAt }
-                return a.identifier < b.identifier
-            }
-            let sliceLength = requests.map { Self.slice(for: $0.kind, context.configuration) }.max() ?? .zero
-            return Launch(appID: appID, requests: requests, sliceLength: sliceLength)
+        for item in work {
+            let (runnable, lifts) = runnableRequests(of: item, context: context)
+            if let lifts { nextEvaluation = min(nextEvaluation ?? lifts, lifts) }
+            guard !runnable.isEmpty else { continue }
+            let sliceLength = runnable.map { Self.slice(for: $0.kind, context.configuration) }.max() ?? .zero
+            launches.append(Launch(appID: item.app.record.appID, requests: runnable, sliceLength: sliceLength))
         }
         return SchedulingDecision(launches: launches, nextEvaluation: nextEvaluation)
+    }
+
+    /// The app's requests that nothing blocks, in launch order, and the earliest time at which a
+    /// blocked one is freed by time alone. The app's own rules are judged once.
+    func runnableRequests(of work: AppWork, context: SchedulingContext) -> (runnable: ArraySlice<TaskRequest>, lifts: UnixTime?) {
+        let appBlocks = appReasonsBefore(work.app, context, words: false)
+            + appReasonsAfter(work.app, nil, context, words: false)
+        var lifts: UnixTime?
+        if !appBlocks.isEmpty {
+            // Blocked as an app: only when every app rule lifts by time can a request be freed.
+            guard let appLifts = Self.timeAllLift(appBlocks) else { return ([], nil) }
+            for request in work.requests {
+                let own = requestReasons(request, context, words: false)
+                if own.isEmpty {
+                    lifts = min(lifts ?? appLifts, appLifts)
+                } else if let ownLifts = Self.timeAllLift(own) {
+                    let both = max(appLifts, ownLifts)
+                    lifts = min(lifts ?? both, both)
+                }
+            }
+            return ([], lifts)
+        }
+        // Most often nothing of the app's own is blocked: then its requests go as they came,
+        // without a copy.
+        var blocked: [Bool]?
+        let requests = work.requests
+        // Read in place: the usual request passes on four fields, with nothing copied.
+        let mayBeBlocked: [Int] = requests.withUnsafeBufferPointer { buffer in
+            var indices: [Int] = []
+            for index in buffer.indices
+            where !Self.ownConditionsHold(
+                kind: buffer[index].kind, earliestBegin: buffer[index].earliestBegin,
+                requiresNetwork: buffer[index].requiresNetwork, requiresExternalPower: buffer[index].requiresExternalPower,
+                context)
+            {
+                indices.append(index)
+            }
+            return indices
+        }
+        for index in mayBeBlocked {
+            let own = requestReasons(requests[index], context, words: false)
+            guard !own.isEmpty else { continue }
+            if blocked == nil { blocked = [Bool](repeating: false, count: requests.count) }
+            blocked![index] = true
+            if let ownLifts = Self.timeAllLift(own) { lifts = min(lifts ?? ownLifts, ownLifts) }
+        }
+        guard let blocked else { return (requests[...], lifts) }
+        var runnable: [TaskRequest] = []
+        for index in requests.indices where !blocked[index] { runnable.append(requests[index]) }
+        return (runnable[...], lifts)
+    }
+
+    /// Refresh first (the short, latency-sensitive work the user sees), then by submission, then
+    /// by identifier: the order `AppWork.requests` comes in, and slices deliver in.
+    public static func launchOrder(_ requests: [TaskRequest]) -> [TaskRequest] {
+        guard requests.count > 1 else { return requests }
+        return requests.sorted { a, b in
+            if (a.kind == .refresh) != (b.kind == .refresh) { return a.kind == .refresh }
+            if a.submittedAt != b.submittedAt { return a.submittedAt < b.submittedAt }
+            return a.identifier < b.identifier
+        }
     }
 
     public func explain(_ request: TaskRequest, app: AppSchedulingState, context: SchedulingContext) -> Explanation {
@@ -79,6 +126,14 @@ public struct RunWhenEligiblePolicy: SchedulingPolicy {
     func blockingReasons(
         for request: TaskRequest, app: AppSchedulingState, context: SchedulingContext
     ) -> [BlockingReason] {
+        appReasonsBefore(app, context, words: true) + requestReasons(request, context, words: true)
+            + appReasonsAfter(app, request, context, words: true)
+    }
+
+    /// The app-level rules that come before the request's own: sleep, the switches, the battery,
+    /// power saver, use. With `words: false` the reasons carry no words (for decisions, which
+    /// need only whether and until when; `Explain` asks for the words).
+    func appReasonsBefore(_ app: AppSchedulingState, _ context: SchedulingContext, words: Bool) -> [BlockingReason] {
         let now = context.now
         let conditions = context.conditions
         let configuration = context.configuration
@@ -89,12 +144,12 @@ public struct RunWhenEligiblePolicy: SchedulingPolicy {
         if !context.globalEnabled {
             reasons.append(BlockingReason(
                 rule: .globalDisabled,
-                words: "background work is switched off for all apps; `bgpolicy enable --all` switches it on"))
+                words: words ? "background work is switched off for all apps; `bgpolicy enable --all` switches it on" : ""))
         }
         if !app.record.enabled {
             reasons.append(BlockingReason(
                 rule: .appDisabled,
-                words: "background work is switched off for \(appID); `bgpolicy enable \(appID)` switches it on"))
+                words: words ? "background work is switched off for \(appID); `bgpolicy enable \(appID)` switches it on" : ""))
         }
 
         // Refresh and processing are not user-started, so both battery levels stop them. Below the
@@ -104,13 +159,14 @@ public struct RunWhenEligiblePolicy: SchedulingPolicy {
         } else if let level = Self.batteryBelow(configuration.battery.low, conditions) {
             reasons.append(BlockingReason(
                 rule: .lowBattery,
-                words: "the battery is at \(Self.percentWords(level)), below the low \(configuration.battery.low.value) %: "
-                    + "only work the user started runs until it charges"))
+                words: words
+                    ? "the battery is at \(Self.percentWords(level)), below the low \(configuration.battery.low.value) %: "
+                        + "only work the user started runs until it charges" : ""))
         }
         if conditions.powerProfile == .powerSaver {
             reasons.append(BlockingReason(
                 rule: .powerSaver,
-                words: "the power-saver profile is on: background refresh and processing wait until it is switched off"))
+                words: words ? "the power-saver profile is on: background refresh and processing wait until it is switched off" : ""))
         }
 
         let lastUsed = max(app.record.lastUsedAt ?? app.record.registeredAt, app.record.registeredAt)
@@ -119,79 +175,121 @@ public struct RunWhenEligiblePolicy: SchedulingPolicy {
             // No liftsAt: only the user opening the app lifts it.
             reasons.append(BlockingReason(
                 rule: .appInactive,
-                words: "\(appID) has not been used for \(Self.durationWords(now - lastUsed, roundingUp: false)) "
-                    + "(the limit is \(Self.durationWords(inactiveAfter, roundingUp: false))): it runs once you open the app"))
+                words: words
+                    ? "\(appID) has not been used for \(Self.durationWords(now - lastUsed, roundingUp: false)) "
+                        + "(the limit is \(Self.durationWords(inactiveAfter, roundingUp: false))): it runs once you open the app"
+                    : ""))
         }
+        return reasons
+    }
 
+    /// Whether none of the request's own rules holds it: the same tests as `requestReasons`, on
+    /// its fields alone, without building a reason (the common case in a decision).
+    @inline(__always)
+    static func ownConditionsHold(
+        kind: TaskKind, earliestBegin: UnixTime?, requiresNetwork: Bool, requiresExternalPower: Bool,
+        _ context: SchedulingContext
+    ) -> Bool {
+        if let earliestBegin, earliestBegin > context.now { return false }
+        if kind == .processing, context.conditions.isIdleForProcessing != true { return false }
+        if requiresNetwork, context.conditions.connectivity != .full { return false }
+        if requiresExternalPower, context.conditions.onBattery != false { return false }
+        return true
+    }
+
+    /// The request's own conditions: `earliest_begin`, idle for processing, network, AC.
+    func requestReasons(_ request: TaskRequest, _ context: SchedulingContext, words: Bool) -> [BlockingReason] {
+        let now = context.now
+        let conditions = context.conditions
+        var reasons: [BlockingReason] = []
         if let earliestBegin = request.earliestBegin, earliestBegin > now {
             reasons.append(BlockingReason(
                 rule: .earliestBegin,
-                words: "the app asked for it to start no earlier than \(Self.durationWords(earliestBegin - now)) from now",
+                words: words ? "the app asked for it to start no earlier than \(Self.durationWords(earliestBegin - now)) from now" : "",
                 liftsAt: earliestBegin))
         }
         if request.kind == .processing, conditions.isIdleForProcessing != true {
-            let state =
-                conditions.isIdleForProcessing == nil
-                ? "whether the session is idle is unknown (no session information), which counts as not idle"
-                : "the session is in use"
-            reasons.append(BlockingReason(
-                rule: .notIdle,
-                words: "processing work runs only while the session is locked or idle, and \(state)"))
+            var text = ""
+            if words {
+                let state =
+                    conditions.isIdleForProcessing == nil
+                    ? "whether the session is idle is unknown (no session information), which counts as not idle"
+                    : "the session is in use"
+                text = "processing work runs only while the session is locked or idle, and \(state)"
+            }
+            reasons.append(BlockingReason(rule: .notIdle, words: text))
         }
         if request.requiresNetwork, conditions.connectivity != .full {
-            let state =
-                switch conditions.connectivity {
-                case .none: "the machine is offline"
-                case .portal: "the network is behind a captive portal"
-                case .limited: "the network has limited connectivity"
-                case .unknown, .full: "whether the machine is online is unknown, which counts as offline"
-                }
-            reasons.append(BlockingReason(
-                rule: .noNetwork,
-                words: "it needs the network, and \(state): it runs once the machine is fully online"))
+            var text = ""
+            if words {
+                let state =
+                    switch conditions.connectivity {
+                    case .none: "the machine is offline"
+                    case .portal: "the network is behind a captive portal"
+                    case .limited: "the network has limited connectivity"
+                    case .unknown, .full: "whether the machine is online is unknown, which counts as offline"
+                    }
+                text = "it needs the network, and \(state): it runs once the machine is fully online"
+            }
+            reasons.append(BlockingReason(rule: .noNetwork, words: text))
         }
         if request.requiresExternalPower, conditions.onBattery != false {
-            let state =
-                conditions.onBattery == nil
-                ? "whether the machine is on AC is unknown, which counts as on battery"
-                : "the machine is on battery"
-            reasons.append(BlockingReason(
-                rule: .noExternalPower,
-                words: "it needs external power, and \(state): it runs once the charger is plugged in"))
+            var text = ""
+            if words {
+                let state =
+                    conditions.onBattery == nil
+                    ? "whether the machine is on AC is unknown, which counts as on battery"
+                    : "the machine is on battery"
+                text = "it needs external power, and \(state): it runs once the charger is plugged in"
+            }
+            reasons.append(BlockingReason(rule: .noExternalPower, words: text))
         }
+        return reasons
+    }
 
+    /// The app-level rules that come after the request's own: the overrun penalty,
+    /// reachability, a running slice. `request` only lends its last delivery error to the words.
+    func appReasonsAfter(
+        _ app: AppSchedulingState, _ request: TaskRequest?, _ context: SchedulingContext, words: Bool
+    ) -> [BlockingReason] {
+        let now = context.now
+        let appID = app.record.appID
+        var reasons: [BlockingReason] = []
         if app.recentViolations > 0, let lastViolation = app.lastViolationAt {
-            let penalty = Self.overrunPenalty(violations: app.recentViolations, configuration)
+            let penalty = Self.overrunPenalty(violations: app.recentViolations, context.configuration)
             let end = lastViolation + penalty
             if now < end {
                 let times = app.recentViolations == 1 ? "once" : "\(app.recentViolations) times"
                 reasons.append(BlockingReason(
                     rule: .overrunPenalty,
-                    words: "\(appID) overran its time \(times) in the last 7 days, so it waits "
-                        + "\(Self.durationWords(penalty)) after the last overrun: "
-                        + "another \(Self.durationWords(end - now))",
+                    words: words
+                        ? "\(appID) overran its time \(times) in the last 7 days, so it waits "
+                            + "\(Self.durationWords(penalty)) after the last overrun: "
+                            + "another \(Self.durationWords(end - now))" : "",
                     liftsAt: end))
             }
         }
         if !app.reachable {
             reasons.append(BlockingReason(
                 rule: .unreachable,
-                words: "no connection of the app is on the bus and it registered no bus_name; "
-                    + "it runs when the app registers again"))
+                words: words
+                    ? "no connection of the app is on the bus and it registered no bus_name; "
+                        + "it runs when the app registers again" : ""))
         } else if let failure = app.lastDeliveryFailureAt, now < failure + Self.deliveryRetryDelay.seconds {
             let retry = failure + Self.deliveryRetryDelay.seconds
-            var error = ""
-            if let message = request.lastAttemptError, !message.isEmpty { error = " (\(message))" }
-            reasons.append(BlockingReason(
-                rule: .unreachable,
-                words: "the last delivery to the app failed \(Self.durationWords(now - failure, roundingUp: false)) ago"
-                    + "\(error); retrying in \(Self.durationWords(retry - now))",
-                liftsAt: retry))
+            var text = ""
+            if words {
+                var error = ""
+                if let message = request?.lastAttemptError, !message.isEmpty { error = " (\(message))" }
+                text = "the last delivery to the app failed \(Self.durationWords(now - failure, roundingUp: false)) ago"
+                    + "\(error); retrying in \(Self.durationWords(retry - now))"
+            }
+            reasons.append(BlockingReason(rule: .unreachable, words: text, liftsAt: retry))
         }
         if app.busy {
             reasons.append(BlockingReason(
                 rule: .appBusy,
-                words: "a slice of \(appID) is running: the request waits for it to end"))
+                words: words ? "a slice of \(appID) is running: the request waits for it to end" : ""))
         }
         return reasons
     }
@@ -234,7 +332,7 @@ public struct RunWhenEligiblePolicy: SchedulingPolicy {
     }
 
     /// When every reason has lifted, if each lifts by time alone.
-    private static func timeAllLift(_ reasons: [BlockingReason]) -> UnixTime? {
+    static func timeAllLift(_ reasons: [BlockingReason]) -> UnixTime? {
         var latest: UnixTime?
         for reason in reasons {
             guard let liftsAt = reason.liftsAt else { return nil }

@@ -149,12 +149,13 @@ public struct SchedulingContext: Sendable {
 /// Work to start now for one app: its requests share one slice of `sliceLength`.
 public struct Launch: Sendable, Equatable {
     public var appID: AppID
-    public var requests: [TaskRequest]
+    /// A slice of the app's `AppWork.requests`, so that a decision copies no request.
+    public var requests: ArraySlice<TaskRequest>
     public var sliceLength: Duration
     /// Deliver the app's undelivered content-available wake in this window too.
     public var contentAvailable: Bool
 
-    public init(appID: AppID, requests: [TaskRequest], sliceLength: Duration, contentAvailable: Bool = false) {
+    public init(appID: AppID, requests: ArraySlice<TaskRequest>, sliceLength: Duration, contentAvailable: Bool = false) {
         self.appID = appID
         self.requests = requests
         self.sliceLength = sliceLength
@@ -204,12 +205,24 @@ public struct Explanation: Sendable, Equatable {
     public var runnable: Bool { blocking.isEmpty }
 }
 
+/// One app and its pending requests, as a decision takes them: grouped by app, so that the
+/// app's own rules are judged once, not once per request.
+public struct AppWork: Sendable {
+    public var app: AppSchedulingState
+    /// In launch order (`RunWhenEligiblePolicy.launchOrder`): launches keep it.
+    public var requests: [TaskRequest]
+
+    public init(app: AppSchedulingState, requests: [TaskRequest]) {
+        self.app = app
+        self.requests = requests
+    }
+}
+
 /// Decides when pending work runs. Pure: the same facts give the same decision.
 public protocol SchedulingPolicy: Sendable {
-    /// What to launch now, given every pending request and the apps they belong to.
-    /// Requests of apps missing from `apps` are not launched.
-    func decide(pending: [TaskRequest], apps: [AppID: AppSchedulingState], context: SchedulingContext)
-        -> SchedulingDecision
+    /// What to launch now, given the apps concerned and their pending requests (an app may have
+    /// none: it may still have a content-available wake). Launches come in the order of `work`.
+    func decide(work: [AppWork], context: SchedulingContext) -> SchedulingDecision
 
     /// Why `request` has not run yet, and when it can.
     func explain(_ request: TaskRequest, app: AppSchedulingState, context: SchedulingContext) -> Explanation
@@ -219,4 +232,20 @@ public protocol SchedulingPolicy: Sendable {
 
     /// Why user-started work (`BeginBackgroundTask`) may not start now, or `nil` when it may.
     func backgroundTaskRefusal(context: SchedulingContext) -> BlockingReason?
+}
+
+extension SchedulingPolicy {
+    /// `decide(work:context:)` for requests not yet grouped: every app of `apps`, in app-id
+    /// order, with its requests in the order given. Requests of apps missing from `apps` are
+    /// not launched.
+    public func decide(pending: [TaskRequest], apps: [AppID: AppSchedulingState], context: SchedulingContext)
+        -> SchedulingDecision
+    {
+        var grouped: [AppID: [TaskRequest]] = [:]
+        for request in pending where apps[request.appID] != nil { grouped[request.appID, default: []].append(request) }
+        let work = apps.keys.sorted().map {
+            AppWork(app: apps[$0]!, requests: RunWhenEligiblePolicy.launchOrder(grouped[$0] ?? []))
+        }
+        return decide(work: work, context: context)
+    }
 }

@@ -197,14 +197,41 @@ public struct RefreshPlanner: Sendable {
     public func nextWindow(after time: Double, among candidates: [Candidate], horizon: Double = 86_400)
         -> (time: Double, apps: [String])?
     {
+        // When each candidate can be chosen at all: from the end of its refresh interval until
+        // 7 days after its last open. Worked out once, so that a slot in which nobody is
+        // eligible, or the window is not worth it, costs no ranking: a lookahead over 1,000
+        // candidates and 96 slots stays cheap.
+        var spans: [(from: Double, until: Double)] = []
+        spans.reserveCapacity(candidates.count)
+        for candidate in candidates {
+            guard let opened = predictor.lastOpen(of: candidate.appID) else { continue }
+            let until = opened + inactiveAfterSeconds
+            var from = -Double.infinity
+            if let refreshed = lastRefresh[candidate.appID] {
+                from = refreshed + minRefreshIntervalSeconds / max(candidate.weight, Self.minimumWeight)
+            }
+            if from < until { spans.append((from, until)) }
+        }
+        guard !spans.isEmpty else { return nil }
+        spans.sort { $0.from < $1.from }
+        var next = 0
+        var latestUntil = -Double.infinity
+
         var future = self
         var slotStart = slot(containing: time) + slotSeconds
         let end = time + horizon
         while slotStart <= end {
+            defer { slotStart += slotSeconds }
+            while next < spans.count, spans[next].from <= slotStart {
+                latestUntil = max(latestUntil, spans[next].until)
+                next += 1
+            }
             future.ageWithoutLearning(to: slotStart)
+            guard latestUntil > slotStart, future.tokens >= 1, future.recentWakes.count < maxWakesPerDay,
+                future.predictor.probabilityOfAnyOpen(inSlotAt: slotStart) >= ReplayMath.exp(future.logThreshold)
+            else { continue }
             let chosen = future.choose(at: slotStart, among: candidates)
             if !chosen.isEmpty { return (slotStart, chosen) }
-            slotStart += slotSeconds
         }
         return nil
     }

@@ -207,10 +207,14 @@ public struct UsagePredictor: Sendable {
         return bin(age, ageEdges)
     }
 
+    /// How many of the ascending `edges` are at most `value` (binary search).
     static func bin(_ value: Double, _ edges: [Double]) -> Int {
-        var i = 0
-        while i < edges.count, value >= edges[i] { i += 1 }
-        return i
+        var low = 0, high = edges.count
+        while low < high {
+            let middle = (low + high) / 2
+            if value >= edges[middle] { low = middle + 1 } else { high = middle }
+        }
+        return low
     }
 
 }

@@ -82,75 +82,66 @@ public struct WindowPlanner: SchedulingPolicy {
         return start + grid
     }
 
-    public func decide(
-        pending: [TaskRequest], apps: [AppID: AppSchedulingState], context: SchedulingContext
-    ) -> SchedulingDecision {
+    public func decide(work: [AppWork], context: SchedulingContext) -> SchedulingDecision {
         let window = Self.openWindow(context)
-        let nextGrid = Self.nextPlannedWindow(context)
         let grid = Self.grid(context)
         let predicted = context.configuration.refresh.strategy == .predicted ? context.planning.refresh : nil
-        var runnable: [AppID: [TaskRequest]] = [:]
-        var refreshCandidates: [AppID: TaskRequest] = [:]
+        let content = context.planning.contentAvailable
         var nextEvaluation: UnixTime?
         func wake(at time: UnixTime) { nextEvaluation = min(nextEvaluation ?? time, time) }
         var waitsForWindow = false
+        // Per app, in the order of `work`: what may start in this window, and whether its
+        // refresh waits for the refresh planner's choice.
+        var ready: [(app: AppID, requests: ArraySlice<TaskRequest>, refresh: Bool, content: Bool)] = []
+        var candidates: [RefreshPlanner.Candidate] = []
 
-        for request in pending {
-            guard let app = apps[request.appID] else { continue }
-            let reasons = rules.blockingReasons(for: request, app: app, context: context)
-            if !reasons.isEmpty {
-                // A time rule lifts at the window on or after it: work due close together batches.
-                if let lifts = Self.timeAllLift(reasons) { wake(at: Self.gridPoint(atOrAfter: lifts, grid: grid)) }
+        for item in work {
+            let appID = item.app.record.appID
+            let (runnable, lifts) = rules.runnableRequests(of: item, context: context)
+            // A time rule lifts at the window on or after it: work due close together batches.
+            if let lifts { wake(at: Self.gridPoint(atOrAfter: lifts, grid: grid)) }
+            var requests = runnable
+            var refresh = false
+            // In launch order a refresh comes first; it waits for the refresh planner's choice.
+            if predicted != nil, let first = requests.first, first.kind == .refresh {
+                refresh = true
+                requests = runnable.dropFirst()
+                candidates.append(RefreshPlanner.Candidate(
+                    appID: appID.rawValue, weight: context.planning.refreshWeights[appID] ?? 1))
+            }
+            let wakes = content.contains(appID) && contentReasons(app: item.app, context: context, words: false).isEmpty
+            if window == nil {
+                if !requests.isEmpty || wakes { waitsForWindow = true }
                 continue
             }
-            if request.kind == .refresh, predicted != nil {
-                refreshCandidates[request.appID] = request
-            } else if window != nil {
-                runnable[request.appID, default: []].append(request)
-            } else {
-                waitsForWindow = true
+            if !requests.isEmpty || wakes || refresh {
+                ready.append((appID, runnable, refresh, wakes))
             }
         }
 
-        var contentApps: Set<AppID> = []
-        for appID in context.planning.contentAvailable {
-            guard let app = apps[appID], contentReasons(app: app, context: context).isEmpty else { continue }
-            if window != nil { contentApps.insert(appID) } else { waitsForWindow = true }
-        }
-
-        var refreshed: [AppID] = []
-        if let planner = predicted, !refreshCandidates.isEmpty {
-            let candidates = refreshCandidates.keys.sorted().map {
-                RefreshPlanner.Candidate(appID: $0.rawValue, weight: context.planning.refreshWeights[$0] ?? 1)
-            }
-            if window != nil {
-                let byName = Dictionary(uniqueKeysWithValues: refreshCandidates.map { ($0.key.rawValue, $0) })
-                for chosen in planner.choose(at: context.now, among: candidates) {
-                    guard let (appID, request) = byName[chosen] else { continue }
-                    runnable[appID, default: []].append(request)
-                    refreshed.append(appID)
-                }
-            }
-            if refreshed.count < candidates.count {
-                let chosenSet = Set(refreshed.map(\.rawValue))
-                let rest = candidates.filter { !chosenSet.contains($0.appID) }
+        var chosen = Set<String>()
+        if let planner = predicted, !candidates.isEmpty {
+            if window != nil { chosen = Set(planner.choose(at: context.now, among: candidates)) }
+            if chosen.count < candidates.count {
+                let rest = chosen.isEmpty ? candidates : candidates.filter { !chosen.contains($0.appID) }
                 if let next = planner.nextWindow(after: context.now, among: rest) { wake(at: next.time) }
             }
         }
-        if waitsForWindow { wake(at: nextGrid) }
+        if waitsForWindow { wake(at: Self.nextPlannedWindow(context)) }
 
         var launches: [Launch] = []
-        for appID in Set(runnable.keys).union(contentApps).sorted() {
-            let requests = (runnable[appID] ?? []).sorted { a, b in
-                if (a.kind == .refresh) != (b.kind == .refresh) { return a.kind == .refresh }
-                if a.submittedAt != b.submittedAt { return a.submittedAt < b.submittedAt }
-                return a.identifier < b.identifier
+        var refreshed: [AppID] = []
+        for entry in ready {
+            // `requests` holds the refresh first when there is one: it goes only if chosen.
+            var requests = entry.requests
+            if entry.refresh {
+                if chosen.contains(entry.app.rawValue) { refreshed.append(entry.app) } else { requests = requests.dropFirst() }
             }
+            guard !requests.isEmpty || entry.content else { continue }
             var sliceLength = requests.map { RunWhenEligiblePolicy.slice(for: $0.kind, context.configuration) }.max()
                 ?? .zero
-            let content = contentApps.contains(appID)
-            if content { sliceLength = max(sliceLength, context.configuration.slices.contentAvailable) }
-            launches.append(Launch(appID: appID, requests: requests, sliceLength: sliceLength, contentAvailable: content))
+            if entry.content { sliceLength = max(sliceLength, context.configuration.slices.contentAvailable) }
+            launches.append(Launch(appID: entry.app, requests: requests, sliceLength: sliceLength, contentAvailable: entry.content))
         }
         return SchedulingDecision(
             launches: launches, nextEvaluation: nextEvaluation, window: window, refreshed: refreshed.sorted())
@@ -239,18 +230,11 @@ public struct WindowPlanner: SchedulingPolicy {
 
     /// The rules that hold back an app's content-available wake: those of a plain request with
     /// no conditions of its own (the switches, battery, power saver, use, conduct, reachability).
-    public func contentReasons(app: AppSchedulingState, context: SchedulingContext) -> [BlockingReason] {
-        let probe = TaskRequest(appID: app.record.appID, identifier: "", kind: .refresh, submittedAt: context.now)
-        return rules.blockingReasons(for: probe, app: app, context: context)
+    public func contentReasons(app: AppSchedulingState, context: SchedulingContext, words: Bool = true) -> [BlockingReason] {
+        rules.appReasonsBefore(app, context, words: words) + rules.appReasonsAfter(app, nil, context, words: words)
     }
 
-    /// When every reason has lifted, if each lifts by time alone.
     static func timeAllLift(_ reasons: [BlockingReason]) -> UnixTime? {
-        var latest: UnixTime?
-        for reason in reasons {
-            guard let liftsAt = reason.liftsAt else { return nil }
-            latest = max(latest ?? liftsAt, liftsAt)
-        }
-        return latest
+        RunWhenEligiblePolicy.timeAllLift(reasons)
     }
 }

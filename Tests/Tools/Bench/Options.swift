@@ -33,6 +33,10 @@ struct Options: Sendable {
     /// Which parts run: the agent's (bus, tasks) and the usage log's.
     var runAgent = true
     var runUsage = true
+    var runPlanning = true
+    /// The planning part: apps (each with 1 refresh and 10 processing requests) and decisions.
+    var planningApps = 1_000
+    var planningDecisions = 300
     /// Events appended, in batches of 1,000, for the usage ingest rate.
     var usageIngestEvents = 500_000
     /// Events in the usage log the summary query runs against (1,000 apps over 8 weeks).
@@ -47,7 +51,7 @@ struct Options: Sendable {
         usage: bgpolicy-bench [--quick] [--json] [--agent PATH] [--latency-calls N] [--concurrency N]
                               [--throughput-seconds S] [--memory-calls N] [--idle-seconds S]
                               [--task-apps N] [--submit-calls N] [--restart-rounds N]
-                              [--only agent|usage] [--usage-events N] [--usage-queries N]
+                              [--only agent|usage|planning] [--usage-events N] [--usage-queries N]
                               [--usage-ingest-events N] [--usage-file PATH]
 
         Benchmarks the D-Bus layer on the session bus in DBUS_SESSION_BUS_ADDRESS (run it under
@@ -91,7 +95,9 @@ struct Options: Sendable {
           --task-apps N           apps loaded with 11 pending requests each (default 1000)
           --submit-calls N        timed sequential Submit calls per load level (default 5000)
           --restart-rounds N      empty-state and loaded starts, alternating (default 5)
-          --only agent|usage      run only the agent's part (bus, tasks) or only the usage log's
+          --only agent|usage|planning
+                                  run only the agent's part (bus, tasks), only the planner's
+                                  decision (no bus), or only the usage log's
           --usage-events N        events in the log for the summary query (default 10000000)
           --usage-queries N       timed summary queries (default 1000)
           --usage-ingest-events N events for the ingest rate (default 500000)
@@ -149,9 +155,16 @@ struct Options: Sendable {
                 overrides.append { $0.restartRounds = n }
             case "--only":
                 switch try value(argument) {
-                case "agent": options.runUsage = false
-                case "usage": options.runAgent = false
-                case let other: throw UsageError("--only takes agent or usage, not \"\(other)\"")
+                case "agent":
+                    options.runUsage = false
+                    options.runPlanning = false
+                case "usage":
+                    options.runAgent = false
+                    options.runPlanning = false
+                case "planning":
+                    options.runAgent = false
+                    options.runUsage = false
+                case let other: throw UsageError("--only takes agent, usage or planning, not \"\(other)\"")
                 }
             case "--usage-events":
                 let n = try int(argument)
@@ -184,6 +197,7 @@ struct Options: Sendable {
             options.usageIngestEvents = 20_000
             options.usageEvents = 100_000
             options.usageQueries = 500
+            options.planningDecisions = 30
         }
         for apply in overrides { apply(&options) }
         return options

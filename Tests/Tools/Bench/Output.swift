@@ -49,6 +49,8 @@ struct Results: Sendable {
     var tasks: TasksResults?
     /// The usage log part; nil when it did not run.
     var usage: UsageResults?
+    /// The planner's part; nil when it did not run.
+    var planning: PlanningResults?
     var totalSeconds = 0.0
 
     // MARK: Targets

@@ -2,7 +2,8 @@
 // session bus and measures GetStatus through DBusConnection.call against the bus daemon's
 // own GetId in the same run: latency, throughput, memory growth and idle wake-ups; then
 // Submit against GetId with and without many pending requests, and restarts (TasksBench);
-// then the usage log's ingest and per-app summary against bare SQL (UsageBench).
+// then the usage log's ingest and per-app summary against bare SQL (UsageBench); then the
+// planner's decision for one window with 1,000 apps × 11 requests (PlanningBench).
 // Figures are reported, never asserted; see Options.usage.
 import BGPolicyDBus
 import Glibc
@@ -116,10 +117,19 @@ struct Bench {
                 return 1
             }
         }
+        // The planner: no bus, no agent, no store.
+        if options.runPlanning {
+            progress("planning: \(options.planningApps) apps × 11 requests, \(options.planningDecisions) decisions each")
+            results.planning = PlanningBench.run(apps: options.planningApps, decisions: options.planningDecisions)
+        }
         results.totalSeconds = Double(Clock.nanoseconds() - started) / 1e9
 
         if options.json {
-            print(options.runAgent ? results.json() : results.usage?.json() ?? "null")
+            if options.runAgent {
+                print(results.json())
+            } else {
+                print(JSON.object([("usage", results.usage?.json() ?? "null"), ("planning", results.planning?.json() ?? "null")]))
+            }
         } else {
             var sections: [String] = []
             if options.runAgent {
@@ -127,6 +137,7 @@ struct Bench {
                 if let tasks = results.tasks { sections.append(tasks.table() + "\n\n" + tasks.details(options)) }
             }
             if let usage = results.usage { sections.append(usage.table() + "\n\n" + usage.details()) }
+            if let planning = results.planning { sections.append(planning.table() + "\n\n" + planning.details()) }
             print(sections.joined(separator: "\n\n"))
         }
         return 0
