@@ -18,12 +18,13 @@ public struct RunWhenEligiblePolicy: SchedulingPolicy {
     public func decide(work: [AppWork], context: SchedulingContext) -> SchedulingDecision {
         var launches: [Launch] = []
         var nextEvaluation: UnixTime?
-        for item in work {
-            let (runnable, lifts) = runnableRequests(of: item, context: context)
+        for index in work.indices {
+            let (runnable, lifts) = runnableRequests(of: work[index], context: context)
             if let lifts { nextEvaluation = min(nextEvaluation ?? lifts, lifts) }
             guard !runnable.isEmpty else { continue }
-            let sliceLength = runnable.map { Self.slice(for: $0.kind, context.configuration) }.max() ?? .zero
-            launches.append(Launch(appID: item.app.record.appID, requests: runnable, sliceLength: sliceLength))
+            launches.append(Launch(
+                appID: work[index].app.record.appID, requests: runnable,
+                sliceLength: Self.sliceLength(for: runnable, context.configuration)))
         }
         return SchedulingDecision(launches: launches, nextEvaluation: nextEvaluation)
     }
@@ -322,6 +323,19 @@ public struct RunWhenEligiblePolicy: SchedulingPolicy {
         // 2^(n-1) as a Double cannot overflow: it becomes infinity, and the cap takes over.
         let factor = Double(sign: .plus, exponent: max(violations - 1, 0), significand: 1)
         return min(configuration.refresh.minInterval.seconds * factor, maximumPenalty.seconds)
+    }
+
+    /// The slice requests share: the longest their kinds get; zero for none.
+    static func sliceLength(for requests: ArraySlice<TaskRequest>, _ configuration: PolicyConfiguration) -> Duration {
+        var refresh = false, processing = false
+        for index in requests.indices {
+            if requests[index].kind == .refresh { refresh = true } else { processing = true }
+            if refresh && processing { break }
+        }
+        var length = Duration.zero
+        if refresh { length = max(length, configuration.slices.refresh) }
+        if processing { length = max(length, configuration.slices.processing) }
+        return length
     }
 
     static func slice(for kind: TaskKind, _ configuration: PolicyConfiguration) -> Duration {

@@ -147,10 +147,28 @@ public struct RefreshPlanner: Sendable {
     /// must have been reached with `advance(to:)`). Does not change the state: call
     /// `recordWindow` with what was started.
     public func choose(at time: Double, among candidates: [Candidate]) -> [String] {
+        chooseIndices(at: time, among: candidates).map { candidates[$0].appID }
+    }
+
+    /// `choose`, as indices into `candidates`, in the order chosen.
+    func chooseIndices(at time: Double, among candidates: [Candidate]) -> [Int] {
         guard tokens >= 1, recentWakes.count < maxWakesPerDay, !wokeInSlot else { return [] }
         // The cheap tests first: is anyone eligible, is the window worth it; then rank. Looking
-        // ahead (`nextWindow`) tries many slots, and most fail the threshold.
-        let eligible = candidates.filter { ineligibility(of: $0, at: time) == nil }
+        // ahead (`nextWindow`) tries many slots, and most fail the threshold. One pass finds
+        // each candidate's model and tests its eligibility (as `ineligibility` does).
+        var eligible: [(candidate: Int, position: Int)] = []
+        eligible.reserveCapacity(candidates.count)
+        for (i, candidate) in candidates.enumerated() {
+            guard let position = predictor.position(of: candidate.appID),
+                let opened = predictor.lastOpen(at: position), time - opened < inactiveAfterSeconds
+            else { continue }
+            if let refreshed = lastRefresh[candidate.appID],
+                time < refreshed + minRefreshIntervalSeconds / max(candidate.weight, Self.minimumWeight)
+            {
+                continue
+            }
+            eligible.append((i, position))
+        }
         guard !eligible.isEmpty else { return [] }
         // The window's value is at most the probability of any open: most slots fail here.
         let threshold = ReplayMath.exp(logThreshold)
@@ -160,22 +178,29 @@ public struct RefreshPlanner: Sendable {
         let predicted = predictor.probabilitiesOfActiveApps(inSlotAt: time, inactiveAfter: inactiveAfterSeconds)
         var total = 0.0
         for p in predicted { total += p ?? 0 }
-        var ranked: [(app: String, score: Double, p: Double)] = []
-        ranked.reserveCapacity(eligible.count)
-        for candidate in eligible {
-            let weight = min(max(candidate.weight, Self.minimumWeight), 1)
-            let p = predictor.position(of: candidate.appID).flatMap { predicted[$0] }
-                ?? predictor.probability(of: candidate.appID, inSlotAt: time)
-            ranked.append((candidate.appID, weight * p, p))
+        var scores: [Double] = []
+        var opens: [Double] = []
+        scores.reserveCapacity(eligible.count)
+        opens.reserveCapacity(eligible.count)
+        for (i, position) in eligible {
+            let weight = min(max(candidates[i].weight, Self.minimumWeight), 1)
+            let p = predicted[position] ?? predictor.probability(of: candidates[i].appID, inSlotAt: time)
+            scores.append(weight * p)
+            opens.append(p)
         }
-        ranked.sort { ($0.score, $1.app) > ($1.score, $0.app) }
+        // Ranked by score, then app id; indices are sorted, not the tuples, so nothing is copied.
+        var order = Array(eligible.indices)
+        order.sort { a, b in
+            if scores[a] != scores[b] { return scores[a] > scores[b] }
+            return candidates[eligible[a].candidate].appID < candidates[eligible[b].candidate].appID
+        }
         let perWake = Int((refreshesPerAppPerDay * Double(knownApps) / targetWakesPerDay).rounded(.up))
-        let chosen = ranked.prefix(min(perWake, Int(tokens.rounded(.down))))
+        let chosen = order.prefix(min(perWake, Int(tokens.rounded(.down))))
         // The window is worth what it serves: the chance of an open in the slot, times the share
         // of the apps' predicted opens that the chosen apps carry.
-        let served = chosen.reduce(0.0) { $0 + $1.p }
+        let served = chosen.reduce(0.0) { $0 + opens[$1] }
         guard total > 0, anyOpen * min(served / total, 1) >= threshold else { return [] }
-        return chosen.map(\.app)
+        return chosen.map { eligible[$0].candidate }
     }
 
     /// Records the refreshes started in a window at `time`.

@@ -134,17 +134,25 @@ public struct UsagePredictor: Sendable {
     /// For every app in `appIDs` order: its probability of being opened in the slot at `time`, or
     /// nil when it was last opened `inactiveAfter` seconds ago or more (it cannot be refreshed).
     func probabilitiesOfActiveApps(inSlotAt time: Double, inactiveAfter: Double) -> [Double?] {
-        models.indices.map { i in
+        let shared = sharedFeatures(at: time)
+        return models.indices.map { i in
             guard let last = models[i].lastOpen, time - last < inactiveAfter else { return nil }
-            return probability(ofModelAt: i, inSlotAt: time)
+            return probability(ofModelAt: i, inSlotAt: time, shared: shared)
         }
     }
 
     /// Where `appID` is in `appIDs`.
     func position(of appID: String) -> Int? { index[appID] }
 
+    /// The last open of the app at `position` (see `position(of:)`).
+    func lastOpen(at position: Int) -> Double? { models[position].lastOpen }
+
     private func probability(ofModelAt i: Int, inSlotAt time: Double) -> Double {
-        let f = featureIndices(of: models[i], at: time)
+        probability(ofModelAt: i, inSlotAt: time, shared: sharedFeatures(at: time))
+    }
+
+    private func probability(ofModelAt i: Int, inSlotAt time: Double, shared: SharedFeatures) -> Double {
+        let f = featureIndices(of: models[i], at: time, shared: shared)
         let w = models[i].logistic.weights
         // Summed in the order `OnlineLogistic.score` sums `features(of:at:)`.
         var score = 0.0
@@ -191,15 +199,31 @@ public struct UsagePredictor: Sendable {
     /// The features of `features(of:at:)` without building an array: ranking a thousand apps
     /// in a window allocates nothing per app.
     private func featureIndices(of model: Model, at time: Double) -> (Int, Int, Int, Int, Int, Int, Int) {
+        featureIndices(of: model, at: time, shared: sharedFeatures(at: time))
+    }
+
+    /// The features every app has in common at `time`: worked out once for a whole ranking.
+    struct SharedFeatures {
+        let hour: Int
+        let day: Int
+        let userAge: Int
+    }
+
+    func sharedFeatures(at time: Double) -> SharedFeatures {
         let (hour, day) = clock(time)
-        let recent = model.recentOpens.reduce(0) { $0 + ($1 > time - 86_400 ? 1 : 0) }
+        return SharedFeatures(hour: hour, day: day, userAge: Self.ageBin(lastAnyOpen.map { time - $0 }))
+    }
+
+    private func featureIndices(of model: Model, at time: Double, shared: SharedFeatures) -> (Int, Int, Int, Int, Int, Int, Int) {
+        var recent = 0
+        for open in model.recentOpens where open > time - 86_400 { recent += 1 }
         return (0,
                 Self.appAgeBase + Self.ageBin(model.lastOpen.map { time - $0 }),
-                Self.userAgeBase + Self.ageBin(lastAnyOpen.map { time - $0 }),
+                Self.userAgeBase + shared.userAge,
                 Self.rateBase + Self.bin(Double(recent), Self.rateEdges),
-                Self.hourBase + hour,
-                Self.dayBase + day,
-                Self.weekHourBase + day * 24 + hour)
+                Self.hourBase + shared.hour,
+                Self.dayBase + shared.day,
+                Self.weekHourBase + shared.day * 24 + shared.hour)
     }
 
     static func ageBin(_ age: Double?) -> Int {

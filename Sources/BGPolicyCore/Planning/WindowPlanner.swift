@@ -92,38 +92,47 @@ public struct WindowPlanner: SchedulingPolicy {
         var waitsForWindow = false
         // Per app, in the order of `work`: what may start in this window, and whether its
         // refresh waits for the refresh planner's choice.
-        var ready: [(app: AppID, requests: ArraySlice<TaskRequest>, refresh: Bool, content: Bool)] = []
+        // `refresh`: the index of the app's refresh among `candidates`, if it has one.
+        var ready: [(work: Int, requests: ArraySlice<TaskRequest>, refresh: Int?, content: Bool)] = []
         var candidates: [RefreshPlanner.Candidate] = []
 
-        for item in work {
-            let appID = item.app.record.appID
-            let (runnable, lifts) = rules.runnableRequests(of: item, context: context)
+        // By index: `work[index]` is lent to the rules, not copied.
+        for index in work.indices {
+            let (runnable, lifts) = rules.runnableRequests(of: work[index], context: context)
             // A time rule lifts at the window on or after it: work due close together batches.
             if let lifts { wake(at: Self.gridPoint(atOrAfter: lifts, grid: grid)) }
             var requests = runnable
-            var refresh = false
+            var refresh: Int?
             // In launch order a refresh comes first; it waits for the refresh planner's choice.
             if predicted != nil, let first = requests.first, first.kind == .refresh {
-                refresh = true
+                refresh = candidates.count
                 requests = runnable.dropFirst()
+                let appID = work[index].app.record.appID
                 candidates.append(RefreshPlanner.Candidate(
                     appID: appID.rawValue, weight: context.planning.refreshWeights[appID] ?? 1))
             }
-            let wakes = content.contains(appID) && contentReasons(app: item.app, context: context, words: false).isEmpty
+            let wakes = !content.isEmpty && content.contains(work[index].app.record.appID)
+                && contentReasons(app: work[index].app, context: context, words: false).isEmpty
             if window == nil {
                 if !requests.isEmpty || wakes { waitsForWindow = true }
                 continue
             }
-            if !requests.isEmpty || wakes || refresh {
-                ready.append((appID, runnable, refresh, wakes))
+            if !requests.isEmpty || wakes || refresh != nil {
+                ready.append((index, runnable, refresh, wakes))
             }
         }
 
-        var chosen = Set<String>()
+        var chosen = [Bool](repeating: false, count: candidates.count)
         if let planner = predicted, !candidates.isEmpty {
-            if window != nil { chosen = Set(planner.choose(at: context.now, among: candidates)) }
-            if chosen.count < candidates.count {
-                let rest = chosen.isEmpty ? candidates : candidates.filter { !chosen.contains($0.appID) }
+            var count = 0
+            if window != nil {
+                for index in planner.chooseIndices(at: context.now, among: candidates) {
+                    chosen[index] = true
+                    count += 1
+                }
+            }
+            if count < candidates.count {
+                let rest = count == 0 ? candidates : candidates.indices.filter { !chosen[$0] }.map { candidates[$0] }
                 if let next = planner.nextWindow(after: context.now, among: rest) { wake(at: next.time) }
             }
         }
@@ -132,16 +141,16 @@ public struct WindowPlanner: SchedulingPolicy {
         var launches: [Launch] = []
         var refreshed: [AppID] = []
         for entry in ready {
+            let appID = work[entry.work].app.record.appID
             // `requests` holds the refresh first when there is one: it goes only if chosen.
             var requests = entry.requests
-            if entry.refresh {
-                if chosen.contains(entry.app.rawValue) { refreshed.append(entry.app) } else { requests = requests.dropFirst() }
+            if let refresh = entry.refresh {
+                if chosen[refresh] { refreshed.append(appID) } else { requests = requests.dropFirst() }
             }
             guard !requests.isEmpty || entry.content else { continue }
-            var sliceLength = requests.map { RunWhenEligiblePolicy.slice(for: $0.kind, context.configuration) }.max()
-                ?? .zero
+            var sliceLength = RunWhenEligiblePolicy.sliceLength(for: requests, context.configuration)
             if entry.content { sliceLength = max(sliceLength, context.configuration.slices.contentAvailable) }
-            launches.append(Launch(appID: entry.app, requests: requests, sliceLength: sliceLength, contentAvailable: entry.content))
+            launches.append(Launch(appID: appID, requests: requests, sliceLength: sliceLength, contentAvailable: entry.content))
         }
         return SchedulingDecision(
             launches: launches, nextEvaluation: nextEvaluation, window: window, refreshed: refreshed.sorted())

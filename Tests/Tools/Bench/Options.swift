@@ -95,6 +95,7 @@ struct Options: Sendable {
           --task-apps N           apps loaded with 11 pending requests each (default 1000)
           --submit-calls N        timed sequential Submit calls per load level (default 5000)
           --restart-rounds N      empty-state and loaded starts, alternating (default 5)
+          --planning-decisions N  timed decisions per policy in the planning part (default 300)
           --only agent|usage|planning
                                   run only the agent's part (bus, tasks), only the planner's
                                   decision (no bus), or only the usage log's
@@ -153,6 +154,9 @@ struct Options: Sendable {
             case "--restart-rounds":
                 let n = try int(argument)
                 overrides.append { $0.restartRounds = n }
+            case "--planning-decisions":
+                let n = try int(argument)
+                overrides.append { $0.planningDecisions = n }
             case "--only":
                 switch try value(argument) {
                 case "agent":
