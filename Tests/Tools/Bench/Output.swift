@@ -124,14 +124,7 @@ extension Results {
     func table() -> String {
         let header = ["figure", "bgpolicyd (GetStatus)", "baseline (bus daemon, GetId)", "ratio", "target", "met"]
         let body = rows.map { [$0.figure, $0.agent, $0.baseline, $0.ratio, $0.target, $0.met.map { $0 ? "yes" : "NO" } ?? "—"] }
-        var widths = header.map(\.count)
-        for row in body { for (i, cell) in row.enumerated() { widths[i] = max(widths[i], cell.count) } }
-        func line(_ cells: [String]) -> String {
-            "| " + cells.enumerated().map { i, cell in cell + String(repeating: " ", count: widths[i] - cell.count) }.joined(separator: " | ") + " |"
-        }
-        var out = [line(header), "|" + widths.map { String(repeating: "-", count: $0 + 2) }.joined(separator: "|") + "|"]
-        out += body.map(line)
-        return out.joined(separator: "\n")
+        return Format.table(header, body)
     }
 
     /// The counts and durations used, and the details behind the figures.
@@ -287,6 +280,19 @@ enum JSON {
 }
 
 enum Format {
+    /// A Markdown table with its columns padded to their widest cell.
+    static func table(_ header: [String], _ body: [[String]]) -> String {
+        var widths = header.map(\.count)
+        for row in body { for (i, cell) in row.enumerated() { widths[i] = max(widths[i], cell.count) } }
+        func line(_ cells: [String]) -> String {
+            "| " + cells.enumerated().map { i, cell in cell + String(repeating: " ", count: widths[i] - cell.count) }
+                .joined(separator: " | ") + " |"
+        }
+        var out = [line(header), "|" + widths.map { String(repeating: "-", count: $0 + 2) }.joined(separator: "|") + "|"]
+        out += body.map(line)
+        return out.joined(separator: "\n")
+    }
+
     /// `x` with `digits` decimals (no Foundation).
     static func fixed(_ x: Double, _ digits: Int) -> String {
         guard x.isFinite else { return "n/a" }

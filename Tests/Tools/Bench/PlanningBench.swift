@@ -117,15 +117,7 @@ extension PlanningResults {
             ["decision p99, \(Format.thousands(apps)) apps × 11 (µs)", us(planner.percentile(99)), us(baseline.percentile(99)), what,
              Format.ratio(planner.percentile(99), baseline.percentile(99)), "≤ 1000 µs", met(planner.percentile(99))],
         ]
-        var widths = header.map(\.count)
-        for row in body { for (i, cell) in row.enumerated() { widths[i] = max(widths[i], cell.count) } }
-        func line(_ cells: [String]) -> String {
-            "| " + cells.enumerated().map { i, cell in cell + String(repeating: " ", count: widths[i] - cell.count) }
-                .joined(separator: " | ") + " |"
-        }
-        var out = [line(header), "|" + widths.map { String(repeating: "-", count: $0 + 2) }.joined(separator: "|") + "|"]
-        out += body.map(line)
-        return out.joined(separator: "\n")
+        return Format.table(header, body)
     }
 
     func details() -> String {

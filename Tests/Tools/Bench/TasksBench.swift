@@ -334,14 +334,7 @@ struct TasksResults: Sendable {
             "start to GetStatus pending = \(n) (ms)", ms(Self.median(loadedPendingMS)), ms(empty), "empty-state agent",
             ratio(Self.median(loadedPendingMS), empty),
         ])
-        var widths = header.map(\.count)
-        for row in body { for (i, cell) in row.enumerated() { widths[i] = max(widths[i], cell.count) } }
-        func line(_ cells: [String]) -> String {
-            "| " + cells.enumerated().map { i, cell in cell + String(repeating: " ", count: widths[i] - cell.count) }.joined(separator: " | ") + " |"
-        }
-        var out = [line(header), "|" + widths.map { String(repeating: "-", count: $0 + 2) }.joined(separator: "|") + "|"]
-        out += body.map(line)
-        return out.joined(separator: "\n")
+        return Format.table(header, body)
     }
 
     func details(_ options: Options) -> String {

@@ -63,14 +63,7 @@ struct UsageResults: Sendable {
                 "≤ \(Format.fixed(Self.summaryTargetMS, 0)) ms", met(summary.percentile(99)),
             ],
         ]
-        var widths = header.map(\.count)
-        for row in body { for (i, cell) in row.enumerated() { widths[i] = max(widths[i], cell.count) } }
-        func line(_ cells: [String]) -> String {
-            "| " + cells.enumerated().map { i, cell in cell + String(repeating: " ", count: widths[i] - cell.count) }.joined(separator: " | ") + " |"
-        }
-        var out = [line(header), "|" + widths.map { String(repeating: "-", count: $0 + 2) }.joined(separator: "|") + "|"]
-        out += body.map(line)
-        return out.joined(separator: "\n")
+        return Format.table(header, body)
     }
 
     func details() -> String {
