@@ -36,6 +36,13 @@ def in_window(t, grid=GRID):
     return (t % grid) < grid / 4 + 0.4
 
 
+def wait_between_windows(grid, after, before):
+    """Waits until the time is `after` to `before` seconds past a grid point: clear of the open
+    part of a window (a quarter of the grid, at most 60 s) and of the next one."""
+    while not (after < time.time() % grid < before):
+        time.sleep(0.1)
+
+
 def notify(agent, app_id, payload, sender=None):
     conn = (sender or agent.world.session).conn
     return th.call(conn, th.SCHEDULER, "NotifyContentAvailable", "sa{sv}", (app_id, payload), None, 10.0)
@@ -46,8 +53,7 @@ def test_work_of_two_apps_starts_together_in_a_grid_window(world):
     mail = world.registered_app("org.example.Mail", ["org.example.Mail.refresh"])
     news = world.registered_app("org.example.News", ["org.example.News.refresh"])
     # Submit just after a window closed, so that both wait for the next one.
-    while not (GRID / 4 + 0.5 < time.time() % GRID < GRID - 1.5):
-        time.sleep(0.05)
+    wait_between_windows(GRID, GRID / 4 + 0.5, GRID - 1.5)
     mail.submit("org.example.Mail.refresh")
     explanation = agent.explain("org.example.Mail", "org.example.Mail.refresh")
     assert explanation["blocking"] == ["next-window"], explanation
@@ -99,16 +105,15 @@ def test_a_refresh_waits_for_predicted_use_and_explain_and_timeline_agree(laptop
 
 def test_processing_waits_for_the_grid_even_when_eligible(world):
     world.start_logind(locked=True)
-    agent = world.start_agent(config=FINE.replace(f"{GRID}s", "15min"), planner=True)
+    # A 1-min grid: its windows stay open 15 s (a quarter of the grid).
+    agent = world.start_agent(config=FINE.replace(f"{GRID}s", "1min"), planner=True)
     app = world.registered_app("org.example.Clean", ["org.example.Clean.vacuum"])
-    now = time.time()
-    if now % 900 < 20 or now % 900 > 880:
-        time.sleep(25)  # keep clear of a grid point: the window there would run it at once
+    wait_between_windows(60, 16, 50)
     app.submit("org.example.Clean.vacuum", "processing")
     explanation = agent.explain("org.example.Clean", "org.example.Clean.vacuum")
     assert explanation["blocking"] == ["next-window"], explanation
-    assert explanation["earliest_window"] == math.ceil(time.time() / 900) * 900
-    assert "every 15 min on AC" in explanation["reasons"][0], explanation
+    assert explanation["earliest_window"] == math.ceil(time.time() / 60) * 60
+    assert "every 1 min on AC" in explanation["reasons"][0], explanation
     status = agent.status()
     assert status.get("next_window") == explanation["earliest_window"], status
     time.sleep(1)
@@ -117,11 +122,9 @@ def test_processing_waits_for_the_grid_even_when_eligible(world):
 
 def test_unlocking_opens_an_opportunistic_window(world):
     logind = world.start_logind(locked=True)
-    agent = world.start_agent(config=FINE.replace(f"{GRID}s", "15min"), planner=True)
+    agent = world.start_agent(config=FINE.replace(f"{GRID}s", "1min"), planner=True)
     app = world.registered_app("org.example.Feed", ["org.example.Feed.refresh"])
-    now = time.time()
-    if now % 900 < 20 or now % 900 > 870:
-        time.sleep(35)
+    wait_between_windows(60, 16, 40)  # 20 s or more before the next grid window
     app.submit("org.example.Feed.refresh")
     assert agent.explain("org.example.Feed", "org.example.Feed.refresh")["blocking"] == ["next-window"]
     unlocked = time.time()
@@ -135,8 +138,7 @@ def test_unlocking_opens_an_opportunistic_window(world):
 def test_content_available_is_newest_only_and_delivered_in_the_next_window(world):
     agent = world.start_agent(config=FINE, planner=True)
     mail = world.registered_app("org.example.Mail", ["org.example.Mail.refresh"])
-    while not (GRID / 4 + 0.5 < time.time() % GRID < GRID - 1.5):
-        time.sleep(0.05)
+    wait_between_windows(GRID, GRID / 4 + 0.5, GRID - 1.5)
     notify(agent, "org.example.Mail", {"mailbox": GLib.Variant("s", "INBOX"), "n": GLib.Variant("i", 1)})
     notify(agent, "org.example.Mail", {"mailbox": GLib.Variant("s", "INBOX"), "n": GLib.Variant("i", 2)})
     run = mail.wait_event("RunTask", lambda e: e["kind"] == "content-available", timeout=3 * GRID)
