@@ -109,8 +109,14 @@ actor TaskEngine {
                 "Task interrupted by the agent's stop",
                 metadata: ["app.id": "\(entry.appID?.rawValue ?? "-")", "task.id": "\(entry.taskID ?? "-")"])
         }
-        try store.pruneHistory(before: now - Self.historyRetention)
-        try pruneUsage(now: now)
+        // Housekeeping and learning must not keep the agent from starting (a full disk refuses
+        // a prune's writes): without them it schedules from what it has.
+        do {
+            try store.pruneHistory(before: now - Self.historyRetention)
+            try pruneUsage(now: now)
+        } catch {
+            logger.warning("Could not prune old history and usage; will try again later", metadata: ["error": "\(error)"])
+        }
         globalEnabled = try store.globalEnabled()
         let since = now - Self.violationMemory
         for record in try store.apps() {
@@ -123,7 +129,11 @@ actor TaskEngine {
         for request in try store.pendingRequests() {
             pending[request.appID, default: [:]][request.identifier] = request
         }
-        try warmPlanner(now: now)
+        do {
+            try warmPlanner(now: now)
+        } catch {
+            logger.error("Could not read the usage log; refresh is planned without the learned history", metadata: ["error": "\(error)"])
+        }
         // Apps that registered a bus_name can be started for what is already due.
         requestEvaluation()
         logger.info(
