@@ -34,9 +34,8 @@ extension TaskEngine {
             planner.advance(to: now)
             refreshPlanner = planner
         }
-        for appID in apps.keys {
-            let entries = try store.history(since: now - Self.violationMemory, limit: 50, appID: appID)
-            noDataStreak[appID] = Self.noDataStreak(in: entries)
+        for (appID, result) in try store.refreshResults(since: now - Self.violationMemory) {
+            noteRefreshResult(appID, result)
         }
         if !opens.isEmpty {
             logger.info("Usage learned from the log", metadata: ["opens": "\(opens.count)", "apps": "\(apps.count)"])
@@ -44,11 +43,14 @@ extension TaskEngine {
     }
 
     /// Usage housekeeping: raw events older than 8 weeks fold into the per-hour aggregates
-    /// (kept) and go, and the WAL is checkpointed. At start, and after every 1,000 appends.
+    /// (kept) and go, and when some went the WAL is checkpointed to give the space back. At
+    /// start, and after every 1,000 appends. Nothing to prune, no checkpoint: a start is not
+    /// delayed by copying the WAL (SQLite checkpoints it by itself as it grows).
     func pruneUsage(now: UnixTime) throws(StoreError) {
         let removed = try store.pruneUsage(olderThan: now - TaskStore.usageRetention)
+        guard removed > 0 else { return }
         try store.compact()
-        if removed > 0 { logger.info("Old usage folded into the hourly aggregates", metadata: ["rows": "\(removed)"]) }
+        logger.info("Old usage folded into the hourly aggregates", metadata: ["rows": "\(removed)"])
     }
 
     /// Appends one usage row; failures are logged, never thrown (a missed row only makes the
@@ -61,15 +63,6 @@ extension TaskEngine {
         } catch {
             logger.warning("Could not record app usage", metadata: ["app.id": "\(appID)", "error": "\(error)"])
         }
-    }
-
-    /// Consecutive `no-data` refresh results at the end of `entries` (oldest first).
-    static func noDataStreak(in entries: [HistoryEntry]) -> Int {
-        var streak = 0
-        for entry in entries where entry.event == .completed && entry.kind == .refresh {
-            streak = entry.result == .noData ? streak + 1 : 0
-        }
-        return streak
     }
 
     /// The user opened the app: the predictor learns it, and its work may be due.

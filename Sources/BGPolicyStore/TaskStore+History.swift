@@ -55,6 +55,27 @@ extension TaskStore {
         }
     }
 
+    /// The completed refreshes since `since`, oldest first: each app's answers (`new-data`,
+    /// `no-data`…), which the planner reads back at start to judge its standing. One query for
+    /// every app.
+    public func refreshResults(since: UnixTime) throws(StoreError) -> [(appID: AppID, result: TaskResult)] {
+        try read { db in
+            try Row.fetchAll(
+                db,
+                sql: """
+                    SELECT app_id, result FROM history
+                    WHERE time >= ? AND event = ? AND kind = ? ORDER BY time, id
+                    """,
+                arguments: [since, HistoryEvent.completed.rawValue, DeliveryKind.refresh.rawValue]
+            ).compactMap { row in
+                guard let app = try row.decode(String?.self, forColumn: "app_id").flatMap(AppID.init(rawValue:)),
+                    let result = try row.decode(String?.self, forColumn: "result").flatMap(TaskResult.init(rawValue:))
+                else { return nil }
+                return (app, result)
+            }
+        }
+    }
+
     /// Deletes the entries with `time < before`.
     public func pruneHistory(before: UnixTime) throws(StoreError) {
         try write { db in
