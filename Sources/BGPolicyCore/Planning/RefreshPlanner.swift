@@ -177,7 +177,7 @@ public struct RefreshPlanner: Sendable {
         // The predicted opens of every app in use, candidate or not (in app order).
         let predicted = predictor.probabilitiesOfActiveApps(inSlotAt: time, inactiveAfter: inactiveAfterSeconds)
         var total = 0.0
-        for p in predicted { total += p ?? 0 }
+        for position in predictor.positionsInAppOrder { total += predicted[position] ?? 0 }
         var scores: [Double] = []
         var opens: [Double] = []
         scores.reserveCapacity(eligible.count)

@@ -51,8 +51,11 @@ public struct UsagePredictor: Sendable {
 
     /// The apps in a fixed (sorted) order, so that training (and so every replay) is
     /// deterministic: Swift seeds its hashing per process, and the shared prior learns in this
-    /// order. `models[i]` is the model of `order[i]`; `index` finds it.
+    /// order. Models stay where they were added (`index` finds an app's), and `sorted` lists
+    /// them in app-id order: a new app costs a move of integers, not of models, so a thousand
+    /// apps arriving at start stay cheap.
     private var order: [String] = []
+    private var sorted: [Int] = []
     private var models: [Model] = []
     private var index: [String: Int] = [:]
     /// Shared weights learned by every app: the prior of a cold app.
@@ -88,10 +91,12 @@ public struct UsagePredictor: Sendable {
         if let known = index[appID] {
             i = known
         } else {
-            i = order.firstIndex { $0 > appID } ?? order.endIndex
-            order.insert(appID, at: i)
-            models.insert(Model(logistic: OnlineLogistic(startingFrom: shared.logistic.weights)), at: i)
-            for (j, app) in order.enumerated().dropFirst(i) { index[app] = j }
+            i = models.count
+            models.append(Model(logistic: OnlineLogistic(startingFrom: shared.logistic.weights)))
+            index[appID] = i
+            let place = Self.insertionPoint(of: appID, in: order)
+            order.insert(appID, at: place)
+            sorted.insert(i, at: place)
         }
         models[i].openedInSlot = true
         models[i].lastOpen = time
@@ -106,7 +111,7 @@ public struct UsagePredictor: Sendable {
         activity.startSlot(situation(at: time), previousOpened: openedInUserSlot)
         openedInUserSlot = false
         let sharedRate = Self.learningRate / Double(max(models.count, 1)).squareRoot()
-        for i in models.indices {
+        for i in sorted {
             // Apps unused for 7 days are not refreshed (SPEC §2); they need no training until used.
             if let last = models[i].lastOpen, time - last > Self.dormantAfter {
                 models[i].pending = nil
@@ -131,8 +136,8 @@ public struct UsagePredictor: Sendable {
         return probability(ofModelAt: i, inSlotAt: time)
     }
 
-    /// For every app in `appIDs` order: its probability of being opened in the slot at `time`, or
-    /// nil when it was last opened `inactiveAfter` seconds ago or more (it cannot be refreshed).
+    /// For every app, by `position(of:)`: its probability of being opened in the slot at `time`,
+    /// or nil when it was last opened `inactiveAfter` seconds ago or more (it cannot be refreshed).
     func probabilitiesOfActiveApps(inSlotAt time: Double, inactiveAfter: Double) -> [Double?] {
         let shared = sharedFeatures(at: time)
         return models.indices.map { i in
@@ -141,8 +146,22 @@ public struct UsagePredictor: Sendable {
         }
     }
 
-    /// Where `appID` is in `appIDs`.
+    /// Where the app's model is: an index into `probabilitiesOfActiveApps`.
     func position(of appID: String) -> Int? { index[appID] }
+
+    /// The positions in app-id order: sums over all apps run in it, so that they do not depend
+    /// on the order apps arrived in.
+    var positionsInAppOrder: [Int] { sorted }
+
+    /// Where `appID` goes in the sorted `ids` (binary search).
+    static func insertionPoint(of appID: String, in ids: [String]) -> Int {
+        var low = 0, high = ids.count
+        while low < high {
+            let middle = (low + high) / 2
+            if ids[middle] > appID { high = middle } else { low = middle + 1 }
+        }
+        return low
+    }
 
     /// The last open of the app at `position` (see `position(of:)`).
     func lastOpen(at position: Int) -> Double? { models[position].lastOpen }
