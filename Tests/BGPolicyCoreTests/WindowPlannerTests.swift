@@ -178,6 +178,18 @@ struct WindowPlannerTests {
         #expect(atWindow.refreshed.map(\.rawValue) == [mail])
     }
 
+    @Test func theRefreshPlannersSlotsAreWindowsOnAGridThatDoesNotDivideThem() {
+        var configuration = PolicyConfiguration.defaults
+        configuration.windows.gridOnBattery = .seconds(7 * 60)
+        let refresh = RefreshPlanner()
+        let slot = Clock.at(10, 15)  // a 15-min slot start, not on the 7-min grid
+        var ctx = SchedulingContext(now: slot + 10, conditions: conditions(), configuration: configuration,
+                                    planning: PlanningFacts(refresh: refresh))
+        #expect(WindowPlanner.openWindow(ctx) == WakeWindow(at: slot, kind: .planned))
+        ctx.configuration.refresh.strategy = .everyWindow
+        #expect(WindowPlanner.openWindow(ctx) == nil)
+    }
+
     @Test func aNeverOpenedAppGetsNoPredictedRefresh() {
         var refresh = Self.routinePlanner(days: 8)
         let now = Clock.at(day: 8, 9, 0)

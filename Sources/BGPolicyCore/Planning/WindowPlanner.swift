@@ -72,7 +72,14 @@ public struct WindowPlanner: SchedulingPolicy {
         }
         let grid = grid(context)
         let start = (now / grid).rounded(.down) * grid
-        return now - start < span(grid: grid) ? WakeWindow(at: start, kind: .planned) : nil
+        if now - start < span(grid: grid) { return WakeWindow(at: start, kind: .planned) }
+        // The refresh planner's 15-min slots are windows too, so that a planned refresh runs
+        // even on a grid that does not divide 15 min.
+        if context.configuration.refresh.strategy == .predicted, let planner = context.planning.refresh {
+            let slot = planner.slot(containing: now)
+            if now - slot < span(grid: planner.slotSeconds) { return WakeWindow(at: slot, kind: .planned) }
+        }
+        return nil
     }
 
     /// The next planned window after the one open now (or after now when none is).
