@@ -133,14 +133,23 @@ public struct RefreshPlanner: Sendable {
     }
 
     public func ineligibility(of candidate: Candidate, at time: Double) -> Ineligibility? {
-        guard let opened = predictor.lastOpen(of: candidate.appID), time - opened < inactiveAfterSeconds else {
-            return .inactive
-        }
+        guard let span = eligibleSpan(of: candidate, lastOpen: predictor.lastOpen(of: candidate.appID)),
+            time < span.until
+        else { return .inactive }
+        return time < span.from ? .tooSoon(until: span.from) : nil
+    }
+
+    /// When `candidate` may be refreshed: from the end of its refresh interval (15 min, longer
+    /// as its weight shrinks; `-infinity` when never refreshed) until `inactiveAfterSeconds`
+    /// after its last open; `nil` when it was never opened. The one statement of the rule that
+    /// `ineligibility`, `choose` and `nextWindow` apply.
+    private func eligibleSpan(of candidate: Candidate, lastOpen: Double?) -> (from: Double, until: Double)? {
+        guard let lastOpen else { return nil }
+        var from = -Double.infinity
         if let refreshed = lastRefresh[candidate.appID] {
-            let until = refreshed + minRefreshIntervalSeconds / max(candidate.weight, Self.minimumWeight)
-            if time < until { return .tooSoon(until: until) }
+            from = refreshed + minRefreshIntervalSeconds / max(candidate.weight, Self.minimumWeight)
         }
-        return nil
+        return (from, lastOpen + inactiveAfterSeconds)
     }
 
     /// The apps among `candidates` that refresh in a window at `time` (the slot holding `time`
@@ -160,13 +169,9 @@ public struct RefreshPlanner: Sendable {
         eligible.reserveCapacity(candidates.count)
         for (i, candidate) in candidates.enumerated() {
             guard let position = predictor.position(of: candidate.appID),
-                let opened = predictor.lastOpen(at: position), time - opened < inactiveAfterSeconds
+                let span = eligibleSpan(of: candidate, lastOpen: predictor.lastOpen(at: position)),
+                span.from <= time, time < span.until
             else { continue }
-            if let refreshed = lastRefresh[candidate.appID],
-                time < refreshed + minRefreshIntervalSeconds / max(candidate.weight, Self.minimumWeight)
-            {
-                continue
-            }
             eligible.append((i, position))
         }
         guard !eligible.isEmpty else { return [] }
@@ -229,13 +234,10 @@ public struct RefreshPlanner: Sendable {
         var spans: [(from: Double, until: Double)] = []
         spans.reserveCapacity(candidates.count)
         for candidate in candidates {
-            guard let opened = predictor.lastOpen(of: candidate.appID) else { continue }
-            let until = opened + inactiveAfterSeconds
-            var from = -Double.infinity
-            if let refreshed = lastRefresh[candidate.appID] {
-                from = refreshed + minRefreshIntervalSeconds / max(candidate.weight, Self.minimumWeight)
-            }
-            if from < until { spans.append((from, until)) }
+            guard let span = eligibleSpan(of: candidate, lastOpen: predictor.lastOpen(of: candidate.appID)),
+                span.from < span.until
+            else { continue }
+            spans.append(span)
         }
         guard !spans.isEmpty else { return nil }
         spans.sort { $0.from < $1.from }
