@@ -53,15 +53,18 @@ extension TaskEngine {
         logger.info("Old usage folded into the hourly aggregates", metadata: ["rows": "\(removed)"])
     }
 
-    /// Appends one usage row; failures are logged, never thrown (a missed row only makes the
-    /// log a little less complete).
-    func appendUsage(_ appID: AppID, _ state: UsageState, at time: UnixTime) {
-        do {
-            try store.appendUsage(appID: appID, state: state, at: time)
-            usageAppends += 1
-            if usageAppends % 1000 == 0 { try pruneUsage(now: time) }
-        } catch {
-            logger.warning("Could not record app usage", metadata: ["app.id": "\(appID)", "error": "\(error)"])
+    /// Appends one usage row, and every 1,000 rows prunes the log. Every source of usage
+    /// (the app units, `ReportUsage`) goes through here.
+    func appendUsage(_ appID: AppID, _ state: UsageState, at time: UnixTime) throws(StoreError) {
+        try store.appendUsage(appID: appID, state: state, at: time)
+        usageAppends += 1
+        if usageAppends % 1000 == 0 {
+            do {
+                try pruneUsage(now: time)
+            } catch {
+                // The row is in; the prune is tried again 1,000 rows later.
+                logger.warning("Could not prune old usage; will try again later", metadata: ["error": "\(error)"])
+            }
         }
     }
 
@@ -81,9 +84,12 @@ extension TaskEngine {
     }
 
     /// The planner's facts now. The planner itself must already be advanced to now.
-    func planningFacts() -> PlanningFacts {
+    /// The weights are worked out for `concerned` apps only (every app when `nil`): an
+    /// evaluation after one app's Submit needs that app's, not a thousand.
+    func planningFacts(concerning concerned: [AppID]? = nil) -> PlanningFacts {
         var weights: [AppID: Double] = [:]
-        for (appID, runtime) in apps {
+        for appID in concerned ?? Array(apps.keys) {
+            guard let runtime = apps[appID] else { continue }
             let weight = Self.refreshWeight(noDataStreak: noDataStreak[appID] ?? 0, violations: runtime.violations)
             if weight < 1 { weights[appID] = weight }
         }

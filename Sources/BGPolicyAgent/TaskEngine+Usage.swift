@@ -21,7 +21,11 @@ extension TaskEngine {
         }
         let now = Self.wallNow()
         let state: UsageState = event.change == .opened ? .foreground : .background
-        appendUsage(appID, state, at: now)
+        do {
+            try appendUsage(appID, state, at: now)
+        } catch {
+            logger.warning("Could not record app usage", metadata: metadata.merging(["error": "\(error)"]) { $1 })
+        }
         logger.debug("App unit changed", metadata: metadata)
         if event.change == .opened { noteOpen(appID, at: now) }
         guard event.change == .opened, var record = apps[appID]?.record else { return }

@@ -452,7 +452,7 @@ actor TaskEngine {
         }
         let now = Self.wallNow()
         do {
-            try store.appendUsage(appID: appID, state: state, at: now)
+            try appendUsage(appID, state, at: now)
             if state == .foreground, var record = apps[appID]?.record {
                 record.lastUsedAt = now
                 try store.saveApp(record)
