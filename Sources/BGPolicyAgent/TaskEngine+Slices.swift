@@ -78,12 +78,13 @@ extension TaskEngine {
         Task { self.evaluate() }
     }
 
-    /// The facts for a decision at `now`; the refresh planner is first advanced to `now`.
-    func context(now: UnixTime) -> SchedulingContext {
+    /// The facts for a decision at `now` about the `concerned` apps (all when `nil`); the
+    /// refresh planner is first advanced to `now`.
+    func context(now: UnixTime, concerning concerned: [AppID]? = nil) -> SchedulingContext {
         refreshPlanner?.advance(to: now)
         return SchedulingContext(
             now: now, conditions: conditions, globalEnabled: globalEnabled, sleeping: sleeping,
-            configuration: configuration, planning: planningFacts())
+            configuration: configuration, planning: planningFacts(concerning: concerned))
     }
 
     func schedulingState(of appID: AppID) -> AppSchedulingState? {
@@ -112,7 +113,8 @@ extension TaskEngine {
             guard !mine.isEmpty || contentWakes.wake(for: appID) != nil else { continue }
             work.append(AppWork(app: state, requests: mine))
         }
-        let decision = policy.decide(work: work, context: context(now: now))
+        let decision = policy.decide(
+            work: work, context: context(now: now, concerning: work.map(\.app.record.appID)))
         let refreshed = decision.refreshed.filter { !delivering.contains($0) }
         if !refreshed.isEmpty { refreshPlanner?.recordWindow(at: now, refreshed: refreshed.map(\.rawValue)) }
         for launch in decision.launches where !delivering.contains(launch.appID) {
