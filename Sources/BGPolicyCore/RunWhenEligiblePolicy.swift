@@ -95,11 +95,7 @@ public struct RunWhenEligiblePolicy: SchedulingPolicy {
         if reasons.isEmpty {
             return Explanation(blocking: [], earliestRun: context.now, summary: "Runs at the next opportunity.")
         }
-        return Explanation(
-            blocking: reasons,
-            earliestRun: Self.timeAllLift(reasons),
-            summary: "Waits: " + reasons.map(\.words).joined(separator: "; ") + "."
-        )
+        return .waiting(reasons, earliestRun: Self.timeAllLift(reasons))
     }
 
     public func refreshStatus(app: AppRecord, context: SchedulingContext) -> RefreshStatus {

@@ -203,6 +203,13 @@ public struct Explanation: Sendable, Equatable {
     }
 
     public var runnable: Bool { blocking.isEmpty }
+
+    /// A request held back by `reasons`: the summary lists their words.
+    public static func waiting(_ reasons: [BlockingReason], earliestRun: UnixTime?) -> Explanation {
+        Explanation(
+            blocking: reasons, earliestRun: earliestRun,
+            summary: "Waits: " + reasons.map(\.words).joined(separator: "; ") + ".")
+    }
 }
 
 /// One app and its pending requests, as a decision takes them: grouped by app, so that the

@@ -169,10 +169,8 @@ public struct WindowPlanner: SchedulingPolicy {
         let window = Self.openWindow(context)
         if !reasons.isEmpty {
             // The request runs no earlier than the window after its last time rule lifts.
-            let earliest = Self.timeAllLift(reasons).map { Self.gridPoint(atOrAfter: $0, grid: grid) }
-            return Explanation(
-                blocking: reasons, earliestRun: earliest,
-                summary: "Waits: " + reasons.map(\.words).joined(separator: "; ") + ".")
+            let earliest = RunWhenEligiblePolicy.timeAllLift(reasons).map { Self.gridPoint(atOrAfter: $0, grid: grid) }
+            return .waiting(reasons, earliestRun: earliest)
         }
         let predicted = context.configuration.refresh.strategy == .predicted ? context.planning.refresh : nil
         if request.kind == .refresh, let planner = predicted {
@@ -197,9 +195,9 @@ public struct WindowPlanner: SchedulingPolicy {
                             ? " (a longer gap than usual: its recent refreshes brought no data or overran)" : ""),
                     liftsAt: at))
                 if let next = planner.nextWindow(after: max(context.now, at - 1), among: [candidate]) {
-                    return waiting(reasons, at: next.time)
+                    return .waiting(reasons, earliestRun: next.time)
                 }
-                return waiting(reasons, at: nil)
+                return .waiting(reasons, earliestRun: nil)
             case nil:
                 break
             }
@@ -210,14 +208,14 @@ public struct WindowPlanner: SchedulingPolicy {
                         words: "refresh runs in the wake window before \(appID) is likely to be opened; "
                             + "the planned window is in \(RunWhenEligiblePolicy.durationWords(next.time - context.now))",
                         liftsAt: next.time))
-                    return waiting(reasons, at: next.time)
+                    return .waiting(reasons, earliestRun: next.time)
                 }
                 reasons.append(BlockingReason(
                     rule: .predictedUse,
                     words: "no open of \(appID) likely enough is predicted in the next 24 hours, "
                         + "or today's refresh budget is spent: it waits for the app's next use"))
             }
-            return waiting(reasons, at: nil)
+            return .waiting(reasons, earliestRun: nil)
         }
         if window != nil {
             return Explanation(blocking: [], earliestRun: context.now, summary: "Runs in the wake window open now.")
@@ -229,11 +227,7 @@ public struct WindowPlanner: SchedulingPolicy {
             words: "work of all apps starts together in wake windows, every \(RunWhenEligiblePolicy.durationWords(grid)) "
                 + "\(words): the next is in \(RunWhenEligiblePolicy.durationWords(next - context.now))",
             liftsAt: next))
-        return waiting(reasons, at: next)
-    }
-
-    private func waiting(_ reasons: [BlockingReason], at time: UnixTime?) -> Explanation {
-        Explanation(blocking: reasons, earliestRun: time, summary: "Waits: " + reasons.map(\.words).joined(separator: "; ") + ".")
+        return .waiting(reasons, earliestRun: next)
     }
 
     public func refreshStatus(app: AppRecord, context: SchedulingContext) -> RefreshStatus {
@@ -248,9 +242,5 @@ public struct WindowPlanner: SchedulingPolicy {
     /// no conditions of its own (the switches, battery, power saver, use, conduct, reachability).
     public func contentReasons(app: AppSchedulingState, context: SchedulingContext, words: Bool = true) -> [BlockingReason] {
         rules.appReasonsBefore(app, context, words: words) + rules.appReasonsAfter(app, nil, context, words: words)
-    }
-
-    static func timeAllLift(_ reasons: [BlockingReason]) -> UnixTime? {
-        RunWhenEligiblePolicy.timeAllLift(reasons)
     }
 }
