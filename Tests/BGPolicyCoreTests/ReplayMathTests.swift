@@ -1,4 +1,5 @@
 @testable import BGPolicyCore
+import Glibc
 import Testing
 
 @Suite("ReplayMath")
@@ -8,6 +9,23 @@ struct ReplayMathTests {
         // exp(x)·exp(−x) = 1 and log(exp(x)) = x.
         #expect(abs(ReplayMath.exp(x) * ReplayMath.exp(-x) - 1) < 1e-12)
         #expect(abs(ReplayMath.log(ReplayMath.exp(x)) - x) < 1e-9 * max(1, abs(x)))
+    }
+
+    /// Against the C library over the whole range the predictor can use, in steps that land on
+    /// every entry of the 2^(j/32) table and both signs of the remainder: within 4 ulps.
+    @Test func expAgreesWithTheCLibrary() {
+        var x = -744.0
+        var worst = 0.0
+        while x <= 709 {
+            let ours = ReplayMath.exp(x), theirs = Glibc.exp(x)
+            if theirs.isNormal { worst = max(worst, abs(ours - theirs) / theirs.ulp) }
+            x += 0.013_7
+        }
+        #expect(worst <= 4, "worst error \(worst) ulps")
+        #expect(ReplayMath.exp(0) == 1)
+        #expect(ReplayMath.exp(-745.5) == 0)
+        #expect(ReplayMath.exp(710) == .infinity)
+        #expect(ReplayMath.exp(.nan).isNaN)
     }
 
     @Test func mathKnownValues() {

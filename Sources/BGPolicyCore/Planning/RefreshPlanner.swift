@@ -159,8 +159,11 @@ public struct RefreshPlanner: Sendable {
         chooseIndices(at: time, among: candidates).map { candidates[$0].appID }
     }
 
-    /// `choose`, as indices into `candidates`, in the order chosen.
-    func chooseIndices(at time: Double, among candidates: [Candidate]) -> [Int] {
+    /// `choose`, as indices into `candidates`, in the order chosen. Candidates whose `skip` entry
+    /// is true are left out, as if absent. `positions`, when given, is `positions(of:)` of the
+    /// same candidates (worked out once for a decision and its look-ahead).
+    func chooseIndices(at time: Double, among candidates: [Candidate], skip: [Bool]? = nil,
+                       positions: [Int?]? = nil) -> [Int] {
         guard tokens >= 1, recentWakes.count < maxWakesPerDay, !wokeInSlot else { return [] }
         // The cheap tests first: is anyone eligible, is the window worth it; then rank. Looking
         // ahead (`nextWindow`) tries many slots, and most fail the threshold. One pass finds
@@ -168,7 +171,9 @@ public struct RefreshPlanner: Sendable {
         var eligible: [(candidate: Int, position: Int)] = []
         eligible.reserveCapacity(candidates.count)
         for (i, candidate) in candidates.enumerated() {
-            guard let position = predictor.position(of: candidate.appID),
+            if let skip, skip[i] { continue }
+            let found = if let positions { positions[i] } else { predictor.position(of: candidate.appID) }
+            guard let position = found,
                 let span = eligibleSpan(of: candidate, lastOpen: predictor.lastOpen(at: position)),
                 span.from <= time, time < span.until
             else { continue }
@@ -193,19 +198,63 @@ public struct RefreshPlanner: Sendable {
             scores.append(weight * p)
             opens.append(p)
         }
-        // Ranked by score, then app id; indices are sorted, not the tuples, so nothing is copied.
-        var order = Array(eligible.indices)
-        order.sort { a, b in
+        // Ranked by score, then app id: only as many as the window may take are picked out.
+        let perWake = Int((refreshesPerAppPerDay * Double(knownApps) / targetWakesPerDay).rounded(.up))
+        let chosen = Self.best(min(perWake, Int(tokens.rounded(.down))), of: eligible.count) { a, b in
             if scores[a] != scores[b] { return scores[a] > scores[b] }
             return candidates[eligible[a].candidate].appID < candidates[eligible[b].candidate].appID
         }
-        let perWake = Int((refreshesPerAppPerDay * Double(knownApps) / targetWakesPerDay).rounded(.up))
-        let chosen = order.prefix(min(perWake, Int(tokens.rounded(.down))))
         // The window is worth what it serves: the chance of an open in the slot, times the share
         // of the apps' predicted opens that the chosen apps carry.
         let served = chosen.reduce(0.0) { $0 + opens[$1] }
         guard total > 0, anyOpen * min(served / total, 1) >= threshold else { return [] }
         return chosen.map { eligible[$0].candidate }
+    }
+
+    /// The first `count` of `0..<n` in the strict total order `precedes`, in that order: what
+    /// sorting all of them and taking a prefix gives, for the cost of a heap of `count` (a window
+    /// takes about a tenth of the apps, and most candidates are turned away at its root).
+    static func best(_ count: Int, of n: Int, by precedes: (Int, Int) -> Bool) -> [Int] {
+        guard count > 0 else { return [] }
+        if count >= n { return (0..<n).sorted(by: precedes) }
+        // A heap whose root is the last of those kept: a newcomer that precedes it takes its place.
+        var heap: [Int] = []
+        heap.reserveCapacity(count)
+        func siftDown(_ start: Int) {
+            var parent = start
+            while true {
+                let left = 2 * parent + 1, right = left + 1
+                var last = parent
+                if left < heap.count, precedes(heap[last], heap[left]) { last = left }
+                if right < heap.count, precedes(heap[last], heap[right]) { last = right }
+                if last == parent { return }
+                heap.swapAt(parent, last)
+                parent = last
+            }
+        }
+        for i in 0..<n {
+            if heap.count < count {
+                heap.append(i)
+                var child = heap.count - 1
+                while child > 0 {
+                    let parent = (child - 1) / 2
+                    guard precedes(heap[parent], heap[child]) else { break }
+                    heap.swapAt(parent, child)
+                    child = parent
+                }
+            } else if precedes(i, heap[0]) {
+                heap[0] = i
+                siftDown(0)
+            }
+        }
+        heap.sort(by: precedes)
+        return heap
+    }
+
+    /// Where each candidate's model is in the predictor (nil for an app never opened): for
+    /// `chooseIndices` and `nextWindow`, so that one decision looks each app up once.
+    func positions(of candidates: [Candidate]) -> [Int?] {
+        candidates.map { predictor.position(of: $0.appID) }
     }
 
     /// Records the refreshes started in a window at `time`.
@@ -227,14 +276,25 @@ public struct RefreshPlanner: Sendable {
     public func nextWindow(after time: Double, among candidates: [Candidate], horizon: Double = 86_400)
         -> (time: Double, apps: [String])?
     {
+        nextWindow(after: time, among: candidates, skip: nil, horizon: horizon)
+    }
+
+    /// `nextWindow`, leaving out the candidates whose `skip` entry is true (those chosen in the
+    /// window open now), without building a new list of the others.
+    func nextWindow(after time: Double, among candidates: [Candidate], skip: [Bool]?, positions: [Int?]? = nil,
+                    horizon: Double = 86_400) -> (time: Double, apps: [String])?
+    {
+        let positions = positions ?? self.positions(of: candidates)
         // When each candidate can be chosen at all: from the end of its refresh interval until
         // 7 days after its last open. Worked out once, so that a slot in which nobody is
         // eligible, or the window is not worth it, costs no ranking: a lookahead over 1,000
         // candidates and 96 slots stays cheap.
         var spans: [(from: Double, until: Double)] = []
         spans.reserveCapacity(candidates.count)
-        for candidate in candidates {
-            guard let span = eligibleSpan(of: candidate, lastOpen: predictor.lastOpen(of: candidate.appID)),
+        for (i, candidate) in candidates.enumerated() {
+            if let skip, skip[i] { continue }
+            guard let position = positions[i],
+                let span = eligibleSpan(of: candidate, lastOpen: predictor.lastOpen(at: position)),
                 span.from < span.until
             else { continue }
             spans.append(span)
@@ -257,8 +317,8 @@ public struct RefreshPlanner: Sendable {
             guard latestUntil > slotStart, future.tokens >= 1, future.recentWakes.count < maxWakesPerDay,
                 future.predictor.probabilityOfAnyOpen(inSlotAt: slotStart) >= ReplayMath.exp(future.logThreshold)
             else { continue }
-            let chosen = future.choose(at: slotStart, among: candidates)
-            if !chosen.isEmpty { return (slotStart, chosen) }
+            let chosen = future.chooseIndices(at: slotStart, among: candidates, skip: skip, positions: positions)
+            if !chosen.isEmpty { return (slotStart, chosen.map { candidates[$0].appID }) }
         }
         return nil
     }

@@ -140,9 +140,12 @@ public struct UsagePredictor: Sendable {
     /// or nil when it was last opened `inactiveAfter` seconds ago or more (it cannot be refreshed).
     func probabilitiesOfActiveApps(inSlotAt time: Double, inactiveAfter: Double) -> [Double?] {
         let shared = sharedFeatures(at: time)
-        return models.indices.map { i in
-            guard let last = models[i].lastOpen, time - last < inactiveAfter else { return nil }
-            return probability(ofModelAt: i, inSlotAt: time, shared: shared)
+        // Read in place: a thousand models are looked at, none is copied or retained.
+        return models.withUnsafeBufferPointer { models in
+            models.indices.map { i in
+                guard let last = models[i].lastOpen, time - last < inactiveAfter else { return nil }
+                return Self.probability(of: models[i], inSlotAt: time, shared: shared)
+            }
         }
     }
 
@@ -171,17 +174,23 @@ public struct UsagePredictor: Sendable {
     }
 
     private func probability(ofModelAt i: Int, inSlotAt time: Double, shared: SharedFeatures) -> Double {
-        let f = featureIndices(of: models[i], at: time, shared: shared)
-        let w = models[i].logistic.weights
+        Self.probability(of: models[i], inSlotAt: time, shared: shared)
+    }
+
+    private static func probability(of model: Model, inSlotAt time: Double, shared: SharedFeatures) -> Double {
+        let f = featureIndices(of: model, at: time, shared: shared)
         // Summed in the order `OnlineLogistic.score` sums `features(of:at:)`.
-        var score = 0.0
-        score += w[f.0]
-        score += w[f.1]
-        score += w[f.2]
-        score += w[f.3]
-        score += w[f.4]
-        score += w[f.5]
-        score += w[f.6]
+        let score = model.logistic.weights.withUnsafeBufferPointer { w in
+            var score = 0.0
+            score += w[f.0]
+            score += w[f.1]
+            score += w[f.2]
+            score += w[f.3]
+            score += w[f.4]
+            score += w[f.5]
+            score += w[f.6]
+            return score
+        }
         return OnlineLogistic.sigmoid(score)
     }
 
@@ -218,7 +227,7 @@ public struct UsagePredictor: Sendable {
     /// The features of `features(of:at:)` without building an array: ranking a thousand apps
     /// in a window allocates nothing per app.
     private func featureIndices(of model: Model, at time: Double) -> (Int, Int, Int, Int, Int, Int, Int) {
-        featureIndices(of: model, at: time, shared: sharedFeatures(at: time))
+        Self.featureIndices(of: model, at: time, shared: sharedFeatures(at: time))
     }
 
     /// The features every app has in common at `time`: worked out once for a whole ranking.
@@ -233,9 +242,12 @@ public struct UsagePredictor: Sendable {
         return SharedFeatures(hour: hour, day: day, userAge: Self.ageBin(lastAnyOpen.map { time - $0 }))
     }
 
-    private func featureIndices(of model: Model, at time: Double, shared: SharedFeatures) -> (Int, Int, Int, Int, Int, Int, Int) {
-        var recent = 0
-        for open in model.recentOpens where open > time - 86_400 { recent += 1 }
+    private static func featureIndices(of model: Model, at time: Double, shared: SharedFeatures) -> (Int, Int, Int, Int, Int, Int, Int) {
+        let recent = model.recentOpens.withUnsafeBufferPointer { opens in
+            var count = 0
+            for open in opens where open > time - 86_400 { count += 1 }
+            return count
+        }
         return (0,
                 Self.appAgeBase + Self.ageBin(model.lastOpen.map { time - $0 }),
                 Self.userAgeBase + shared.userAge,

@@ -103,44 +103,49 @@ public struct WindowPlanner: SchedulingPolicy {
         var ready: [(work: Int, requests: ArraySlice<TaskRequest>, refresh: Int?, content: Bool)] = []
         var candidates: [RefreshPlanner.Candidate] = []
 
-        // By index: `work[index]` is lent to the rules, not copied.
-        for index in work.indices {
-            let (runnable, lifts) = rules.runnableRequests(of: work[index], context: context)
-            // A time rule lifts at the window on or after it: work due close together batches.
-            if let lifts { wake(at: Self.gridPoint(atOrAfter: lifts, grid: grid)) }
-            var requests = runnable
-            var refresh: Int?
-            // In launch order a refresh comes first; it waits for the refresh planner's choice.
-            if predicted != nil, let first = requests.first, first.kind == .refresh {
-                refresh = candidates.count
-                requests = runnable.dropFirst()
-                let appID = work[index].app.record.appID
-                candidates.append(RefreshPlanner.Candidate(
-                    appID: appID.rawValue, weight: context.planning.refreshWeights[appID] ?? 1))
-            }
-            let wakes = !content.isEmpty && content.contains(work[index].app.record.appID)
-                && contentReasons(app: work[index].app, context: context, words: false).isEmpty
-            if window == nil {
-                if !requests.isEmpty || wakes { waitsForWindow = true }
-                continue
-            }
-            if !requests.isEmpty || wakes || refresh != nil {
-                ready.append((index, runnable, refresh, wakes))
+        // Read in place: each app's work is lent to the rules, not copied.
+        work.withUnsafeBufferPointer { work in
+            for index in work.indices {
+                let (runnable, lifts) = rules.runnableRequests(of: work[index], context: context)
+                // A time rule lifts at the window on or after it: work due close together batches.
+                if let lifts { wake(at: Self.gridPoint(atOrAfter: lifts, grid: grid)) }
+                var requests = runnable
+                var refresh: Int?
+                // In launch order a refresh comes first; it waits for the refresh planner's choice.
+                if predicted != nil, let first = requests.first, first.kind == .refresh {
+                    refresh = candidates.count
+                    requests = runnable.dropFirst()
+                    let appID = work[index].app.record.appID
+                    candidates.append(RefreshPlanner.Candidate(
+                        appID: appID.rawValue, weight: context.planning.refreshWeights[appID] ?? 1))
+                }
+                let wakes = !content.isEmpty && content.contains(work[index].app.record.appID)
+                    && contentReasons(app: work[index].app, context: context, words: false).isEmpty
+                if window == nil {
+                    if !requests.isEmpty || wakes { waitsForWindow = true }
+                    continue
+                }
+                if !requests.isEmpty || wakes || refresh != nil {
+                    ready.append((index, runnable, refresh, wakes))
+                }
             }
         }
 
         var chosen = [Bool](repeating: false, count: candidates.count)
         if let planner = predicted, !candidates.isEmpty {
             var count = 0
+            let positions = planner.positions(of: candidates)
             if window != nil {
-                for index in planner.chooseIndices(at: context.now, among: candidates) {
+                for index in planner.chooseIndices(at: context.now, among: candidates, positions: positions) {
                     chosen[index] = true
                     count += 1
                 }
             }
-            if count < candidates.count {
-                let rest = count == 0 ? candidates : candidates.indices.filter { !chosen[$0] }.map { candidates[$0] }
-                if let next = planner.nextWindow(after: context.now, among: rest) { wake(at: next.time) }
+            if count < candidates.count,
+                let next = planner.nextWindow(
+                    after: context.now, among: candidates, skip: count == 0 ? nil : chosen, positions: positions)
+            {
+                wake(at: next.time)
             }
         }
         if waitsForWindow { wake(at: Self.nextPlannedWindow(context)) }

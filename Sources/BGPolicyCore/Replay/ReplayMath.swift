@@ -3,23 +3,52 @@
 enum ReplayMath {
     static let ln2 = 0.693_147_180_559_945_309_417_232_121_458
 
-    /// 1/n for the series, so that each term costs a multiplication, not a division.
-    private static let reciprocals: [Double] = (0...20).map { $0 == 0 ? 0 : 1 / Double($0) }
 
     static func exp(_ x: Double) -> Double {
         if x.isNaN { return x }
         if x > 709 { return .infinity }
         if x < -745 { return 0 }
-        // x = k·ln2 + r with |r| ≤ ln2/2; exp(r) by its series, then scaled by 2^k.
-        let k = (x / ln2).rounded()
-        let r = x - k * ln2
+        // x = (32k + j)·ln2/32 + r with |r| ≤ ln2/64; exp(x) = 2^k · 2^(j/32) · exp(r), with
+        // 2^(j/32) from a table and exp(r) from seven terms of its series (the eighth is under
+        // 1e-17 of it). ln2/32 is split in two so that r stays exact for large n. Fixed
+        // Horner steps, no loop: the predictor takes a sigmoid per app per slot it looks at.
+        let n = (x * (32 / ln2)).rounded()
+        let r = (x - n * ln2Over32High) - n * ln2Over32Low
+        var p = inverseFactorials[7]
+        p = p * r + inverseFactorials[6]
+        p = p * r + inverseFactorials[5]
+        p = p * r + inverseFactorials[4]
+        p = p * r + inverseFactorials[3]
+        p = p * r + inverseFactorials[2]
+        p = p * r + 1
+        p = p * r + 1
+        let whole = Int(n)
+        let j = ((whole % 32) + 32) % 32
+        return p * powersOf2Over32[j] * pow2((whole - j) / 32)
+    }
+
+    /// ln2/32 split as fdlibm splits ln2: a high part whose last 21 bits are zero (so that n
+    /// times it is exact for any n this `exp` sees) and the rest.
+    private static let ln2Over32High = 6.931_471_803_691_238_164_90e-01 / 32
+    private static let ln2Over32Low = 1.908_214_929_270_587_700_02e-10 / 32
+    /// 1/n! for n in 0...7.
+    private static let inverseFactorials: [Double] = {
+        var values = [1.0]
+        for n in 1...7 { values.append(values[n - 1] / Double(n)) }
+        return values
+    }()
+    /// 2^(j/32) for j in 0..<32, worked out once by the plain series (exact to the last ulp or so).
+    private static let powersOf2Over32: [Double] = (0..<32).map { seriesExp(Double($0) * ln2 / 32) }
+
+    /// exp(r) by its series, for |r| ≤ ln2: for the table.
+    private static func seriesExp(_ r: Double) -> Double {
         var term = 1.0, sum = 1.0
-        for n in 1...20 {
-            term *= r * reciprocals[n]
+        for n in 1...30 {
+            term *= r / Double(n)
             sum += term
-            if abs(term) < 1e-17 * sum { break }
+            if abs(term) < 1e-18 * sum { break }
         }
-        return sum * pow2(Int(k))
+        return sum
     }
 
     static func log(_ x: Double) -> Double {
