@@ -151,9 +151,11 @@ public enum AgentInterfaces {
                     balanced or performance; "connectivity" (s) unknown, none, portal, limited or
                     full; "metered" (b) NetworkManager's Metered is yes or guess-yes while it is
                     globally connected; "network_type" (s) unknown, none, ethernet, wifi, mobile,
-                    bluetooth, vpn or other; "idle" (b) logind's IdleHint; "locked" (b) the
+                    bluetooth, vpn or other; "idle" (b) the user is idle: logind's IdleHint, or
+                    no input for [idle] no_input_after by GNOME's idle monitor; "locked" (b) the
                     session is locked; "sources" (as) the inputs that are live (upower, udev,
-                    power-profiles, networkmanager, logind); "summary" (s) the same in words.
+                    power-profiles, networkmanager, logind, mutter); "summary" (s) the same in
+                    words.
                     A boolean or number whose source is not live is left out: unknown.
                     """)
         ])

@@ -83,7 +83,9 @@ public struct AgentService: Service {
                 log.warning("Could not emit PropertiesChanged for Conditions", metadata: ["error": "\(error)"])
             }
         }
-        let conditions = ConditionsService(hub: hub, logger: logger) { event in
+        // "No input for [idle] no_input_after", from GNOME's idle monitor on this same bus.
+        let idleMonitor = IdleMonitorSource(sessionBus: connection, noInputAfter: environment.configuration.idle.noInputAfter)
+        let conditions = ConditionsService(hub: hub, logger: logger, sessionSources: [idleMonitor]) { event in
             // Awaited before the sleep inhibitor is released: slices are expired first.
             await engine.sleepEvent(event)
         }

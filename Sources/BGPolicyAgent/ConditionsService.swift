@@ -3,7 +3,7 @@ import BGPolicyDBus
 import BGPolicySystem
 import Logging
 
-/// Runs every condition source against the system bus and udev, feeding the hub.
+/// Runs every condition source against the system bus, udev and the session bus, feeding the hub.
 ///
 /// The system bus is optional: without it the D-Bus sources are missing and udev alone
 /// reports power. If it is lost, the agent reconnects with a backoff (1 s doubling to
@@ -11,6 +11,8 @@ import Logging
 struct ConditionsService: Sendable {
     let hub: ConditionsHub
     let logger: Logger
+    /// Sources on the agent's own session bus (the idle monitor): they live as long as the agent.
+    var sessionSources: [any ConditionSource] = []
     let onSleep: @Sendable (SleepEvent) async -> Void
 
     func run() async {
@@ -18,7 +20,11 @@ struct ConditionsService: Sendable {
         await withTaskGroup(of: Void.self) { group in
             let udevRereads = Rereads()
             group.addTask { await run(UdevPowerSource(), rereads: udevRereads) }
-            group.addTask { await runSystemBusSources(udevRereads: udevRereads) }
+            let sessionRereads = sessionSources.map { _ in Rereads() }
+            for (source, rereads) in zip(sessionSources, sessionRereads) {
+                group.addTask { await run(source, rereads: rereads) }
+            }
+            group.addTask { await runSystemBusSources(udevRereads: udevRereads, sessionRereads: sessionRereads) }
         }
     }
 
@@ -33,7 +39,7 @@ struct ConditionsService: Sendable {
         await hub.apply(.lost, from: name)
     }
 
-    private func runSystemBusSources(udevRereads: Rereads) async {
+    private func runSystemBusSources(udevRereads: Rereads, sessionRereads: [Rereads]) async {
         var delay = Duration.seconds(1)
         while !Task.isCancelled {
             let bus: DBusConnection
@@ -54,7 +60,7 @@ struct ConditionsService: Sendable {
                 await onSleep(event)
                 // After resume nothing is trusted: every source reads its input again.
                 if event == .resumed {
-                    for r in [rereads.upower, rereads.profiles, rereads.network, udevRereads] { r.poke() }
+                    for r in [rereads.upower, rereads.profiles, rereads.network, udevRereads] + sessionRereads { r.poke() }
                 }
             }
             await withTaskGroup(of: Void.self) { group in

@@ -5,6 +5,9 @@ public enum ConditionSourceName: String, Sendable, CaseIterable, Comparable {
     case powerProfiles = "power-profiles"
     case networkManager = "networkmanager"
     case logind
+    /// GNOME's idle monitor (`org.gnome.Mutter.IdleMonitor`, session bus): no input for
+    /// `[idle] no_input_after`.
+    case mutter
 
     public static func < (lhs: Self, rhs: Self) -> Bool {
         allCases.firstIndex(of: lhs)! < allCases.firstIndex(of: rhs)!
@@ -18,6 +21,7 @@ public enum ConditionReport: Sendable, Equatable {
     case profile(PowerProfile)
     case network(NetworkSample)
     case session(SessionSample)
+    case input(InputSample)
     case lost
 }
 
@@ -31,8 +35,13 @@ public struct Conditions: Sendable, Equatable {
     public var connectivity: Connectivity = .unknown
     public var metered: Bool?
     public var networkType: NetworkType = .unknown
+    /// The user is idle: logind's `IdleHint`, or no input for `[idle] no_input_after`. nil when
+    /// neither source is live.
     public var idle: Bool?
     public var locked: Bool?
+    /// No input for at least `[idle] no_input_after`, from the desktop's idle monitor; nil
+    /// when it is not live.
+    public var noInput: Bool?
     /// The sources that are live.
     public var sources: Set<ConditionSourceName> = []
 
@@ -41,11 +50,13 @@ public struct Conditions: Sendable, Equatable {
     /// The conditions when no source is live: everything unknown.
     public static let unknown = Conditions()
 
-    /// Whether the machine counts as idle for processing work: a locked session, or logind's
-    /// idle hint. nil when no session source is live.
+    /// Whether the machine counts as idle for processing work: a locked session, logind's idle
+    /// hint, or no input for `[idle] no_input_after`. Any one known to hold is enough; nil when
+    /// none is known (neither logind nor the idle monitor is live).
     public var isIdleForProcessing: Bool? {
-        guard let locked, let idle else { return nil }
-        return locked || idle
+        // Asked for every pending processing request in every decision: no array is built.
+        if locked == true || idle == true || noInput == true { return true }
+        return locked == nil && idle == nil && noInput == nil ? nil : false
     }
 
     /// A line that reads the way a person thinks:
@@ -90,7 +101,7 @@ public struct Conditions: Sendable, Equatable {
             parts.append("locked")
         } else if idle == true {
             parts.append("idle")
-        } else if locked == false {
+        } else if locked == false || idle == false {
             parts.append("in use")
         }
         return parts.joined(separator: " — ")
@@ -137,6 +148,7 @@ public struct ConditionsModel: Sendable, Equatable {
     private var profile: PowerProfile?
     private var network: NetworkSample?
     private var session: SessionSample?
+    private var input: InputSample?
     private var live: Set<ConditionSourceName> = []
 
     public init() {}
@@ -158,6 +170,9 @@ public struct ConditionsModel: Sendable, Equatable {
         case .session(let sample):
             session = sample
             live.insert(source)
+        case .input(let sample):
+            input = sample
+            live.insert(source)
         case .lost:
             live.remove(source)
             switch source {
@@ -165,6 +180,7 @@ public struct ConditionsModel: Sendable, Equatable {
             case .powerProfiles: profile = nil
             case .networkManager: network = nil
             case .logind: session = nil
+            case .mutter: input = nil
             }
         }
         return conditions != before
@@ -191,9 +207,13 @@ public struct ConditionsModel: Sendable, Equatable {
             c.metered = network.metered
             c.networkType = network.isOffline ? .none : network.type
         }
-        if let session {
-            c.locked = session.locked
-            c.idle = session.idleHint
+        if let session { c.locked = session.locked }
+        c.noInput = input?.noInput
+        // Either input that says idle is enough; one that says active is not overruled by the
+        // other's silence.
+        switch (session?.idleHint, input?.noInput) {
+        case (nil, nil): c.idle = nil
+        case (let hint, let noInput): c.idle = hint == true || noInput == true
         }
         return c
     }

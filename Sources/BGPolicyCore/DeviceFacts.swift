@@ -177,11 +177,21 @@ public struct NetworkSample: Sendable, Equatable {
 public struct SessionSample: Sendable, Equatable {
     public var locked: Bool
     /// logind's `IdleHint`. GNOME and KDE do not keep it current (see Docs/Conditions.md), so
-    /// the core treats a locked session as idle too.
+    /// the core also counts a locked session, and no input for `[idle] no_input_after`, as idle.
     public var idleHint: Bool
 
     public init(locked: Bool, idleHint: Bool) {
         self.locked = locked
         self.idleHint = idleHint
+    }
+}
+
+/// The user's input, from the desktop's idle monitor (GNOME's `org.gnome.Mutter.IdleMonitor`).
+public struct InputSample: Sendable, Equatable {
+    /// No keyboard, pointer or touch input for at least `[idle] no_input_after`.
+    public var noInput: Bool
+
+    public init(noInput: Bool) {
+        self.noInput = noInput
     }
 }

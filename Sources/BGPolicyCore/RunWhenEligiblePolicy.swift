@@ -210,9 +210,10 @@ public struct RunWhenEligiblePolicy: SchedulingPolicy {
             if words {
                 let state =
                     conditions.isIdleForProcessing == nil
-                    ? "whether the session is idle is unknown (no session information), which counts as not idle"
+                    ? "whether the session is idle is unknown (neither logind nor an idle monitor is live), "
+                        + "which counts as not idle"
                     : "the session is in use"
-                text = "processing work runs only while the session is locked or idle, and \(state)"
+                text = "processing work runs only while the session is locked or idle (no input for a while), and \(state)"
             }
             reasons.append(BlockingReason(rule: .notIdle, words: text))
         }

@@ -9,7 +9,8 @@ import Logging
 ///   `Sessions`, preferring an active graphical one. Its `LockedHint` and `IdleHint` are
 ///   followed through `PropertiesChanged`, and its `Lock`/`Unlock` signals, which logind sends
 ///   on the real session path only. `IdleHint` is not kept current by GNOME or KDE; the core
-///   also counts a locked session as idle (Docs/Conditions.md).
+///   also counts a locked session as idle, and no input by GNOME's idle monitor
+///   (`IdleMonitorSource`; Docs/Conditions.md).
 /// - Sleep: a `sleep` delay inhibitor is held while awake. On `PrepareForSleep(true)` the
 ///   agent is told (it expires running slices), then the inhibitor is released so the machine
 ///   may sleep; on `PrepareForSleep(false)` it is taken again and the agent is told to read

@@ -47,6 +47,7 @@ public enum UdevProbe {
         case .profile: fields.append(("report", quoted("profile")))
         case .network: fields.append(("report", quoted("network")))
         case .session: fields.append(("report", quoted("session")))
+        case .input: fields.append(("report", quoted("input")))
         case .lost: fields.append(("report", quoted("lost")))
         }
         return "{" + fields.map { "\(quoted($0.0)):\($0.1)" }.joined(separator: ",") + "}"

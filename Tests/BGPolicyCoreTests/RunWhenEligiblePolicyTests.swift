@@ -105,7 +105,7 @@ private let ruleCases: [RuleCase] = [
         lift: { $0.context.conditions.idle = true }),
     RuleCase(
         rule: .notIdle, label: "processing with no session source",
-        words: "whether the session is idle is unknown (no session information), which counts as not idle",
+        words: "whether the session is idle is unknown (neither logind nor an idle monitor is live), which counts as not idle",
         block: {
             $0.request.kind = .processing
             $0.context.conditions.locked = nil

@@ -1,0 +1,113 @@
+public import BGPolicyCore
+public import BGPolicyDBus
+import Logging
+
+/// Whether the user has given no input for `[idle] no_input_after`, from GNOME's idle monitor:
+/// mutter's `org.gnome.Mutter.IdleMonitor` at `/org/gnome/Mutter/IdleMonitor/Core` on the
+/// session bus. GNOME does not keep logind's `IdleHint` current, so this is how the agent
+/// learns that a GNOME user is away (Docs/Conditions.md).
+///
+/// Nothing polls. An idle watch of `no_input_after` fires when input has been absent that
+/// long; then a user-active watch fires on the next input (mutter removes a user-active watch
+/// once it has fired, and keeps an idle watch for every later idle period). `GetIdletime` is
+/// asked once per owner, and on each re-read, for the state at the start. Watches belong to
+/// the connection that added them and vanish with mutter, so the name's owner is followed and
+/// a new owner gets new watches. Without mutter (another desktop, a console) this input is not
+/// live and idle rests on logind alone.
+public struct IdleMonitorSource: ConditionSource {
+    public static let busName = "org.gnome.Mutter.IdleMonitor"
+    static let path = try! ObjectPath("/org/gnome/Mutter/IdleMonitor/Core")
+    static let interface = "org.gnome.Mutter.IdleMonitor"
+
+    public let name = ConditionSourceName.mutter
+    let connection: DBusConnection
+    let noInputAfter: Duration
+
+    /// - Parameter noInputAfter: `[idle] no_input_after`; the idle watch's interval.
+    public init(sessionBus: DBusConnection, noInputAfter: Duration) {
+        connection = sessionBus
+        self.noInputAfter = noInputAfter
+    }
+
+    /// The idle watch's interval in milliseconds, as `AddIdleWatch` takes it (at least 1).
+    var intervalMilliseconds: UInt64 {
+        let (seconds, attoseconds) = noInputAfter.components
+        guard seconds >= 0 else { return 1 }
+        let (ms, overflow) = seconds.multipliedReportingOverflow(by: 1000)
+        if overflow { return UInt64(Int64.max) }
+        let (total, overflow2) = ms.addingReportingOverflow(attoseconds / 1_000_000_000_000_000)
+        return overflow2 ? UInt64(Int64.max) : UInt64(max(1, total))
+    }
+
+    public func run(_ context: SourceContext) async {
+        let follower = DaemonFollower(connection: connection, name: Self.busName, logger: context.logger)
+        await follower.run(rereads: context.rereads, lost: { await context.report(.lost) }) { owner in
+            try await follow(owner: owner, context: context)
+        }
+    }
+
+    private func follow(owner: String, context: SourceContext) async throws {
+        let logger = context.logger
+        let monitor = RemoteObject(connection: connection, owner: owner, path: Self.path, interface: Self.interface)
+        // Subscribed before any watch exists, so no WatchFired can be missed.
+        let fired = try await connection.subscribe(
+            MatchRule(sender: owner, interface: Self.interface, member: "WatchFired", path: Self.path))
+        // The watches this session added and mutter still holds: removed when the session ends
+        // (a re-read, or the owner changing), without waiting for a reply, so that this works
+        // in a cancelled task and never leaves a watch firing for nobody.
+        var armed: [UInt32] = []
+        defer {
+            for id in armed { removeWatch(id, owner: owner) }
+        }
+        let interval = intervalMilliseconds
+        let idleWatch = try await monitor.call("AddIdleWatch", [.uint64(interval)]).decode(UInt32.self, at: 0)
+        armed.append(idleWatch)
+        logger.debug(
+            "Idle watch added", metadata: ["bus.unique": "\(owner)", "watch.id": "\(idleWatch)", "interval.ms": "\(interval)"])
+        var activeWatch: UInt32?
+        func addUserActiveWatch() async throws {
+            guard activeWatch == nil else { return }
+            let id = try await monitor.call("AddUserActiveWatch").decode(UInt32.self, at: 0)
+            activeWatch = id
+            armed.append(id)
+            logger.debug("User-active watch added", metadata: ["bus.unique": "\(owner)", "watch.id": "\(id)"])
+        }
+
+        // The state now: already idle for the interval means waiting for the next input.
+        let idleTime = try await monitor.call("GetIdletime").decode(UInt64.self, at: 0)
+        var noInput = idleTime >= interval
+        if noInput { try await addUserActiveWatch() }
+        await context.report(.input(InputSample(noInput: noInput)))
+
+        for try await signal in fired {
+            guard signal.body.count == 1, case .uint32(let id) = signal.body[0] else {
+                logger.warning(
+                    "The idle monitor sent WatchFired with unexpected arguments", metadata: ["signature": "\(signal.signature)"])
+                continue
+            }
+            if id == idleWatch {
+                try await addUserActiveWatch()
+                if !noInput {
+                    noInput = true
+                    await context.report(.input(InputSample(noInput: true)))
+                }
+            } else if id == activeWatch {
+                // Fired once and removed by mutter; the idle watch stays for the next period.
+                activeWatch = nil
+                armed.removeAll { $0 == id }
+                if noInput {
+                    noInput = false
+                    await context.report(.input(InputSample(noInput: false)))
+                }
+            }
+        }
+    }
+
+    /// `RemoveWatch(id)`, sent without waiting for the reply.
+    private func removeWatch(_ id: UInt32, owner: String) {
+        var message = Message.methodCall(
+            destination: owner, path: Self.path, interface: Self.interface, member: "RemoveWatch", body: [.uint32(id)])
+        message.noReplyExpected = true
+        try? connection.send(message)
+    }
+}
