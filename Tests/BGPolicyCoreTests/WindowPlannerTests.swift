@@ -178,6 +178,27 @@ struct WindowPlannerTests {
         #expect(atWindow.refreshed.map(\.rawValue) == [mail])
     }
 
+    /// `[refresh] lead` moves the window by whole 15-min slots: the opens at 09:05 are served by
+    /// the 09:00 window with the default 10 min, by 08:45 with 20 or 25 min, by 08:30 with 40 min.
+    @Test(arguments: [(10, 0, 9, 0), (14, 0, 9, 0), (20, 900, 8, 45), (25, 900, 8, 45), (40, 1800, 8, 30), (60, 3600, 8, 0)])
+    func theLeadMovesTheRefreshWindowBeforeThePredictedOpen(lead: Int, offset: Double, hour: Int, minute: Int) {
+        var refresh = Self.routinePlanner()
+        refresh.leadSeconds = Double(lead * 60)
+        #expect(refresh.predictionOffset == offset)
+        let now = Clock.at(day: 21, 6, 0)
+        refresh.advance(to: now)
+        let apps = [AppID(rawValue: mail)!: appState(mail, lastUsed: now - 75_000)]
+        let pending = [request(mail, .refresh, at: now)]
+        let decision = planner.decide(
+            pending: pending, apps: apps, context: context(now, strategy: .predicted, planning: PlanningFacts(refresh: refresh)))
+        let expected = Clock.at(day: 21, hour, minute)
+        #expect(decision.nextEvaluation == expected, "planned \((decision.nextEvaluation ?? 0) - Clock.at(day: 21, 0, 0))")
+        refresh.advance(to: expected)
+        let atWindow = planner.decide(
+            pending: pending, apps: apps, context: context(expected, strategy: .predicted, planning: PlanningFacts(refresh: refresh)))
+        #expect(atWindow.refreshed.map(\.rawValue) == [mail])
+    }
+
     @Test func theRefreshPlannersSlotsAreWindowsOnAGridThatDoesNotDivideThem() {
         var configuration = PolicyConfiguration.defaults
         configuration.windows.gridOnBattery = .seconds(7 * 60)

@@ -45,6 +45,11 @@ public struct RefreshPlanner: Sendable {
     public var refreshesPerAppPerDay: Double = 2.2
     public var inactiveAfterSeconds: Double = 7 * 86_400
     public var minRefreshIntervalSeconds: Double = 900
+    /// `[refresh] lead`: how long before a predicted open its refresh should come. A refresh at
+    /// a slot start serves the opens of a whole slot, so the lead moves the slot it serves by
+    /// whole slots (`predictionOffset`): with the default 10 min it is the slot the window opens
+    /// (the opens come 0–15 min after the refresh).
+    public var leadSeconds: Double = 600
     /// Apps registered with the agent (in replay, the apps of the trace): the budget is per app
     /// known, registered or seen opened, whichever is more.
     public var registeredAppCount: Int
@@ -52,6 +57,14 @@ public struct RefreshPlanner: Sendable {
     public static let minimumWeight = 0.125
     /// Step of the threshold's online quantile, in log units.
     static let thresholdStep = 0.02
+
+    /// How far after a window the slot starts whose opens its refreshes serve: the whole number
+    /// of slots that brings the mean lead (the offset and half a slot) nearest to `leadSeconds`.
+    /// With 15-min slots: 0 for a lead under 15 min (the opens come 0–15 min after the
+    /// refresh), 15 min for a lead of 15–30 min (they come 15–30 min after it), and so on.
+    public var predictionOffset: Double {
+        (max(0, leadSeconds - slotSeconds / 2) / slotSeconds).rounded() * slotSeconds
+    }
 
     public private(set) var predictor: UsagePredictor
     private var lastRefresh: [String: Double] = [:]
@@ -182,10 +195,13 @@ public struct RefreshPlanner: Sendable {
         guard !eligible.isEmpty else { return [] }
         // The window's value is at most the probability of any open: most slots fail here.
         let threshold = ReplayMath.exp(logThreshold)
-        let anyOpen = predictor.probabilityOfAnyOpen(inSlotAt: time)
+        // The slot whose opens this window's refreshes serve: this one, or a later one for a
+        // long `[refresh] lead`.
+        let target = time + predictionOffset
+        let anyOpen = predictor.probabilityOfAnyOpen(inSlotAt: target)
         guard anyOpen >= threshold else { return [] }
         // The predicted opens of every app in use, candidate or not (in app order).
-        let predicted = predictor.probabilitiesOfActiveApps(inSlotAt: time, inactiveAfter: inactiveAfterSeconds)
+        let predicted = predictor.probabilitiesOfActiveApps(inSlotAt: target, inactiveAfter: inactiveAfterSeconds)
         var total = 0.0
         for position in predictor.positionsInAppOrder { total += predicted[position] ?? 0 }
         var scores: [Double] = []
@@ -194,7 +210,7 @@ public struct RefreshPlanner: Sendable {
         opens.reserveCapacity(eligible.count)
         for (i, position) in eligible {
             let weight = min(max(candidates[i].weight, Self.minimumWeight), 1)
-            let p = predicted[position] ?? predictor.probability(of: candidates[i].appID, inSlotAt: time)
+            let p = predicted[position] ?? predictor.probability(of: candidates[i].appID, inSlotAt: target)
             scores.append(weight * p)
             opens.append(p)
         }
@@ -315,7 +331,8 @@ public struct RefreshPlanner: Sendable {
             }
             future.ageWithoutLearning(to: slotStart)
             guard latestUntil > slotStart, future.tokens >= 1, future.recentWakes.count < maxWakesPerDay,
-                future.predictor.probabilityOfAnyOpen(inSlotAt: slotStart) >= ReplayMath.exp(future.logThreshold)
+                future.predictor.probabilityOfAnyOpen(inSlotAt: slotStart + predictionOffset)
+                    >= ReplayMath.exp(future.logThreshold)
             else { continue }
             let chosen = future.chooseIndices(at: slotStart, among: candidates, skip: skip, positions: positions)
             if !chosen.isEmpty { return (slotStart, chosen.map { candidates[$0].appID }) }
