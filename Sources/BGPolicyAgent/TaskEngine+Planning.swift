@@ -127,11 +127,12 @@ extension TaskEngine {
         return nil
     }
 
-    /// The local time's offset from UTC now, in seconds: the predictor's hours are local hours.
-    /// Read once at start; a change of zone or daylight saving time shifts the learned hours by
-    /// the difference until the agent restarts.
-    static func localUTCOffset() -> Double {
-        var now = time(nil)
+    /// The local time's offset from UTC at `at` (now by default), in seconds: the predictor's
+    /// hours are local hours. Asked before each decision, so daylight saving time is followed;
+    /// the zone itself is what the C library read at start (glibc does not read /etc/localtime
+    /// again), so a change of zone takes effect at the agent's next start.
+    static func localUTCOffset(at: UnixTime? = nil) -> Double {
+        var now = at.map { time_t($0.rounded(.down)) } ?? time(nil)
         var local = tm()
         guard localtime_r(&now, &local) != nil else { return 0 }
         return Double(local.tm_gmtoff)

@@ -199,6 +199,28 @@ struct WindowPlannerTests {
         #expect(atWindow.refreshed.map(\.rawValue) == [mail])
     }
 
+    /// Mail learned at 09:05 local time in winter (UTC+1); when summer time starts (UTC+2) and
+    /// the agent sets the new offset, the refresh moves with the local clock: 09:00 local, an
+    /// hour earlier in UTC than the habit's last day.
+    @Test func learnedHoursFollowTheLocalClockAcrossSummerTime() {
+        var refresh = RefreshPlanner(utcOffsetSeconds: 3600, registeredAppCount: 2)
+        for day in 0..<21 {
+            refresh.recordOpen(of: mail, at: Clock.at(day: day, 8, 5))  // 09:05 at UTC+1
+            refresh.recordOpen(of: news, at: Clock.at(day: day, 18, 35))
+        }
+        let now = Clock.at(day: 21, 4, 0)
+        refresh.advance(to: now)
+        let apps = [AppID(rawValue: mail)!: appState(mail, lastUsed: now - 75_000)]
+        let pending = [request(mail, .refresh, at: now)]
+        func planned(_ r: RefreshPlanner) -> UnixTime? {
+            planner.decide(pending: pending, apps: apps, context: context(now, strategy: .predicted, planning: PlanningFacts(refresh: r)))
+                .nextEvaluation
+        }
+        #expect(planned(refresh) == Clock.at(day: 21, 8, 0))  // 09:00 at UTC+1
+        refresh.utcOffsetSeconds = 7200
+        #expect(planned(refresh) == Clock.at(day: 21, 7, 0))  // 09:00 at UTC+2
+    }
+
     @Test func theRefreshPlannersSlotsAreWindowsOnAGridThatDoesNotDivideThem() {
         var configuration = PolicyConfiguration.defaults
         configuration.windows.gridOnBattery = .seconds(7 * 60)

@@ -67,6 +67,13 @@ public struct RefreshPlanner: Sendable {
     }
 
     public private(set) var predictor: UsagePredictor
+
+    /// The local time's offset from UTC, for the predictor's hours and days (see
+    /// `UsagePredictor.utcOffsetSeconds`).
+    public var utcOffsetSeconds: Double {
+        get { predictor.utcOffsetSeconds }
+        set { predictor.utcOffsetSeconds = newValue }
+    }
     private var lastRefresh: [String: Double] = [:]
     private var recentWakes: [Double] = []
     private var logThreshold = ReplayMath.log(0.2)

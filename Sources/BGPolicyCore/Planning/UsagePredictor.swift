@@ -22,7 +22,9 @@
 /// have learned for the user-level features.
 public struct UsagePredictor: Sendable {
     public let slotSeconds: Double
-    public let utcOffsetSeconds: Double
+    /// The local time's offset from UTC. The agent sets it before each decision, so that a
+    /// change of daylight saving time keeps the learned hours on the local clock.
+    public var utcOffsetSeconds: Double
 
     /// Bin edges (seconds) for "time since the last open".
     static let ageEdges: [Double] = (1...18).map { Double($0) * 300 } + [7200, 10_800, 14_400, 21_600, 28_800,
