@@ -1,9 +1,17 @@
 import BGPolicyCore
 import BGPolicyDBus
+import BGPolicyStore
 import Logging
 
 /// `NotifyContentAvailable`: a sync or push service asks to wake an app. The wake waits, newest
 /// only, for the next wake window, by token bucket on battery (SPEC §2).
+///
+/// The wake and the bucket are kept in memory and stored after it (`content_wakes`,
+/// `content_buckets`), so that a restart loses neither: `loadContentWakes()` puts them back at
+/// start. Memory comes first here, unlike the rest of the engine: a write that fails (a full
+/// disk) is logged and the wake still goes out from memory, because refusing the notification
+/// would lose the wake at once, where a failed write loses it only if the agent also restarts.
+/// The stored wake is removed once `RunTask` has delivered it; a failed delivery leaves it.
 extension TaskEngine {
     /// The largest payload kept, marshalled: a wake says "there is something", the app fetches it.
     static let maximumContentPayload = 4096
@@ -11,7 +19,7 @@ extension TaskEngine {
     /// Apps with an undelivered content-available wake.
     func contentWakeApps() -> [AppID] { contentWakes.undelivered }
 
-    func notifyContentAvailable(caller: String, app text: String, payload: [String: Variant]) throws(SchedulerError) {
+    func notifyContentAvailable(caller: String, app text: String, payload: [String: Variant]) async throws(SchedulerError) {
         guard let appID = AppID(rawValue: text) else {
             throw .invalid("'\(text)' is not an app id: use the reverse-DNS desktop id, such as org.example.Mail")
         }
@@ -43,7 +51,107 @@ extension TaskEngine {
                     detail: "content-available wake from \(caller); delivered in the next wake window"))
             }
         }
+        await storeContentWake(of: appID)
         requestEvaluation(for: appID)
+    }
+
+    // MARK: Keeping wakes across restarts
+
+    /// The encoding of stored payloads (`content_wakes.payload_encoding`): a D-Bus message in
+    /// the wire format of the D-Bus specification ("Message Format", major protocol version 1),
+    /// a method call `org.bgpolicy.Scheduler1.NotifyContentAvailable` to
+    /// `/org/bgpolicy/Agent1` whose body is the payload alone, one `a{sv}`. libdbus writes and
+    /// reads it (`dbus_message_marshal`, `dbus_message_demarshal`); the message carries its own
+    /// byte order. A later agent that stores payloads otherwise names its encoding anew and
+    /// keeps reading this one.
+    static let contentPayloadEncoding = "dbus-message-1"
+
+    static func encodeContentPayload(_ payload: [String: Variant]) throws(DBusError) -> [UInt8] {
+        try Message.methodCall(
+            destination: nil, path: ObjectPath(BGPolicyNames.objectPath), interface: BGPolicyNames.schedulerInterface,
+            member: "NotifyContentAvailable", body: [payload.dbusValue]
+        ).marshal()
+    }
+
+    /// The payload stored in `bytes`, or `nil` when they are not in `encoding`, or `encoding` is
+    /// one this agent does not know.
+    static func decodeContentPayload(_ bytes: [UInt8], encoding: String) -> [String: Variant]? {
+        guard encoding == contentPayloadEncoding,
+            let message = try? Message.demarshal(bytes), message.signature == "a{sv}", let body = message.body.first
+        else { return nil }
+        return try? VariantDictionary(dbusValue: body)
+    }
+
+    /// Writes the app's undelivered wake and its bucket, as they are in memory now, on the
+    /// store's writer thread. The app is not evaluated until the write is done, so that a wake
+    /// is never delivered (and its row removed) before its row is written. A failure is logged;
+    /// the wake stays in memory and is delivered all the same.
+    func storeContentWake(of appID: AppID) async {
+        guard let wake = contentWakes.wake(for: appID) else { return }
+        let metadata: Logger.Metadata = ["app.id": "\(appID)"]
+        let record: ContentWakeRecord
+        do {
+            record = ContentWakeRecord(
+                appID: appID, payload: try Self.encodeContentPayload(wake.payload),
+                payloadEncoding: Self.contentPayloadEncoding, receivedAt: wake.receivedAt,
+                firstReceivedAt: wake.firstReceivedAt, notificationCount: wake.notificationCount)
+        } catch {
+            logger.error(
+                "Could not encode a content-available wake; it is kept in memory only",
+                metadata: metadata.merging(["error": "\(error)"]) { $1 })
+            return
+        }
+        let bucket = contentWakes.bucket(for: appID)
+        beginSaving(appID)
+        defer { endSaving(appID) }
+        let store = store
+        do {
+            try await writer.run { () throws(StoreError) in try store.saveContentWake(record, bucket: bucket) }
+        } catch {
+            logger.error(
+                "Could not store a content-available wake; it is kept in memory only and lost if the agent stops",
+                metadata: metadata.merging(["error": "\(error)"]) { $1 })
+        }
+    }
+
+    /// `RunTask` delivered the app's wake: its row goes, unless a newer wake arrived meanwhile,
+    /// whose row has replaced it. A failure is logged; the wake would then be delivered again
+    /// after a restart.
+    func contentWakeDelivered(_ appID: AppID) {
+        guard contentWakes.wake(for: appID) == nil else { return }
+        do {
+            try store.deleteContentWake(appID: appID)
+        } catch {
+            logger.error(
+                "Could not remove a delivered content-available wake from the store",
+                metadata: ["app.id": "\(appID)", "error": "\(error)"])
+        }
+    }
+
+    /// Puts back the wakes and buckets that the agent stored before it last stopped, at start,
+    /// after the apps are loaded. A wake whose payload cannot be read is left out (and left in
+    /// the file, for the agent that wrote it); its bucket still counts.
+    func loadContentWakes() throws(StoreError) {
+        contentWakes.perHour = configuration.limits.contentAvailablePerHour
+        let buckets = try store.contentBuckets()
+        var wakes: [AppID: ContentAvailableQueue<[String: Variant]>.Wake] = [:]
+        for record in try store.contentWakes() where apps[record.appID] != nil {
+            guard let payload = Self.decodeContentPayload(record.payload, encoding: record.payloadEncoding) else {
+                logger.warning(
+                    "Stored content-available wake not readable; not delivered",
+                    metadata: ["app.id": "\(record.appID)", "encoding": "\(record.payloadEncoding)"])
+                continue
+            }
+            wakes[record.appID] = ContentAvailableQueue.Wake(
+                payload: payload, receivedAt: record.receivedAt, firstReceivedAt: record.firstReceivedAt,
+                notificationCount: max(record.notificationCount, 1))
+        }
+        for appID in Set(wakes.keys).union(buckets.keys) where apps[appID] != nil {
+            contentWakes.restore(appID, wake: wakes[appID], bucket: buckets[appID])
+        }
+        if !wakes.isEmpty {
+            logger.info("Content-available wakes loaded", metadata: ["wakes": "\(wakes.count)", "buckets": "\(buckets.count)"])
+        }
     }
 
     /// The size of `value` in the D-Bus wire format, ignoring alignment padding, or `nil` when

@@ -136,6 +136,12 @@ extension TaskEngine {
             "running": Variant(running),
         ]
         if let nextWindow { status["next_window"] = Variant(Int64(nextWindow.rounded(.up))) }
+        var waiting: [BlockingRule: Int] = [:]
+        for held in holdsByApp.values {
+            for (rule, count) in held { waiting[rule, default: 0] += count }
+        }
+        status["waiting"] = Variant(Dictionary(uniqueKeysWithValues: waiting.map { ($0.key.rawValue, UInt32(clamping: $0.value)) }))
+        status["waiting_summary"] = Variant(BlockingRule.summary(of: waiting))
         let entries = StatusEntry.encode(status)
         statusEntries.withLock { $0 = entries }
     }

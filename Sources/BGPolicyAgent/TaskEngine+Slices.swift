@@ -81,7 +81,12 @@ extension TaskEngine {
     /// The facts for a decision at `now` about the `concerned` apps (all when `nil`); the
     /// refresh planner is first advanced to `now`.
     func context(now: UnixTime, concerning concerned: [AppID]? = nil) -> SchedulingContext {
-        refreshPlanner?.advance(to: now)
+        if refreshPlanner != nil {
+            // Local hours follow daylight saving time (the zone itself is read at start).
+            let offset = Self.localUTCOffset(at: now)
+            if refreshPlanner?.utcOffsetSeconds != offset { refreshPlanner?.utcOffsetSeconds = offset }
+            refreshPlanner?.advance(to: now)
+        }
         return SchedulingContext(
             now: now, conditions: conditions, globalEnabled: globalEnabled, sleeping: sleeping,
             configuration: configuration, planning: planningFacts(concerning: concerned))
@@ -113,8 +118,9 @@ extension TaskEngine {
             guard !mine.isEmpty || contentWakes.wake(for: appID) != nil else { continue }
             work.append(AppWork(app: state, requests: mine))
         }
-        let decision = policy.decide(
-            work: work, context: context(now: now, concerning: work.map(\.app.record.appID)))
+        let facts = context(now: now, concerning: work.map(\.app.record.appID))
+        let decision = policy.decide(work: work, context: facts)
+        noteHolds(of: work, asked: full ? nil : candidates, decision: decision, context: facts)
         let refreshed = decision.refreshed.filter { !delivering.contains($0) }
         if !refreshed.isEmpty { refreshPlanner?.recordWindow(at: now, refreshed: refreshed.map(\.rawValue)) }
         for launch in decision.launches where !delivering.contains(launch.appID) {
@@ -136,6 +142,23 @@ extension TaskEngine {
             scheduleEvaluation(at: next, now: now)
         }
         publishStatus(nextWindow: evaluationTimerDue)
+    }
+
+    /// Records what holds the pending requests of `work` after `decision`, for `GetStatus`:
+    /// the apps `asked` about (all when nil) are counted afresh, the others keep their counts.
+    func noteHolds(of work: [AppWork], asked: Set<AppID>?, decision: SchedulingDecision, context: SchedulingContext) {
+        if let asked {
+            for appID in asked { holdsByApp[appID] = nil }
+        } else {
+            holdsByApp = [:]
+        }
+        var launches: [AppID: Launch] = [:]
+        for launch in decision.launches { launches[launch.appID] = launch }
+        for item in work where !item.requests.isEmpty {
+            let appID = item.app.record.appID
+            let held = policy.holds(item, launched: launches[appID], context: context)
+            if !held.isEmpty { holdsByApp[appID] = held }
+        }
     }
 
     /// One timer, for the next time a rule lifts by itself; none when nothing is due.
@@ -251,6 +274,7 @@ extension TaskEngine {
                      info.dbusValue],
                     timeout: activating ? .seconds(25) : .seconds(10))
                 delivered += 1
+                if member.kind == .contentAvailable { contentWakeDelivered(appID) }
                 appendHistory(HistoryEntry(
                     time: Self.wallNow(), appID: appID, identifier: member.request.identifier, taskID: member.taskID,
                     event: .delivered, kind: member.kind,

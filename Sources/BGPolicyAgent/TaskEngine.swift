@@ -60,6 +60,9 @@ actor TaskEngine {
     var evaluationQueued = false
     var fullEvaluationNeeded = false
     var dirtyApps: Set<AppID> = []
+    /// What holds each app's pending requests after its last evaluation, per rule (apps with
+    /// nothing held are absent): `GetStatus`'s "waiting".
+    var holdsByApp: [AppID: [BlockingRule: Int]] = [:]
     var historyAppends = 0
     var usageAppends = 0
     /// Writes that may wait on the disk, away from the executor (see StoreWriter).
@@ -71,8 +74,8 @@ actor TaskEngine {
     var refreshPlanner: RefreshPlanner?
     /// The latest opportunistic window (unlock, activity, charger, unmetered network).
     var opportunity: Opportunity?
-    /// Undelivered content-available wakes, newest only, and their token buckets. In memory: a
-    /// wake lost with a restart is one the sender's next notification replaces.
+    /// Undelivered content-available wakes, newest only, and their token buckets; stored too,
+    /// and loaded at start (TaskEngine+ContentAvailable.swift).
     var contentWakes: ContentAvailableQueue<[String: Variant]>
     /// Refreshes in a row that brought no data, per app: they lower its standing.
     var noDataStreak: [AppID: Int] = [:]
@@ -95,6 +98,7 @@ actor TaskEngine {
         if configuration.refresh.strategy == .predicted {
             var planner = RefreshPlanner(utcOffsetSeconds: Self.localUTCOffset())
             planner.minRefreshIntervalSeconds = configuration.refresh.minInterval.seconds
+            planner.leadSeconds = configuration.refresh.lead.seconds
             planner.inactiveAfterSeconds = configuration.limits.inactiveAfter.seconds
             refreshPlanner = planner
         }
@@ -129,6 +133,7 @@ actor TaskEngine {
         for request in try store.pendingRequests() {
             pending[request.appID, default: [:]][request.identifier] = request
         }
+        try loadContentWakes()
         do {
             try warmPlanner(now: now)
         } catch {

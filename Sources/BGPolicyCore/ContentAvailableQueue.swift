@@ -13,6 +13,10 @@
 /// received, tests keep strings. Reads no clock: every call that depends on time takes `now`.
 /// Memory is bounded by the number of apps: one bucket and at most one wake each, and a bucket
 /// that has refilled completely and has no wake is dropped (an absent bucket reads as full).
+///
+/// The agent stores each app's wake and bucket after every notification and puts them back
+/// with `restore(_:wake:bucket:)` when it starts, so that a restart neither drops a wake nor
+/// refills a bucket.
 public struct ContentAvailableQueue<Payload: Sendable & Equatable>: Sendable, Equatable {
     /// A wake waiting for the next window.
     public struct Wake: Sendable, Equatable {
@@ -46,11 +50,7 @@ public struct ContentAvailableQueue<Payload: Sendable & Equatable>: Sendable, Eq
         case rateLimited(nextAllowedAt: UnixTime)
     }
 
-    private struct Bucket: Sendable, Equatable {
-        var tokens: Double
-        /// The time `tokens` was worked out at.
-        var updatedAt: UnixTime
-    }
+    public typealias Bucket = ContentAvailableBucket
 
     /// Wakes per app per hour on battery (`limits.content_available_per_hour`), which is also
     /// the bucket's size. May change when the configuration is reloaded: buckets take the new
@@ -131,6 +131,31 @@ public struct ContentAvailableQueue<Payload: Sendable & Equatable>: Sendable, Eq
         wakes.removeValue(forKey: appID)
     }
 
+    // MARK: Saving and restoring
+
+    /// The app's bucket as it was last worked out, not brought forward to any time: what the
+    /// agent stores so that a restart keeps both the count and the refill timing. `nil` when the
+    /// app has none, which reads as a full bucket.
+    public func bucket(for appID: AppID) -> Bucket? {
+        buckets[appID]
+    }
+
+    /// Puts back what an earlier run of the agent stored for `appID`, replacing what the queue
+    /// holds for it: the undelivered wake, if any, and the bucket, if any (`nil` reads as full).
+    /// A bucket's tokens below 0, or not a number, count as 0; above `perHour` they are cut to
+    /// it when the bucket is next read. With an `updatedAt` that is not finite the bucket refills
+    /// nothing until the app's next notification and counts from then, so that a damaged value
+    /// can never fill it at once.
+    public mutating func restore(_ appID: AppID, wake: Wake?, bucket: Bucket?) {
+        wakes[appID] = wake
+        guard var bucket else {
+            buckets.removeValue(forKey: appID)
+            return
+        }
+        if !(bucket.tokens >= 0) { bucket.tokens = 0 }
+        buckets[appID] = bucket
+    }
+
     // MARK: Words
 
     /// Why a notification was refused, for the `LimitsExceeded` error message: "org.example.Mail
@@ -159,7 +184,7 @@ public struct ContentAvailableQueue<Payload: Sendable & Equatable>: Sendable, Eq
         guard var bucket = buckets[appID] else { return Bucket(tokens: capacity, updatedAt: now) }
         // A non-finite time carries no interval: keep the bucket as it was.
         guard now.isFinite else { return Bucket(tokens: min(bucket.tokens, capacity), updatedAt: bucket.updatedAt) }
-        if now > bucket.updatedAt, capacity > 0 {
+        if now > bucket.updatedAt, bucket.updatedAt.isFinite, capacity > 0 {
             // Multiplied before dividing, so that whole refills (1200 s at 3 per hour) are exact.
             bucket.tokens += (now - bucket.updatedAt) * capacity / 3600
         }
@@ -182,5 +207,19 @@ public struct ContentAvailableQueue<Payload: Sendable & Equatable>: Sendable, Eq
             wakes[appID] == nil && refilledBucket(for: appID, at: now).tokens >= capacity
         }
         for appID in full { buckets.removeValue(forKey: appID) }
+    }
+}
+
+/// One app's token bucket for content-available wakes, as `ContentAvailableQueue` keeps it and
+/// the agent stores it.
+public struct ContentAvailableBucket: Sendable, Equatable {
+    /// What was in the bucket at `updatedAt`; it refills continuously from then on.
+    public var tokens: Double
+    /// The time `tokens` was worked out at.
+    public var updatedAt: UnixTime
+
+    public init(tokens: Double, updatedAt: UnixTime) {
+        self.tokens = tokens
+        self.updatedAt = updatedAt
     }
 }

@@ -117,6 +117,39 @@ public struct RunWhenEligiblePolicy: SchedulingPolicy {
         return criticalBatteryReason(context)
     }
 
+    public func holds(_ work: AppWork, launched: Launch?, context: SchedulingContext) -> [BlockingRule: Int] {
+        holds(work, launched: launched, context: context) { _ in nil }
+    }
+
+    /// `holds`, with `unblocked` naming the rule that holds a request no rule of this policy
+    /// blocks (the planner's windows and predictions), or nil to leave it uncounted.
+    func holds(
+        _ work: AppWork, launched: Launch?, context: SchedulingContext, unblocked: (TaskRequest) -> BlockingRule?
+    ) -> [BlockingRule: Int] {
+        var counts: [BlockingRule: Int] = [:]
+        let started = Set(launched?.requests.map(\.identifier) ?? [])
+        let appRules = (appReasonsBefore(work.app, context, words: false)
+            + appReasonsAfter(work.app, nil, context, words: false)).map(\.rule)
+        for request in work.requests where !started.contains(request.identifier) {
+            var held = false
+            for rule in appRules {
+                counts[rule, default: 0] += 1
+                held = true
+            }
+            if !Self.ownConditionsHold(
+                kind: request.kind, earliestBegin: request.earliestBegin, requiresNetwork: request.requiresNetwork,
+                requiresExternalPower: request.requiresExternalPower, context)
+            {
+                for reason in requestReasons(request, context, words: false) {
+                    counts[reason.rule, default: 0] += 1
+                    held = true
+                }
+            }
+            if !held, let rule = unblocked(request) { counts[rule, default: 0] += 1 }
+        }
+        return counts
+    }
+
     /// Every rule that keeps `request` from running at `context.now`, in the order people read
     /// them: the machine, the switches, power, whether the app is used, the request's own
     /// conditions, then the app's recent conduct and reachability.

@@ -29,6 +29,44 @@ public enum BlockingRule: String, Sendable, CaseIterable, Codable {
     case refreshInterval = "refresh-interval"
 }
 
+extension BlockingRule {
+    /// What a request held by this rule waits for, in words that follow "waits for":
+    /// `GetStatus`'s summary of what holds the pending work.
+    public var awaited: String {
+        switch self {
+        case .globalDisabled: "background work to be switched on"
+        case .appDisabled: "their app to be switched on"
+        case .earliestBegin: "their earliest begin"
+        case .criticalBattery: "the battery to charge above critical"
+        case .lowBattery: "the battery to charge (it is low)"
+        case .powerSaver: "power saver to be turned off"
+        case .notIdle: "the session to be idle"
+        case .noNetwork: "a network"
+        case .noExternalPower: "external power"
+        case .appInactive: "their app to be used (unused for 7 days)"
+        case .overrunPenalty: "their app's overrun penalty to end"
+        case .unreachable: "their app to be reachable on the bus"
+        case .appBusy: "their app's running slice to end"
+        case .sleeping: "the machine to wake"
+        case .nextWindow: "the next wake window"
+        case .predictedUse: "the window before their app's predicted use"
+        case .refreshInterval: "their app's refresh interval to pass"
+        }
+    }
+
+    /// "10 wait for the session to be idle; 3 for the next wake window": the counts of
+    /// `SchedulingPolicy.holds`, largest first (then in rule order); "" when nothing waits.
+    public static func summary(of holds: [BlockingRule: Int]) -> String {
+        let order = Dictionary(uniqueKeysWithValues: allCases.enumerated().map { ($1, $0) })
+        let entries = holds.filter { $0.value > 0 }.sorted {
+            $0.value != $1.value ? $0.value > $1.value : order[$0.key]! < order[$1.key]!
+        }
+        return entries.enumerated().map { index, entry in
+            "\(entry.value) " + (index == 0 ? (entry.value == 1 ? "waits for " : "wait for ") : "for ") + entry.key.awaited
+        }.joined(separator: "; ")
+    }
+}
+
 /// One rule that blocks a request, in words a person can act on, and when it lifts by itself
 /// if that is known (a time rule), so the policy can say when the request can run.
 public struct BlockingReason: Sendable, Equatable {
@@ -236,6 +274,12 @@ public protocol SchedulingPolicy: Sendable {
 
     /// What `GetRefreshStatus` tells the app.
     func refreshStatus(app: AppRecord, context: SchedulingContext) -> RefreshStatus
+
+    /// The rules holding those of `work`'s requests that `launched` (the decision's launch for
+    /// the app, if any) does not carry, counted per rule: a request held by several rules counts
+    /// under each. For `GetStatus`; rule keys only, no words, so that it costs about what the
+    /// decision cost.
+    func holds(_ work: AppWork, launched: Launch?, context: SchedulingContext) -> [BlockingRule: Int]
 
     /// Why user-started work (`BeginBackgroundTask`) may not start now, or `nil` when it may.
     func backgroundTaskRefusal(context: SchedulingContext) -> BlockingReason?

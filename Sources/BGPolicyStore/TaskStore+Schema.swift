@@ -107,6 +107,30 @@ extension TaskStore {
                 CREATE INDEX usage_time ON usage(time);
                 """)
         }
+        // Content-available wakes and their rate limit (TaskStore+ContentWakes.swift), so that
+        // a restart neither drops an undelivered wake nor refills a spent bucket.
+        migrator.registerMigration("v3-content-wakes") { db in
+            try db.execute(sql: """
+                -- An app's one undelivered wake (newest only). payload: bytes in the encoding
+                -- that payload_encoding names, which the agent chooses and reads back; the store
+                -- does not look inside.
+                CREATE TABLE content_wakes (
+                    app_id TEXT PRIMARY KEY NOT NULL REFERENCES apps(app_id) ON DELETE CASCADE,
+                    payload BLOB NOT NULL,
+                    payload_encoding TEXT NOT NULL,
+                    received_at REAL NOT NULL,
+                    first_received_at REAL NOT NULL,
+                    notification_count INTEGER NOT NULL DEFAULT 1
+                ) WITHOUT ROWID;
+                -- An app's token bucket as last worked out: tokens at updated_at, refilling
+                -- continuously from then. No row reads as a full bucket.
+                CREATE TABLE content_buckets (
+                    app_id TEXT PRIMARY KEY NOT NULL REFERENCES apps(app_id) ON DELETE CASCADE,
+                    tokens REAL NOT NULL,
+                    updated_at REAL NOT NULL
+                ) WITHOUT ROWID;
+                """)
+        }
         return migrator
     }
 }

@@ -69,7 +69,7 @@ struct StatusReport {
     }
 
     /// The keys `schedulingLines` shows (an agent without a scheduler sends none of them).
-    static let scheduling = ["global_enabled", "apps", "pending", "running", "next_window"]
+    static let scheduling = ["global_enabled", "apps", "pending", "running", "next_window", "waiting", "waiting_summary"]
 
     /// "Background work: on", "Apps: 3, pending: 1", one line per running slice, and the
     /// next planned window: each only when the agent sends its key.
@@ -89,6 +89,9 @@ struct StatusReport {
         }
         if let window = status.integer("next_window") {
             lines.append("Next window: " + TimeText.moment(window, now: now))
+        }
+        if let waiting = status.string("waiting_summary"), !waiting.isEmpty {
+            lines.append("Waiting: " + TableText.cell(waiting) + " (bgpolicy pending says why)")
         }
         return lines
     }

@@ -324,4 +324,94 @@ struct ContentAvailableQueueTests {
                 == "org.example.Mail has used its 3 content-available wakes per hour on battery; "
                 + "the next is allowed in 12 min (unlimited on AC)")
     }
+
+    // MARK: Saving and restoring
+
+    /// Copies what the agent stores for `apps` into a fresh queue, as a restart does.
+    private static func restarted(_ queue: Queue, apps: [AppID]) -> Queue {
+        var fresh = Queue(perHour: queue.perHour)
+        for app in apps {
+            fresh.restore(app, wake: queue.wake(for: app), bucket: queue.bucket(for: app))
+        }
+        return fresh
+    }
+
+    @Test("a restored queue keeps the wake, the count and the refill timing")
+    func restoreKeepsEverything() {
+        var queue = Queue(perHour: 3)
+        _ = queue.notify(mail, payload: "a", at: start, onBattery: true)
+        _ = queue.take(mail)
+        _ = queue.notify(mail, payload: "b", at: start + 60, onBattery: true)
+        _ = queue.take(mail)
+        _ = queue.notify(mail, payload: "c", at: start + 120, onBattery: true)
+        _ = queue.notify(mail, payload: "d", at: start + 130, onBattery: true)
+        _ = queue.notify(chat, payload: "x", at: start + 140, onBattery: false)
+        // Spent at start, start + 60 and start + 120, refilling at 1 token per 20 min since.
+        let bucket = queue.bucket(for: mail)
+        #expect(bucket?.updatedAt == start + 130)
+        #expect(abs((bucket?.tokens ?? -1) - 130.0 / 1200) < 1e-9, "\(String(describing: bucket))")
+
+        var restored = Self.restarted(queue, apps: [mail, chat])
+        #expect(restored == queue)
+        #expect(restored.undelivered == [chat, mail])
+        #expect(restored.wake(for: mail) == Queue.Wake(
+            payload: "d", receivedAt: start + 130, firstReceivedAt: start + 120, notificationCount: 2))
+        // A fourth wake is refused until the first token has come back, 20 min after the start.
+        _ = restored.take(mail)
+        #expect(restored.notify(mail, payload: "e", at: start + 200, onBattery: true) == limited(after: 1200))
+        let tokens = restored.tokensLeft(for: mail, at: start + 200)
+        #expect(abs(tokens - 200.0 * 3 / 3600) < 1e-9, "\(tokens)")
+    }
+
+    @Test("a spent bucket stays spent through a restore, and refills on time")
+    func restoreSpentBucket() {
+        var queue = Queue(perHour: 3)
+        for n in 0..<3 {
+            _ = queue.notify(mail, payload: "\(n)", at: start, onBattery: true)
+            _ = queue.take(mail)
+        }
+        var restored = Self.restarted(queue, apps: [mail])
+        #expect(restored.notify(mail, payload: "4", at: start + 10, onBattery: true) == limited(after: 1200))
+        #expect(restored.notify(mail, payload: "4", at: start + 1200, onBattery: true) == queued(left: 0))
+    }
+
+    @Test("restoring nothing for an app forgets it; a queue with no bucket reads full")
+    func restoreNothing() {
+        var queue = Queue(perHour: 3)
+        _ = queue.notify(mail, payload: "a", at: start, onBattery: true)
+        #expect(queue.bucket(for: chat) == nil)
+        queue.restore(mail, wake: nil, bucket: nil)
+        #expect(queue.wake(for: mail) == nil)
+        #expect(queue.bucket(for: mail) == nil)
+        #expect(queue.tokensLeft(for: mail, at: start) == 3)
+        #expect(queue == Queue(perHour: 3))
+    }
+
+    @Test(
+        "a damaged stored bucket never mints tokens",
+        arguments: [
+            ContentAvailableBucket(tokens: -2, updatedAt: start),
+            ContentAvailableBucket(tokens: .nan, updatedAt: start),
+            ContentAvailableBucket(tokens: 0, updatedAt: .nan),
+            ContentAvailableBucket(tokens: 0, updatedAt: -.infinity),
+            ContentAvailableBucket(tokens: 0, updatedAt: .infinity),
+        ])
+    func restoreDamaged(bucket: ContentAvailableBucket) {
+        var queue = Queue(perHour: 3)
+        queue.restore(mail, wake: nil, bucket: bucket)
+        guard case .rateLimited = queue.notify(mail, payload: "a", at: start, onBattery: true) else {
+            Issue.record("accepted with \(bucket)")
+            return
+        }
+        // From then on it refills as any bucket does.
+        #expect(queue.notify(mail, payload: "b", at: start + 1200, onBattery: true) == queued(left: 0))
+    }
+
+    @Test("too many stored tokens are cut to perHour")
+    func restoreTooMany() {
+        var queue = Queue(perHour: 3)
+        queue.restore(mail, wake: nil, bucket: ContentAvailableBucket(tokens: 50, updatedAt: start))
+        #expect(queue.tokensLeft(for: mail, at: start) == 3)
+        #expect(queue.notify(mail, payload: "a", at: start, onBattery: true) == queued(left: 2))
+    }
 }

@@ -221,6 +221,40 @@ struct WindowPlannerTests {
         #expect(planned(refresh) == Clock.at(day: 21, 7, 0))  // 09:00 at UTC+2
     }
 
+    /// `GetStatus`'s "waiting": per rule, the requests it holds after a decision; launched
+    /// requests are not counted, an app rule counts every request of the app, and a request no
+    /// rule blocks waits for the planner.
+    @Test func holdsCountTheRequestsEachRuleHolds() {
+        var refresh = Self.routinePlanner()
+        let between = Clock.at(day: 21, 6, 5)  // between grid points
+        refresh.advance(to: between)
+        let facts = PlanningFacts(refresh: refresh)
+        let mailApp = appState(mail, lastUsed: between - 75_000)
+        let work = AppWork(app: mailApp, requests: [request(mail, .refresh, at: between), request(mail, .processing, at: between)])
+        var ctx = context(between, strategy: .predicted, planning: facts)
+        ctx.conditions.locked = false
+        ctx.conditions.idle = false
+        #expect(planner.holds(work, launched: nil, context: ctx) == [.predictedUse: 1, .notIdle: 1])
+        ctx.conditions.idle = true
+        #expect(planner.holds(work, launched: nil, context: ctx) == [.predictedUse: 1, .nextWindow: 1])
+        // Power saver holds the app: both requests, and nothing else is said of them.
+        ctx.conditions.powerProfile = .powerSaver
+        #expect(planner.holds(work, launched: nil, context: ctx) == [.powerSaver: 2])
+
+        // In a window, the launched processing request is not waiting; the refresh still is.
+        let window = Clock.at(day: 21, 6, 15)
+        refresh.advance(to: window)
+        let open = context(window, strategy: .predicted, planning: PlanningFacts(refresh: refresh))
+        let decision = planner.decide(work: [work], context: open)
+        #expect(decision.launches.first?.requests.map(\.kind) == [.processing])
+        #expect(planner.holds(work, launched: decision.launches.first, context: open) == [.predictedUse: 1])
+
+        #expect(BlockingRule.summary(of: [.nextWindow: 3, .notIdle: 10]) == "10 wait for the session to be idle; 3 for the next wake window")
+        #expect(BlockingRule.summary(of: [.nextWindow: 1]) == "1 waits for the next wake window")
+        #expect(BlockingRule.summary(of: [:]) == "")
+        #expect(RunWhenEligiblePolicy().holds(work, launched: nil, context: ctx) == [.powerSaver: 2])
+    }
+
     @Test func theRefreshPlannersSlotsAreWindowsOnAGridThatDoesNotDivideThem() {
         var configuration = PolicyConfiguration.defaults
         configuration.windows.gridOnBattery = .seconds(7 * 60)

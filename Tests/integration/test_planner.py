@@ -78,6 +78,7 @@ def test_a_refresh_waits_for_predicted_use_and_explain_and_timeline_agree(laptop
     assert explanation["state"] == "pending"
     assert explanation["blocking"] == ["predicted-use"], explanation
     assert "likely to be opened" in explanation["reasons"][0] or "predicted" in explanation["reasons"][0]
+    assert agent.status().get("waiting") == {"predicted-use": 1}
 
     (timeline,) = agent.admin("GetTimeline", "s", ("org.example.Maps",), "(a{sv})")
     assert timeline["slots"] == 96 and timeline["slot_seconds"] == 900
@@ -116,6 +117,10 @@ def test_processing_waits_for_the_grid_even_when_eligible(world):
     assert "every 1 min on AC" in explanation["reasons"][0], explanation
     status = agent.status()
     assert status.get("next_window") == explanation["earliest_window"], status
+    # GetStatus says what holds the work, by rule and in words; `bgpolicy status` shows it.
+    assert status.get("waiting") == {"next-window": 1}, status
+    assert status.get("waiting_summary") == "1 waits for the next wake window", status
+    assert "Waiting: 1 waits for the next wake window" in agent.cli("status").stdout
     time.sleep(1)
     assert app.events_of("RunTask") == []
 

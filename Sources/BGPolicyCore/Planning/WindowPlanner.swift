@@ -235,6 +235,22 @@ public struct WindowPlanner: SchedulingPolicy {
         return .waiting(reasons, earliestRun: next)
     }
 
+    /// A request no rule blocks waits for the planner: a refresh for its predicted window (or its
+    /// refresh interval), other work for the next wake window.
+    public func holds(_ work: AppWork, launched: Launch?, context: SchedulingContext) -> [BlockingRule: Int] {
+        let planner = context.configuration.refresh.strategy == .predicted ? context.planning.refresh : nil
+        let windowOpen = Self.openWindow(context) != nil
+        return rules.holds(work, launched: launched, context: context) { request in
+            if request.kind == .refresh, let planner {
+                let candidate = RefreshPlanner.Candidate(
+                    appID: request.appID.rawValue, weight: context.planning.refreshWeights[request.appID] ?? 1)
+                if case .tooSoon = planner.ineligibility(of: candidate, at: context.now) { return .refreshInterval }
+                return .predictedUse
+            }
+            return windowOpen ? nil : .nextWindow
+        }
+    }
+
     public func refreshStatus(app: AppRecord, context: SchedulingContext) -> RefreshStatus {
         rules.refreshStatus(app: app, context: context)
     }

@@ -1,0 +1,107 @@
+public import BGPolicyCore
+import struct Foundation.Data
+import GRDB
+
+/// An undelivered content-available wake as stored: `ContentAvailableQueue.Wake` with its
+/// payload in bytes. The store keeps the bytes and the name of their encoding and never looks
+/// inside: the payload is a D-Bus `a{sv}`, and the store does not import the D-Bus layer (the
+/// agent encodes and decodes it; see `TaskEngine+ContentAvailable.swift`).
+public struct ContentWakeRecord: Sendable, Equatable {
+    public var appID: AppID
+    public var payload: [UInt8]
+    /// Which encoding `payload` is in, so that a later agent can change it and still read what
+    /// an earlier one wrote.
+    public var payloadEncoding: String
+    public var receivedAt: UnixTime
+    public var firstReceivedAt: UnixTime
+    public var notificationCount: Int
+
+    public init(
+        appID: AppID, payload: [UInt8], payloadEncoding: String, receivedAt: UnixTime, firstReceivedAt: UnixTime,
+        notificationCount: Int
+    ) {
+        self.appID = appID
+        self.payload = payload
+        self.payloadEncoding = payloadEncoding
+        self.receivedAt = receivedAt
+        self.firstReceivedAt = firstReceivedAt
+        self.notificationCount = notificationCount
+    }
+}
+
+/// Content-available wakes and their rate limit, kept across restarts: each app's one
+/// undelivered wake (`content_wakes`) and its token bucket (`content_buckets`). Both go with
+/// the app's row in `apps` (ON DELETE CASCADE).
+extension TaskStore {
+    /// Every stored wake, by app id. Rows whose app id this agent does not accept are left out
+    /// (and left in the file).
+    public func contentWakes() throws(StoreError) -> [ContentWakeRecord] {
+        try read { db in
+            try Row.fetchAll(db, sql: "SELECT * FROM content_wakes ORDER BY app_id").compactMap { row in
+                guard let appID = AppID(rawValue: try row.decode(String.self, forColumn: "app_id")) else { return nil }
+                let payload = try row.decode(Data.self, forColumn: "payload")
+                return ContentWakeRecord(
+                    appID: appID, payload: [UInt8](payload),
+                    payloadEncoding: try row.decode(String.self, forColumn: "payload_encoding"),
+                    receivedAt: try row.decode(Double.self, forColumn: "received_at"),
+                    firstReceivedAt: try row.decode(Double.self, forColumn: "first_received_at"),
+                    notificationCount: try row.decode(Int.self, forColumn: "notification_count"))
+            }
+        }
+    }
+
+    /// Every stored bucket, by app id. An app without one has a full bucket.
+    public func contentBuckets() throws(StoreError) -> [AppID: ContentAvailableBucket] {
+        try read { db in
+            var buckets: [AppID: ContentAvailableBucket] = [:]
+            for row in try Row.fetchAll(db, sql: "SELECT app_id, tokens, updated_at FROM content_buckets") {
+                guard let appID = AppID(rawValue: try row.decode(String.self, forColumn: "app_id")) else { continue }
+                buckets[appID] = ContentAvailableBucket(
+                    tokens: try row.decode(Double.self, forColumn: "tokens"),
+                    updatedAt: try row.decode(Double.self, forColumn: "updated_at"))
+            }
+            return buckets
+        }
+    }
+
+    /// Stores the app's undelivered wake, replacing the one stored before, and its bucket
+    /// (`nil`: it has none, which reads as full), in one transaction. The app must have been
+    /// saved first (`saveApp`); otherwise this throws `.io` (a foreign key constraint).
+    public func saveContentWake(_ wake: ContentWakeRecord, bucket: ContentAvailableBucket?) throws(StoreError) {
+        try write { db in
+            try db.cachedStatement(
+                sql: """
+                    INSERT INTO content_wakes (app_id, payload, payload_encoding, received_at,
+                        first_received_at, notification_count)
+                    VALUES (?, ?, ?, ?, ?, ?)
+                    ON CONFLICT (app_id) DO UPDATE SET
+                        payload = excluded.payload, payload_encoding = excluded.payload_encoding,
+                        received_at = excluded.received_at, first_received_at = excluded.first_received_at,
+                        notification_count = excluded.notification_count
+                    """
+            ).execute(arguments: [
+                wake.appID.rawValue, Data(wake.payload), wake.payloadEncoding, wake.receivedAt,
+                wake.firstReceivedAt, wake.notificationCount,
+            ])
+            if let bucket {
+                try db.cachedStatement(
+                    sql: """
+                        INSERT INTO content_buckets (app_id, tokens, updated_at) VALUES (?, ?, ?)
+                        ON CONFLICT (app_id) DO UPDATE SET tokens = excluded.tokens, updated_at = excluded.updated_at
+                        """
+                ).execute(arguments: [wake.appID.rawValue, bucket.tokens, bucket.updatedAt])
+            } else {
+                try db.cachedStatement(sql: "DELETE FROM content_buckets WHERE app_id = ?")
+                    .execute(arguments: [wake.appID.rawValue])
+            }
+        }
+    }
+
+    /// Removes the app's stored wake, once it reached the app; its bucket stays. Nothing
+    /// happens when there is none.
+    public func deleteContentWake(appID: AppID) throws(StoreError) {
+        try write { db in
+            try db.cachedStatement(sql: "DELETE FROM content_wakes WHERE app_id = ?").execute(arguments: [appID.rawValue])
+        }
+    }
+}
