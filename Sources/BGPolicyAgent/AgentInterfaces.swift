@@ -33,11 +33,11 @@ public enum AgentInterfaces {
                         running slice: "app_id" (s), "slice_id" (s), "task_ids" (as), "identifiers" (as),
                         "started_at" (x), "deadline" (x), "cpu_percent" (d, once measured);
                         "next_window" (x, when one is due) the next time the agent will look for work to
-                        start even if nothing changes; "waiting" (a{su}) what holds the pending requests:
-                        for each rule (the keys Explain uses), how many requests it holds, a request held
-                        by several rules counting under each; "waiting_summary" (s) the same in words,
-                        such as "10 wait for the session to be idle; 3 for the next wake window" (empty
-                        when nothing waits). Explain gives one request's reasons and earliest window.
+                        start even if nothing changes; "waiting" (a{su}, when something waits) what holds
+                        the pending requests: for each rule (the keys Explain uses), how many requests it
+                        holds, a request held by several rules counting under each; "waiting_summary" (s,
+                        with it) the same in words, such as "10 wait for the session to be idle; 3 for the
+                        next wake window". Explain gives one request's reasons and earliest window.
                         Later versions add keys; clients must ignore keys they do not know.
                         """)
                 ],

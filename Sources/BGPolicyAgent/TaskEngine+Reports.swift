@@ -140,8 +140,11 @@ extension TaskEngine {
         for held in holdsByApp.values {
             for (rule, count) in held { waiting[rule, default: 0] += count }
         }
-        status["waiting"] = Variant(Dictionary(uniqueKeysWithValues: waiting.map { ($0.key.rawValue, UInt32(clamping: $0.value)) }))
-        status["waiting_summary"] = Variant(BlockingRule.summary(of: waiting))
+        // Only when something waits: the reply of an idle agent stays as small as it was.
+        if !waiting.isEmpty {
+            status["waiting"] = Variant(Dictionary(uniqueKeysWithValues: waiting.map { ($0.key.rawValue, UInt32(clamping: $0.value)) }))
+            status["waiting_summary"] = Variant(BlockingRule.summary(of: waiting))
+        }
         let entries = StatusEntry.encode(status)
         statusEntries.withLock { $0 = entries }
     }
