@@ -136,7 +136,8 @@ struct IdleMonitorSourceTests {
         defer { running.cancel() }
         func last() -> ConditionReport? { seen.reports.withLock { $0.last } }
 
-        // mutter appears after the source started; the user is active.
+        // mutter appears after the source has looked for it (and found nobody); the user is active.
+        try await wait("no monitor at the start") { last() == .lost }
         var monitor = try await FakeIdleMonitor(address: bus.address, idleTime: 100)
         try await wait("the idle watch") { monitor.withState { !$0.idleWatches.isEmpty } }
         let idleWatch = try #require(monitor.withState { $0.idleWatches.first })
