@@ -70,7 +70,11 @@ extension TaskEngine {
 
     /// The user opened the app: the predictor learns it, and its work may be due.
     func noteOpen(_ appID: AppID, at time: UnixTime) {
+        guard refreshPlanner != nil else { return }
         refreshPlanner?.recordOpen(of: appID.rawValue, at: time)
+        // The user is at work: a refresh window opens for the apps likely to be opened next.
+        appOpenedAt = time
+        requestEvaluation()
     }
 
     /// A registration the agent did not cause is the app starting, which usually means the user
@@ -96,7 +100,7 @@ extension TaskEngine {
         refreshPlanner?.registeredAppCount = apps.count
         return PlanningFacts(
             refresh: refreshPlanner, opportunity: opportunity, refreshWeights: weights,
-            contentAvailable: Set(contentWakeApps()))
+            contentAvailable: Set(contentWakeApps()), appOpenedAt: appOpenedAt)
     }
 
     /// An app's standing when refreshes are shared out: halved for every two `no-data` answers

@@ -74,6 +74,8 @@ actor TaskEngine {
     var refreshPlanner: RefreshPlanner?
     /// The latest opportunistic window (unlock, activity, charger, unmetered network).
     var opportunity: Opportunity?
+    /// When the user last opened an app (`PlanningFacts.appOpenedAt`).
+    var appOpenedAt: UnixTime?
     /// Undelivered content-available wakes, newest only, and their token buckets; stored too,
     /// and loaded at start (TaskEngine+ContentAvailable.swift).
     var contentWakes: ContentAvailableQueue<[String: Variant]>

@@ -149,15 +149,20 @@ public struct PlanningFacts: Sendable {
     public var refreshWeights: [AppID: Double]
     /// Apps with an undelivered content-available wake.
     public var contentAvailable: Set<AppID>
+    /// When the user last opened an app: for a short while after, a window opens for the
+    /// refreshes the refresh planner chooses, and for nothing else (the user is at work, and
+    /// apps are often opened one after another).
+    public var appOpenedAt: UnixTime?
 
     public init(
         refresh: RefreshPlanner? = nil, opportunity: Opportunity? = nil, refreshWeights: [AppID: Double] = [:],
-        contentAvailable: Set<AppID> = []
+        contentAvailable: Set<AppID> = [], appOpenedAt: UnixTime? = nil
     ) {
         self.refresh = refresh
         self.opportunity = opportunity
         self.refreshWeights = refreshWeights
         self.contentAvailable = contentAvailable
+        self.appOpenedAt = appOpenedAt
     }
 }
 

@@ -255,6 +255,38 @@ struct WindowPlannerTests {
         #expect(RunWhenEligiblePolicy().holds(work, launched: nil, context: ctx) == [.powerSaver: 2])
     }
 
+    /// When the user opens an app, a window opens for a minute for the refreshes the planner
+    /// chooses, and for nothing else: Mail, habitually opened at 09:05, is refreshed right after
+    /// News is opened at 09:02; Mail's processing waits for the grid.
+    @Test func anAppOpenOpensAWindowForChosenRefreshesOnly() {
+        var refresh = Self.routinePlanner()
+        let opened = Clock.at(day: 21, 9, 2)
+        refresh.recordOpen(of: news, at: opened)
+        let apps = [AppID(rawValue: mail)!: appState(mail, lastUsed: opened - 86_000)]
+        let pending = [request(mail, .refresh, at: opened), request(mail, .processing, at: opened)]
+        func decide(at now: UnixTime) -> SchedulingDecision {
+            var r = refresh
+            r.advance(to: now)
+            return planner.decide(
+                pending: pending, apps: apps,
+                context: context(now, strategy: .predicted, planning: PlanningFacts(refresh: r, appOpenedAt: opened)))
+        }
+        let soon = decide(at: opened + 5)
+        #expect(soon.launches.map(\.appID.rawValue) == [mail])
+        #expect(soon.launches.first?.requests.map(\.kind) == [.refresh])
+        #expect(soon.refreshed.map(\.rawValue) == [mail])
+        #expect(soon.window == WakeWindow(at: opened, kind: .afterOpen))
+        // A minute later the window has closed: nothing starts until the next grid point.
+        let later = decide(at: opened + 61)
+        #expect(later.launches.isEmpty)
+        #expect(later.window == nil)
+        // Without an open, the same moment is no window at all.
+        var r = refresh
+        r.advance(to: opened + 5)
+        let none = planner.decide(pending: pending, apps: apps, context: context(opened + 5, strategy: .predicted, planning: PlanningFacts(refresh: r)))
+        #expect(none.launches.isEmpty)
+    }
+
     @Test func theRefreshPlannersSlotsAreWindowsOnAGridThatDoesNotDivideThem() {
         var configuration = PolicyConfiguration.defaults
         configuration.windows.gridOnBattery = .seconds(7 * 60)

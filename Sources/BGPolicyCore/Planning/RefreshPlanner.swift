@@ -18,7 +18,14 @@
 ///   sleeping one none.
 /// - **Which apps.** Candidates in order of their own probability of being opened in the slot,
 ///   weighed by their standing (`Candidate.weight`: apps that keep answering `no-data`, overrun
-///   or burn CPU count for less), while the budget lasts.
+///   or burn CPU count for less), while the budget lasts, and only those whose score reaches a
+///   second threshold that keeps the budget for the likeliest refreshes: it adapts online so
+///   that about half a day's budget stays in the pool (raised a little after each slot in which
+///   less is left, lowered after each in which more is). A user whose opens are few and come in
+///   sessions then gets refreshes in the sessions rather than one app at a time all day.
+/// - **Opportunistic windows.** The caller may ask in any window, not only at slot starts (the
+///   agent when an app is opened or the session unlocked; the replay just after each open): an
+///   opportunistic one is not limited to one window per slot, and is weighed the same way.
 /// - **Budget.** A shared pool accrues `refreshesPerAppPerDay` refreshes a day for every known
 ///   app, up to one day's worth; a refresh spends one, and a window spends at most its share,
 ///   the daily accrual over `targetWakesPerDay`. `periodic:60m` spends 24 a day per app, so
@@ -77,6 +84,12 @@ public struct RefreshPlanner: Sendable {
     private var lastRefresh: [String: Double] = [:]
     private var recentWakes: [Double] = []
     private var logThreshold = ReplayMath.log(0.2)
+    /// The least score an app must have to be refreshed (see "Which apps").
+    private var logAppThreshold = ReplayMath.log(0.01)
+    /// Step of the app threshold's adaptation per slot, in log units, and the share of a day's
+    /// budget it keeps in the pool.
+    static let appThresholdStep = 0.02
+    static let poolTarget = 0.5
     private var tokens: Double = 0
     /// The start of the slot being watched, once the first slot has started.
     private var currentSlot: Double?
@@ -129,6 +142,8 @@ public struct RefreshPlanner: Sendable {
         let known = Double(knownApps)
         let q = min(targetWakesPerDay, refreshesPerAppPerDay * known) * slotSeconds / 86_400
         logThreshold += Self.thresholdStep * ((wokeInSlot ? 1 : 0) - q)
+        let daily = refreshesPerAppPerDay * known
+        if daily > 0 { logAppThreshold += Self.appThresholdStep * (Self.poolTarget - tokens / daily) }
         wokeInSlot = false
     }
 
@@ -175,16 +190,17 @@ public struct RefreshPlanner: Sendable {
     /// The apps among `candidates` that refresh in a window at `time` (the slot holding `time`
     /// must have been reached with `advance(to:)`). Does not change the state: call
     /// `recordWindow` with what was started.
-    public func choose(at time: Double, among candidates: [Candidate]) -> [String] {
-        chooseIndices(at: time, among: candidates).map { candidates[$0].appID }
+    public func choose(at time: Double, among candidates: [Candidate], opportunistic: Bool = false) -> [String] {
+        chooseIndices(at: time, among: candidates, opportunistic: opportunistic).map { candidates[$0].appID }
     }
 
     /// `choose`, as indices into `candidates`, in the order chosen. Candidates whose `skip` entry
-    /// is true are left out, as if absent. `positions`, when given, is `positions(of:)` of the
+    /// is true are left out, as if absent. An `opportunistic` window may open in a slot that
+    /// already had one. `positions`, when given, is `positions(of:)` of the
     /// same candidates (worked out once for a decision and its look-ahead).
     func chooseIndices(at time: Double, among candidates: [Candidate], skip: [Bool]? = nil,
-                       positions: [Int?]? = nil) -> [Int] {
-        guard tokens >= 1, recentWakes.count < maxWakesPerDay, !wokeInSlot else { return [] }
+                       positions: [Int?]? = nil, opportunistic: Bool = false) -> [Int] {
+        guard tokens >= 1, recentWakes.count < maxWakesPerDay, opportunistic || !wokeInSlot else { return [] }
         // The cheap tests first: is anyone eligible, is the window worth it; then rank. Looking
         // ahead (`nextWindow`) tries many slots, and most fail the threshold. One pass finds
         // each candidate's model and tests its eligibility (as `ineligibility` does).
@@ -223,10 +239,13 @@ public struct RefreshPlanner: Sendable {
         }
         // Ranked by score, then app id: only as many as the window may take are picked out.
         let perWake = Int((refreshesPerAppPerDay * Double(knownApps) / targetWakesPerDay).rounded(.up))
-        let chosen = Self.best(min(perWake, Int(tokens.rounded(.down))), of: eligible.count) { a, b in
+        let appThreshold = ReplayMath.exp(logAppThreshold)
+        var chosen = Self.best(min(perWake, Int(tokens.rounded(.down))), of: eligible.count) { a, b in
             if scores[a] != scores[b] { return scores[a] > scores[b] }
             return candidates[eligible[a].candidate].appID < candidates[eligible[b].candidate].appID
         }
+        chosen.removeAll { scores[$0] < appThreshold }
+        guard !chosen.isEmpty else { return [] }
         // The window is worth what it serves: the chance of an open in the slot, times the share
         // of the apps' predicted opens that the chosen apps carry.
         let served = chosen.reduce(0.0) { $0 + opens[$1] }
@@ -285,9 +304,9 @@ public struct RefreshPlanner: Sendable {
         guard !refreshed.isEmpty else { return }
         for app in refreshed { lastRefresh[app] = time }
         tokens = max(tokens - Double(refreshed.count), 0)
+        if recentWakes.last.map({ time - $0 >= 60 }) ?? true { recentWakes.append(time) }
         if !wokeInSlot {
             wokeInSlot = true
-            recentWakes.append(time)
         }
     }
 

@@ -5,6 +5,8 @@ public struct WakeWindow: Sendable, Equatable {
         case planned
         /// The machine is awake and in use anyway.
         case opportunistic(OpportunityReason)
+        /// An app was just opened: a window for the refreshes the refresh planner chooses only.
+        case afterOpen
     }
 
     /// When the window opened: a grid point, or the moment of the opportunity.
@@ -82,6 +84,16 @@ public struct WindowPlanner: SchedulingPolicy {
         return nil
     }
 
+    /// The window for refreshes only that opens when an app is opened (`PlanningFacts.appOpenedAt`)
+    /// and stays open `windowSpan`, under the predicted strategy, when no other window is open.
+    public static func refreshWindow(_ context: SchedulingContext) -> WakeWindow? {
+        guard !context.sleeping, context.configuration.refresh.strategy == .predicted, context.planning.refresh != nil,
+            let opened = context.planning.appOpenedAt, context.now >= opened, context.now - opened < windowSpan,
+            openWindow(context) == nil
+        else { return nil }
+        return WakeWindow(at: opened, kind: .afterOpen)
+    }
+
     /// The next planned window after the one open now (or after now when none is).
     static func nextPlannedWindow(_ context: SchedulingContext) -> UnixTime {
         let grid = grid(context)
@@ -91,6 +103,7 @@ public struct WindowPlanner: SchedulingPolicy {
 
     public func decide(work: [AppWork], context: SchedulingContext) -> SchedulingDecision {
         let window = Self.openWindow(context)
+        let refreshOnly = window == nil ? Self.refreshWindow(context) : nil
         let grid = Self.grid(context)
         let predicted = context.configuration.refresh.strategy == .predicted ? context.planning.refresh : nil
         let content = context.planning.contentAvailable
@@ -123,6 +136,8 @@ public struct WindowPlanner: SchedulingPolicy {
                     && contentReasons(app: work[index].app, context: context, words: false).isEmpty
                 if window == nil {
                     if !requests.isEmpty || wakes { waitsForWindow = true }
+                    // After an app was opened, its refresh alone may go, if the planner chooses it.
+                    if refreshOnly != nil, refresh != nil { ready.append((index, runnable.prefix(1), refresh, false)) }
                     continue
                 }
                 if !requests.isEmpty || wakes || refresh != nil {
@@ -135,8 +150,10 @@ public struct WindowPlanner: SchedulingPolicy {
         if let planner = predicted, !candidates.isEmpty {
             var count = 0
             let positions = planner.positions(of: candidates)
-            if window != nil {
-                for index in planner.chooseIndices(at: context.now, among: candidates, positions: positions) {
+            if let open = window ?? refreshOnly {
+                for index in planner.chooseIndices(
+                    at: context.now, among: candidates, positions: positions, opportunistic: open.kind != .planned)
+                {
                     chosen[index] = true
                     count += 1
                 }
@@ -165,7 +182,8 @@ public struct WindowPlanner: SchedulingPolicy {
             launches.append(Launch(appID: appID, requests: requests, sliceLength: sliceLength, contentAvailable: entry.content))
         }
         return SchedulingDecision(
-            launches: launches, nextEvaluation: nextEvaluation, window: window, refreshed: refreshed.sorted())
+            launches: launches, nextEvaluation: nextEvaluation, window: window ?? (launches.isEmpty ? nil : refreshOnly),
+            refreshed: refreshed.sorted())
     }
 
     public func explain(_ request: TaskRequest, app: AppSchedulingState, context: SchedulingContext) -> Explanation {
@@ -181,7 +199,9 @@ public struct WindowPlanner: SchedulingPolicy {
         if request.kind == .refresh, let planner = predicted {
             let appID = request.appID.rawValue
             let candidate = RefreshPlanner.Candidate(appID: appID, weight: context.planning.refreshWeights[request.appID] ?? 1)
-            if window != nil, planner.choose(at: context.now, among: [candidate]).contains(appID) {
+            if let open = window ?? Self.refreshWindow(context),
+                planner.choose(at: context.now, among: [candidate], opportunistic: open.kind != .planned).contains(appID)
+            {
                 return Explanation(blocking: [], earliestRun: context.now, summary: "Runs in the wake window open now.")
             }
             switch planner.ineligibility(of: candidate, at: context.now) {

@@ -10,13 +10,19 @@ public struct PredictivePolicy: ReplayPolicy {
     public var gridSeconds: Double = 900
     public private(set) var planner: RefreshPlanner
     private var pending: Set<String> = []
+    /// An opportunistic window just after the last open: the user is active.
+    private var opportunity: Double?
+    public var opportunistic = true
 
     public init(registeredAppCount: Int = 0) {
         planner = RefreshPlanner(slotSeconds: 900, registeredAppCount: registeredAppCount)
     }
 
     public mutating func observe(_ event: UsageEvent) {
-        if event.kind == .open { planner.recordOpen(of: event.appID, at: event.time) }
+        if event.kind == .open {
+            planner.recordOpen(of: event.appID, at: event.time)
+            if opportunistic { opportunity = event.time + 1 }
+        }
     }
 
     public mutating func resubmitted(appID: String, at time: Double) {
@@ -26,13 +32,16 @@ public struct PredictivePolicy: ReplayPolicy {
     public mutating func nextWake(after time: Double) -> Double? {
         var grid = (time / gridSeconds).rounded(.down) * gridSeconds
         while grid <= time { grid += gridSeconds }
+        if let opportunity, opportunity > time, opportunity < grid { return opportunity }
         return grid
     }
 
     public mutating func wake(at time: Double) -> [String] {
         planner.advance(to: time)
+        let isOpportunity = time == opportunity
+        if isOpportunity { opportunity = nil }
         let candidates = pending.sorted().map { RefreshPlanner.Candidate(appID: $0) }
-        let chosen = planner.choose(at: time, among: candidates)
+        let chosen = planner.choose(at: time, among: candidates, opportunistic: isOpportunity)
         planner.recordWindow(at: time, refreshed: chosen)
         for app in chosen { pending.remove(app) }
         return chosen
