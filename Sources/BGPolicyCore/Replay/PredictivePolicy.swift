@@ -1,17 +1,19 @@
 /// The `bgpolicy` refresh policy in replay: the agent's `RefreshPlanner` on a virtual clock.
 ///
-/// Windows open only on the 15-min grid (SPEC §2, on battery; aligned to the Unix epoch); a
-/// replay has no unlock, charger or network events, so it has no opportunistic windows. At each
-/// grid point the apps with a pending refresh request (each app resubmits after each open and
-/// each refresh) are the candidates, all in good standing (a trace has no slice results), and
-/// the planner chooses among them. A refresh at a grid point serves opens in the next 15
-/// minutes, so its lead before a predicted open is 0–15 min.
+/// Windows open on the 15-min grid (SPEC §2, on battery; aligned to the Unix epoch), and a
+/// second after each open, as the agent opens one when an app is opened (the user is at work;
+/// a replay has no unlock, charger or network events). In each window the apps with a pending
+/// refresh request (each app resubmits after each open and each refresh) are the candidates, all
+/// in good standing (a trace has no slice results), and the planner chooses among them. A
+/// refresh at a grid point serves opens in the next 15 minutes, so its lead before a predicted
+/// open is 0–15 min.
 public struct PredictivePolicy: ReplayPolicy {
     public var gridSeconds: Double = 900
     public private(set) var planner: RefreshPlanner
     private var pending: Set<String> = []
-    /// An opportunistic window just after the last open: the user is active.
+    /// The window a second after the last open, until it has come.
     private var opportunity: Double?
+    /// Whether windows open after opens (the default, as in the agent).
     public var opportunistic = true
 
     public init(registeredAppCount: Int = 0) {
