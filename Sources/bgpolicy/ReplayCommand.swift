@@ -25,11 +25,17 @@ struct ReplayCommand: ParsableCommand {
     @Flag(name: .long, help: "Print the figures as a JSON object, for scripts.")
     var json = false
 
+    @Option(name: .long, help: ArgumentHelp(
+        "Also write every refresh the policy made to this CSV file (timestamp,app_id), to score it with another evaluator.",
+        valueName: "file"))
+    var refreshes: String?
+
     /// A trace that cannot be read (EX_NOINPUT) or parsed (EX_DATAERR).
     static let noInput = ExitCode(66)
     static let badData = ExitCode(65)
 
     func validate() throws {
+        if refreshes == "" { throw ValidationError("--refreshes needs the name of the file to write.") }
         do {
             _ = try ReplayPolicyChoice(parsing: policy)
         } catch {
@@ -58,8 +64,27 @@ struct ReplayCommand: ParsableCommand {
             Self.printError("\(trace): \(error.description)")
             throw Self.badData
         }
-        let metrics = choice.metrics(over: parsed)
+        let made = choice.refreshes(over: parsed)
+        if let refreshes {
+            if let problem = TimelineCommand.write(Self.refreshesText(made), to: refreshes) {
+                Self.printError("cannot write \(refreshes): \(problem)")
+                throw TimelineCommand.cannotCreate
+            }
+        }
+        let metrics = ReplayMetrics.compute(trace: parsed, refreshes: made)
         print(json ? Self.jsonText(metrics) : Self.tableText(metrics, policy: choice))
+    }
+
+    /// The refreshes as a CSV file: a header, then one `timestamp,app_id` line per refresh in
+    /// time order, timestamps as the trace writes them (whole seconds without a fraction).
+    static func refreshesText(_ refreshes: [ReplayRefresh]) -> String {
+        var text = "timestamp,app_id\n"
+        for refresh in refreshes {
+            let t = refresh.time
+            let stamp = t == t.rounded() && abs(t) < 1e15 ? String(Int64(t)) : "\(t)"
+            text += stamp + "," + refresh.appID + "\n"
+        }
+        return text
     }
 
     static func jsonText(_ metrics: ReplayMetrics) -> String {

@@ -92,6 +92,29 @@ def test_synthetic_trace_has_the_worked_answer(synthetic, policy, expected):
     assert [figures[k] for k in KEYS] == pytest.approx(expected)
 
 
+def test_refreshes_file_lists_every_refresh(synthetic, tmp_path):
+    # oracle:10m refreshes 10 min before every open; the open at 0 has none (a replay starts at
+    # the first event). The figures on standard output are unchanged by the option.
+    out = tmp_path / "refreshes.csv"
+    r = subprocess.run([str(bgpolicy()), "replay", "--trace", str(synthetic), "--policy", "oracle:10m", "--json",
+                        "--refreshes", str(out)], capture_output=True, text=True, timeout=20)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout) == replay(synthetic, "oracle:10m")
+    assert out.read_text().splitlines() == [
+        "timestamp,app_id", f"{D + 400},a", f"{D + 3400},b", f"{D + 6700},a"]
+    # periodic:60m: every app of the trace on the hour, as many lines as refreshes_per_day says.
+    r = subprocess.run([str(bgpolicy()), "replay", "--trace", str(synthetic), "--policy", "periodic:60m",
+                        "--refreshes", str(out)], capture_output=True, text=True, timeout=20)
+    assert r.returncode == 0, r.stderr
+    rows = [line.split(",") for line in out.read_text().splitlines()[1:]]
+    assert rows and all(int(t) % 3600 == 0 and app in ("a", "b") for t, app in rows)
+    # A file that cannot be written: exit 73 and a message, nothing on standard output.
+    r = subprocess.run([str(bgpolicy()), "replay", "--trace", str(synthetic), "--refreshes", str(tmp_path / "no" / "x")],
+                       capture_output=True, text=True, timeout=20)
+    assert r.returncode == 73 and r.stdout == "", (r.returncode, r.stdout)
+    assert "cannot write" in r.stderr and "No such file or directory" in r.stderr, r.stderr
+
+
 def test_table_names_every_figure(synthetic):
     r = subprocess.run([str(bgpolicy()), "replay", "--trace", str(synthetic), "--policy", "oracle:10m"],
                        capture_output=True, text=True, timeout=20)
