@@ -136,10 +136,7 @@ extension TaskEngine {
             "running": Variant(running),
         ]
         if let nextWindow { status["next_window"] = Variant(Int64(nextWindow.rounded(.up))) }
-        var waiting: [BlockingRule: Int] = [:]
-        for held in holdsByApp.values {
-            for (rule, count) in held { waiting[rule, default: 0] += count }
-        }
+        let waiting = holdsTotal
         // Only when something waits: the reply of an idle agent stays as small as it was.
         if !waiting.isEmpty {
             status["waiting"] = Variant(Dictionary(uniqueKeysWithValues: waiting.map { ($0.key.rawValue, UInt32(clamping: $0.value)) }))

@@ -148,17 +148,24 @@ extension TaskEngine {
     /// the apps `asked` about (all when nil) are counted afresh, the others keep their counts.
     func noteHolds(of work: [AppWork], asked: Set<AppID>?, decision: SchedulingDecision, context: SchedulingContext) {
         if let asked {
-            for appID in asked { holdsByApp[appID] = nil }
+            for appID in asked {
+                guard let old = holdsByApp.removeValue(forKey: appID) else { continue }
+                for (rule, count) in old { holdsTotal[rule, default: 0] -= count }
+            }
         } else {
             holdsByApp = [:]
+            holdsTotal = [:]
         }
         var launches: [AppID: Launch] = [:]
         for launch in decision.launches { launches[launch.appID] = launch }
         for item in work where !item.requests.isEmpty {
             let appID = item.app.record.appID
             let held = policy.holds(item, launched: launches[appID], context: context)
-            if !held.isEmpty { holdsByApp[appID] = held }
+            guard !held.isEmpty else { continue }
+            holdsByApp[appID] = held
+            for (rule, count) in held { holdsTotal[rule, default: 0] += count }
         }
+        holdsTotal = holdsTotal.filter { $0.value > 0 }
     }
 
     /// One timer, for the next time a rule lifts by itself; none when nothing is due.

@@ -63,6 +63,9 @@ actor TaskEngine {
     /// What holds each app's pending requests after its last evaluation, per rule (apps with
     /// nothing held are absent): `GetStatus`'s "waiting".
     var holdsByApp: [AppID: [BlockingRule: Int]] = [:]
+    /// The sum of `holdsByApp`, kept as it changes: `GetStatus` is published after every
+    /// Submit, and summing a thousand apps each time would cost more than the Submit.
+    var holdsTotal: [BlockingRule: Int] = [:]
     var historyAppends = 0
     var usageAppends = 0
     /// Writes that may wait on the disk, away from the executor (see StoreWriter).
