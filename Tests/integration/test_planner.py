@@ -60,8 +60,11 @@ def test_work_of_two_apps_starts_together_in_a_grid_window(world):
     assert explanation["earliest_window"] % GRID == 0, explanation
     time.sleep(0.3)
     news.submit("org.example.News.refresh")
+    # GetStatus counts what waits, across apps, and forgets it once it has started.
+    assert agent.status().get("waiting") == {"next-window": 2}
     a = mail.wait_run_task(timeout=3 * GRID)
     b = news.wait_run_task(timeout=3 * GRID)
+    th.wait_until(lambda: "waiting" not in agent.status(), 5, "nothing waits once both have started")
     assert abs(a["time"] - b["time"]) < 1.0, (a, b)
     assert in_window(a["time"]) and in_window(b["time"]), (a["time"] % GRID, b["time"] % GRID)
     assert a["time"] >= explanation["earliest_window"] - 0.01
