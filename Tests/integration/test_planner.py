@@ -7,6 +7,8 @@ case with a manual clock; these check that the agent acts on them with real cloc
 
 import json
 import math
+import random
+import sqlite3
 import time
 
 from gi.repository import GLib
@@ -126,6 +128,43 @@ def test_processing_waits_for_the_grid_even_when_eligible(world):
     assert "Waiting: 1 waits for the next wake window" in agent.cli("status").stdout
     time.sleep(1)
     assert app.events_of("RunTask") == []
+
+
+def test_opening_an_app_opens_a_window_for_the_refreshes_the_planner_chooses(laptop):
+    world = laptop
+    agent = world.start_agent(planner=True)
+    agent.stop()
+    # Three weeks of use in the usage log, read back at start: Notes, then Mail two minutes
+    # later, seven times a day. The planner learns them, and its budget fills up.
+    rng = random.Random(5)
+    now = time.time()
+    rows = []
+    for day in range(1, 22):
+        for hour in range(8, 22, 2):
+            t = now - day * 86400 - (now % 86400) + hour * 3600 + rng.uniform(0, 3000)
+            rows += [("org.example.Notes", "foreground", t), ("org.example.Mail", "foreground", t + 120)]
+    db = sqlite3.connect(world.tmp / "state" / "bgpolicy" / "bgpolicy.sqlite")
+    with db:
+        db.executemany("INSERT INTO usage (app_id, state, time) VALUES (?, ?, ?)", rows)
+    db.close()
+    agent.restart()
+    notes = world.registered_app("org.example.Notes", ["org.example.Notes.refresh"])
+    mail = world.registered_app("org.example.Mail", ["org.example.Mail.refresh"])
+    # Registering counts as opening: wait out that minute, clear of the 15-min grid's windows.
+    registered = time.time()
+    while time.time() - registered < 61 or not 61 < time.time() % 900 < 880:
+        time.sleep(0.2)
+    mail.submit("org.example.Mail.refresh")
+    explanation = agent.explain("org.example.Mail", "org.example.Mail.refresh")
+    assert explanation["state"] == "pending" and "predicted-use" in explanation["blocking"], explanation
+    time.sleep(1.5)
+    assert mail.events_of("RunTask") == []
+    # The user opens Notes: a window opens for the refreshes the planner chooses, and Mail's goes.
+    notes.scheduler("ReportUsage", "s", ("foreground",))
+    run = mail.wait_run_task("org.example.Mail.refresh", timeout=10)
+    assert run["time"] % 900 >= 61, run
+    delivered = agent.wait_history("delivered", app_id="org.example.Mail")
+    assert "in a refresh window opened because an app was opened" in delivered["detail"], delivered
 
 
 def test_unlocking_opens_an_opportunistic_window(world):
