@@ -26,7 +26,9 @@ public struct WakeWindow: Sendable, Equatable {
 ///   stay open `windowSpan` (60 s, the span within which refreshes count as one wake-up; a
 ///   quarter of the grid on a finer grid).
 ///   Opportunistic windows open when the user unlocks or becomes active, the charger is plugged
-///   in, or an unmetered network appears (`PlanningFacts.opportunity`). Every eligible piece of
+///   in, or an unmetered network appears (`PlanningFacts.opportunity`). When an app is opened
+///   (`PlanningFacts.appOpenedAt`), a window opens for `windowSpan` for the refreshes the refresh
+///   planner chooses, and nothing else (`refreshWindow`). Every eligible piece of
 ///   work of every app starts in the same window; a time rule (an `earliest_begin`, a penalty)
 ///   that lifts between two grid points lifts at the next one, so work due close together is
 ///   batched.
