@@ -147,11 +147,12 @@ extension TaskEngine {
     /// Records what holds the pending requests of `work` after `decision`, for `GetStatus`:
     /// the apps `asked` about (all when nil) are counted afresh, the others keep their counts.
     func noteHolds(of work: [AppWork], asked: Set<AppID>?, decision: SchedulingDecision, context: SchedulingContext) {
+        func forget(_ appID: AppID) {
+            guard let old = holdsByApp.removeValue(forKey: appID) else { return }
+            for (rule, count) in old { holdsTotal[rule, default: 0] -= count }
+        }
         if let asked {
-            for appID in asked {
-                guard let old = holdsByApp.removeValue(forKey: appID) else { continue }
-                for (rule, count) in old { holdsTotal[rule, default: 0] -= count }
-            }
+            for appID in asked { forget(appID) }
         } else {
             holdsByApp = [:]
             holdsTotal = [:]
@@ -160,6 +161,7 @@ extension TaskEngine {
         for launch in decision.launches { launches[launch.appID] = launch }
         for item in work where !item.requests.isEmpty {
             let appID = item.app.record.appID
+            forget(appID)
             let held = policy.holds(item, launched: launches[appID], context: context)
             guard !held.isEmpty else { continue }
             holdsByApp[appID] = held
