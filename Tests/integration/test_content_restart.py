@@ -14,7 +14,7 @@ import pytest
 
 import tasks_helpers as th
 from tasks_helpers import expect_error, world  # noqa: F401 - the fixture
-from test_recovery import SizeLimitedDisk, TmpfsDisk, mount_small_tmpfs
+from test_recovery import simulated_full_disk
 
 APP_ID = "org.example.Mail"
 IDENTIFIERS = ["org.example.Mail.refresh"]
@@ -135,10 +135,7 @@ def test_a_bucket_spent_on_battery_stays_spent_after_a_restart(laptop):
 
 
 def test_on_a_full_disk_the_wake_is_accepted_and_kept_in_memory(world):
-    mount = world.tmp / "state"
-    refused = mount_small_tmpfs(world, mount)
-    disk = SizeLimitedDisk(world, mount) if refused else TmpfsDisk(world, mount)
-    print(f"full disk simulated with {type(disk).__name__}" + (f" (no tmpfs: {refused})" if refused else ""))
+    disk = simulated_full_disk(world)
     agent = disk.start_agent(world)
     first = world.registered_app(APP_ID, IDENTIFIERS, name="mail-1")
     first.quit()

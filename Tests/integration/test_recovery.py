@@ -198,11 +198,17 @@ class XfszIgnoringAgent(th.TaskAgent):
         return self
 
 
-def test_full_disk_loses_no_pending_request_and_the_agent_keeps_serving(world):
+def simulated_full_disk(world):
+    """The state directory on a small tmpfs, or under RLIMIT_FSIZE where mounting is refused."""
     mount = world.tmp / "state"
     refused = mount_small_tmpfs(world, mount)
     disk = SizeLimitedDisk(world, mount) if refused else TmpfsDisk(world, mount)
     print(f"full disk simulated with {type(disk).__name__}" + (f" (no tmpfs: {refused})" if refused else ""))
+    return disk
+
+
+def test_full_disk_loses_no_pending_request_and_the_agent_keeps_serving(world):
+    disk = simulated_full_disk(world)
     agent = disk.start_agent(world)
     app = world.registered_app(APP, IDENTIFIERS)
     app.submit(IDENTIFIERS[0], "refresh", earliest_begin=later(3600))
