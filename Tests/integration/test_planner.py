@@ -135,12 +135,13 @@ def test_opening_an_app_opens_a_window_for_the_refreshes_the_planner_chooses(lap
     agent = world.start_agent(planner=True)
     agent.stop()
     # Three weeks of use in the usage log, read back at start: Notes, then Mail two minutes
-    # later, seven times a day. The planner learns them, and its budget fills up.
+    # later, every hour of the day (so that whenever the test runs, it is a time of use). The
+    # planner learns them, and its budget fills up.
     rng = random.Random(5)
     now = time.time()
     rows = []
     for day in range(1, 22):
-        for hour in range(8, 22, 2):
+        for hour in range(24):
             t = now - day * 86400 - (now % 86400) + hour * 3600 + rng.uniform(0, 3000)
             rows += [("org.example.Notes", "foreground", t), ("org.example.Mail", "foreground", t + 120)]
     db = sqlite3.connect(world.tmp / "state" / "bgpolicy" / "bgpolicy.sqlite")
