@@ -96,7 +96,7 @@ public struct UsagePredictor: Sendable {
             i = models.count
             models.append(Model(logistic: OnlineLogistic(startingFrom: shared.logistic.weights)))
             index[appID] = i
-            let place = Self.insertionPoint(of: appID, in: order)
+            let place = Self.upperBound(of: appID, in: order)
             order.insert(appID, at: place)
             sorted.insert(i, at: place)
         }
@@ -158,25 +158,11 @@ public struct UsagePredictor: Sendable {
     /// on the order apps arrived in.
     var positionsInAppOrder: [Int] { sorted }
 
-    /// Where `appID` goes in the sorted `ids` (binary search).
-    static func insertionPoint(of appID: String, in ids: [String]) -> Int {
-        var low = 0, high = ids.count
-        while low < high {
-            let middle = (low + high) / 2
-            if ids[middle] > appID { high = middle } else { low = middle + 1 }
-        }
-        return low
-    }
-
     /// The last open of the app at `position` (see `position(of:)`).
     func lastOpen(at position: Int) -> Double? { models[position].lastOpen }
 
     private func probability(ofModelAt i: Int, inSlotAt time: Double) -> Double {
-        probability(ofModelAt: i, inSlotAt: time, shared: sharedFeatures(at: time))
-    }
-
-    private func probability(ofModelAt i: Int, inSlotAt time: Double, shared: SharedFeatures) -> Double {
-        Self.probability(of: models[i], inSlotAt: time, shared: shared)
+        Self.probability(of: models[i], inSlotAt: time, shared: sharedFeatures(at: time))
     }
 
     private static func probability(of model: Model, inSlotAt time: Double, shared: SharedFeatures) -> Double {
@@ -264,12 +250,16 @@ public struct UsagePredictor: Sendable {
         return bin(age, ageEdges)
     }
 
-    /// How many of the ascending `edges` are at most `value` (binary search).
-    static func bin(_ value: Double, _ edges: [Double]) -> Int {
-        var low = 0, high = edges.count
+    /// How many of the ascending `edges` are at most `value`: the bin `value` falls in.
+    static func bin(_ value: Double, _ edges: [Double]) -> Int { upperBound(of: value, in: edges) }
+
+    /// How many of the ascending `sorted` are at most `value` (binary search): where `value`
+    /// goes to keep them sorted, after its equals. Bins features, and places a new app's id.
+    static func upperBound<T: Comparable>(of value: T, in sorted: [T]) -> Int {
+        var low = 0, high = sorted.count
         while low < high {
             let middle = (low + high) / 2
-            if value >= edges[middle] { low = middle + 1 } else { high = middle }
+            if value >= sorted[middle] { low = middle + 1 } else { high = middle }
         }
         return low
     }
