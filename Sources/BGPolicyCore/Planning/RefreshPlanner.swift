@@ -200,7 +200,7 @@ public struct RefreshPlanner: Sendable {
     /// same candidates (worked out once for a decision and its look-ahead).
     func chooseIndices(at time: Double, among candidates: [Candidate], skip: [Bool]? = nil,
                        positions: [Int?]? = nil, opportunistic: Bool = false) -> [Int] {
-        guard tokens >= 1, recentWakes.count < maxWakesPerDay, opportunistic || !wokeInSlot else { return [] }
+        guard mayOpenWindow(opportunistic: opportunistic) else { return [] }
         // The cheap tests first: is anyone eligible, is the window worth it; then rank. Looking
         // ahead (`nextWindow`) tries many slots, and most fail the threshold. One pass finds
         // each candidate's model and tests its eligibility (as `ineligibility` does).
@@ -216,13 +216,10 @@ public struct RefreshPlanner: Sendable {
             eligible.append((i, position))
         }
         guard !eligible.isEmpty else { return [] }
-        // The window's value is at most the probability of any open: most slots fail here.
-        let threshold = ReplayMath.exp(logThreshold)
         // The slot whose opens this window's refreshes serve: this one, or a later one for a
         // long `[refresh] lead`.
         let target = time + predictionOffset
-        let anyOpen = predictor.probabilityOfAnyOpen(inSlotAt: target)
-        guard anyOpen >= threshold else { return [] }
+        guard let (anyOpen, threshold) = openChance(at: time) else { return [] }
         // The predicted opens of every app in use, candidate or not (in app order).
         let predicted = predictor.probabilitiesOfActiveApps(inSlotAt: target, inactiveAfter: inactiveAfterSeconds)
         var total = 0.0
@@ -251,6 +248,22 @@ public struct RefreshPlanner: Sendable {
         let served = chosen.reduce(0.0) { $0 + opens[$1] }
         guard total > 0, anyOpen * min(served / total, 1) >= threshold else { return [] }
         return chosen.map { eligible[$0].candidate }
+    }
+
+    /// Whether the budget and the wake-up bound leave room for a window now: a token, fewer than
+    /// `maxWakesPerDay` windows in the last 24 hours, and (unless `opportunistic`) none yet in
+    /// this slot.
+    private func mayOpenWindow(opportunistic: Bool) -> Bool {
+        tokens >= 1 && recentWakes.count < maxWakesPerDay && (opportunistic || !wokeInSlot)
+    }
+
+    /// The probability of some open in the slot a window at `time` serves, and the threshold a
+    /// window's value must reach, when that probability reaches it (a window's value is at most
+    /// it, so most slots fail here); else nil.
+    private func openChance(at time: Double) -> (anyOpen: Double, threshold: Double)? {
+        let threshold = ReplayMath.exp(logThreshold)
+        let anyOpen = predictor.probabilityOfAnyOpen(inSlotAt: time + predictionOffset)
+        return anyOpen >= threshold ? (anyOpen, threshold) : nil
     }
 
     /// The first `count` of `0..<n` in the strict total order `precedes`, in that order: what
@@ -305,9 +318,7 @@ public struct RefreshPlanner: Sendable {
         for app in refreshed { lastRefresh[app] = time }
         tokens = max(tokens - Double(refreshed.count), 0)
         if recentWakes.last.map({ time - $0 >= 60 }) ?? true { recentWakes.append(time) }
-        if !wokeInSlot {
-            wokeInSlot = true
-        }
+        wokeInSlot = true
     }
 
     /// The first slot start after `time`, within `horizon` seconds, at which `choose` would pick
@@ -356,9 +367,9 @@ public struct RefreshPlanner: Sendable {
                 next += 1
             }
             future.ageWithoutLearning(to: slotStart)
-            guard latestUntil > slotStart, future.tokens >= 1, future.recentWakes.count < maxWakesPerDay,
-                future.predictor.probabilityOfAnyOpen(inSlotAt: slotStart + predictionOffset)
-                    >= ReplayMath.exp(future.logThreshold)
+            // The cheap tests of `chooseIndices`, before its pass over the candidates.
+            guard latestUntil > slotStart, future.mayOpenWindow(opportunistic: false),
+                future.openChance(at: slotStart) != nil
             else { continue }
             let chosen = future.chooseIndices(at: slotStart, among: candidates, skip: skip, positions: positions)
             if !chosen.isEmpty { return (slotStart, chosen.map { candidates[$0].appID }) }

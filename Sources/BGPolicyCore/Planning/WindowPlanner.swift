@@ -87,11 +87,11 @@ public struct WindowPlanner: SchedulingPolicy {
     }
 
     /// The window for refreshes only that opens when an app is opened (`PlanningFacts.appOpenedAt`)
-    /// and stays open `windowSpan`, under the predicted strategy, when no other window is open.
-    public static func refreshWindow(_ context: SchedulingContext) -> WakeWindow? {
+    /// and stays open `windowSpan`, under the predicted strategy. It counts only when no other
+    /// window is open: callers ask after `openWindow` gave none.
+    static func refreshWindow(_ context: SchedulingContext) -> WakeWindow? {
         guard !context.sleeping, context.configuration.refresh.strategy == .predicted, context.planning.refresh != nil,
-            let opened = context.planning.appOpenedAt, context.now >= opened, context.now - opened < windowSpan,
-            openWindow(context) == nil
+            let opened = context.planning.appOpenedAt, context.now >= opened, context.now - opened < windowSpan
         else { return nil }
         return WakeWindow(at: opened, kind: .afterOpen)
     }
