@@ -128,14 +128,14 @@ public struct RunWhenEligiblePolicy: SchedulingPolicy {
     ) -> [BlockingRule: Int] {
         var counts: [BlockingRule: Int] = [:]
         let started = Set(launched?.requests.map(\.identifier) ?? [])
+        let waiting = work.requests.filter { !started.contains($0.identifier) }
+        guard !waiting.isEmpty else { return counts }
+        // An app rule holds every waiting request of the app.
         let appRules = (appReasonsBefore(work.app, context, words: false)
             + appReasonsAfter(work.app, nil, context, words: false)).map(\.rule)
-        for request in work.requests where !started.contains(request.identifier) {
-            var held = false
-            for rule in appRules {
-                counts[rule, default: 0] += 1
-                held = true
-            }
+        for rule in appRules { counts[rule, default: 0] += waiting.count }
+        for request in waiting {
+            var held = !appRules.isEmpty
             if !Self.ownConditionsHold(
                 kind: request.kind, earliestBegin: request.earliestBegin, requiresNetwork: request.requiresNetwork,
                 requiresExternalPower: request.requiresExternalPower, context)
