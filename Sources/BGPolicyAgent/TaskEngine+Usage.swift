@@ -27,15 +27,23 @@ extension TaskEngine {
             logger.warning("Could not record app usage", metadata: metadata.merging(["error": "\(error)"]) { $1 })
         }
         logger.debug("App unit changed", metadata: metadata)
-        if event.change == .opened { noteOpen(appID, at: now) }
-        guard event.change == .opened, var record = apps[appID]?.record else { return }
-        record.lastUsedAt = now
+        guard event.change == .opened else { return }
         do {
-            try store.saveApp(record)
+            try noteUse(of: appID, at: now)
         } catch {
             logger.warning("Could not record that the app was used", metadata: metadata.merging(["error": "\(error)"]) { $1 })
-            return
         }
+    }
+
+    /// The user opened `appID` at `time` (its unit appeared, or it reported itself in the
+    /// foreground): the predictor learns it, and a registered app's record keeps it as its last
+    /// use, which lifts the 7-day rule and may let its work run now. Throws when the record
+    /// cannot be saved; the predictor has learned the open by then, as the usage log has it.
+    func noteUse(of appID: AppID, at time: UnixTime) throws(StoreError) {
+        noteOpen(appID, at: time)
+        guard var record = apps[appID]?.record else { return }
+        record.lastUsedAt = time
+        try store.saveApp(record)
         apps[appID]?.record = record
         requestEvaluation(for: appID)
     }

@@ -463,16 +463,10 @@ actor TaskEngine {
         let now = Self.wallNow()
         do {
             try appendUsage(appID, state, at: now)
-            if state == .foreground, var record = apps[appID]?.record {
-                record.lastUsedAt = now
-                try store.saveApp(record)
-                apps[appID]?.record = record
-            }
-            if state == .foreground { noteOpen(appID, at: now) }
+            if state == .foreground { try noteUse(of: appID, at: now) }
         } catch {
             throw .storage(error)
         }
-        if state == .foreground { requestEvaluation(for: appID) }
     }
 
     func refreshStatus(caller: String) throws(SchedulerError) -> RefreshStatus {
