@@ -72,9 +72,20 @@ extension TaskEngine {
     func noteOpen(_ appID: AppID, at time: UnixTime) {
         guard refreshPlanner != nil else { return }
         refreshPlanner?.recordOpen(of: appID.rawValue, at: time)
-        // The user is at work: a refresh window opens for the apps likely to be opened next.
-        appOpenedAt = time
+        appsInUse.insert(appID)
         requestEvaluation()
+    }
+
+    /// The user left the app (its unit went away, or it reported itself in the background): the
+    /// planner learns whether the user comes back to it soon, and a window opens for a minute
+    /// for the app's own refresh, if the planner chooses it (`WindowPlanner.refreshWindow`).
+    /// Only an app the user opened counts: the end of a launch the agent made is not the user
+    /// leaving anything.
+    func noteLeft(_ appID: AppID, at time: UnixTime) {
+        guard refreshPlanner != nil, appsInUse.remove(appID) != nil else { return }
+        refreshPlanner?.recordClose(of: appID.rawValue, at: time)
+        appLeft = AppLeft(appID: appID, at: time)
+        requestEvaluation(for: appID)
     }
 
     /// A registration the agent did not cause is the app starting, which usually means the user
@@ -100,7 +111,7 @@ extension TaskEngine {
         refreshPlanner?.registeredAppCount = apps.count
         return PlanningFacts(
             refresh: refreshPlanner, opportunity: opportunity, refreshWeights: weights,
-            contentAvailable: Set(contentWakeApps()), appOpenedAt: appOpenedAt)
+            contentAvailable: Set(contentWakeApps()), appLeft: appLeft)
     }
 
     /// An app's standing when refreshes are shared out: halved for every two `no-data` answers

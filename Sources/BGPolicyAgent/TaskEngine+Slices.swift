@@ -205,7 +205,7 @@ extension TaskEngine {
         switch window?.kind {
         case .planned?: words = "in the planned wake window"
         case .opportunistic(let reason)?: words = "in a wake window opened because \(reason.words)"
-        case .afterOpen?: words = "in a refresh window opened because an app was opened"
+        case .afterUse?: words = "in a refresh window opened because the user left the app"
         case nil: words = "when eligible"
         }
         if predicted { words += "; refresh ahead of the app's predicted use" }

@@ -27,7 +27,10 @@ extension TaskEngine {
             logger.warning("Could not record app usage", metadata: metadata.merging(["error": "\(error)"]) { $1 })
         }
         logger.debug("App unit changed", metadata: metadata)
-        guard event.change == .opened else { return }
+        guard event.change == .opened else {
+            noteLeft(appID, at: now)
+            return
+        }
         do {
             try noteUse(of: appID, at: now)
         } catch {

@@ -77,8 +77,10 @@ actor TaskEngine {
     var refreshPlanner: RefreshPlanner?
     /// The latest opportunistic window (unlock, activity, charger, unmetered network).
     var opportunity: Opportunity?
-    /// When the user last opened an app (`PlanningFacts.appOpenedAt`).
-    var appOpenedAt: UnixTime?
+    /// The app the user last left, and when (`PlanningFacts.appLeft`).
+    var appLeft: AppLeft?
+    /// Apps the user opened and has not left since (`noteOpen`, `noteLeft`).
+    var appsInUse: Set<AppID> = []
     /// Undelivered content-available wakes, newest only, and their token buckets; stored too,
     /// and loaded at start (TaskEngine+ContentAvailable.swift).
     var contentWakes: ContentAvailableQueue<[String: Variant]>
@@ -463,7 +465,7 @@ actor TaskEngine {
         let now = Self.wallNow()
         do {
             try appendUsage(appID, state, at: now)
-            if state == .foreground { try noteUse(of: appID, at: now) }
+            if state == .foreground { try noteUse(of: appID, at: now) } else { noteLeft(appID, at: now) }
         } catch {
             throw .storage(error)
         }

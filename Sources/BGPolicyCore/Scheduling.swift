@@ -149,20 +149,31 @@ public struct PlanningFacts: Sendable {
     public var refreshWeights: [AppID: Double]
     /// Apps with an undelivered content-available wake.
     public var contentAvailable: Set<AppID>
-    /// When the user last opened an app: for a short while after, a window opens for the
-    /// refreshes the refresh planner chooses, and for nothing else (the user is at work, and
-    /// apps are often opened one after another).
-    public var appOpenedAt: UnixTime?
+    /// The app the user last left, and when: for a short while after, a window opens for that
+    /// app's refresh alone, if the refresh planner chooses it (people come back soon to the
+    /// apps they switch between).
+    public var appLeft: AppLeft?
 
     public init(
         refresh: RefreshPlanner? = nil, opportunity: Opportunity? = nil, refreshWeights: [AppID: Double] = [:],
-        contentAvailable: Set<AppID> = [], appOpenedAt: UnixTime? = nil
+        contentAvailable: Set<AppID> = [], appLeft: AppLeft? = nil
     ) {
         self.refresh = refresh
         self.opportunity = opportunity
         self.refreshWeights = refreshWeights
         self.contentAvailable = contentAvailable
-        self.appOpenedAt = appOpenedAt
+        self.appLeft = appLeft
+    }
+}
+
+/// The user left (closed) an app: its unit went away, or it reported itself in the background.
+public struct AppLeft: Sendable, Equatable {
+    public var appID: AppID
+    public var at: UnixTime
+
+    public init(appID: AppID, at: UnixTime) {
+        self.appID = appID
+        self.at = at
     }
 }
 

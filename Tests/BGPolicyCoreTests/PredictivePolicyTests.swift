@@ -21,14 +21,14 @@ struct PredictivePolicyTests {
         return UsageTrace(events: events)
     }
 
-    @Test func refreshesOnTheGridOrJustAfterAnOpenAtMostOncePer15MinutesPerApp() {
+    @Test func refreshesOnTheGridOrJustAfterACloseAtMostOncePer15MinutesPerApp() {
         var policy = PredictivePolicy()
         let trace = Self.routine
         let refreshes = ReplayDriver.run(trace, policy: &policy)
         #expect(!refreshes.isEmpty)
-        // A window on the 15-min grid, or the opportunistic one a second after an open.
-        let afterOpens = Set(trace.events.filter { $0.kind == .open }.map { $0.time + 1 })
-        #expect(refreshes.allSatisfy { $0.time.truncatingRemainder(dividingBy: 900) == 0 || afterOpens.contains($0.time) })
+        // A window on the 15-min grid, or the one a second after a close, for the app left.
+        let afterCloses = Set(trace.events.filter { $0.kind == .close }.map { "\($0.time + 1) \($0.appID)" })
+        #expect(refreshes.allSatisfy { $0.time.truncatingRemainder(dividingBy: 900) == 0 || afterCloses.contains("\($0.time) \($0.appID)") })
         var last: [String: Double] = [:]
         for refresh in refreshes {
             if let previous = last[refresh.appID] { #expect(refresh.time - previous >= 900) }

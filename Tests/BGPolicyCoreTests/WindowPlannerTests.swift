@@ -255,36 +255,63 @@ struct WindowPlannerTests {
         #expect(RunWhenEligiblePolicy().holds(work, launched: nil, context: ctx) == [.powerSaver: 2])
     }
 
-    /// When the user opens an app, a window opens for a minute for the refreshes the planner
-    /// chooses, and for nothing else: Mail, habitually opened at 09:05, is refreshed right after
-    /// News is opened at 09:02; Mail's processing waits for the grid.
-    @Test func anAppOpenOpensAWindowForChosenRefreshesOnly() {
+    /// When the user leaves an app, a window opens for a minute for that app's refresh alone,
+    /// if the planner chooses it: yes for Mail, which the user keeps coming back to within
+    /// minutes, and no for Mail refreshed 5 minutes before (at most one refresh per 15 min).
+    /// Processing and the other app's refresh wait for the grid.
+    @Test(arguments: [false, true])
+    func leavingAnAppOpensAWindowForItsOwnRefreshOnly(refreshedBefore: Bool) {
+        let left = mail, refreshed = !refreshedBefore
         var refresh = Self.routinePlanner()
-        let opened = Clock.at(day: 21, 9, 2)
-        refresh.recordOpen(of: news, at: opened)
-        let apps = [AppID(rawValue: mail)!: appState(mail, lastUsed: opened - 86_000)]
-        let pending = [request(mail, .refresh, at: opened), request(mail, .processing, at: opened)]
-        func decide(at now: UnixTime) -> SchedulingDecision {
-            var r = refresh
-            r.advance(to: now)
-            return planner.decide(
-                pending: pending, apps: apps,
-                context: context(now, strategy: .predicted, planning: PlanningFacts(refresh: r, appOpenedAt: opened)))
+        // A week of afternoons: Mail left and reopened every 10 minutes, News read once.
+        for day in 14..<21 {
+            for k in 0..<6 {
+                let at = Clock.at(day: day, 14, 0) + Double(k) * 600
+                refresh.recordOpen(of: mail, at: at)
+                refresh.recordClose(of: mail, at: at + 120)
+            }
+            refresh.recordOpen(of: news, at: Clock.at(day: day, 15, 30))
+            refresh.recordClose(of: news, at: Clock.at(day: day, 15, 35))
         }
-        let soon = decide(at: opened + 5)
-        #expect(soon.launches.map(\.appID.rawValue) == [mail])
-        #expect(soon.launches.first?.requests.map(\.kind) == [.refresh])
-        #expect(soon.refreshed.map(\.rawValue) == [mail])
-        #expect(soon.window == WakeWindow(at: opened, kind: .afterOpen))
+        // The user comes back to Mail within minutes, and to News not for hours: learned.
+        #expect(refresh.reuseProbability(of: mail) > 0.7)
+        #expect(refresh.reuseProbability(of: news) < 0.3)
+        let leftAt = Clock.at(day: 21, 14, 2)
+        refresh.recordOpen(of: left, at: leftAt - 420)
+        if refreshedBefore {
+            refresh.advance(to: leftAt - 300)
+            refresh.recordWindow(at: leftAt - 300, refreshed: [left])
+        }
+        refresh.recordClose(of: left, at: leftAt)
+        let other = left == mail ? news : mail
+        let apps = [AppID(rawValue: left)!: appState(left, lastUsed: leftAt - 120),
+                    AppID(rawValue: other)!: appState(other, lastUsed: leftAt - 3600)]
+        let pending = [request(left, .refresh, at: leftAt - 3600), request(left, .processing, at: leftAt - 3600),
+                       request(other, .refresh, at: leftAt - 3600)]
+        let facts = PlanningFacts(refresh: refresh, appLeft: AppLeft(appID: AppID(rawValue: left)!, at: leftAt))
+        func decide(at now: UnixTime, _ facts: PlanningFacts = facts) -> SchedulingDecision {
+            var facts = facts
+            facts.refresh?.advance(to: now)
+            return planner.decide(pending: pending, apps: apps, context: context(now, strategy: .predicted, planning: facts))
+        }
+        let soon = decide(at: leftAt + 5)
+        #expect(soon.launches.map(\.appID.rawValue) == (refreshed ? [left] : []))
+        #expect(soon.launches.first?.requests.map(\.kind) == (refreshed ? [.refresh] : nil))
+        #expect(soon.refreshed.map(\.rawValue) == (refreshed ? [left] : []))
+        #expect(soon.window == (refreshed ? WakeWindow(at: leftAt, kind: .afterUse) : nil))
+        var later = facts.refresh!
+        later.advance(to: leftAt + 5)
+        let explanation = planner.explain(
+            pending[0], app: apps[AppID(rawValue: left)!]!,
+            context: context(leftAt + 5, strategy: .predicted, planning: PlanningFacts(
+                refresh: later, appLeft: AppLeft(appID: AppID(rawValue: left)!, at: leftAt))))
+        #expect((explanation.earliestRun == leftAt + 5) == refreshed)
         // A minute later the window has closed: nothing starts until the next grid point.
-        let later = decide(at: opened + 61)
-        #expect(later.launches.isEmpty)
-        #expect(later.window == nil)
-        // Without an open, the same moment is no window at all.
-        var r = refresh
-        r.advance(to: opened + 5)
-        let none = planner.decide(pending: pending, apps: apps, context: context(opened + 5, strategy: .predicted, planning: PlanningFacts(refresh: r)))
-        #expect(none.launches.isEmpty)
+        let closed = decide(at: leftAt + 61)
+        #expect(closed.launches.isEmpty)
+        #expect(closed.window == nil)
+        // Without the app left, the same moment is no window at all.
+        #expect(decide(at: leftAt + 5, PlanningFacts(refresh: refresh)).launches.isEmpty)
     }
 
     @Test func theRefreshPlannersSlotsAreWindowsOnAGridThatDoesNotDivideThem() {

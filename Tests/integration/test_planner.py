@@ -130,13 +130,12 @@ def test_processing_waits_for_the_grid_even_when_eligible(world):
     assert app.events_of("RunTask") == []
 
 
-def test_opening_an_app_opens_a_window_for_the_refreshes_the_planner_chooses(laptop):
+def test_leaving_an_app_opens_a_window_for_its_own_refresh(laptop):
     world = laptop
     agent = world.start_agent(planner=True)
     agent.stop()
     # Three weeks of use in the usage log, read back at start: Notes, then Mail two minutes
-    # later, every hour of the day (so that whenever the test runs, it is a time of use). The
-    # planner learns them, and its budget fills up.
+    # later, every hour of the day. The planner learns them, and its budget fills up.
     rng = random.Random(5)
     now = time.time()
     rows = []
@@ -151,21 +150,27 @@ def test_opening_an_app_opens_a_window_for_the_refreshes_the_planner_chooses(lap
     agent.restart()
     notes = world.registered_app("org.example.Notes", ["org.example.Notes.refresh"])
     mail = world.registered_app("org.example.Mail", ["org.example.Mail.refresh"])
-    # Registering counts as opening: wait out that minute, clear of the 15-min grid's windows.
-    registered = time.time()
-    while time.time() - registered < 61 or not 61 < time.time() % 900 < 880:
+    # Clear of the 15-min grid's windows, with time for the steps below.
+    while not 61 < time.time() % 900 < 860:
         time.sleep(0.2)
     mail.submit("org.example.Mail.refresh")
     explanation = agent.explain("org.example.Mail", "org.example.Mail.refresh")
     assert explanation["state"] == "pending" and "predicted-use" in explanation["blocking"], explanation
+    # The user leaves Notes: a window for Notes' own refresh (it has none), not for Mail's.
+    notes.scheduler("ReportUsage", "s", ("background",))
     time.sleep(1.5)
     assert mail.events_of("RunTask") == []
-    # The user opens Notes: a window opens for the refreshes the planner chooses, and Mail's goes.
-    notes.scheduler("ReportUsage", "s", ("foreground",))
+    # The user leaves Mail: its refresh goes at once, to be fresh when the user comes back.
+    mail.scheduler("ReportUsage", "s", ("background",))
     run = mail.wait_run_task("org.example.Mail.refresh", timeout=10)
     assert run["time"] % 900 >= 61, run
     delivered = agent.wait_history("delivered", app_id="org.example.Mail")
-    assert "in a refresh window opened because an app was opened" in delivered["detail"], delivered
+    assert "in a refresh window opened because the user left the app" in delivered["detail"], delivered
+    # The usage log has both reports.
+    db = sqlite3.connect(world.tmp / "state" / "bgpolicy" / "bgpolicy.sqlite")
+    states = db.execute("SELECT app_id, state FROM usage WHERE time > ? ORDER BY time", (now,)).fetchall()
+    db.close()
+    assert states[-2:] == [("org.example.Notes", "background"), ("org.example.Mail", "background")], states
 
 
 def test_unlocking_opens_an_opportunistic_window(world):

@@ -24,8 +24,14 @@
 ///   less is left, lowered after each in which more is). A user whose opens are few and come in
 ///   sessions then gets refreshes in the sessions rather than one app at a time all day.
 /// - **Opportunistic windows.** The caller may ask in any window, not only at slot starts (the
-///   agent when an app is opened or the session unlocked; the replay just after each open): an
-///   opportunistic one is not limited to one window per slot, and is weighed the same way.
+///   agent when the session is unlocked, the charger plugged in, and so on): an opportunistic
+///   one is not limited to one window per slot, and is weighed the same way.
+/// - **After use.** When the user leaves an app (`recordClose`), the caller may ask whether to
+///   refresh that app alone, then (`choosesAfterUse`): yes when `ReuseEstimator`'s learned
+///   chance that the user comes back to it within 15 min reaches both thresholds, the app's and
+///   the window's, so such a refresh competes for the same budget and wake-ups as the others.
+///   A user who switches between a few apps keeps them fresh this way; on a trace where apps
+///   are rarely reopened soon, the chance is learned to be small and no such window opens.
 /// - **Budget.** A shared pool accrues `refreshesPerAppPerDay` refreshes a day for every known
 ///   app, up to one day's worth; a refresh spends one, and a window spends at most its share,
 ///   the daily accrual over `targetWakesPerDay`. `periodic:60m` spends 24 a day per app, so
@@ -82,6 +88,7 @@ public struct RefreshPlanner: Sendable {
         set { predictor.utcOffsetSeconds = newValue }
     }
     private var lastRefresh: [String: Double] = [:]
+    private var reuse = ReuseEstimator()
     private var recentWakes: [Double] = []
     private var logThreshold = ReplayMath.log(0.2)
     /// The least score an app must have to be refreshed (see "Which apps").
@@ -100,6 +107,7 @@ public struct RefreshPlanner: Sendable {
         self.slotSeconds = slotSeconds
         self.registeredAppCount = registeredAppCount
         predictor = UsagePredictor(slotSeconds: slotSeconds, utcOffsetSeconds: utcOffsetSeconds)
+        reuse = ReuseEstimator(span: slotSeconds)
     }
 
     /// The start of the slot holding `time`.
@@ -110,8 +118,28 @@ public struct RefreshPlanner: Sendable {
     /// Records an open. Opens must arrive in time order; slots before it are closed first.
     public mutating func recordOpen(of appID: String, at time: Double) {
         advance(to: time)
+        reuse.recordOpen(of: appID, at: time)
         predictor.recordOpen(of: appID, at: time)
     }
+
+    /// Records that the user left (closed) an app, in time order with the opens.
+    public mutating func recordClose(of appID: String, at time: Double) {
+        advance(to: time)
+        reuse.recordClose(of: appID, at: time)
+    }
+
+    /// Whether to refresh `candidate` alone in a window at `time` just after the user left it:
+    /// eligible, a token and room for a wake-up left, and the learned chance of a reopen within
+    /// 15 min (`reuseProbability`, weighed by its standing) at both thresholds. Does not change
+    /// the state: call `recordWindow` if it was started.
+    public func choosesAfterUse(_ candidate: Candidate, at time: Double) -> Bool {
+        guard mayOpenWindow(opportunistic: true), ineligibility(of: candidate, at: time) == nil else { return false }
+        let value = reuseProbability(of: candidate.appID) * min(max(candidate.weight, Self.minimumWeight), 1)
+        return value >= ReplayMath.exp(logAppThreshold) && value >= ReplayMath.exp(logThreshold)
+    }
+
+    /// The learned chance that the user opens `appID` again within 15 min of leaving it.
+    public func reuseProbability(of appID: String) -> Double { reuse.probability(of: appID) }
 
     /// Closes every slot that ended by `time` and starts the one holding it. Catches up any
     /// number of slots (the agent sleeps through slots in which nothing is due), at most a
@@ -148,6 +176,7 @@ public struct RefreshPlanner: Sendable {
     }
 
     private mutating func startSlot(at time: Double) {
+        reuse.expire(before: time)
         predictor.startSlot(at: time)
         if let currentSlot {
             let daily = refreshesPerAppPerDay * Double(knownApps)

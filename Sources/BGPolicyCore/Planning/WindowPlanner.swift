@@ -5,8 +5,9 @@ public struct WakeWindow: Sendable, Equatable {
         case planned
         /// The machine is awake and in use anyway.
         case opportunistic(OpportunityReason)
-        /// An app was just opened: a window for the refreshes the refresh planner chooses only.
-        case afterOpen
+        /// The user just left an app: a window for that app's refresh alone, if the refresh
+        /// planner chooses it.
+        case afterUse
     }
 
     /// When the window opened: a grid point, or the moment of the opportunity.
@@ -26,9 +27,9 @@ public struct WakeWindow: Sendable, Equatable {
 ///   stay open `windowSpan` (60 s, the span within which refreshes count as one wake-up; a
 ///   quarter of the grid on a finer grid).
 ///   Opportunistic windows open when the user unlocks or becomes active, the charger is plugged
-///   in, or an unmetered network appears (`PlanningFacts.opportunity`). When an app is opened
-///   (`PlanningFacts.appOpenedAt`), a window opens for `windowSpan` for the refreshes the refresh
-///   planner chooses, and nothing else (`refreshWindow`). Every eligible piece of
+///   in, or an unmetered network appears (`PlanningFacts.opportunity`). When the user leaves an
+///   app (`PlanningFacts.appLeft`), a window opens for `windowSpan` for that app's refresh
+///   alone, if the refresh planner chooses it (`refreshWindow`). Every eligible piece of
 ///   work of every app starts in the same window; a time rule (an `earliest_begin`, a penalty)
 ///   that lifts between two grid points lifts at the next one, so work due close together is
 ///   batched.
@@ -86,14 +87,14 @@ public struct WindowPlanner: SchedulingPolicy {
         return nil
     }
 
-    /// The window for refreshes only that opens when an app is opened (`PlanningFacts.appOpenedAt`)
-    /// and stays open `windowSpan`, under the predicted strategy. It counts only when no other
-    /// window is open: callers ask after `openWindow` gave none.
-    static func refreshWindow(_ context: SchedulingContext) -> WakeWindow? {
+    /// The window for one refresh that opens when the user leaves an app (`PlanningFacts.appLeft`)
+    /// and stays open `windowSpan`, under the predicted strategy: the app left, too. It counts
+    /// only when no other window is open: callers ask after `openWindow` gave none.
+    static func refreshWindow(_ context: SchedulingContext) -> (window: WakeWindow, appID: AppID)? {
         guard !context.sleeping, context.configuration.refresh.strategy == .predicted, context.planning.refresh != nil,
-            let opened = context.planning.appOpenedAt, context.now >= opened, context.now - opened < windowSpan
+            let left = context.planning.appLeft, context.now >= left.at, context.now - left.at < windowSpan
         else { return nil }
-        return WakeWindow(at: opened, kind: .afterOpen)
+        return (WakeWindow(at: left.at, kind: .afterUse), left.appID)
     }
 
     /// The next planned window after the one open now (or after now when none is).
@@ -138,8 +139,11 @@ public struct WindowPlanner: SchedulingPolicy {
                     && contentReasons(app: work[index].app, context: context, words: false).isEmpty
                 if window == nil {
                     if !requests.isEmpty || wakes { waitsForWindow = true }
-                    // After an app was opened, its refresh alone may go, if the planner chooses it.
-                    if refreshOnly != nil, refresh != nil { ready.append((index, runnable.prefix(1), refresh, false)) }
+                    // Just after the user left the app, its refresh alone may go, if the planner
+                    // chooses it.
+                    if let refreshOnly, refresh != nil, refreshOnly.appID == work[index].app.record.appID {
+                        ready.append((index, runnable.prefix(1), refresh, false))
+                    }
                     continue
                 }
                 if !requests.isEmpty || wakes || refresh != nil {
@@ -152,13 +156,18 @@ public struct WindowPlanner: SchedulingPolicy {
         if let planner = predicted, !candidates.isEmpty {
             var count = 0
             let positions = planner.positions(of: candidates)
-            if let open = window ?? refreshOnly {
+            if let window {
                 for index in planner.chooseIndices(
-                    at: context.now, among: candidates, positions: positions, opportunistic: open.kind != .planned)
+                    at: context.now, among: candidates, positions: positions, opportunistic: window.kind != .planned)
                 {
                     chosen[index] = true
                     count += 1
                 }
+            } else if refreshOnly != nil, let entry = ready.first, let index = entry.refresh,
+                planner.choosesAfterUse(candidates[index], at: context.now)
+            {
+                chosen[index] = true
+                count = 1
             }
             if count < candidates.count,
                 let next = planner.nextWindow(
@@ -184,7 +193,7 @@ public struct WindowPlanner: SchedulingPolicy {
             launches.append(Launch(appID: appID, requests: requests, sliceLength: sliceLength, contentAvailable: entry.content))
         }
         return SchedulingDecision(
-            launches: launches, nextEvaluation: nextEvaluation, window: window ?? (launches.isEmpty ? nil : refreshOnly),
+            launches: launches, nextEvaluation: nextEvaluation, window: window ?? (launches.isEmpty ? nil : refreshOnly?.window),
             refreshed: refreshed.sorted())
     }
 
@@ -201,9 +210,14 @@ public struct WindowPlanner: SchedulingPolicy {
         if request.kind == .refresh, let planner = predicted {
             let appID = request.appID.rawValue
             let candidate = RefreshPlanner.Candidate(appID: appID, weight: context.planning.refreshWeights[request.appID] ?? 1)
-            if let open = window ?? Self.refreshWindow(context),
-                planner.choose(at: context.now, among: [candidate], opportunistic: open.kind != .planned).contains(appID)
-            {
+            let runsNow = if let window {
+                planner.choose(at: context.now, among: [candidate], opportunistic: window.kind != .planned).contains(appID)
+            } else if let left = Self.refreshWindow(context), left.appID == request.appID {
+                planner.choosesAfterUse(candidate, at: context.now)
+            } else {
+                false
+            }
+            if runsNow {
                 return Explanation(blocking: [], earliestRun: context.now, summary: "Runs in the wake window open now.")
             }
             switch planner.ineligibility(of: candidate, at: context.now) {

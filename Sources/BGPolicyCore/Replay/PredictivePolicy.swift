@@ -1,19 +1,21 @@
 /// The `bgpolicy` refresh policy in replay: the agent's `RefreshPlanner` on a virtual clock.
 ///
 /// Windows open on the 15-min grid (SPEC §2, on battery; aligned to the Unix epoch), and a
-/// second after each open, as the agent opens one when an app is opened (the user is at work;
-/// a replay has no unlock, charger or network events). In each window the apps with a pending
-/// refresh request (each app resubmits after each open and each refresh) are the candidates, all
-/// in good standing (a trace has no slice results), and the planner chooses among them. A
-/// refresh at a grid point serves opens in the next 15 minutes, so its lead before a predicted
-/// open is 0–15 min.
+/// second after each close, for the app just left alone, as the agent opens one when the user
+/// leaves an app (a replay has no unlock, charger or network events). In each grid window the
+/// apps with a pending refresh request (each app resubmits after each open and each refresh)
+/// are the candidates, all in good standing (a trace has no slice results), and the planner
+/// chooses among them; in a window after a close, the planner says whether the app left is
+/// refreshed (`RefreshPlanner.choosesAfterUse`). A refresh at a grid point serves opens in the
+/// next 15 minutes, so its lead before a predicted open is 0–15 min.
 public struct PredictivePolicy: ReplayPolicy {
     public var gridSeconds: Double = 900
     public private(set) var planner: RefreshPlanner
     private var pending: Set<String> = []
-    /// The window a second after the last open, until it has come.
-    private var opportunity: Double?
-    /// Whether windows open after opens (the default, as in the agent).
+    /// The windows a second after each close that has not come yet, in time order: when, and
+    /// the app left.
+    private var afterUse: [(time: Double, appID: String)] = []
+    /// Whether windows open after closes (the default, as in the agent).
     public var opportunistic = true
 
     public init(registeredAppCount: Int = 0) {
@@ -21,9 +23,14 @@ public struct PredictivePolicy: ReplayPolicy {
     }
 
     public mutating func observe(_ event: UsageEvent) {
-        if event.kind == .open {
+        switch event.kind {
+        case .open:
             planner.recordOpen(of: event.appID, at: event.time)
-            if opportunistic { opportunity = event.time + 1 }
+            // Back within the second: there is nothing to refresh it for.
+            afterUse.removeAll { $0.appID == event.appID }
+        case .close:
+            planner.recordClose(of: event.appID, at: event.time)
+            if opportunistic { afterUse.append((event.time + 1, event.appID)) }
         }
     }
 
@@ -34,18 +41,29 @@ public struct PredictivePolicy: ReplayPolicy {
     public mutating func nextWake(after time: Double) -> Double? {
         var grid = (time / gridSeconds).rounded(.down) * gridSeconds
         while grid <= time { grid += gridSeconds }
-        if let opportunity, opportunity > time, opportunity < grid { return opportunity }
+        if let first = afterUse.first(where: { $0.time > time }), first.time < grid { return first.time }
         return grid
     }
 
     public mutating func wake(at time: Double) -> [String] {
         planner.advance(to: time)
-        let isOpportunity = time == opportunity
-        if isOpportunity { opportunity = nil }
-        let candidates = pending.sorted().map { RefreshPlanner.Candidate(appID: $0) }
-        let chosen = planner.choose(at: time, among: candidates, opportunistic: isOpportunity)
-        planner.recordWindow(at: time, refreshed: chosen)
-        for app in chosen { pending.remove(app) }
+        var chosen: [String] = []
+        // The windows after closes that are due, in the order of the closes.
+        let due = afterUse.prefix { $0.time <= time }
+        afterUse.removeFirst(due.count)
+        for window in due where window.time == time && pending.contains(window.appID) {
+            guard planner.choosesAfterUse(RefreshPlanner.Candidate(appID: window.appID), at: time) else { continue }
+            planner.recordWindow(at: time, refreshed: [window.appID])
+            pending.remove(window.appID)
+            chosen.append(window.appID)
+        }
+        if time.truncatingRemainder(dividingBy: gridSeconds) == 0 {
+            let candidates = pending.sorted().map { RefreshPlanner.Candidate(appID: $0) }
+            let more = planner.choose(at: time, among: candidates, opportunistic: !chosen.isEmpty)
+            planner.recordWindow(at: time, refreshed: more)
+            for app in more { pending.remove(app) }
+            chosen += more
+        }
         return chosen
     }
 }
