@@ -113,6 +113,8 @@ extension AgentInterfaces {
                     ReportUsage:
                     Tells the agent the user is using the app, for apps whose launches it cannot see.
                     An app unused for 7 days gets no background launches until it is used again.
+                    "background" may start the app's pending refresh at once, when the planner has
+                    learned that the user often comes back to the app soon.
                     """),
             .init(
                 "GetRefreshStatus",

@@ -199,7 +199,7 @@ def test_freshness_target(studentlife, user):
 
 
 def test_freshness_on_user_00_does_not_regress(studentlife):
-    # 0.433 now (Docs/Replay.md); 0.374 before the user-level activity model.
+    # 0.430 now (Docs/Replay.md); 0.374 before the user-level activity model.
     assert replay(studentlife / "studentlife-u00.csv", "bgpolicy")["freshness_15m"] >= 0.42
 
 
