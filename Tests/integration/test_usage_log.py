@@ -1,7 +1,7 @@
 """The usage log's systemd source: the agent follows the systemd user manager (python-dbusmock's
 `systemd` template on the session bus) and turns its `UnitNew`/`UnitRemoved` for app units into
 usage rows; an open of a registered app refreshes its `last_used_at` (ListApps) and lifts the
-7-day inactivity rule (Explain). Unit names are the ones GNOME Shell and KDE really create;
+7-day inactivity rule (Explain), and a close opens a refresh window for the app left. Unit names are the ones GNOME Shell and KDE really create;
 units that are not apps change nothing. The agent copes with the manager being absent at start,
 and follows it when it stops and starts again.
 
@@ -186,3 +186,37 @@ def test_signals_from_another_sender_are_ignored(world):
     emit(manager, "UnitNew", UNITS[KONSOLE])
     th.wait_until(lambda: is_fresh(last_used(agent, KONSOLE)), th.TIMEOUT, "konsole's last_used_at after its UnitNew")
     assert last_used(agent, MAPS) <= long_ago + 1, agent.app_record(MAPS)
+
+
+def test_closing_an_app_unit_refreshes_the_app_left(world):
+    """The user leaves GNOME Maps (its scope goes away): a window opens for Maps' own refresh,
+    which the planner chooses (a cold app is as likely as not to be back within 15 min)."""
+    _, manager = start_manager(world)
+    agent = world.start_agent(planner=True)
+    wait_subscribed(agent, manager)
+    agent.stop()
+    # Three weeks of hourly use of ten apps in the usage log, read back at start: the budget
+    # (refreshes and wake-ups grow with the apps in use) fills up.
+    now = time.time()
+    apps = [MAPS] + [f"org.example.App{k}" for k in range(9)]
+    rows = [(app, "foreground", now - day * 86400 - (now % 86400) + hour * 3600 + 60 * k)
+            for day in range(1, 22) for hour in range(24) for k, app in enumerate(apps)]
+    with sqlite3.connect(database(world)) as db:
+        db.executemany("INSERT INTO usage (app_id, state, time) VALUES (?, ?, ?)", rows)
+    agent.restart()
+    wait_subscribed(agent, manager)
+    maps = world.registered_app(MAPS, [f"{MAPS}.refresh"])
+    # Clear of the 15-min grid's windows, with time for the steps below.
+    while not 61 < time.time() % 900 < 860:
+        time.sleep(0.2)
+    emit(manager, "UnitNew", UNITS[MAPS])
+    th.wait_until(lambda: agent.stderr().count("App unit changed") >= 1, th.TIMEOUT, "the agent to see Maps' unit")
+    maps.submit(f"{MAPS}.refresh")
+    explanation = agent.explain(MAPS, f"{MAPS}.refresh")
+    assert "predicted-use" in explanation["blocking"], explanation
+    time.sleep(1.5)
+    assert maps.events_of("RunTask") == []
+    emit(manager, "UnitRemoved", UNITS[MAPS])
+    maps.wait_run_task(f"{MAPS}.refresh", timeout=10)
+    delivered = agent.wait_history("delivered", app_id=MAPS)
+    assert "in a refresh window opened because the user left the app" in delivered["detail"], delivered
