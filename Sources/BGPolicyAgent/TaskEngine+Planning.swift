@@ -8,37 +8,50 @@ import Logging
 /// standing from the results of its refreshes.
 extension TaskEngine {
     /// The usage log the predictor learns from at start: at most this many opens, the newest.
-    static let warmOpensLimit = 500_000
+    /// The most usage events (opens and closes) replayed at start.
+    static let warmEventsLimit = 1_000_000
 
-    /// Replays the usage log's opens (8 weeks, the raw retention) into the refresh planner, so
-    /// a restart keeps what was learned; apps' standing comes back from their recent history.
+    /// Replays the usage log (8 weeks, the raw retention) into the refresh planner, so a
+    /// restart keeps what was learned: opens for the predictor, closes for how soon the user
+    /// comes back to each app. Apps' standing comes back from their recent history.
     func warmPlanner(now: UnixTime) throws(StoreError) {
         let since = now - TaskStore.usageRetention
-        let opens = try store.usageOpens(since: since, limit: Self.warmOpensLimit)
+        let logged = try store.usageEvents(since: since, limit: Self.warmEventsLimit).filter { $0.time <= now }
         if var planner = refreshPlanner {
             planner.registeredAppCount = apps.count
-            // Registrations count as opens but are not in the log: each app's last use comes
-            // from its record when that is newer than its last logged open.
-            var events = opens.filter { $0.time <= now }.map { (time: $0.time, appID: $0.appID) }
+            // In the log's order; registrations count as opens but are not in the log: each
+            // app's last use comes from its record when that is newer than its last logged open.
+            var events = logged.enumerated().map { (time: $1.time, order: $0, appID: $1.appID, opened: $1.state == .foreground) }
             var lastLogged: [AppID: UnixTime] = [:]
-            for open in events { lastLogged[open.appID] = max(lastLogged[open.appID] ?? open.time, open.time) }
+            for event in events where event.opened {
+                lastLogged[event.appID] = max(lastLogged[event.appID] ?? event.time, event.time)
+            }
             for (appID, runtime) in apps {
                 if let used = runtime.record.lastUsedAt, used > since, used <= now, used > (lastLogged[appID] ?? -.infinity) {
-                    events.append((used, appID))
+                    events.append((used, events.count, appID, true))
                 }
             }
-            events.sort { ($0.time, $0.appID.rawValue) < ($1.time, $1.appID.rawValue) }
-            for open in events {
-                planner.recordOpen(of: open.appID.rawValue, at: open.time)
+            events.sort { ($0.time, $0.order) < ($1.time, $1.order) }
+            appsInUse = []
+            planner.adaptsThresholds = false
+            for event in events {
+                if event.opened {
+                    planner.recordOpen(of: event.appID.rawValue, at: event.time)
+                    appsInUse.insert(event.appID)
+                } else {
+                    planner.recordClose(of: event.appID.rawValue, at: event.time)
+                    appsInUse.remove(event.appID)
+                }
             }
             planner.advance(to: now)
+            planner.adaptsThresholds = true
             refreshPlanner = planner
         }
         for (appID, result) in try store.refreshResults(since: now - Self.violationMemory) {
             noteRefreshResult(appID, result)
         }
-        if !opens.isEmpty {
-            logger.info("Usage learned from the log", metadata: ["opens": "\(opens.count)", "apps": "\(apps.count)"])
+        if !logged.isEmpty {
+            logger.info("Usage learned from the log", metadata: ["events": "\(logged.count)", "apps": "\(apps.count)"])
         }
     }
 

@@ -77,11 +77,11 @@ extension TaskStore {
         """
     /// Argument: cutoff.
     static let deleteOldUsageSQL = "DELETE FROM usage WHERE time < ?"
-    /// Arguments: since, 'foreground', limit. Walks usage_time backwards from the newest row
-    /// and stops after `limit` opens.
-    static let opensSQL = """
-        SELECT app_id, time FROM (
-            SELECT id, app_id, time FROM usage WHERE time >= ? AND state = ?
+    /// Arguments: since, limit. Walks usage_time backwards from the newest row and stops after
+    /// `limit` events.
+    static let eventsSQL = """
+        SELECT app_id, state, time FROM (
+            SELECT id, app_id, state, time FROM usage WHERE time >= ?
             ORDER BY time DESC, id DESC LIMIT ?)
         ORDER BY time, id
         """
@@ -162,15 +162,20 @@ extension TaskStore {
 
     // MARK: - Reading
 
-    /// The newest `limit` foreground events with `time >= since`, of all apps, oldest first
-    /// (the order to replay them in, to warm the predictor at start-up); none when `limit` is
-    /// not positive. Rows with an app id this agent does not accept are left out.
-    public func usageOpens(since: UnixTime, limit: Int) throws(StoreError) -> [(appID: AppID, time: UnixTime)] {
+    /// The newest `limit` events (opens and closes) with `time >= since`, of all apps, oldest
+    /// first (the order to replay them in, to warm the planner at start-up); none when `limit`
+    /// is not positive. Rows with an app id this agent does not accept, or a state it does not
+    /// know, are left out.
+    public func usageEvents(since: UnixTime, limit: Int) throws(StoreError)
+        -> [(appID: AppID, state: UsageState, time: UnixTime)]
+    {
         guard limit > 0 else { return [] }
         return try read { db in
-            try Row.fetchAll(db, sql: Self.opensSQL, arguments: [since, UsageState.foreground.rawValue, limit]).compactMap { row in
-                guard let appID = AppID(rawValue: try row.decode(String.self, forColumn: "app_id")) else { return nil }
-                return (appID, try row.decode(Double.self, forColumn: "time"))
+            try Row.fetchAll(db, sql: Self.eventsSQL, arguments: [since, limit]).compactMap { row in
+                guard let appID = AppID(rawValue: try row.decode(String.self, forColumn: "app_id")),
+                    let state = UsageState(rawValue: try row.decode(String.self, forColumn: "state"))
+                else { return nil }
+                return (appID, state, try row.decode(Double.self, forColumn: "time"))
             }
         }
     }
@@ -219,7 +224,7 @@ extension TaskStore {
             ("foldHourly", Self.foldHourlySQL, [0.0, "foreground"]),
             ("foldLastOpen", Self.foldLastOpenSQL, [0.0, "foreground"]),
             ("deleteOld", Self.deleteOldUsageSQL, [0.0]),
-            ("opens", Self.opensSQL, [0.0, "foreground", 10]),
+            ("events", Self.eventsSQL, [0.0, 10]),
             ("rawSummary", Self.rawSummarySQL, ["org.example.App", "foreground"]),
             ("hourlySummary", "SELECT week_hour, opens FROM usage_hourly WHERE app_id = ?", ["org.example.App"]),
         ]

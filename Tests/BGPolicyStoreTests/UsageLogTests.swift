@@ -139,23 +139,26 @@ struct UsageLogTests {
         #expect(summary.weekHourOpens.count == 168 && summary.lastOpen == nil && summary.opensTotal == 0)
     }
 
-    @Test("opens since a time: foreground only, all apps, the newest `limit`, oldest first")
-    func opensSince() throws {
+    @Test("events since a time: opens and closes, all apps, the newest `limit`, oldest first")
+    func eventsSince() throws {
         let store = try TaskStore.inMemory()
         try store.appendUsage([
             (Sample.maps, .foreground, 50), (Sample.feeds, .foreground, 10), (Sample.maps, .background, 40),
             (Sample.feeds, .foreground, 30), (Sample.maps, .foreground, 20), (Sample.maps, .foreground, 30),
         ])
         try store.execute(sql: "INSERT INTO usage (app_id, state, time) VALUES ('not an id!', 'foreground', 35)")
-        let all = try store.usageOpens(since: 0, limit: 100)
-        #expect(all.map(\.time) == [10, 20, 30, 30, 50])
-        #expect(all.map(\.appID) == [Sample.feeds, Sample.maps, Sample.feeds, Sample.maps, Sample.maps])
-        #expect(try store.usageOpens(since: 20, limit: 100).map(\.time) == [20, 30, 30, 50])
-        // The newest three are 30, 35 and 50; the row with an id this agent rejects is dropped.
-        #expect(try store.usageOpens(since: 0, limit: 3).map(\.time) == [30, 50])
-        #expect(try store.usageOpens(since: 0, limit: 4).map(\.time) == [30, 30, 50])
-        #expect(try store.usageOpens(since: 51, limit: 10).isEmpty)
-        #expect(try store.usageOpens(since: 0, limit: 0).isEmpty)
+        try store.execute(sql: "INSERT INTO usage (app_id, state, time) VALUES ('org.example.Feeds', 'minimised', 36)")
+        let all = try store.usageEvents(since: 0, limit: 100)
+        #expect(all.map(\.time) == [10, 20, 30, 30, 40, 50])
+        #expect(all.map(\.appID) == [Sample.feeds, Sample.maps, Sample.feeds, Sample.maps, Sample.maps, Sample.maps])
+        #expect(all.map(\.state) == [.foreground, .foreground, .foreground, .foreground, .background, .foreground])
+        #expect(try store.usageEvents(since: 20, limit: 100).map(\.time) == [20, 30, 30, 40, 50])
+        // The newest four are 35, 36, 40 and 50; the rows with an id or a state this agent
+        // rejects are dropped.
+        #expect(try store.usageEvents(since: 0, limit: 4).map(\.time) == [40, 50])
+        #expect(try store.usageEvents(since: 0, limit: 5).map(\.time) == [30, 40, 50])
+        #expect(try store.usageEvents(since: 51, limit: 10).isEmpty)
+        #expect(try store.usageEvents(since: 0, limit: 0).isEmpty)
     }
 
     @Test("every usage statement reads through an index, never a full scan or a sort")
@@ -168,8 +171,8 @@ struct UsageLogTests {
         }
         #expect(plans["rawSummary"]?.contains("COVERING INDEX usage_app_state_time") == true, "\(plans["rawSummary"] ?? "")")
         #expect(plans["rawSummary"]?.contains("TEMP B-TREE") == false, "\(plans["rawSummary"] ?? "")")
-        #expect(plans["opens"]?.contains("usage_time") == true, "\(plans["opens"] ?? "")")
-        #expect(plans["opens"]?.contains("TEMP B-TREE FOR ORDER BY") == true, "the outer re-sort of at most `limit` rows")
+        #expect(plans["events"]?.contains("usage_time") == true, "\(plans["events"] ?? "")")
+        #expect(plans["events"]?.contains("TEMP B-TREE FOR ORDER BY") == true, "the outer re-sort of at most `limit` rows")
         #expect(plans["foldHourly"]?.contains("usage_time") == true, "\(plans["foldHourly"] ?? "")")
     }
 

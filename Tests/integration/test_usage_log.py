@@ -13,6 +13,7 @@ import sqlite3
 import time
 
 import gi
+import pytest
 
 gi.require_version("GLib", "2.0")
 from gi.repository import GLib  # noqa: E402
@@ -188,19 +189,28 @@ def test_signals_from_another_sender_are_ignored(world):
     assert last_used(agent, MAPS) <= long_ago + 1, agent.app_record(MAPS)
 
 
-def test_closing_an_app_unit_refreshes_the_app_left(world):
+@pytest.mark.parametrize("comes_back_soon", [True, False])
+def test_closing_an_app_unit_refreshes_the_app_left_if_the_user_comes_back_soon(world, comes_back_soon):
     """The user leaves GNOME Maps (its scope goes away): a window opens for Maps' own refresh,
-    which the planner chooses (a cold app is as likely as not to be back within 15 min)."""
+    which the planner chooses if it learned, from the closes in the usage log read back at
+    start, that the user tends to come back to Maps within 15 minutes, and not if they do not."""
     _, manager = start_manager(world)
     agent = world.start_agent(planner=True)
     wait_subscribed(agent, manager)
     agent.stop()
-    # Three weeks of hourly use of ten apps in the usage log, read back at start: the budget
-    # (refreshes and wake-ups grow with the apps in use) fills up.
+    # Three weeks of hourly use of ten apps in the usage log: the budget (refreshes and
+    # wake-ups grow with the apps in use) fills up. Every app is left after two minutes; the
+    # user comes back within three minutes, twice an hour, or not until the next hour.
     now = time.time()
     apps = [MAPS] + [f"org.example.App{k}" for k in range(9)]
-    rows = [(app, "foreground", now - day * 86400 - (now % 86400) + hour * 3600 + 60 * k)
-            for day in range(1, 22) for hour in range(24) for k, app in enumerate(apps)]
+    visits = [0, 300, 600] if comes_back_soon else [0]
+    rows = []
+    for day in range(1, 22):
+        for hour in range(24):
+            for k, app in enumerate(apps):
+                t = now - day * 86400 - (now % 86400) + hour * 3600 + 20 * k
+                for visit in visits:
+                    rows += [(app, "foreground", t + visit), (app, "background", t + visit + 120)]
     with sqlite3.connect(database(world)) as db:
         db.executemany("INSERT INTO usage (app_id, state, time) VALUES (?, ?, ?)", rows)
     agent.restart()
@@ -217,6 +227,13 @@ def test_closing_an_app_unit_refreshes_the_app_left(world):
     time.sleep(1.5)
     assert maps.events_of("RunTask") == []
     emit(manager, "UnitRemoved", UNITS[MAPS])
-    maps.wait_run_task(f"{MAPS}.refresh", timeout=10)
-    delivered = agent.wait_history("delivered", app_id=MAPS)
-    assert "in a refresh window opened because the user left the app" in delivered["detail"], delivered
+    if comes_back_soon:
+        maps.wait_run_task(f"{MAPS}.refresh", timeout=10)
+        delivered = agent.wait_history("delivered", app_id=MAPS)
+        assert "in a refresh window opened because the user left the app" in delivered["detail"], delivered
+    else:
+        th.wait_until(lambda: agent.stderr().count("App unit changed") >= 2, th.TIMEOUT, "the agent to see Maps' unit go")
+        time.sleep(3)
+        assert maps.events_of("RunTask") == []
+        explanation = agent.explain(MAPS, f"{MAPS}.refresh")
+        assert "predicted-use" in explanation["blocking"], explanation

@@ -98,6 +98,12 @@ public struct RefreshPlanner: Sendable {
     static let appThresholdStep = 0.02
     static let poolTarget = 0.5
     private var tokens: Double = 0
+    /// Whether closing a slot adapts the two thresholds (see above). Off while the agent replays
+    /// its usage log at start: that history holds no windows, and adapting to it would take
+    /// both thresholds down to nothing (weeks of slots without a refresh), so that for days
+    /// after a restart every slot would wake the machine. With it off they keep their starting
+    /// values, or what they were, and adapt again from then on.
+    public var adaptsThresholds = true
     /// The start of the slot being watched, once the first slot has started.
     private var currentSlot: Double?
     /// Whether a window with refreshes opened in the current slot.
@@ -167,12 +173,13 @@ public struct RefreshPlanner: Sendable {
 
     private mutating func closeSlot() {
         guard currentSlot != nil else { return }
+        defer { wokeInSlot = false }
+        guard adaptsThresholds else { return }
         let known = Double(knownApps)
         let q = min(targetWakesPerDay, refreshesPerAppPerDay * known) * slotSeconds / 86_400
         logThreshold += Self.thresholdStep * ((wokeInSlot ? 1 : 0) - q)
         let daily = refreshesPerAppPerDay * known
         if daily > 0 { logAppThreshold += Self.appThresholdStep * (Self.poolTarget - tokens / daily) }
-        wokeInSlot = false
     }
 
     private mutating func startSlot(at time: Double) {
