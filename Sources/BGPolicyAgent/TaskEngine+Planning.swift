@@ -7,8 +7,8 @@ import Logging
 /// What the engine feeds the planner: opens for the predictor, opportunities, and each app's
 /// standing from the results of its refreshes.
 extension TaskEngine {
-    /// The usage log the predictor learns from at start: at most this many opens, the newest.
-    /// The most usage events (opens and closes) replayed at start.
+    /// The usage log the planner learns from at start: at most this many events (opens and
+    /// closes), the newest.
     static let warmEventsLimit = 1_000_000
 
     /// Replays the usage log (8 weeks, the raw retention) into the refresh planner, so a
