@@ -16,7 +16,7 @@ public struct PredictivePolicy: ReplayPolicy {
     /// the app left.
     private var afterUse: [(time: Double, appID: String)] = []
     /// Whether windows open after closes (the default, as in the agent).
-    public var opportunistic = true
+    public var windowsAfterUse = true
 
     public init(registeredAppCount: Int = 0) {
         planner = RefreshPlanner(slotSeconds: 900, registeredAppCount: registeredAppCount)
@@ -30,7 +30,7 @@ public struct PredictivePolicy: ReplayPolicy {
             afterUse.removeAll { $0.appID == event.appID }
         case .close:
             planner.recordClose(of: event.appID, at: event.time)
-            if opportunistic { afterUse.append((event.time + 1, event.appID)) }
+            if windowsAfterUse { afterUse.append((event.time + 1, event.appID)) }
         }
     }
 
