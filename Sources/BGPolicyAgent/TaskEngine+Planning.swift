@@ -9,7 +9,7 @@ import Logging
 extension TaskEngine {
     /// The usage log the planner learns from at start: at most this many events (opens and
     /// closes), the newest.
-    static let warmEventsLimit = 1_000_000
+    static let warmEventsLimit = 500_000
 
     /// Replays the usage log (8 weeks, the raw retention) into the refresh planner, so a
     /// restart keeps what was learned: opens for the predictor, closes for how soon the user
