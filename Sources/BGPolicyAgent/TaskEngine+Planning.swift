@@ -156,10 +156,13 @@ extension TaskEngine {
     }
 
     /// The local time's offset from UTC at `at` (now by default), in seconds: the predictor's
-    /// hours are local hours. Asked before each decision, so daylight saving time is followed;
-    /// the zone itself is what the C library read at start (glibc does not read /etc/localtime
-    /// again), so a change of zone takes effect at the agent's next start.
+    /// hours are local hours. Asked before each decision, so daylight saving time is followed,
+    /// and so is a change of zone: `tzset` first, which makes glibc read /etc/localtime again
+    /// when the file changed (it compares the file's inode and modification time, one `stat`;
+    /// `localtime_r` alone never looks again). With `TZ` set in the environment the zone is
+    /// `TZ`'s, fixed for the agent's life.
     static func localUTCOffset(at: UnixTime? = nil) -> Double {
+        tzset()
         var now = at.map { time_t($0.rounded(.down)) } ?? time(nil)
         var local = tm()
         guard localtime_r(&now, &local) != nil else { return 0 }

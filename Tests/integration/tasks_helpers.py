@@ -198,8 +198,10 @@ IMMEDIATE_WINDOWS = "[windows]\ngrid_on_battery = 1s\ngrid_on_ac = 1s\n[refresh]
 class TaskAgent:
     """bgpolicyd on the world's bus; the state dir survives `restart()` and `sigkill()`."""
 
-    def __init__(self, world, config=None, env_extra=None, log_level="debug", planner=False):
+    def __init__(self, world, config=None, env_extra=None, log_level="debug", planner=False, wrapper=()):
         self.world = world
+        # A command the agent runs under (`wrapper + [bgpolicyd, ...]`), which must exec it.
+        self.wrapper = list(wrapper)
         self.bin_dir = world.bin_dir
         self.log_level = log_level
         tmp = world.tmp
@@ -230,7 +232,7 @@ class TaskAgent:
 
     def start(self):
         self.proc = self.world.stack.push(ch.Proc(
-            [self.bin_dir / "bgpolicyd", "--log-level", self.log_level], self.env, name="bgpolicyd"))
+            self.wrapper + [self.bin_dir / "bgpolicyd", "--log-level", self.log_level], self.env, name="bgpolicyd"))
         self.world.session.wait_for_name(AGENT_NAME, process=self.proc)
         return self
 
@@ -597,8 +599,8 @@ class World:
 
     # Processes.
 
-    def start_agent(self, config=None, env_extra=None, planner=False):
-        self.agent = TaskAgent(self, config=config, env_extra=env_extra, planner=planner)
+    def start_agent(self, config=None, env_extra=None, planner=False, wrapper=()):
+        self.agent = TaskAgent(self, config=config, env_extra=env_extra, planner=planner, wrapper=wrapper)
         return self.agent
 
     def app(self, name="app", client=True, cgroup=SESSION_CGROUP, flatpak_app=None, extra_args=()):

@@ -7,8 +7,11 @@ case with a manual clock; these check that the agent acts on them with real cloc
 
 import json
 import math
+import os
 import random
 import sqlite3
+import shutil
+import subprocess
 import time
 
 from gi.repository import GLib
@@ -254,3 +257,54 @@ def test_bgpolicy_timeline_draws_the_agents_plan(laptop, tmp_path):
 
     r = agent.cli("timeline", "org.example.Nobody", check=False)
     assert r.returncode == 1 and "org.example.Nobody" in r.stderr, (r.returncode, r.stderr)
+
+
+def test_learned_hours_follow_a_change_of_time_zone(laptop):
+    """The agent runs in a mount namespace of its own, where /etc/localtime is a file the test
+    rewrites: UTC, then Asia/Karachi (UTC+5, no summer time). Three weeks of opens at 09:05
+    local time are learned; after the change, without a restart, the hour of day GetTimeline's
+    predictions favour moves from 09:00 UTC to 04:00 UTC."""
+    world = laptop
+    zone = world.tmp / "localtime"
+    shutil.copyfile("/usr/share/zoneinfo/Etc/UTC", zone)
+    probe = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                            'mount --bind "$0" /etc/localtime', str(zone)], capture_output=True, text=True)
+    if probe.returncode != 0:
+        pytest.skip(f"no private mount namespace here: {probe.stderr.strip()}")
+    wrapper = ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+               'mount --bind "$0" /etc/localtime && exec env -u TZ "$@"', str(zone)]
+    agent = world.start_agent(planner=True, wrapper=wrapper)
+    agent.stop()
+    now = time.time()
+    midnight = now - now % 86400
+    rows = [("org.example.Maps", "foreground", midnight - day * 86400 + 9 * 3600 + 300) for day in range(1, 22)]
+    db = sqlite3.connect(world.tmp / "state" / "bgpolicy" / "bgpolicy.sqlite")
+    with db:
+        db.executemany("INSERT INTO usage (app_id, state, time) VALUES (?, ?, ?)", rows)
+    db.close()
+    agent.restart()
+    world.registered_app("org.example.Maps", ["org.example.Maps.refresh"])
+
+    def at_hours_utc(*hours):
+        """Maps' predicted opens in the slots starting at these whole hours UTC, in the next 24 h."""
+        (timeline,) = agent.admin("GetTimeline", "s", ("org.example.Maps",), "(a{sv})")
+        (row,) = timeline["apps"]
+        slots = [timeline["start"] + i * timeline["slot_seconds"] for i in range(timeline["slots"])]
+        return [row["probabilities"][next(i for i, t in enumerate(slots) if t % 86400 == hour * 3600)]
+                for hour in hours]
+
+    nine_before, four_before = at_hours_utc(9, 4)
+    assert nine_before > 20 * four_before, (nine_before, four_before)
+    # Rewritten in place, as a package manager or timedated would replace the zone: the agent
+    # reads it again at its next decision.
+    with open(zone, "wb") as out, open("/usr/share/zoneinfo/Asia/Karachi", "rb") as karachi:
+        out.write(karachi.read())
+    # glibc compares whole seconds of the file's modification time: make it a later second.
+    changed = os.stat(zone).st_mtime + 60
+    os.utime(zone, (changed, changed))
+    # 09:00 local is 04:00 UTC now. (The habit is also "a day after the last open", which the
+    # move does not shift: the new peak is lower than the old one.)
+    nine_after, four_after = at_hours_utc(9, 4)
+    assert four_after > 10 * four_before, (four_before, four_after)
+    assert nine_after < nine_before / 10, (nine_before, nine_after)
+    assert agent.alive()
