@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """Write a synthetic desktop usage trace (SPEC.md §4) of work sessions, for `bgpolicy replay`.
 
-Usage: desktop-trace.py SEED [DAYS]   (the trace goes to standard output; DAYS defaults to 35)
+Usage: desktop-trace.py [--sparse] SEED [DAYS]   (the trace goes to standard output; DAYS
+defaults to 35)
 
 No finer-grained desktop trace is available here, so this one stands in to show how the policy
 behaves with exact-time opens that come in sessions, not on StudentLife's 20-min snapshots.
@@ -14,6 +15,9 @@ The model, the same for every seed:
     time (mean 2 min) and closed; the next open follows after an exponential gap (mean 4 min).
   - An open of an app that is already open is dropped (an app is open or not), so opens and
     closes alternate per app.
+With --sparse, the same sessions hold few opens instead: 1–3 apps drawn by popularity, each
+opened once, kept open 10–60 min, the next opened 1–5 min after the previous one. Apps are
+rarely reopened soon after they are closed, so what serves there is not what serves above.
 The generator is seeded and deterministic: the same SEED and DAYS give the same trace.
 """
 
@@ -27,7 +31,7 @@ APPS = [("org.gnome.Evolution", 10), ("org.gnome.Calendar", 4), ("im.chat.App", 
 START = 1_700_438_400
 
 
-def generate(seed, days):
+def generate(seed, days, sparse=False):
     r = random.Random(seed)
     names = [name for name, _ in APPS]
     weights = [weight for _, weight in APPS]
@@ -38,6 +42,12 @@ def generate(seed, days):
         starts += [r.uniform(9, 23) for _ in range(r.randint(1, 4))]
         for hour in starts:
             t = day + hour * 3600
+            if sparse:
+                for app in r.choices(names, weights, k=r.randint(1, 3)):
+                    events.append((int(t), app, "open"))
+                    events.append((int(t + r.uniform(10, 60) * 60), app, "close"))
+                    t += r.uniform(1, 5) * 60
+                continue
             end = t + r.uniform(20, 120) * 60
             used = r.choices(names, weights, k=r.randint(2, 4))
             while t < end:
@@ -62,12 +72,16 @@ def generate(seed, days):
 
 
 def main(argv):
-    if len(argv) not in (2, 3) or not all(a.isdigit() for a in argv[1:]):
+    args = argv[1:]
+    sparse = args[:1] == ["--sparse"]
+    if sparse:
+        args = args[1:]
+    if len(args) not in (1, 2) or not all(a.isdigit() for a in args):
         sys.stderr.write(__doc__)
         return 2
-    days = int(argv[2]) if len(argv) == 3 else 35
+    days = int(args[1]) if len(args) == 2 else 35
     print("timestamp,app_id,event")
-    for t, app, kind in generate(int(argv[1]), days):
+    for t, app, kind in generate(int(args[0]), days, sparse):
         print(f"{t},{app},{kind}")
     return 0
 

@@ -86,12 +86,14 @@ extension TaskEngine {
         guard refreshPlanner != nil else { return }
         refreshPlanner?.recordOpen(of: appID.rawValue, at: time)
         appsInUse.insert(appID)
+        // The user is at work: a refresh window opens for the apps likely to be opened next.
+        appOpenedAt = time
         requestEvaluation()
     }
 
     /// The user left the app (its unit went away, or it reported itself in the background): the
     /// planner learns whether the user comes back to it soon, and a window opens for a minute
-    /// for the app's own refresh, if the planner chooses it (`WindowPlanner.refreshWindow`).
+    /// for the app's own refresh, if the planner chooses it (`WindowPlanner.afterUseWindow`).
     /// Only an app the user opened counts: the end of a launch the agent made is not the user
     /// leaving anything.
     func noteLeft(_ appID: AppID, at time: UnixTime) {
@@ -124,7 +126,8 @@ extension TaskEngine {
         refreshPlanner?.registeredAppCount = apps.count
         return PlanningFacts(
             refresh: refreshPlanner, opportunity: opportunity, refreshWeights: weights,
-            contentAvailable: Set(contentWakeApps()), appLeft: appLeft)
+            contentAvailable: Set(contentWakeApps()), appOpenedAt: appOpenedAt, appLeft: appLeft,
+            appsInUse: appsInUse)
     }
 
     /// An app's standing when refreshes are shared out: halved for every two `no-data` answers

@@ -129,7 +129,7 @@ extension TaskEngine {
                 do {
                     try await self.deliver(
                         launch, simulated: false,
-                        why: Self.why(window: decision.window, predicted: decision.refreshed.contains(launch.appID)))
+                        why: Self.why(window: decision.window(of: launch.appID), predicted: decision.refreshed.contains(launch.appID)))
                 } catch {
                     // Recorded in history and logged by deliver; the request stays pending.
                 }
@@ -205,6 +205,7 @@ extension TaskEngine {
         switch window?.kind {
         case .planned?: words = "in the planned wake window"
         case .opportunistic(let reason)?: words = "in a wake window opened because \(reason.words)"
+        case .afterOpen?: words = "in a refresh window opened because an app was opened"
         case .afterUse?: words = "in a refresh window opened because the user left the app"
         case nil: words = "when eligible"
         }

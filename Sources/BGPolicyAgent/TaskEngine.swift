@@ -77,6 +77,8 @@ actor TaskEngine {
     var refreshPlanner: RefreshPlanner?
     /// The latest opportunistic window (unlock, activity, charger, unmetered network).
     var opportunity: Opportunity?
+    /// When the user last opened an app (`PlanningFacts.appOpenedAt`).
+    var appOpenedAt: UnixTime?
     /// The app the user last left, and when (`PlanningFacts.appLeft`).
     var appLeft: AppLeft?
     /// Apps the user opened and has not left since (`noteOpen`, `noteLeft`).

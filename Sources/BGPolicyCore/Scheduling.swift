@@ -149,20 +149,30 @@ public struct PlanningFacts: Sendable {
     public var refreshWeights: [AppID: Double]
     /// Apps with an undelivered content-available wake.
     public var contentAvailable: Set<AppID>
+    /// When the user last opened an app: for a short while after, a window opens for the
+    /// refreshes the refresh planner chooses among the apps not in use, and for nothing else
+    /// (the user is at work, and apps are often opened one after another).
+    public var appOpenedAt: UnixTime?
     /// The app the user last left, and when: for a short while after, a window opens for that
     /// app's refresh alone, if the refresh planner chooses it (people come back soon to the
     /// apps they switch between).
     public var appLeft: AppLeft?
+    /// Apps the user opened and has not left: the window after an open does not refresh them
+    /// (the one after they are left may).
+    public var appsInUse: Set<AppID>
 
     public init(
         refresh: RefreshPlanner? = nil, opportunity: Opportunity? = nil, refreshWeights: [AppID: Double] = [:],
-        contentAvailable: Set<AppID> = [], appLeft: AppLeft? = nil
+        contentAvailable: Set<AppID> = [], appOpenedAt: UnixTime? = nil, appLeft: AppLeft? = nil,
+        appsInUse: Set<AppID> = []
     ) {
         self.refresh = refresh
         self.opportunity = opportunity
         self.refreshWeights = refreshWeights
         self.contentAvailable = contentAvailable
+        self.appOpenedAt = appOpenedAt
         self.appLeft = appLeft
+        self.appsInUse = appsInUse
     }
 }
 
@@ -229,14 +239,26 @@ public struct SchedulingDecision: Sendable, Equatable {
     /// The apps whose refresh the refresh planner chose in this window: the caller records them
     /// with `RefreshPlanner.recordWindow` once launched.
     public var refreshed: [AppID]
+    /// The app the user just left, when its refresh goes in the window after use
+    /// (`WakeWindow.Kind.afterUse`, at the moment it was left): its launch is in that window,
+    /// any other in `window` (the one after an open, when both are open).
+    public var leftRefreshed: AppLeft?
 
     public init(
-        launches: [Launch] = [], nextEvaluation: UnixTime? = nil, window: WakeWindow? = nil, refreshed: [AppID] = []
+        launches: [Launch] = [], nextEvaluation: UnixTime? = nil, window: WakeWindow? = nil, refreshed: [AppID] = [],
+        leftRefreshed: AppLeft? = nil
     ) {
         self.launches = launches
         self.nextEvaluation = nextEvaluation
         self.window = window
         self.refreshed = refreshed
+        self.leftRefreshed = leftRefreshed
+    }
+
+    /// The window `appID`'s launch in this decision starts in.
+    public func window(of appID: AppID) -> WakeWindow? {
+        if let left = leftRefreshed, left.appID == appID { return WakeWindow(at: left.at, kind: .afterUse) }
+        return window
     }
 }
 

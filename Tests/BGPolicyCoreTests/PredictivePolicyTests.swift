@@ -21,14 +21,19 @@ struct PredictivePolicyTests {
         return UsageTrace(events: events)
     }
 
-    @Test func refreshesOnTheGridOrJustAfterACloseAtMostOncePer15MinutesPerApp() {
+    @Test func refreshesOnTheGridOrJustAfterAnOpenOrACloseAtMostOncePer15MinutesPerApp() {
         var policy = PredictivePolicy()
         let trace = Self.routine
         let refreshes = ReplayDriver.run(trace, policy: &policy)
         #expect(!refreshes.isEmpty)
-        // A window on the 15-min grid, or the one a second after a close, for the app left.
+        // A window on the 15-min grid; the one a second after an open, for apps not in use
+        // (here the app opened); or the one a second after a close, for the app left.
+        let afterOpens = Dictionary(trace.events.filter { $0.kind == .open }.map { ($0.time + 1, $0.appID) }) { a, _ in a }
         let afterCloses = Set(trace.events.filter { $0.kind == .close }.map { "\($0.time + 1) \($0.appID)" })
-        #expect(refreshes.allSatisfy { $0.time.truncatingRemainder(dividingBy: 900) == 0 || afterCloses.contains("\($0.time) \($0.appID)") })
+        #expect(refreshes.allSatisfy { refresh in
+            refresh.time.truncatingRemainder(dividingBy: 900) == 0 || afterCloses.contains("\(refresh.time) \(refresh.appID)")
+                || afterOpens[refresh.time].map { $0 != refresh.appID } == true
+        })
         var last: [String: Double] = [:]
         for refresh in refreshes {
             if let previous = last[refresh.appID] { #expect(refresh.time - previous >= 900) }

@@ -255,6 +255,72 @@ struct WindowPlannerTests {
         #expect(RunWhenEligiblePolicy().holds(work, launched: nil, context: ctx) == [.powerSaver: 2])
     }
 
+    /// When the user opens an app, a window opens for a minute for the refreshes the planner
+    /// chooses among the apps not in use, and for nothing else: Mail, habitually opened at
+    /// 09:05, is refreshed right after News is opened at 09:02, unless Mail is in use (opened
+    /// and not left: its own window comes when the user leaves it); Mail's processing waits for
+    /// the grid.
+    @Test(arguments: [false, true])
+    func anAppOpenOpensAWindowForChosenRefreshesOfAppsNotInUse(mailInUse: Bool) {
+        var refresh = Self.routinePlanner()
+        let opened = Clock.at(day: 21, 9, 2)
+        refresh.recordOpen(of: news, at: opened)
+        let apps = [AppID(rawValue: mail)!: appState(mail, lastUsed: opened - 86_000)]
+        let pending = [request(mail, .refresh, at: opened), request(mail, .processing, at: opened)]
+        let inUse: Set<AppID> = mailInUse ? [AppID(rawValue: news)!, AppID(rawValue: mail)!] : [AppID(rawValue: news)!]
+        func decide(at now: UnixTime, opened: UnixTime? = opened) -> SchedulingDecision {
+            var r = refresh
+            r.advance(to: now)
+            return planner.decide(
+                pending: pending, apps: apps,
+                context: context(now, strategy: .predicted,
+                                 planning: PlanningFacts(refresh: r, appOpenedAt: opened, appsInUse: inUse)))
+        }
+        let soon = decide(at: opened + 5)
+        #expect(soon.launches.map(\.appID.rawValue) == (mailInUse ? [] : [mail]))
+        #expect(soon.launches.first?.requests.map(\.kind) == (mailInUse ? nil : [.refresh]))
+        #expect(soon.refreshed.map(\.rawValue) == (mailInUse ? [] : [mail]))
+        #expect(soon.window == (mailInUse ? nil : WakeWindow(at: opened, kind: .afterOpen)))
+        #expect(soon.window(of: AppID(rawValue: mail)!) == soon.window)
+        // A minute later the window has closed: nothing starts until the next grid point.
+        let later = decide(at: opened + 61)
+        #expect(later.launches.isEmpty)
+        #expect(later.window == nil)
+        // Without an open, the same moment is no window at all.
+        #expect(decide(at: opened + 5, opened: nil).launches.isEmpty)
+    }
+
+    /// The user switches from Mail to News at 09:02: Mail is left (its window after use) and
+    /// News opened (the window after an open) at once. Mail's refresh goes in the first, Chat's
+    /// in the second, and each launch says which.
+    @Test func leavingOneAppForAnotherOpensBothWindows() {
+        var refresh = Self.routinePlanner()
+        let chat = "org.example.Chat"
+        let at = Clock.at(day: 21, 9, 2)
+        for day in 14..<21 {
+            // Chat is opened every morning a few minutes after News; Mail is reopened soon after it is left.
+            refresh.recordOpen(of: chat, at: Clock.at(day: day, 9, 10))
+            for k in 0..<4 {
+                refresh.recordOpen(of: mail, at: Clock.at(day: day, 14, 0) + Double(k) * 600)
+                refresh.recordClose(of: mail, at: Clock.at(day: day, 14, 2) + Double(k) * 600)
+            }
+        }
+        refresh.recordOpen(of: mail, at: at - 300)
+        refresh.recordClose(of: mail, at: at)
+        refresh.recordOpen(of: news, at: at)
+        refresh.advance(to: at + 5)
+        let mailID = AppID(rawValue: mail)!, chatID = AppID(rawValue: chat)!
+        let apps = [mailID: appState(mail, lastUsed: at - 300), chatID: appState(chat, lastUsed: at - 86_000)]
+        let pending = [request(mail, .refresh, at: at - 3600), request(chat, .refresh, at: at - 3600)]
+        let facts = PlanningFacts(refresh: refresh, appOpenedAt: at, appLeft: AppLeft(appID: mailID, at: at),
+                                  appsInUse: [AppID(rawValue: news)!])
+        let decision = planner.decide(pending: pending, apps: apps, context: context(at + 5, strategy: .predicted, planning: facts))
+        #expect(Set(decision.launches.map(\.appID)) == [mailID, chatID])
+        #expect(decision.leftRefreshed == AppLeft(appID: mailID, at: at))
+        #expect(decision.window(of: mailID) == WakeWindow(at: at, kind: .afterUse))
+        #expect(decision.window(of: chatID) == WakeWindow(at: at, kind: .afterOpen))
+    }
+
     /// When the user leaves an app, a window opens for a minute for that app's refresh alone,
     /// if the planner chooses it: yes for Mail, which the user keeps coming back to within
     /// minutes, and no for Mail refreshed 5 minutes before (at most one refresh per 15 min).

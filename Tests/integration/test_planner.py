@@ -133,6 +133,51 @@ def test_processing_waits_for_the_grid_even_when_eligible(world):
     assert app.events_of("RunTask") == []
 
 
+def test_opening_an_app_opens_a_window_for_the_refreshes_the_planner_chooses(laptop):
+    world = laptop
+    agent = world.start_agent(planner=True)
+    agent.stop()
+    # Three weeks of use in the usage log, read back at start, every hour of the day (so that
+    # whenever the test runs, it is a time of use): a glance at Mail, then Notes, and Mail again
+    # two minutes later and every five minutes after. The planner learns them, and its budget
+    # fills up.
+    rng = random.Random(5)
+    now = time.time()
+    rows = []
+    for day in range(1, 22):
+        for hour in range(24):
+            t = now - day * 86400 - (now % 86400) + hour * 3600 + rng.uniform(0, 2400)
+            rows += [("org.example.Mail", "foreground", t - 70), ("org.example.Mail", "background", t - 60),
+                     ("org.example.Notes", "foreground", t)]
+            for k in range(4):
+                rows += [("org.example.Mail", "foreground", t + 120 + 300 * k),
+                         ("org.example.Mail", "background", t + 180 + 300 * k)]
+    db = sqlite3.connect(world.tmp / "state" / "bgpolicy" / "bgpolicy.sqlite")
+    with db:
+        db.executemany("INSERT INTO usage (app_id, state, time) VALUES (?, ?, ?)", rows)
+    db.close()
+    agent.restart()
+    notes = world.registered_app("org.example.Notes", ["org.example.Notes.refresh"])
+    mail = world.registered_app("org.example.Mail", ["org.example.Mail.refresh"])
+    # Registering counts as opening; the user leaves Mail (an app in use is not refreshed in the
+    # window after another app's open). Wait out the windows those opened, clear of the grid's.
+    mail.scheduler("ReportUsage", "s", ("background",))
+    left = time.time()
+    while time.time() - left < 61 or not 61 < time.time() % 900 < 880:
+        time.sleep(0.2)
+    mail.submit("org.example.Mail.refresh")
+    explanation = agent.explain("org.example.Mail", "org.example.Mail.refresh")
+    assert explanation["state"] == "pending" and "predicted-use" in explanation["blocking"], explanation
+    time.sleep(1.5)
+    assert mail.events_of("RunTask") == []
+    # The user opens Notes: a window opens for the refreshes the planner chooses, and Mail's goes.
+    notes.scheduler("ReportUsage", "s", ("foreground",))
+    run = mail.wait_run_task("org.example.Mail.refresh", timeout=10)
+    assert run["time"] % 900 >= 61, run
+    delivered = agent.wait_history("delivered", app_id="org.example.Mail")
+    assert "in a refresh window opened because an app was opened" in delivered["detail"], delivered
+
+
 def test_leaving_an_app_opens_a_window_for_its_own_refresh(laptop):
     world = laptop
     agent = world.start_agent(planner=True)

@@ -223,6 +223,28 @@ def test_desktop_sessions_are_fresher_than_hourly_timers_with_a_tenth_of_the_ref
     hourly = replay(desktop, "periodic:60m")
     assert ours["wakeups_per_day"] <= hourly["wakeups_per_day"], (ours, hourly)
     assert ours["refreshes_per_day"] <= 0.1 * hourly["refreshes_per_day"], (ours, hourly)
-    # 1.68× (0.417 against 0.248). With windows after opens instead of after closes it scored
-    # 1.51×; before the app threshold, when it spent its budget one app at a time all day, 0.93×.
-    assert ours["freshness_15m"] >= 1.6 * hourly["freshness_15m"], (ours, hourly)
+    # 1.64× (0.406 against 0.248). With windows after opens alone it scored 1.51×; before the
+    # app threshold, when it spent its budget one app at a time all day, 0.93×.
+    assert ours["freshness_15m"] >= 1.58 * hourly["freshness_15m"], (ours, hourly)
+
+
+@pytest.fixture(scope="module")
+def sparse(tmp_path_factory):
+    path = tmp_path_factory.mktemp("sparse") / "sparse-3.csv"
+    r = subprocess.run(["/usr/bin/python3", str(DESKTOP), "--sparse", "3"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    path.write_text(r.stdout)
+    return path
+
+
+def test_sparse_sessions_keep_what_the_windows_after_opens_bring(sparse):
+    # Sessions of a few apps each opened once and kept open: apps are rarely reopened soon after
+    # a close, and the next app of a session comes a few minutes after the last. The window
+    # after an open serves there (0.71× periodic:60m, 0.156 against 0.219); with windows after
+    # closes alone the policy scored 0.43×. Opens this few and this random are hard to beat an
+    # hourly timer on (Docs/Replay.md); this guards the figure, not a target.
+    ours = replay(sparse, "bgpolicy")
+    hourly = replay(sparse, "periodic:60m")
+    assert ours["wakeups_per_day"] <= hourly["wakeups_per_day"], (ours, hourly)
+    assert ours["refreshes_per_day"] <= 0.1 * hourly["refreshes_per_day"], (ours, hourly)
+    assert ours["freshness_15m"] >= 0.6 * hourly["freshness_15m"], (ours, hourly)

@@ -5,6 +5,9 @@ public struct WakeWindow: Sendable, Equatable {
         case planned
         /// The machine is awake and in use anyway.
         case opportunistic(OpportunityReason)
+        /// An app was just opened: a window for the refreshes the refresh planner chooses among
+        /// the apps not in use, and nothing else.
+        case afterOpen
         /// The user just left an app: a window for that app's refresh alone, if the refresh
         /// planner chooses it.
         case afterUse
@@ -27,9 +30,11 @@ public struct WakeWindow: Sendable, Equatable {
 ///   stay open `windowSpan` (60 s, the span within which refreshes count as one wake-up; a
 ///   quarter of the grid on a finer grid).
 ///   Opportunistic windows open when the user unlocks or becomes active, the charger is plugged
-///   in, or an unmetered network appears (`PlanningFacts.opportunity`). When the user leaves an
-///   app (`PlanningFacts.appLeft`), a window opens for `windowSpan` for that app's refresh
-///   alone, if the refresh planner chooses it (`refreshWindow`). Every eligible piece of
+///   in, or an unmetered network appears (`PlanningFacts.opportunity`). Two windows open for
+///   refreshes only, for `windowSpan`: when the user opens an app (`PlanningFacts.appOpenedAt`),
+///   for the refreshes the refresh planner chooses among the apps not in use
+///   (`afterOpenWindow`); when the user leaves an app (`PlanningFacts.appLeft`), for that
+///   app's refresh alone, if the planner chooses it (`afterUseWindow`). Every eligible piece of
 ///   work of every app starts in the same window; a time rule (an `earliest_begin`, a penalty)
 ///   that lifts between two grid points lifts at the next one, so work due close together is
 ///   batched.
@@ -87,12 +92,26 @@ public struct WindowPlanner: SchedulingPolicy {
         return nil
     }
 
+    /// Whether the windows for refreshes only can open now: under the predicted strategy, awake.
+    /// They count only when no other window is open: callers ask after `openWindow` gave none.
+    private static func refreshOnlyWindowsApply(_ context: SchedulingContext) -> Bool {
+        !context.sleeping && context.configuration.refresh.strategy == .predicted && context.planning.refresh != nil
+    }
+
+    /// The window for refreshes only that opens when an app is opened (`PlanningFacts.appOpenedAt`)
+    /// and stays open `windowSpan`.
+    static func afterOpenWindow(_ context: SchedulingContext) -> WakeWindow? {
+        guard refreshOnlyWindowsApply(context), let opened = context.planning.appOpenedAt,
+            context.now >= opened, context.now - opened < windowSpan
+        else { return nil }
+        return WakeWindow(at: opened, kind: .afterOpen)
+    }
+
     /// The window for one refresh that opens when the user leaves an app (`PlanningFacts.appLeft`)
-    /// and stays open `windowSpan`, under the predicted strategy: the app left, too. It counts
-    /// only when no other window is open: callers ask after `openWindow` gave none.
-    static func refreshWindow(_ context: SchedulingContext) -> (window: WakeWindow, appID: AppID)? {
-        guard !context.sleeping, context.configuration.refresh.strategy == .predicted, context.planning.refresh != nil,
-            let left = context.planning.appLeft, context.now >= left.at, context.now - left.at < windowSpan
+    /// and stays open `windowSpan`: the app left, too.
+    static func afterUseWindow(_ context: SchedulingContext) -> (window: WakeWindow, appID: AppID)? {
+        guard refreshOnlyWindowsApply(context), let left = context.planning.appLeft,
+            context.now >= left.at, context.now - left.at < windowSpan
         else { return nil }
         return (WakeWindow(at: left.at, kind: .afterUse), left.appID)
     }
@@ -106,7 +125,9 @@ public struct WindowPlanner: SchedulingPolicy {
 
     public func decide(work: [AppWork], context: SchedulingContext) -> SchedulingDecision {
         let window = Self.openWindow(context)
-        let refreshOnly = window == nil ? Self.refreshWindow(context) : nil
+        let afterOpen = window == nil ? Self.afterOpenWindow(context) : nil
+        let afterUse = window == nil ? Self.afterUseWindow(context) : nil
+        let inUse = context.planning.appsInUse
         let grid = Self.grid(context)
         let predicted = context.configuration.refresh.strategy == .predicted ? context.planning.refresh : nil
         let content = context.planning.contentAvailable
@@ -118,6 +139,10 @@ public struct WindowPlanner: SchedulingPolicy {
         // `refresh`: the index of the app's refresh among `candidates`, if it has one.
         var ready: [(work: Int, requests: ArraySlice<TaskRequest>, refresh: Int?, content: Bool)] = []
         var candidates: [RefreshPlanner.Candidate] = []
+        // The app left's refresh, by its index among `candidates`; and, for the window after an
+        // open, the candidates it may not take (apps in use, or not ready in it).
+        var leftCandidate: Int?
+        var notAfterOpen: [Bool] = []
 
         // Read in place: each app's work is lent to the rules, not copied.
         work.withUnsafeBufferPointer { work in
@@ -139,11 +164,17 @@ public struct WindowPlanner: SchedulingPolicy {
                     && contentReasons(app: work[index].app, context: context, words: false).isEmpty
                 if window == nil {
                     if !requests.isEmpty || wakes { waitsForWindow = true }
-                    // Just after the user left the app, its refresh alone may go, if the planner
-                    // chooses it.
-                    if let refreshOnly, refresh != nil, refreshOnly.appID == work[index].app.record.appID {
-                        ready.append((index, runnable.prefix(1), refresh, false))
-                    }
+                    // In a window for refreshes only, an app's refresh alone may go, if the
+                    // planner chooses it: the app just left's, and after an open any app's not
+                    // in use.
+                    guard let refresh, afterOpen != nil || afterUse != nil else { continue }
+                    let appID = work[index].app.record.appID
+                    let left = afterUse?.appID == appID
+                    let open = afterOpen != nil && !inUse.contains(appID)
+                    if left { leftCandidate = refresh }
+                    // Every candidate passes here when no window is open, in order.
+                    if afterOpen != nil { notAfterOpen.append(!open) }
+                    if left || open { ready.append((index, runnable.prefix(1), refresh, false)) }
                     continue
                 }
                 if !requests.isEmpty || wakes || refresh != nil {
@@ -153,6 +184,7 @@ public struct WindowPlanner: SchedulingPolicy {
         }
 
         var chosen = [Bool](repeating: false, count: candidates.count)
+        var afterOpenChose = false
         if let planner = predicted, !candidates.isEmpty {
             var count = 0
             let positions = planner.positions(of: candidates)
@@ -163,11 +195,23 @@ public struct WindowPlanner: SchedulingPolicy {
                     chosen[index] = true
                     count += 1
                 }
-            } else if refreshOnly != nil, let entry = ready.first, let index = entry.refresh,
-                planner.choosesAfterUse(candidates[index], at: context.now)
-            {
-                chosen[index] = true
-                count = 1
+            } else {
+                if let index = leftCandidate, planner.choosesAfterUse(candidates[index], at: context.now) {
+                    chosen[index] = true
+                    count += 1
+                }
+                if afterOpen != nil {
+                    // Not the apps in use, nor the app left (its own window had its say).
+                    var skip = notAfterOpen
+                    if let index = leftCandidate { skip[index] = true }
+                    for index in planner.chooseIndices(
+                        at: context.now, among: candidates, skip: skip, positions: positions, opportunistic: true)
+                    {
+                        chosen[index] = true
+                        count += 1
+                        afterOpenChose = true
+                    }
+                }
             }
             if count < candidates.count,
                 let next = planner.nextWindow(
@@ -192,9 +236,16 @@ public struct WindowPlanner: SchedulingPolicy {
             if entry.content { sliceLength = max(sliceLength, context.configuration.slices.contentAvailable) }
             launches.append(Launch(appID: appID, requests: requests, sliceLength: sliceLength, contentAvailable: entry.content))
         }
+        // In windows for refreshes only, the app left's launch is in the window after use, any
+        // other in the one after an open.
+        var leftRefreshed: AppLeft?
+        if let index = leftCandidate, chosen[index], let afterUse {
+            leftRefreshed = AppLeft(appID: afterUse.appID, at: afterUse.window.at)
+        }
         return SchedulingDecision(
-            launches: launches, nextEvaluation: nextEvaluation, window: window ?? (launches.isEmpty ? nil : refreshOnly?.window),
-            refreshed: refreshed.sorted())
+            launches: launches, nextEvaluation: nextEvaluation,
+            window: window ?? (afterOpenChose ? afterOpen : (leftRefreshed != nil ? afterUse?.window : nil)),
+            refreshed: refreshed.sorted(), leftRefreshed: leftRefreshed)
     }
 
     public func explain(_ request: TaskRequest, app: AppSchedulingState, context: SchedulingContext) -> Explanation {
@@ -212,8 +263,12 @@ public struct WindowPlanner: SchedulingPolicy {
             let candidate = RefreshPlanner.Candidate(appID: appID, weight: context.planning.refreshWeights[request.appID] ?? 1)
             let runsNow = if let window {
                 planner.choose(at: context.now, among: [candidate], opportunistic: window.kind != .planned).contains(appID)
-            } else if let left = Self.refreshWindow(context), left.appID == request.appID {
+            } else if let left = Self.afterUseWindow(context), left.appID == request.appID,
                 planner.choosesAfterUse(candidate, at: context.now)
+            {
+                true
+            } else if Self.afterOpenWindow(context) != nil, !context.planning.appsInUse.contains(request.appID) {
+                planner.choose(at: context.now, among: [candidate], opportunistic: true).contains(appID)
             } else {
                 false
             }

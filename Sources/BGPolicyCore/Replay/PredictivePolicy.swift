@@ -1,22 +1,28 @@
 /// The `bgpolicy` refresh policy in replay: the agent's `RefreshPlanner` on a virtual clock.
 ///
-/// Windows open on the 15-min grid (SPEC §2, on battery; aligned to the Unix epoch), and a
-/// second after each close, for the app just left alone, as the agent opens one when the user
-/// leaves an app (a replay has no unlock, charger or network events). In each grid window the
-/// apps with a pending refresh request (each app resubmits after each open and each refresh)
-/// are the candidates, all in good standing (a trace has no slice results), and the planner
-/// chooses among them; in a window after a close, the planner says whether the app left is
-/// refreshed (`RefreshPlanner.choosesAfterUse`). A refresh at a grid point serves opens in the
-/// next 15 minutes, so its lead before a predicted open is 0–15 min.
+/// Windows open on the 15-min grid (SPEC §2, on battery; aligned to the Unix epoch), and, as
+/// the agent opens them (a replay has no unlock, charger or network events):
+/// - a second after each open, for the refreshes the planner chooses among the apps not in
+///   use (the user is at work, and apps are often opened one after another);
+/// - a second after each close, for the app just left alone, if the planner chooses it
+///   (`RefreshPlanner.choosesAfterUse`).
+/// In each window the apps with a pending refresh request (each app resubmits after each open
+/// and each refresh) are the candidates, all in good standing (a trace has no slice results).
+/// A refresh at a grid point serves opens in the next 15 minutes, so its lead before a
+/// predicted open is 0–15 min.
 public struct PredictivePolicy: ReplayPolicy {
     public var gridSeconds: Double = 900
     public private(set) var planner: RefreshPlanner
     private var pending: Set<String> = []
+    /// Apps opened and not closed since.
+    private var inUse: Set<String> = []
+    /// The window a second after the last open, until it has come.
+    private var afterOpen: Double?
     /// The windows a second after each close that has not come yet, in time order: when, and
     /// the app left.
     private var afterUse: [(time: Double, appID: String)] = []
-    /// Whether windows open after closes (the default, as in the agent).
-    public var windowsAfterUse = true
+    /// Whether windows open after opens and closes (the default, as in the agent).
+    public var refreshOnlyWindows = true
 
     public init(registeredAppCount: Int = 0) {
         planner = RefreshPlanner(slotSeconds: 900, registeredAppCount: registeredAppCount)
@@ -26,11 +32,14 @@ public struct PredictivePolicy: ReplayPolicy {
         switch event.kind {
         case .open:
             planner.recordOpen(of: event.appID, at: event.time)
+            inUse.insert(event.appID)
+            if refreshOnlyWindows { afterOpen = event.time + 1 }
             // Back within the second: there is nothing to refresh it for.
             afterUse.removeAll { $0.appID == event.appID }
         case .close:
             planner.recordClose(of: event.appID, at: event.time)
-            if windowsAfterUse { afterUse.append((event.time + 1, event.appID)) }
+            inUse.remove(event.appID)
+            if refreshOnlyWindows { afterUse.append((event.time + 1, event.appID)) }
         }
     }
 
@@ -41,8 +50,10 @@ public struct PredictivePolicy: ReplayPolicy {
     public mutating func nextWake(after time: Double) -> Double? {
         var grid = (time / gridSeconds).rounded(.down) * gridSeconds
         while grid <= time { grid += gridSeconds }
-        if let first = afterUse.first(where: { $0.time > time }), first.time < grid { return first.time }
-        return grid
+        var next = grid
+        if let afterOpen, afterOpen > time { next = min(next, afterOpen) }
+        if let first = afterUse.first(where: { $0.time > time }) { next = min(next, first.time) }
+        return next
     }
 
     public mutating func wake(at time: Double) -> [String] {
@@ -57,9 +68,14 @@ public struct PredictivePolicy: ReplayPolicy {
             pending.remove(window.appID)
             chosen.append(window.appID)
         }
-        if time.truncatingRemainder(dividingBy: gridSeconds) == 0 {
-            let candidates = pending.sorted().map { RefreshPlanner.Candidate(appID: $0) }
-            let more = planner.choose(at: time, among: candidates, opportunistic: !chosen.isEmpty)
+        let onGrid = time.truncatingRemainder(dividingBy: gridSeconds) == 0
+        let opened = time == afterOpen
+        if opened { afterOpen = nil }
+        if onGrid || opened {
+            // On the grid every app with a request; after an open, the apps not in use.
+            let candidates = (onGrid ? pending : pending.subtracting(inUse)).sorted()
+                .map { RefreshPlanner.Candidate(appID: $0) }
+            let more = planner.choose(at: time, among: candidates, opportunistic: opened || !chosen.isEmpty)
             planner.recordWindow(at: time, refreshed: more)
             for app in more { pending.remove(app) }
             chosen += more
