@@ -133,30 +133,38 @@ def test_processing_waits_for_the_grid_even_when_eligible(world):
     assert app.events_of("RunTask") == []
 
 
-def test_opening_an_app_opens_a_window_for_the_refreshes_the_planner_chooses(laptop):
-    world = laptop
-    agent = world.start_agent(planner=True)
+def with_usage(agent, rows):
+    """Restarts `agent` with `rows` (app id, state, time) added to its usage log, which it reads
+    back at start (the agent is the only writer, so only while it is stopped)."""
     agent.stop()
-    # Three weeks of use in the usage log, read back at start, every hour of the day (so that
-    # whenever the test runs, it is a time of use): a glance at Mail, then Notes, and Mail again
-    # two minutes later and every five minutes after. The planner learns them, and its budget
-    # fills up.
-    rng = random.Random(5)
-    now = time.time()
-    rows = []
-    for day in range(1, 22):
-        for hour in range(24):
-            t = now - day * 86400 - (now % 86400) + hour * 3600 + rng.uniform(0, 2400)
-            rows += [("org.example.Mail", "foreground", t - 70), ("org.example.Mail", "background", t - 60),
-                     ("org.example.Notes", "foreground", t)]
-            for k in range(4):
-                rows += [("org.example.Mail", "foreground", t + 120 + 300 * k),
-                         ("org.example.Mail", "background", t + 180 + 300 * k)]
-    db = sqlite3.connect(world.tmp / "state" / "bgpolicy" / "bgpolicy.sqlite")
+    db = sqlite3.connect(agent.world.tmp / "state" / "bgpolicy" / "bgpolicy.sqlite")
     with db:
         db.executemany("INSERT INTO usage (app_id, state, time) VALUES (?, ?, ?)", rows)
     db.close()
     agent.restart()
+    return agent
+
+
+def every_hour_for_three_weeks(visit, spread):
+    """The rows `visit(t)` gives for one visit an hour, at a random minute in the first `spread`
+    seconds of every hour of the last three weeks (so that whenever a test runs, it is a time
+    of use)."""
+    rng = random.Random(5)
+    now = time.time()
+    return [row for day in range(1, 22) for hour in range(24)
+            for row in visit(now - day * 86400 - (now % 86400) + hour * 3600 + rng.uniform(0, spread))]
+
+
+def test_opening_an_app_opens_a_window_for_the_refreshes_the_planner_chooses(laptop):
+    world = laptop
+    # Three weeks of use: a glance at Mail, then Notes, and Mail again two minutes later and
+    # every five minutes after. The planner learns them, and its budget fills up.
+    def visit(t):
+        return [("org.example.Mail", "foreground", t - 70), ("org.example.Mail", "background", t - 60),
+                ("org.example.Notes", "foreground", t)] + [
+            (app_id, state, t + 120 + 300 * k + offset) for k in range(4)
+            for app_id, state, offset in (("org.example.Mail", "foreground", 0), ("org.example.Mail", "background", 60))]
+    agent = with_usage(world.start_agent(planner=True), every_hour_for_three_weeks(visit, 2400))
     notes = world.registered_app("org.example.Notes", ["org.example.Notes.refresh"])
     mail = world.registered_app("org.example.Mail", ["org.example.Mail.refresh"])
     # Registering counts as opening; the user leaves Mail (an app in use is not refreshed in the
@@ -180,22 +188,12 @@ def test_opening_an_app_opens_a_window_for_the_refreshes_the_planner_chooses(lap
 
 def test_leaving_an_app_opens_a_window_for_its_own_refresh(laptop):
     world = laptop
-    agent = world.start_agent(planner=True)
-    agent.stop()
-    # Three weeks of use in the usage log, read back at start: Notes, then Mail two minutes
-    # later, every hour of the day. The planner learns them, and its budget fills up.
-    rng = random.Random(5)
+    # Three weeks of use: Notes, then Mail two minutes later. The planner learns them, and its
+    # budget fills up.
+    def visit(t):
+        return [("org.example.Notes", "foreground", t), ("org.example.Mail", "foreground", t + 120)]
     now = time.time()
-    rows = []
-    for day in range(1, 22):
-        for hour in range(24):
-            t = now - day * 86400 - (now % 86400) + hour * 3600 + rng.uniform(0, 3000)
-            rows += [("org.example.Notes", "foreground", t), ("org.example.Mail", "foreground", t + 120)]
-    db = sqlite3.connect(world.tmp / "state" / "bgpolicy" / "bgpolicy.sqlite")
-    with db:
-        db.executemany("INSERT INTO usage (app_id, state, time) VALUES (?, ?, ?)", rows)
-    db.close()
-    agent.restart()
+    agent = with_usage(world.start_agent(planner=True), every_hour_for_three_weeks(visit, 3000))
     notes = world.registered_app("org.example.Notes", ["org.example.Notes.refresh"])
     mail = world.registered_app("org.example.Mail", ["org.example.Mail.refresh"])
     # Clear of the 15-min grid's windows, with time for the steps below.
@@ -318,16 +316,10 @@ def test_learned_hours_follow_a_change_of_time_zone(laptop):
         pytest.skip(f"no private mount namespace here: {probe.stderr.strip()}")
     wrapper = ["unshare", "--mount", "--propagation", "private", "sh", "-c",
                'mount --bind "$0" /etc/localtime && exec env -u TZ "$@"', str(zone)]
-    agent = world.start_agent(planner=True, wrapper=wrapper)
-    agent.stop()
     now = time.time()
     midnight = now - now % 86400
     rows = [("org.example.Maps", "foreground", midnight - day * 86400 + 9 * 3600 + 300) for day in range(1, 22)]
-    db = sqlite3.connect(world.tmp / "state" / "bgpolicy" / "bgpolicy.sqlite")
-    with db:
-        db.executemany("INSERT INTO usage (app_id, state, time) VALUES (?, ?, ?)", rows)
-    db.close()
-    agent.restart()
+    agent = with_usage(world.start_agent(planner=True, wrapper=wrapper), rows)
     world.registered_app("org.example.Maps", ["org.example.Maps.refresh"])
 
     def at_hours_utc(*hours):
