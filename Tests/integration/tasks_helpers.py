@@ -31,6 +31,7 @@ import argparse
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -163,6 +164,47 @@ def wait_until(predicate, timeout, what, interval=0.02):
         if time.monotonic() >= deadline:
             raise AssertionError(f"{what}: not within {timeout}s")
         time.sleep(interval)
+
+
+def wait_between_windows(grid, after, before, not_before=None):
+    """Waits until the time is `after` to `before` seconds past a grid point: clear of the open
+    part of a window (a quarter of the grid, at most 60 s) and of the next one; and, when
+    given, no earlier than Unix time `not_before`."""
+    if not_before is not None:
+        time.sleep(max(0.0, not_before - time.time()))
+    while not (after < time.time() % grid < before):
+        time.sleep(0.1)
+
+
+# MARK: The planner's history
+
+
+def restart_with_usage(agent, rows):
+    """Restarts `agent` with `rows` (app id, state, time) added to its usage log, which it reads
+    back at start (the agent is the only writer, so only while it is stopped)."""
+    agent.stop()
+    db = sqlite3.connect(agent.world.tmp / "state" / "bgpolicy" / "bgpolicy.sqlite")
+    with db:
+        db.executemany("INSERT INTO usage (app_id, state, time) VALUES (?, ?, ?)", rows)
+    db.close()
+    agent.restart()
+    return agent
+
+
+def submit_refresh_that_waits(agent, app, app_id):
+    """`app` submits `{app_id}.refresh`, which waits for the planner's predicted use."""
+    app.submit(f"{app_id}.refresh")
+    explanation = agent.explain(app_id, f"{app_id}.refresh")
+    assert explanation["state"] == "pending" and "predicted-use" in explanation["blocking"], explanation
+
+
+def wait_refresh_delivered(agent, app, app_id, why):
+    """`{app_id}.refresh` runs within 10 s, off the 15-min grid's windows, and its history says
+    `why`."""
+    run = app.wait_run_task(f"{app_id}.refresh", timeout=10)
+    assert run["time"] % 900 >= 61, run
+    delivered = agent.wait_history("delivered", app_id=app_id)
+    assert why in delivered["detail"], delivered
 
 
 # MARK: Buses

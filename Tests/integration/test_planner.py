@@ -19,7 +19,8 @@ from gi.repository import GLib
 import pytest
 
 import tasks_helpers as th
-from tasks_helpers import expect_error, world  # noqa: F401 - the fixture
+from tasks_helpers import (  # noqa: F401 - the fixture
+    expect_error, restart_with_usage, submit_refresh_that_waits, wait_between_windows, wait_refresh_delivered, world)
 
 
 @pytest.fixture
@@ -39,13 +40,6 @@ def in_window(t, grid=GRID):
     """Whether Unix time `t` falls in the open part of a grid window (with 0.4 s of slack for
     the delivery's own latency)."""
     return (t % grid) < grid / 4 + 0.4
-
-
-def wait_between_windows(grid, after, before):
-    """Waits until the time is `after` to `before` seconds past a grid point: clear of the open
-    part of a window (a quarter of the grid, at most 60 s) and of the next one."""
-    while not (after < time.time() % grid < before):
-        time.sleep(0.1)
 
 
 def notify(agent, app_id, payload, sender=None):
@@ -133,18 +127,6 @@ def test_processing_waits_for_the_grid_even_when_eligible(world):
     assert app.events_of("RunTask") == []
 
 
-def with_usage(agent, rows):
-    """Restarts `agent` with `rows` (app id, state, time) added to its usage log, which it reads
-    back at start (the agent is the only writer, so only while it is stopped)."""
-    agent.stop()
-    db = sqlite3.connect(agent.world.tmp / "state" / "bgpolicy" / "bgpolicy.sqlite")
-    with db:
-        db.executemany("INSERT INTO usage (app_id, state, time) VALUES (?, ?, ?)", rows)
-    db.close()
-    agent.restart()
-    return agent
-
-
 def every_hour_for_three_weeks(visit, spread):
     """The rows `visit(t)` gives for one visit an hour, at a random minute in the first `spread`
     seconds of every hour of the last three weeks (so that whenever a test runs, it is a time
@@ -164,26 +146,19 @@ def test_opening_an_app_opens_a_window_for_the_refreshes_the_planner_chooses(lap
                 ("org.example.Notes", "foreground", t)] + [
             (app_id, state, t + 120 + 300 * k + offset) for k in range(4)
             for app_id, state, offset in (("org.example.Mail", "foreground", 0), ("org.example.Mail", "background", 60))]
-    agent = with_usage(world.start_agent(planner=True), every_hour_for_three_weeks(visit, 2400))
+    agent = restart_with_usage(world.start_agent(planner=True), every_hour_for_three_weeks(visit, 2400))
     notes = world.registered_app("org.example.Notes", ["org.example.Notes.refresh"])
     mail = world.registered_app("org.example.Mail", ["org.example.Mail.refresh"])
     # Registering counts as opening; the user leaves Mail (an app in use is not refreshed in the
     # window after another app's open). Wait out the windows those opened, clear of the grid's.
     mail.scheduler("ReportUsage", "s", ("background",))
-    left = time.time()
-    while time.time() - left < 61 or not 61 < time.time() % 900 < 880:
-        time.sleep(0.2)
-    mail.submit("org.example.Mail.refresh")
-    explanation = agent.explain("org.example.Mail", "org.example.Mail.refresh")
-    assert explanation["state"] == "pending" and "predicted-use" in explanation["blocking"], explanation
+    wait_between_windows(900, 61, 880, not_before=time.time() + 61)
+    submit_refresh_that_waits(agent, mail, "org.example.Mail")
     time.sleep(1.5)
     assert mail.events_of("RunTask") == []
     # The user opens Notes: a window opens for the refreshes the planner chooses, and Mail's goes.
     notes.scheduler("ReportUsage", "s", ("foreground",))
-    run = mail.wait_run_task("org.example.Mail.refresh", timeout=10)
-    assert run["time"] % 900 >= 61, run
-    delivered = agent.wait_history("delivered", app_id="org.example.Mail")
-    assert "in a refresh window opened because an app was opened" in delivered["detail"], delivered
+    wait_refresh_delivered(agent, mail, "org.example.Mail", "in a refresh window opened because an app was opened")
 
 
 def test_leaving_an_app_opens_a_window_for_its_own_refresh(laptop):
@@ -193,25 +168,19 @@ def test_leaving_an_app_opens_a_window_for_its_own_refresh(laptop):
     def visit(t):
         return [("org.example.Notes", "foreground", t), ("org.example.Mail", "foreground", t + 120)]
     now = time.time()
-    agent = with_usage(world.start_agent(planner=True), every_hour_for_three_weeks(visit, 3000))
+    agent = restart_with_usage(world.start_agent(planner=True), every_hour_for_three_weeks(visit, 3000))
     notes = world.registered_app("org.example.Notes", ["org.example.Notes.refresh"])
     mail = world.registered_app("org.example.Mail", ["org.example.Mail.refresh"])
     # Clear of the 15-min grid's windows, with time for the steps below.
-    while not 61 < time.time() % 900 < 860:
-        time.sleep(0.2)
-    mail.submit("org.example.Mail.refresh")
-    explanation = agent.explain("org.example.Mail", "org.example.Mail.refresh")
-    assert explanation["state"] == "pending" and "predicted-use" in explanation["blocking"], explanation
+    wait_between_windows(900, 61, 860)
+    submit_refresh_that_waits(agent, mail, "org.example.Mail")
     # The user leaves Notes: a window for Notes' own refresh (it has none), not for Mail's.
     notes.scheduler("ReportUsage", "s", ("background",))
     time.sleep(1.5)
     assert mail.events_of("RunTask") == []
     # The user leaves Mail: its refresh goes at once, to be fresh when the user comes back.
     mail.scheduler("ReportUsage", "s", ("background",))
-    run = mail.wait_run_task("org.example.Mail.refresh", timeout=10)
-    assert run["time"] % 900 >= 61, run
-    delivered = agent.wait_history("delivered", app_id="org.example.Mail")
-    assert "in a refresh window opened because the user left the app" in delivered["detail"], delivered
+    wait_refresh_delivered(agent, mail, "org.example.Mail", "in a refresh window opened because the user left the app")
     # The usage log has both reports.
     db = sqlite3.connect(world.tmp / "state" / "bgpolicy" / "bgpolicy.sqlite")
     states = db.execute("SELECT app_id, state FROM usage WHERE time > ? ORDER BY time", (now,)).fetchall()
@@ -319,7 +288,7 @@ def test_learned_hours_follow_a_change_of_time_zone(laptop):
     now = time.time()
     midnight = now - now % 86400
     rows = [("org.example.Maps", "foreground", midnight - day * 86400 + 9 * 3600 + 300) for day in range(1, 22)]
-    agent = with_usage(world.start_agent(planner=True, wrapper=wrapper), rows)
+    agent = restart_with_usage(world.start_agent(planner=True, wrapper=wrapper), rows)
     world.registered_app("org.example.Maps", ["org.example.Maps.refresh"])
 
     def at_hours_utc(*hours):

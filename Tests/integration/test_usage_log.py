@@ -197,7 +197,6 @@ def test_closing_an_app_unit_refreshes_the_app_left_if_the_user_comes_back_soon(
     _, manager = start_manager(world)
     agent = world.start_agent(planner=True)
     wait_subscribed(agent, manager)
-    agent.stop()
     # Three weeks of hourly use of ten apps in the usage log: the budget (refreshes and
     # wake-ups grow with the apps in use) fills up. Every app is left after two minutes; the
     # user comes back within three minutes, twice an hour, or not until the next hour.
@@ -211,28 +210,20 @@ def test_closing_an_app_unit_refreshes_the_app_left_if_the_user_comes_back_soon(
                 t = now - day * 86400 - (now % 86400) + hour * 3600 + 20 * k
                 for visit in visits:
                     rows += [(app, "foreground", t + visit), (app, "background", t + visit + 120)]
-    with sqlite3.connect(database(world)) as db:
-        db.executemany("INSERT INTO usage (app_id, state, time) VALUES (?, ?, ?)", rows)
-    agent.restart()
+    th.restart_with_usage(agent, rows)
     wait_subscribed(agent, manager)
     maps = world.registered_app(MAPS, [f"{MAPS}.refresh"])
     emit(manager, "UnitNew", UNITS[MAPS])
     th.wait_until(lambda: agent.stderr().count("App unit changed") >= 1, th.TIMEOUT, "the agent to see Maps' unit")
     # Opening Maps opened a window for a minute (for apps not in use, which Maps is not then):
     # wait it out, and keep clear of the 15-min grid's windows, with time for the steps below.
-    opened = time.time()
-    while time.time() - opened < 61 or not 61 < time.time() % 900 < 860:
-        time.sleep(0.2)
-    maps.submit(f"{MAPS}.refresh")
-    explanation = agent.explain(MAPS, f"{MAPS}.refresh")
-    assert "predicted-use" in explanation["blocking"], explanation
+    th.wait_between_windows(900, 61, 860, not_before=time.time() + 61)
+    th.submit_refresh_that_waits(agent, maps, MAPS)
     time.sleep(1.5)
     assert maps.events_of("RunTask") == []
     emit(manager, "UnitRemoved", UNITS[MAPS])
     if comes_back_soon:
-        maps.wait_run_task(f"{MAPS}.refresh", timeout=10)
-        delivered = agent.wait_history("delivered", app_id=MAPS)
-        assert "in a refresh window opened because the user left the app" in delivered["detail"], delivered
+        th.wait_refresh_delivered(agent, maps, MAPS, "in a refresh window opened because the user left the app")
     else:
         th.wait_until(lambda: agent.stderr().count("App unit changed") >= 2, th.TIMEOUT, "the agent to see Maps' unit go")
         time.sleep(3)
