@@ -204,7 +204,8 @@ public struct RefreshPlanner: Sendable {
     }
 
     public func ineligibility(of candidate: Candidate, at time: Double) -> Ineligibility? {
-        guard let span = eligibleSpan(of: candidate, lastOpen: predictor.lastOpen(of: candidate.appID)),
+        guard let span = eligibleSpan(of: candidate, lastOpen: predictor.lastOpen(of: candidate.appID),
+                                      refreshed: lastRefresh[candidate.appID]),
             time < span.until
         else { return .inactive }
         return time < span.from ? .tooSoon(until: span.from) : nil
@@ -214,10 +215,12 @@ public struct RefreshPlanner: Sendable {
     /// as its weight shrinks; `-infinity` when never refreshed) until `inactiveAfterSeconds`
     /// after its last open; `nil` when it was never opened. The one statement of the rule that
     /// `ineligibility`, `choose` and `nextWindow` apply.
-    private func eligibleSpan(of candidate: Candidate, lastOpen: Double?) -> (from: Double, until: Double)? {
+    private func eligibleSpan(of candidate: Candidate, lastOpen: Double?, refreshed: Double?)
+        -> (from: Double, until: Double)?
+    {
         guard let lastOpen else { return nil }
         var from = -Double.infinity
-        if let refreshed = lastRefresh[candidate.appID] {
+        if let refreshed {
             from = refreshed + minRefreshIntervalSeconds / max(candidate.weight, Self.minimumWeight)
         }
         return (from, lastOpen + inactiveAfterSeconds)
@@ -232,10 +235,10 @@ public struct RefreshPlanner: Sendable {
 
     /// `choose`, as indices into `candidates`, in the order chosen. Candidates whose `skip` entry
     /// is true are left out, as if absent. An `opportunistic` window may open in a slot that
-    /// already had one. `positions`, when given, is `positions(of:)` of the
-    /// same candidates (worked out once for a decision and its look-ahead).
+    /// already had one. `located`, when given, is `locate(_:)` of the same candidates (worked
+    /// out once for a decision and its look-ahead).
     func chooseIndices(at time: Double, among candidates: [Candidate], skip: [Bool]? = nil,
-                       positions: [Int?]? = nil, opportunistic: Bool = false) -> [Int] {
+                       located: [Located?]? = nil, opportunistic: Bool = false) -> [Int] {
         guard mayOpenWindow(opportunistic: opportunistic) else { return [] }
         // The cheap tests first: is anyone eligible, is the window worth it; then rank. Looking
         // ahead (`nextWindow`) tries many slots, and most fail the threshold. One pass finds
@@ -244,12 +247,12 @@ public struct RefreshPlanner: Sendable {
         eligible.reserveCapacity(candidates.count)
         for (i, candidate) in candidates.enumerated() {
             if let skip, skip[i] { continue }
-            let found = if let positions { positions[i] } else { predictor.position(of: candidate.appID) }
-            guard let position = found,
-                let span = eligibleSpan(of: candidate, lastOpen: predictor.lastOpen(at: position)),
+            guard let found = if let located { located[i] } else { locate(candidate) },
+                let span = eligibleSpan(of: candidate, lastOpen: predictor.lastOpen(at: found.position),
+                                        refreshed: found.refreshed),
                 span.from <= time, time < span.until
             else { continue }
-            eligible.append((i, position))
+            eligible.append((i, found.position))
         }
         guard !eligible.isEmpty else { return [] }
         // The slot whose opens this window's refreshes serve: this one, or a later one for a
@@ -342,10 +345,22 @@ public struct RefreshPlanner: Sendable {
         return heap
     }
 
-    /// Where each candidate's model is in the predictor (nil for an app never opened): for
-    /// `chooseIndices` and `nextWindow`, so that one decision looks each app up once.
-    func positions(of candidates: [Candidate]) -> [Int?] {
-        candidates.map { predictor.position(of: $0.appID) }
+    /// A candidate's model in the predictor (`UsagePredictor.position(of:)`) and its last
+    /// refresh: what its eligibility needs, found by its id.
+    struct Located {
+        var position: Int
+        var refreshed: Double?
+    }
+
+    /// Each candidate located (nil for an app never opened): for `chooseIndices` and
+    /// `nextWindow`, so that one decision and its look-ahead hash each app's id twice, not twice
+    /// per slot tried.
+    func locate(_ candidates: [Candidate]) -> [Located?] {
+        candidates.map(locate)
+    }
+
+    private func locate(_ candidate: Candidate) -> Located? {
+        predictor.position(of: candidate.appID).map { Located(position: $0, refreshed: lastRefresh[candidate.appID]) }
     }
 
     /// Records the refreshes started in a window at `time`.
@@ -370,10 +385,10 @@ public struct RefreshPlanner: Sendable {
 
     /// `nextWindow`, leaving out the candidates whose `skip` entry is true (those chosen in the
     /// window open now), without building a new list of the others.
-    func nextWindow(after time: Double, among candidates: [Candidate], skip: [Bool]?, positions: [Int?]? = nil,
+    func nextWindow(after time: Double, among candidates: [Candidate], skip: [Bool]?, located: [Located?]? = nil,
                     horizon: Double = 86_400) -> (time: Double, apps: [String])?
     {
-        let positions = positions ?? self.positions(of: candidates)
+        let located = located ?? locate(candidates)
         // When each candidate can be chosen at all: from the end of its refresh interval until
         // 7 days after its last open. Worked out once, so that a slot in which nobody is
         // eligible, or the window is not worth it, costs no ranking: a lookahead over 1,000
@@ -382,8 +397,9 @@ public struct RefreshPlanner: Sendable {
         spans.reserveCapacity(candidates.count)
         for (i, candidate) in candidates.enumerated() {
             if let skip, skip[i] { continue }
-            guard let position = positions[i],
-                let span = eligibleSpan(of: candidate, lastOpen: predictor.lastOpen(at: position)),
+            guard let found = located[i],
+                let span = eligibleSpan(of: candidate, lastOpen: predictor.lastOpen(at: found.position),
+                                        refreshed: found.refreshed),
                 span.from < span.until
             else { continue }
             spans.append(span)
@@ -407,7 +423,7 @@ public struct RefreshPlanner: Sendable {
             guard latestUntil > slotStart, future.mayOpenWindow(opportunistic: false),
                 future.openChance(at: slotStart) != nil
             else { continue }
-            let chosen = future.chooseIndices(at: slotStart, among: candidates, skip: skip, positions: positions)
+            let chosen = future.chooseIndices(at: slotStart, among: candidates, skip: skip, located: located)
             if !chosen.isEmpty { return (slotStart, chosen.map { candidates[$0].appID }) }
         }
         return nil

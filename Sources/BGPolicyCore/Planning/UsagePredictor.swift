@@ -142,11 +142,13 @@ public struct UsagePredictor: Sendable {
     /// or nil when it was last opened `inactiveAfter` seconds ago or more (it cannot be refreshed).
     func probabilitiesOfActiveApps(inSlotAt time: Double, inactiveAfter: Double) -> [Double?] {
         let shared = sharedFeatures(at: time)
-        // Read in place: a thousand models are looked at, none is copied or retained.
+        // Read in place through a pointer: a thousand models are looked at, none is copied or
+        // retained (passing a model by value retained its four arrays).
         return models.withUnsafeBufferPointer { models in
             models.indices.map { i in
-                guard let last = models[i].lastOpen, time - last < inactiveAfter else { return nil }
-                return Self.probability(of: models[i], inSlotAt: time, shared: shared)
+                let model = models.baseAddress! + i
+                guard let last = model.pointee.lastOpen, time - last < inactiveAfter else { return nil }
+                return Self.probability(of: model, inSlotAt: time, shared: shared)
             }
         }
     }
@@ -162,13 +164,15 @@ public struct UsagePredictor: Sendable {
     func lastOpen(at position: Int) -> Double? { models[position].lastOpen }
 
     private func probability(ofModelAt i: Int, inSlotAt time: Double) -> Double {
-        Self.probability(of: models[i], inSlotAt: time, shared: sharedFeatures(at: time))
+        let shared = sharedFeatures(at: time)
+        return models.withUnsafeBufferPointer { Self.probability(of: $0.baseAddress! + i, inSlotAt: time, shared: shared) }
     }
 
-    private static func probability(of model: Model, inSlotAt time: Double, shared: SharedFeatures) -> Double {
-        let f = featureIndices(of: model, at: time, shared: shared)
+    private static func probability(of model: UnsafePointer<Model>, inSlotAt time: Double, shared: SharedFeatures) -> Double {
+        let f = featureIndices(lastOpen: model.pointee.lastOpen, recentOpens: model.pointee.recentOpens, at: time,
+                               shared: shared)
         // Summed in the order `OnlineLogistic.score` sums `features(of:at:)`.
-        let score = model.logistic.weights.withUnsafeBufferPointer { w in
+        let score = model.pointee.logistic.weights.withUnsafeBufferPointer { w in
             var score = 0.0
             score += w[f.0]
             score += w[f.1]
@@ -215,39 +219,50 @@ public struct UsagePredictor: Sendable {
     /// The features of `features(of:at:)` without building an array: ranking a thousand apps
     /// in a window allocates nothing per app.
     private func featureIndices(of model: Model, at time: Double) -> (Int, Int, Int, Int, Int, Int, Int) {
-        Self.featureIndices(of: model, at: time, shared: sharedFeatures(at: time))
+        Self.featureIndices(lastOpen: model.lastOpen, recentOpens: model.recentOpens, at: time,
+                            shared: sharedFeatures(at: time))
     }
 
     /// The features every app has in common at `time`: worked out once for a whole ranking.
+    /// The indices of the shared features, and what the app's own need (the lazily made static
+    /// layout, read once here rather than once per app).
     struct SharedFeatures {
+        let userAge: Int
         let hour: Int
         let day: Int
-        let userAge: Int
+        let weekHour: Int
+        let rateBase: Int
+        let ageEdges: [Double]
+        let rateEdges: [Double]
     }
 
     func sharedFeatures(at time: Double) -> SharedFeatures {
         let (hour, day) = clock(time)
-        return SharedFeatures(hour: hour, day: day, userAge: Self.ageBin(lastAnyOpen.map { time - $0 }))
+        return SharedFeatures(userAge: Self.userAgeBase + Self.ageBin(lastAnyOpen.map { time - $0 }),
+                              hour: Self.hourBase + hour, day: Self.dayBase + day,
+                              weekHour: Self.weekHourBase + day * 24 + hour, rateBase: Self.rateBase,
+                              ageEdges: Self.ageEdges, rateEdges: Self.rateEdges)
     }
 
-    private static func featureIndices(of model: Model, at time: Double, shared: SharedFeatures) -> (Int, Int, Int, Int, Int, Int, Int) {
-        let recent = model.recentOpens.withUnsafeBufferPointer { opens in
+    private static func featureIndices(lastOpen: Double?, recentOpens: borrowing [Double], at time: Double,
+                                       shared: SharedFeatures) -> (Int, Int, Int, Int, Int, Int, Int) {
+        let recent = recentOpens.withUnsafeBufferPointer { opens in
             var count = 0
             for open in opens where open > time - 86_400 { count += 1 }
             return count
         }
         return (0,
-                Self.appAgeBase + Self.ageBin(model.lastOpen.map { time - $0 }),
-                Self.userAgeBase + shared.userAge,
-                Self.rateBase + Self.bin(Double(recent), Self.rateEdges),
-                Self.hourBase + shared.hour,
-                Self.dayBase + shared.day,
-                Self.weekHourBase + shared.day * 24 + shared.hour)
+                Self.appAgeBase + Self.ageBin(lastOpen.map { time - $0 }, edges: shared.ageEdges),
+                shared.userAge,
+                shared.rateBase + Self.bin(Double(recent), shared.rateEdges),
+                shared.hour,
+                shared.day,
+                shared.weekHour)
     }
 
-    static func ageBin(_ age: Double?) -> Int {
-        guard let age else { return ageEdges.count + 1 }
-        return bin(age, ageEdges)
+    static func ageBin(_ age: Double?, edges: [Double] = ageEdges) -> Int {
+        guard let age else { return edges.count + 1 }
+        return bin(age, edges)
     }
 
     /// How many of the ascending `edges` are at most `value`: the bin `value` falls in.

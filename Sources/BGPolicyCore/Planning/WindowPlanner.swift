@@ -123,6 +123,16 @@ public struct WindowPlanner: SchedulingPolicy {
         return start + grid
     }
 
+    /// What may start for one app in the window being decided (see `decide`). A struct, not a
+    /// tuple: tuples of these were copied through their generic value witnesses, a tenth of
+    /// the decision's time for 1,000 apps.
+    private struct Ready {
+        var work: Int
+        var requests: ArraySlice<TaskRequest>
+        var refresh: Int?
+        var content: Bool
+    }
+
     public func decide(work: [AppWork], context: SchedulingContext) -> SchedulingDecision {
         let window = Self.openWindow(context)
         let afterOpen = window == nil ? Self.afterOpenWindow(context) : nil
@@ -130,6 +140,9 @@ public struct WindowPlanner: SchedulingPolicy {
         let inUse = context.planning.appsInUse
         let grid = Self.grid(context)
         let predicted = context.configuration.refresh.strategy == .predicted ? context.planning.refresh : nil
+        let hasPredicted = predicted != nil
+        // Read once: reading a field of `context.planning` in the loop copied all of it per app.
+        let weights = context.planning.refreshWeights
         let content = context.planning.contentAvailable
         var nextEvaluation: UnixTime?
         func wake(at time: UnixTime) { nextEvaluation = min(nextEvaluation ?? time, time) }
@@ -137,7 +150,7 @@ public struct WindowPlanner: SchedulingPolicy {
         // Per app, in the order of `work`: what may start in this window, and whether its
         // refresh waits for the refresh planner's choice.
         // `refresh`: the index of the app's refresh among `candidates`, if it has one.
-        var ready: [(work: Int, requests: ArraySlice<TaskRequest>, refresh: Int?, content: Bool)] = []
+        var ready: [Ready] = []
         var candidates: [RefreshPlanner.Candidate] = []
         // The app left's refresh, by its index among `candidates`; and, for the window after an
         // open, the candidates it may not take (apps in use, or not ready in it).
@@ -153,12 +166,11 @@ public struct WindowPlanner: SchedulingPolicy {
                 var requests = runnable
                 var refresh: Int?
                 // In launch order a refresh comes first; it waits for the refresh planner's choice.
-                if predicted != nil, let first = requests.first, first.kind == .refresh {
+                if hasPredicted, let first = requests.first, first.kind == .refresh {
                     refresh = candidates.count
                     requests = runnable.dropFirst()
                     let appID = work[index].app.record.appID
-                    candidates.append(RefreshPlanner.Candidate(
-                        appID: appID.rawValue, weight: context.planning.refreshWeights[appID] ?? 1))
+                    candidates.append(RefreshPlanner.Candidate(appID: appID.rawValue, weight: weights[appID] ?? 1))
                 }
                 let wakes = !content.isEmpty && content.contains(work[index].app.record.appID)
                     && contentReasons(app: work[index].app, context: context, words: false).isEmpty
@@ -174,11 +186,11 @@ public struct WindowPlanner: SchedulingPolicy {
                     if left { leftCandidate = refresh }
                     // Every candidate passes here when no window is open, in order.
                     if afterOpen != nil { notAfterOpen.append(!open) }
-                    if left || open { ready.append((index, runnable.prefix(1), refresh, false)) }
+                    if left || open { ready.append(Ready(work: index, requests: runnable.prefix(1), refresh: refresh, content: false)) }
                     continue
                 }
                 if !requests.isEmpty || wakes || refresh != nil {
-                    ready.append((index, runnable, refresh, wakes))
+                    ready.append(Ready(work: index, requests: runnable, refresh: refresh, content: wakes))
                 }
             }
         }
@@ -187,10 +199,10 @@ public struct WindowPlanner: SchedulingPolicy {
         var afterOpenChose = false
         if let planner = predicted, !candidates.isEmpty {
             var count = 0
-            let positions = planner.positions(of: candidates)
+            let located = planner.locate(candidates)
             if let window {
                 for index in planner.chooseIndices(
-                    at: context.now, among: candidates, positions: positions, opportunistic: window.kind != .planned)
+                    at: context.now, among: candidates, located: located, opportunistic: window.kind != .planned)
                 {
                     chosen[index] = true
                     count += 1
@@ -205,7 +217,7 @@ public struct WindowPlanner: SchedulingPolicy {
                     var skip = notAfterOpen
                     if let index = leftCandidate { skip[index] = true }
                     for index in planner.chooseIndices(
-                        at: context.now, among: candidates, skip: skip, positions: positions, opportunistic: true)
+                        at: context.now, among: candidates, skip: skip, located: located, opportunistic: true)
                     {
                         chosen[index] = true
                         count += 1
@@ -215,7 +227,7 @@ public struct WindowPlanner: SchedulingPolicy {
             }
             if count < candidates.count,
                 let next = planner.nextWindow(
-                    after: context.now, among: candidates, skip: count == 0 ? nil : chosen, positions: positions)
+                    after: context.now, among: candidates, skip: count == 0 ? nil : chosen, located: located)
             {
                 wake(at: next.time)
             }
