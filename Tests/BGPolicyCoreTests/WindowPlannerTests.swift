@@ -380,6 +380,44 @@ struct WindowPlannerTests {
         #expect(decide(at: leftAt + 5, PlanningFacts(refresh: refresh)).launches.isEmpty)
     }
 
+    /// A leave that falls in the open minute of a grid window is still a leave: the app left
+    /// gets its own window's say, as in replay, even when the grid's choice is spent (here the
+    /// slot already had its window, for News). Its launch says it went in the window after use.
+    /// Without the leave, the same moment starts nothing.
+    @Test func leavingAnAppDuringAGridWindowStillRefreshesTheAppLeft() {
+        var refresh = Self.routinePlanner()
+        for day in 14..<21 {
+            for k in 0..<6 {
+                let at = Clock.at(day: day, 14, 0) + Double(k) * 600
+                refresh.recordOpen(of: mail, at: at)
+                refresh.recordClose(of: mail, at: at + 120)
+            }
+        }
+        let grid = Clock.at(day: 21, 16, 0)
+        let leftAt = grid + 20
+        refresh.recordOpen(of: mail, at: grid - 600)
+        refresh.advance(to: grid)
+        refresh.recordWindow(at: grid, refreshed: [news])
+        refresh.recordClose(of: mail, at: leftAt)
+        let mailID = AppID(rawValue: mail)!, newsID = AppID(rawValue: news)!
+        let apps = [mailID: appState(mail, lastUsed: grid - 600), newsID: appState(news, lastUsed: grid - 3600)]
+        let pending = [request(mail, .refresh, at: grid - 3600)]
+        func decide(_ appLeft: AppLeft?) -> SchedulingDecision {
+            var facts = PlanningFacts(refresh: refresh, appLeft: appLeft)
+            facts.refresh?.advance(to: leftAt + 5)
+            return planner.decide(pending: pending, apps: apps, context: context(leftAt + 5, strategy: .predicted, planning: facts))
+        }
+        let left = decide(AppLeft(appID: mailID, at: leftAt))
+        #expect(left.window == WakeWindow(at: grid, kind: .planned))
+        #expect(left.launches.map(\.appID) == [mailID])
+        #expect(left.refreshed == [mailID])
+        #expect(left.leftRefreshed == AppLeft(appID: mailID, at: leftAt))
+        #expect(left.window(of: mailID) == WakeWindow(at: leftAt, kind: .afterUse))
+        let stayed = decide(nil)
+        #expect(stayed.window == WakeWindow(at: grid, kind: .planned))
+        #expect(stayed.launches.isEmpty)
+    }
+
     @Test func theRefreshPlannersSlotsAreWindowsOnAGridThatDoesNotDivideThem() {
         var configuration = PolicyConfiguration.defaults
         configuration.windows.gridOnBattery = .seconds(7 * 60)

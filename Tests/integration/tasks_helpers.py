@@ -723,6 +723,13 @@ try:
         `world.start_agent(config=..., env_extra=...)`. Everything is ended after the test."""
         with open_world(tmp_path) as w:
             yield w
+
+    @pytest.fixture
+    def laptop(tmp_path):
+        """A world on battery (a laptop at 42 %, discharging): the 15-min grid, and
+        content-available wakes counted. (`world` is on AC: its grid is 5 min.)"""
+        with open_world(tmp_path, power="battery") as w:
+            yield w
 except ImportError:  # run as a program: no pytest needed
     pass
 

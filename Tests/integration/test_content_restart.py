@@ -10,10 +10,9 @@ import time
 
 from gi.repository import GLib
 
-import pytest
 
 import tasks_helpers as th
-from tasks_helpers import expect_error, world  # noqa: F401 - the fixture
+from tasks_helpers import expect_error, laptop, world  # noqa: F401 - the fixtures
 from test_recovery import simulated_full_disk
 
 APP_ID = "org.example.Mail"
@@ -34,13 +33,6 @@ def in_window(t, grid=GRID):
 def notify(agent, app_id, payload):
     return th.call(agent.world.session.conn, th.SCHEDULER, "NotifyContentAvailable", "sa{sv}", (app_id, payload),
                    None, 10.0)
-
-
-@pytest.fixture
-def laptop(tmp_path):
-    """A world on battery, where content-available wakes are counted."""
-    with th.open_world(tmp_path, power="battery") as w:
-        yield w
 
 
 def content_runs(app):

@@ -20,15 +20,9 @@ import pytest
 
 import tasks_helpers as th
 from tasks_helpers import (  # noqa: F401 - the fixture
-    expect_error, restart_with_usage, submit_refresh_that_waits, wait_between_windows, wait_refresh_delivered, world)
+    expect_error, laptop, restart_with_usage, submit_refresh_that_waits, wait_between_windows, wait_refresh_delivered,
+    world)
 
-
-@pytest.fixture
-def laptop(tmp_path):
-    """A world on battery (a laptop at 42 %, discharging): the 15-min grid, and content-available
-    wakes counted."""
-    with th.open_world(tmp_path, power="battery") as w:
-        yield w
 
 # A fine grid so that a window comes within seconds; refresh in every window, so that a
 # refresh needs no learned history. The window stays open a quarter of the grid.

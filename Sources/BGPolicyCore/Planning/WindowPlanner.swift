@@ -93,7 +93,8 @@ public struct WindowPlanner: SchedulingPolicy {
     }
 
     /// Whether the windows for refreshes only can open now: under the predicted strategy, awake.
-    /// They count only when no other window is open: callers ask after `openWindow` gave none.
+    /// The one after an open counts only when no other window is open (the grid's takes every
+    /// app then); the one after use counts in any, as in replay.
     private static func refreshOnlyWindowsApply(_ context: SchedulingContext) -> Bool {
         !context.sleeping && context.configuration.refresh.strategy == .predicted && context.planning.refresh != nil
     }
@@ -136,7 +137,9 @@ public struct WindowPlanner: SchedulingPolicy {
     public func decide(work: [AppWork], context: SchedulingContext) -> SchedulingDecision {
         let window = Self.openWindow(context)
         let afterOpen = window == nil ? Self.afterOpenWindow(context) : nil
-        let afterUse = window == nil ? Self.afterUseWindow(context) : nil
+        // The app just left has its own say in any window, as in replay: a leave that falls in
+        // a grid window is still a leave.
+        let afterUse = Self.afterUseWindow(context)
         let inUse = context.planning.appsInUse
         let grid = Self.grid(context)
         let predicted = context.configuration.refresh.strategy == .predicted ? context.planning.refresh : nil
@@ -189,6 +192,7 @@ public struct WindowPlanner: SchedulingPolicy {
                     if left || open { ready.append(Ready(work: index, requests: runnable.prefix(1), refresh: refresh, content: false)) }
                     continue
                 }
+                if let refresh, afterUse?.appID == work[index].app.record.appID { leftCandidate = refresh }
                 if !requests.isEmpty || wakes || refresh != nil {
                     ready.append(Ready(work: index, requests: runnable, refresh: refresh, content: wakes))
                 }
@@ -200,18 +204,28 @@ public struct WindowPlanner: SchedulingPolicy {
         if let planner = predicted, !candidates.isEmpty {
             var count = 0
             let located = planner.locate(candidates)
+            // The app left first, as in replay: if its own window takes it, the other window
+            // chooses among the rest.
+            var leftChosen = false
+            if let index = leftCandidate, planner.choosesAfterUse(candidates[index], at: context.now) {
+                chosen[index] = true
+                count += 1
+                leftChosen = true
+            }
             if let window {
+                var skip: [Bool]?
+                if leftChosen, let index = leftCandidate {
+                    skip = [Bool](repeating: false, count: candidates.count)
+                    skip?[index] = true
+                }
                 for index in planner.chooseIndices(
-                    at: context.now, among: candidates, located: located, opportunistic: window.kind != .planned)
+                    at: context.now, among: candidates, skip: skip, located: located,
+                    opportunistic: window.kind != .planned)
                 {
                     chosen[index] = true
                     count += 1
                 }
             } else {
-                if let index = leftCandidate, planner.choosesAfterUse(candidates[index], at: context.now) {
-                    chosen[index] = true
-                    count += 1
-                }
                 if afterOpen != nil {
                     // Not the apps in use, nor the app left (its own window had its say).
                     var skip = notAfterOpen
@@ -273,12 +287,12 @@ public struct WindowPlanner: SchedulingPolicy {
         if request.kind == .refresh, let planner = predicted {
             let appID = request.appID.rawValue
             let candidate = RefreshPlanner.Candidate(appID: appID, weight: context.planning.refreshWeights[request.appID] ?? 1)
-            let runsNow = if let window {
-                planner.choose(at: context.now, among: [candidate], opportunistic: window.kind != .planned).contains(appID)
-            } else if let left = Self.afterUseWindow(context), left.appID == request.appID,
+            let runsNow = if let left = Self.afterUseWindow(context), left.appID == request.appID,
                 planner.choosesAfterUse(candidate, at: context.now)
             {
                 true
+            } else if let window {
+                planner.choose(at: context.now, among: [candidate], opportunistic: window.kind != .planned).contains(appID)
             } else if Self.afterOpenWindow(context) != nil, !context.planning.appsInUse.contains(request.appID) {
                 planner.choose(at: context.now, among: [candidate], opportunistic: true).contains(appID)
             } else {
