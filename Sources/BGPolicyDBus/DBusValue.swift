@@ -51,6 +51,27 @@ public enum DBusValue: Sendable, Hashable {
         }
     }
 
+    /// Whether this value is of type `expected`: `type == expected`, without building a
+    /// container's type for a variant (every value of an `a{sv}`, checked on each reply).
+    func isOfType(_ expected: DBusType) -> Bool {
+        switch self {
+        case .variant:
+            if case .variant = expected { return true }
+            return false
+        default:
+            return type == expected
+        }
+    }
+
+    /// Whether `s` holds a NUL byte (which a D-Bus string cannot carry): a scan of its
+    /// contiguous UTF-8 when it has one, as native strings do.
+    static func containsNUL(_ s: String) -> Bool {
+        s.utf8.withContiguousStorageIfAvailable { bytes in
+            for byte in bytes where byte == 0 { return true }
+            return false
+        } ?? s.utf8.contains(0)
+    }
+
     /// How many containers deep this value goes (a basic value is 0; dict entries count).
     public var containerDepth: Int {
         switch self {
@@ -100,7 +121,7 @@ public enum DBusValue: Sendable, Hashable {
         }
         switch self {
         case .string(let s):
-            guard !s.utf8.contains(0) else { throw .invalidValue("a D-Bus string cannot contain a NUL character") }
+            guard !DBusValue.containsNUL(s) else { throw .invalidValue("a D-Bus string cannot contain a NUL character") }
         case .variant(let inner):
             if !inner.isBasicValue { try DBusValue.checkSignature(of: inner.type, "variant content") }
             try inner.validate(depth: depth + 1)
@@ -110,7 +131,7 @@ public enum DBusValue: Sendable, Hashable {
                 throw .invalidValue("array element type '\(element.signature)' nests too deeply")
             }
             for item in items {
-                guard item.type == element else {
+                guard item.isOfType(element) else {
                     throw .invalidValue("array of '\(element.signature)' holds a '\(item.type.signature)' element")
                 }
                 try item.validate(depth: depth + 1)
@@ -118,7 +139,7 @@ public enum DBusValue: Sendable, Hashable {
         case .dictionary(let key, let value, let entries):
             guard key.isBasic else { throw .invalidValue("dictionary key type '\(key.signature)' is not basic") }
             for entry in entries {
-                guard entry.key.type == key, entry.value.type == value else {
+                guard entry.key.isOfType(key), entry.value.isOfType(value) else {
                     throw .invalidValue(
                         "dictionary of '{\(key.signature)\(value.signature)}' holds an entry of '{\(entry.key.type.signature)\(entry.value.type.signature)}'")
                 }

@@ -30,6 +30,9 @@ enum InvalidValues {
         add(
             "a{sv} with a bare value",
             .dictionary(key: .string, value: .variant, [DBusDictEntry(key: .string("k"), value: .int32(1))]))
+        add("ai holding a variant", .array(element: .int32, [.variant(.int32(1))]))
+        add("a{sv} whose value is a bare dictionary", .dictionary(key: .string, value: .variant, [
+            DBusDictEntry(key: .string("k"), value: .dictionary(key: .string, value: .variant, []))]))
         add("a{vs}: a non-basic key type", .dictionary(key: .variant, value: .string, []))
         add("a{(i)s}: a struct key type", .dictionary(key: .structure([.int32]), value: .string, []))
         add("empty struct", .structure([]))
