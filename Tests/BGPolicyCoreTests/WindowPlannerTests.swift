@@ -154,6 +154,16 @@ struct WindowPlannerTests {
         return refresh
     }
 
+    /// An afternoon of `day` in which Mail is opened and left six times, 10 minutes apart: a
+    /// week of them teaches that the user comes back to Mail within minutes of leaving it.
+    static func mailAfternoon(day: Int, _ planner: inout RefreshPlanner) {
+        for k in 0..<6 {
+            let at = Clock.at(day: day, 14, 0) + Double(k) * 600
+            planner.recordOpen(of: mail, at: at)
+            planner.recordClose(of: mail, at: at + 120)
+        }
+    }
+
     @Test func refreshIsPlannedShortlyBeforeThePredictedOpen() {
         var refresh = Self.routinePlanner()
         let now = Clock.at(day: 21, 6, 0)
@@ -331,11 +341,7 @@ struct WindowPlannerTests {
         var refresh = Self.routinePlanner()
         // A week of afternoons: Mail left and reopened every 10 minutes, News read once.
         for day in 14..<21 {
-            for k in 0..<6 {
-                let at = Clock.at(day: day, 14, 0) + Double(k) * 600
-                refresh.recordOpen(of: mail, at: at)
-                refresh.recordClose(of: mail, at: at + 120)
-            }
+            Self.mailAfternoon(day: day, &refresh)
             refresh.recordOpen(of: news, at: Clock.at(day: day, 15, 30))
             refresh.recordClose(of: news, at: Clock.at(day: day, 15, 35))
         }
@@ -386,13 +392,7 @@ struct WindowPlannerTests {
     /// Without the leave, the same moment starts nothing.
     @Test func leavingAnAppDuringAGridWindowStillRefreshesTheAppLeft() {
         var refresh = Self.routinePlanner()
-        for day in 14..<21 {
-            for k in 0..<6 {
-                let at = Clock.at(day: day, 14, 0) + Double(k) * 600
-                refresh.recordOpen(of: mail, at: at)
-                refresh.recordClose(of: mail, at: at + 120)
-            }
-        }
+        for day in 14..<21 { Self.mailAfternoon(day: day, &refresh) }
         let grid = Clock.at(day: 21, 16, 0)
         let leftAt = grid + 20
         refresh.recordOpen(of: mail, at: grid - 600)
