@@ -37,7 +37,9 @@ public enum AgentInterfaces {
                         the pending requests: for each rule (the keys Explain uses), how many requests it
                         holds, a request held by several rules counting under each; "waiting_summary" (s,
                         with it) the same in words, such as "10 wait for the session to be idle; 3 for the
-                        next wake window". Explain gives one request's reasons and earliest window.
+                        next wake window"; "in_use" (as, when some) the apps the user has open as the
+                        planner sees them (opened and not left), which the window after an open skips.
+                        Explain gives one request's reasons and earliest window.
                         Later versions add keys; clients must ignore keys they do not know.
                         """)
                 ],

@@ -120,7 +120,11 @@ public struct AgentService: Service {
                 group.addTask { await conditions.run() }
                 // Like the conditions, never ends the agent: a missing manager means no events.
                 group.addTask {
-                    await appUnits.run(logger: log) { event in await engine.appUnitChanged(event) }
+                    await appUnits.run(logger: log) { running in
+                        await engine.appUnitsRunning(running)
+                    } report: { event in
+                        await engine.appUnitChanged(event)
+                    }
                 }
                 group.addTask {
                     await connection.waitUntilDisconnected()

@@ -97,6 +97,7 @@ extension TaskEngine {
     /// Only an app the user opened counts: the end of a launch the agent made is not the user
     /// leaving anything.
     func noteLeft(_ appID: AppID, at time: UnixTime) {
+        selfReportedInUse.remove(appID)
         guard refreshPlanner != nil, appsInUse.remove(appID) != nil else { return }
         refreshPlanner?.recordClose(of: appID.rawValue, at: time)
         appLeft = AppLeft(appID: appID, at: time)
@@ -109,6 +110,7 @@ extension TaskEngine {
     /// the user manager and `ReportUsage` said; the app's record keeps the registration
     /// (`last_used_at`), which the predictor reads back at start.
     func noteRegistrationAsOpen(_ appID: AppID, at time: UnixTime) {
+        selfReportedInUse.insert(appID)
         if let last = refreshPlanner?.predictor.lastOpen(of: appID.rawValue), time - last < 60 { return }
         noteOpen(appID, at: time)
     }

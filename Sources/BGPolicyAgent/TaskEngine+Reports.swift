@@ -136,6 +136,7 @@ extension TaskEngine {
             "running": Variant(running),
         ]
         if let nextWindow { status["next_window"] = Variant(Int64(nextWindow.rounded(.up))) }
+        if !appsInUse.isEmpty { status["in_use"] = Variant(appsInUse.map(\.rawValue).sorted()) }
         let waiting = holdsTotal
         // Only when something waits: the reply of an idle agent stays as small as it was.
         if !waiting.isEmpty {

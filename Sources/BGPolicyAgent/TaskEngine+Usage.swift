@@ -38,6 +38,24 @@ extension TaskEngine {
         }
     }
 
+    /// The app units running when the agent connected to the user manager: the apps the user
+    /// has open now. They are in use; an app the usage log left in use with no unit running was
+    /// closed while the agent was not watching (at the end of the last session the agent may
+    /// stop before the apps), and is not, so that windows after an open may refresh it again.
+    /// Neither gets a window or a usage row: when it happened is not known. Apps in use by
+    /// their own word (a registration, `ReportUsage`) in this run stay in use.
+    func appUnitsRunning(_ running: Set<AppID>) {
+        guard refreshPlanner != nil else { return }
+        let inUse = running.union(appsInUse.intersection(selfReportedInUse))
+        guard inUse != appsInUse else { return }
+        logger.info(
+            "Apps in use, from the user manager's running app units",
+            metadata: ["apps.in_use": "\(inUse.map(\.rawValue).sorted())",
+                       "apps.closed_unseen": "\(appsInUse.subtracting(inUse).map(\.rawValue).sorted())"])
+        appsInUse = inUse
+        requestEvaluation()
+    }
+
     /// The user opened `appID` at `time` (its unit appeared, or it reported itself in the
     /// foreground): the predictor learns it, and a registered app's record keeps it as its last
     /// use, which lifts the 7-day rule and may let its work run now. Throws when the record

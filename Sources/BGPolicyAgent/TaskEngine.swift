@@ -81,8 +81,14 @@ actor TaskEngine {
     var appOpenedAt: UnixTime?
     /// The app the user last left, and when (`PlanningFacts.appLeft`).
     var appLeft: AppLeft?
-    /// Apps the user opened and has not left since (`noteOpen`, `noteLeft`).
+    /// Apps the user opened and has not left since (`noteOpen`, `noteLeft`), as the usage log
+    /// read at start, the user manager's running app units (`appUnitsRunning`) and every open
+    /// and leave since say.
     var appsInUse: Set<AppID> = []
+    /// Apps in use by their own word since the agent started (they registered, or reported
+    /// themselves in the foreground, and have not been left since): in use whatever the user
+    /// manager's units say.
+    var selfReportedInUse: Set<AppID> = []
     /// Undelivered content-available wakes, newest only, and their token buckets; stored too,
     /// and loaded at start (TaskEngine+ContentAvailable.swift).
     var contentWakes: ContentAvailableQueue<[String: Variant]>
@@ -467,7 +473,12 @@ actor TaskEngine {
         let now = Self.wallNow()
         do {
             try appendUsage(appID, state, at: now)
-            if state == .foreground { try noteUse(of: appID, at: now) } else { noteLeft(appID, at: now) }
+            if state == .foreground {
+                selfReportedInUse.insert(appID)
+                try noteUse(of: appID, at: now)
+            } else {
+                noteLeft(appID, at: now)
+            }
         } catch {
             throw .storage(error)
         }

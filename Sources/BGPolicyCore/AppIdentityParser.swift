@@ -45,6 +45,10 @@ public enum AppIdentityParser {
         return String(unit)
     }
 
+    /// The unit name patterns (`ListUnitsByPatterns`) that cover every unit `appID(fromUnitName:)`
+    /// can accept: it still has the last word on each name.
+    public static let appUnitPatterns = ["app-*.scope", "app-*.service"]
+
     /// The app id in an app unit name, by xdg-desktop-portal's rules:
     /// `app[-<launcher>]-<id>[-<rand>].scope`, `app[-<launcher>]-<id>[@<rand>].service`,
     /// `\xNN` unescaped; nil for units that are not app units (`session-2.scope`,

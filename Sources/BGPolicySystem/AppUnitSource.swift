@@ -1,3 +1,4 @@
+public import BGPolicyCore
 public import BGPolicyDBus
 public import Logging
 
@@ -5,6 +6,10 @@ public import Logging
 /// session bus): desktop launchers (GNOME Shell, KDE Plasma, `systemd-run --user --scope`…)
 /// start each app in its own `app-*.scope` or `app-*.service`, so the manager's `UnitNew` and
 /// `UnitRemoved` signals say when the user opened an app and when it exited.
+///
+/// On connecting, the source also asks which app units are running (`ListUnitsByPatterns`):
+/// apps opened or closed while the agent was not watching (it restarted, or stopped before the
+/// apps at the end of the last session) are then known for what they are.
 ///
 /// The manager sends those signals only to clients that called `Subscribe`. The name's owner
 /// is followed (`DaemonFollower`): a manager missing at start is picked up when it appears,
@@ -21,9 +26,13 @@ public struct AppUnitSource: Sendable {
         connection = sessionBus
     }
 
-    /// Runs until the task is cancelled, calling `report` for each app unit that appears or
-    /// goes, in the order the manager sent them.
-    public func run(logger: Logger, report: @escaping @Sendable (AppUnitEvent) async -> Void) async {
+    /// Runs until the task is cancelled, calling `running` with the apps whose units run each
+    /// time it connects to a manager (after subscribing, so that no change is lost between),
+    /// and `report` for each app unit that appears or goes, in the order the manager sent them.
+    public func run(
+        logger: Logger, running: @escaping @Sendable (Set<AppID>) async -> Void,
+        report: @escaping @Sendable (AppUnitEvent) async -> Void
+    ) async {
         // No re-reads: there is no state to read again, only signals to follow. The
         // continuation is kept alive so that the follower does not see the stream end.
         let (rereads, keepAlive) = AsyncStream.makeStream(of: Void.self)
@@ -34,6 +43,9 @@ public struct AppUnitSource: Sendable {
             let signals = try await connection.subscribe(MatchRule(sender: owner, interface: Self.interface, path: Self.path))
             await subscribe(owner: owner, logger: logger)
             var tracker = AppUnitTracker()
+            if let units = await runningAppUnits(owner: owner, logger: logger) {
+                await running(tracker.running(units: units))
+            }
             for try await signal in signals {
                 guard let member = signal.member, member == "UnitNew" || member == "UnitRemoved" else { continue }
                 guard signal.body.count == 2, case .string(let unit) = signal.body[0] else {
@@ -50,6 +62,31 @@ public struct AppUnitSource: Sendable {
         // The follower returns early only when the bus itself is gone, which the agent learns
         // elsewhere; this source never ends the agent.
         await waitUntilCancelled()
+    }
+
+    /// The names of the manager's running app units, or nil when it cannot say (a manager
+    /// older than systemd 230, or one that failed): then nothing is reconciled, and the usage
+    /// log's word stands.
+    private func runningAppUnits(owner: String, logger: Logger) async -> [String]? {
+        let states: [DBusValue] = ["active", "activating", "reloading"].map { .string($0) }
+        let patterns: [DBusValue] = AppIdentityParser.appUnitPatterns.map { .string($0) }
+        do {
+            let reply = try await connection.call(
+                destination: owner, path: Self.path, interface: Self.interface, member: "ListUnitsByPatterns",
+                [.array(element: .string, states), .array(element: .string, patterns)], timeout: .seconds(5))
+            guard reply.count == 1, case .array(_, let units) = reply[0] else {
+                throw DBusError.invalidValue("ListUnitsByPatterns returned \(reply.count) values, not an array of units")
+            }
+            return units.compactMap { unit in
+                guard case .structure(let fields) = unit, case .string(let name)? = fields.first else { return nil }
+                return name
+            }
+        } catch {
+            logger.warning(
+                "Could not list the running app units; apps opened or closed while the agent was not watching are not known",
+                metadata: ["bus.unique": "\(owner)", "error": "\(error)"])
+            return nil
+        }
     }
 
     /// Asks the manager to send unit signals to this connection. A failure is logged and the

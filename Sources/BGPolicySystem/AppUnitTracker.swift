@@ -19,6 +19,20 @@ struct AppUnitTracker: Sendable {
 
     init() {}
 
+    /// The app units among `units` (the manager's running units, listed when the agent
+    /// connects), which become the live ones; and their apps. A unit running before the agent
+    /// watched was opened then: a `UnitNew` for it later is not a new open.
+    mutating func running(units: [String]) -> Set<AppID> {
+        live = []
+        var apps: Set<AppID> = []
+        for unit in units {
+            guard let appID = AppIdentityParser.appID(fromUnitName: unit) else { continue }
+            apps.insert(appID)
+            if live.count < Self.maximumLive { live.insert(unit) }
+        }
+        return apps
+    }
+
     /// The event for the manager's signal `member` about `unit`, or nil when it says nothing
     /// about an app (another signal, a unit that is not an app unit, a repeated `UnitNew`).
     mutating func event(member: String, unit: String) -> AppUnitEvent? {

@@ -69,7 +69,7 @@ struct StatusReport {
     }
 
     /// The keys `schedulingLines` shows (an agent without a scheduler sends none of them).
-    static let scheduling = ["global_enabled", "apps", "pending", "running", "next_window", "waiting", "waiting_summary"]
+    static let scheduling = ["global_enabled", "apps", "pending", "running", "next_window", "waiting", "waiting_summary", "in_use"]
 
     /// "Background work: on", "Apps: 3, pending: 1", one line per running slice, and the
     /// next planned window: each only when the agent sends its key.
@@ -92,6 +92,9 @@ struct StatusReport {
         }
         if let waiting = status.string("waiting_summary"), !waiting.isEmpty {
             lines.append("Waiting: " + TableText.cell(waiting) + " (bgpolicy pending says why)")
+        }
+        if let inUse = status.strings("in_use"), !inUse.isEmpty {
+            lines.append("In use: " + TableText.cell(inUse.joined(separator: ", ")))
         }
         return lines
     }

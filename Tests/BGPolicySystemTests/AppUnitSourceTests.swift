@@ -12,6 +12,8 @@ import Testing
 /// What the source reported, in order.
 final class Reported: Sendable {
     let events = Mutex<[AppUnitEvent]>([])
+    /// The running apps reported at each connection to a manager.
+    let running = Mutex<[Set<AppID>]>([])
 }
 
 @Suite("AppUnitSource", .serialized)
@@ -64,7 +66,13 @@ struct AppUnitSourceTests {
 
         let seen = Reported()
         let source = AppUnitSource(sessionBus: sourceConnection)
-        let running = Task { await source.run(logger: Logger(label: "test")) { event in seen.events.withLock { $0.append(event) } } }
+        let running = Task {
+            await source.run(logger: Logger(label: "test")) { apps in
+                seen.running.withLock { $0.append(apps) }
+            } report: { event in
+                seen.events.withLock { $0.append(event) }
+            }
+        }
 
         // The manager appears after the source started.
         try await manager.start(connection: control, template: MockUserManager.subscribingTemplate)
@@ -91,6 +99,9 @@ struct AppUnitSourceTests {
         try await waitForSubscribe(control)
         try await emit(control, "UnitNew", "app-org.kde.konsole-a1b2c3.scope")
         #expect(try await wait(for: 5, in: seen) == first + [event("org.kde.konsole", .opened, "app-org.kde.konsole-a1b2c3.scope")])
+        // Each manager was asked which app units run (none in these mocks: the agent's tests
+        // start some) before its signals were followed.
+        #expect(seen.running.withLock { $0 } == [[], []])
 
         running.cancel()
         await running.value

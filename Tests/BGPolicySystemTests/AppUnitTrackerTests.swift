@@ -71,6 +71,22 @@ struct AppUnitTrackerTests {
         #expect(tracker.event(member: "UnitRemoved", unit: "app-org.kde.dolphin@12ab.service")?.change == .closed)
     }
 
+    @Test("The units running at connect are the live ones: their apps are returned, a UnitNew for one is no new open, and units that are not apps are left out")
+    func runningAtConnect() throws {
+        var tracker = AppUnitTracker()
+        _ = tracker.event(member: "UnitNew", unit: "app-gnome-org.gnome.Maps-12345.scope")
+        let units = Self.appUnits.map(\.unit) + Self.otherUnits
+        let apps = tracker.running(units: units)
+        #expect(apps == Set(try Self.appUnits.map { try #require(AppID(rawValue: $0.id)) }))
+        // The list replaces what was live before (Maps' unit is in it again, by another name: two instances).
+        #expect(tracker.live == Set(Self.appUnits.map(\.unit)))
+        #expect(tracker.event(member: "UnitNew", unit: "app-org.kde.konsole-a1b2c3.scope") == nil)
+        #expect(tracker.event(member: "UnitRemoved", unit: "app-org.kde.konsole-a1b2c3.scope")?.change == .closed)
+        // A unit live before the list and not in it is gone: its next UnitNew opens.
+        #expect(tracker.running(units: []).isEmpty)
+        #expect(tracker.event(member: "UnitNew", unit: "app-org.kde.dolphin@12ab.service")?.change == .opened)
+    }
+
     @Test("The set of live units is bounded")
     func bounded() {
         var tracker = AppUnitTracker()

@@ -18,3 +18,25 @@ def Subscribe(_self):
 @dbus.service.method(MAIN_IFACE, in_signature="", out_signature="")
 def Unsubscribe(_self):
     pass
+
+
+@dbus.service.method(MAIN_IFACE, in_signature="asas", out_signature="a(ssssssouso)")
+def ListUnitsByPatterns(self, states, patterns):
+    """The units added with AddMockUnit whose ActiveState is among `states` and whose name
+    matches one of the shell-style `patterns` (either list empty: no filter), as systemd lists
+    them: name, description, load, active and sub state, following, path, job id, type, path."""
+    import fnmatch
+
+    from dbusmock import mockobject
+    from dbusmock.templates.systemd import UNIT_IFACE
+
+    units = []
+    for name, path in sorted(self.units.items()):
+        active = str(mockobject.objects[path].Get(UNIT_IFACE, "ActiveState"))
+        if states and active not in states:
+            continue
+        if patterns and not any(fnmatch.fnmatchcase(name, p) for p in patterns):
+            continue
+        units.append((name, "", "loaded", active, "running" if active == "active" else "dead", "",
+                      dbus.ObjectPath(path), dbus.UInt32(0), "", dbus.ObjectPath("/")))
+    return dbus.Array(units, signature="(ssssssouso)")

@@ -146,6 +146,34 @@ def test_app_unit_opens_refresh_last_used_and_lift_the_inactivity_rule(world):
     ]
 
 
+def test_apps_in_use_are_those_whose_units_run_when_the_agent_connects(world):
+    """The usage log says Maps and Konsole were left open (at the end of a session the agent
+    may stop before the apps do); when the agent starts, the user manager runs Konsole's and
+    Weather's units. The agent asks it: Konsole and Weather are in use, Maps is not (GetStatus's
+    `in_use`, `bgpolicy status`), and a UnitNew for Weather's running unit is no new open."""
+    weather = ("org.gnome.Weather", "app-gnome-org.gnome.Weather-777.scope")
+    _, manager = start_manager(world)
+    for unit in (UNITS[KONSOLE], weather[1]):
+        manager.mock("AddMockUnit", "s", (unit,))
+        th.call(world.session.conn, MANAGER, "StartUnit", "ss", (unit, "replace"), reply_type="(o)",
+                dest=MANAGER_NAME, path="/org/freedesktop/systemd1")
+    agent = world.start_agent(planner=True)
+    wait_subscribed(agent, manager)
+    now = time.time()
+    th.restart_with_usage(agent, [(MAPS, "foreground", now - 3600), (KONSOLE, "foreground", now - 3000)])
+    th.wait_until(lambda: agent.status().get("in_use") == [weather[0], KONSOLE], th.TIMEOUT,
+                  "the agent to take the running units for the apps in use")
+    assert f"In use: {weather[0]}, {KONSOLE}" in agent.cli("status").stdout
+    assert f'apps.closed_unseen=["{MAPS}"]' in agent.stderr(), agent.stderr_tail()
+
+    # Weather's running unit announced again is not an open; Maps' new unit is.
+    emit(manager, "UnitNew", weather[1])
+    emit(manager, "UnitNew", UNITS[MAPS])
+    th.wait_until(lambda: agent.status().get("in_use") == [MAPS, weather[0], KONSOLE], th.TIMEOUT, "Maps to be in use")
+    agent.stop()
+    assert usage_rows(world)[2:] == [(MAPS, "foreground")]
+
+
 def test_agent_follows_the_manager_when_absent_at_start_and_when_it_restarts(world):
     agent, long_ago = registered_long_ago(world, [MAPS, KONSOLE])
     # No manager yet: the agent serves all the same.
