@@ -43,10 +43,11 @@ extension TaskEngine {
     /// closed while the agent was not watching (at the end of the last session the agent may
     /// stop before the apps), and is not, so that windows after an open may refresh it again.
     /// Neither gets a window or a usage row: when it happened is not known. Apps in use by
-    /// their own word (a registration, `ReportUsage`) in this run stay in use.
+    /// their own word (a registration, `ReportUsage`) in this run stay in use; an app the agent
+    /// is launching itself is not counted by its unit, as in `appUnitChanged`.
     func appUnitsRunning(_ running: Set<AppID>) {
         guard refreshPlanner != nil else { return }
-        let inUse = running.union(appsInUse.intersection(selfReportedInUse))
+        let inUse = running.subtracting(delivering).union(appsInUse.intersection(selfReportedInUse))
         guard inUse != appsInUse else { return }
         logger.info(
             "Apps in use, from the user manager's running app units",
