@@ -136,7 +136,10 @@ extension TaskEngine {
             "running": Variant(running),
         ]
         if let nextWindow { status["next_window"] = Variant(Int64(nextWindow.rounded(.up))) }
-        if !appsInUse.isEmpty { status["in_use"] = Variant(appsInUse.map(\.rawValue).sorted()) }
+        if !appsInUse.isEmpty {
+            if inUseStatus == nil { inUseStatus = Variant(appsInUse.map(\.rawValue).sorted()) }
+            status["in_use"] = inUseStatus
+        }
         let waiting = holdsTotal
         // Only when something waits: the reply of an idle agent stays as small as it was.
         if !waiting.isEmpty {

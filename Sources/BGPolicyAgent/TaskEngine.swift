@@ -84,7 +84,12 @@ actor TaskEngine {
     /// Apps the user opened and has not left since (`noteOpen`, `noteLeft`), as the usage log
     /// read at start, the user manager's running app units (`appUnitsRunning`) and every open
     /// and leave since say.
-    var appsInUse: Set<AppID> = []
+    var appsInUse: Set<AppID> = [] {
+        didSet { if appsInUse != oldValue { inUseStatus = nil } }
+    }
+    /// `appsInUse` as `GetStatus` shows it (sorted), made again only after it changed: status is
+    /// published after every evaluation, and sorting a thousand ids each time slowed Submit.
+    var inUseStatus: Variant?
     /// Apps in use by their own word since the agent started (they registered, or reported
     /// themselves in the foreground, and have not been left since): in use whatever the user
     /// manager's units say.
