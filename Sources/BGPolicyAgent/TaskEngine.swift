@@ -85,7 +85,7 @@ actor TaskEngine {
     /// read at start, the user manager's running app units (`appUnitsRunning`) and every open
     /// and leave since say.
     var appsInUse: Set<AppID> = [] {
-        didSet { if appsInUse != oldValue { inUseStatus = nil } }
+        didSet { inUseStatus = nil }
     }
     /// `appsInUse` as `GetStatus` shows it (sorted), made again only after it changed: status is
     /// published after every evaluation, and sorting a thousand ids each time slowed Submit.

@@ -30,7 +30,7 @@ public struct MatchRule: Sendable, Hashable {
         }
         for (index, value) in arguments {
             guard (0...63).contains(index) else { throw .invalidValue("match rule argument index \(index) is not in 0...63") }
-            guard !value.utf8.contains(0) else { throw .invalidValue("match rule argument contains a NUL character") }
+            guard !DBusValue.containsNUL(value) else { throw .invalidValue("match rule argument contains a NUL character") }
         }
     }
 

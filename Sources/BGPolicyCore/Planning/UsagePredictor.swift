@@ -223,9 +223,9 @@ public struct UsagePredictor: Sendable {
                             shared: sharedFeatures(at: time))
     }
 
-    /// The features every app has in common at `time`: worked out once for a whole ranking.
-    /// The indices of the shared features, and what the app's own need (the lazily made static
-    /// layout, read once here rather than once per app).
+    /// The features every app has in common at `time`, as indices, and the bin edges the app's
+    /// own features need: worked out once for a whole ranking (the lazily made static layout is
+    /// read here, not once per app).
     struct SharedFeatures {
         let userAge: Int
         let hour: Int

@@ -177,22 +177,21 @@ public struct WindowPlanner: SchedulingPolicy {
                 }
                 let wakes = !content.isEmpty && content.contains(work[index].app.record.appID)
                     && contentReasons(app: work[index].app, context: context, words: false).isEmpty
+                // The app just left has its say in any window.
+                let left = refresh != nil && afterUse?.appID == work[index].app.record.appID
+                if left { leftCandidate = refresh }
                 if window == nil {
                     if !requests.isEmpty || wakes { waitsForWindow = true }
                     // In a window for refreshes only, an app's refresh alone may go, if the
                     // planner chooses it: the app just left's, and after an open any app's not
                     // in use.
                     guard let refresh, afterOpen != nil || afterUse != nil else { continue }
-                    let appID = work[index].app.record.appID
-                    let left = afterUse?.appID == appID
-                    let open = afterOpen != nil && !inUse.contains(appID)
-                    if left { leftCandidate = refresh }
+                    let open = afterOpen != nil && !inUse.contains(work[index].app.record.appID)
                     // Every candidate passes here when no window is open, in order.
                     if afterOpen != nil { notAfterOpen.append(!open) }
                     if left || open { ready.append(Ready(work: index, requests: runnable.prefix(1), refresh: refresh, content: false)) }
                     continue
                 }
-                if let refresh, afterUse?.appID == work[index].app.record.appID { leftCandidate = refresh }
                 if !requests.isEmpty || wakes || refresh != nil {
                     ready.append(Ready(work: index, requests: runnable, refresh: refresh, content: wakes))
                 }
@@ -225,18 +224,16 @@ public struct WindowPlanner: SchedulingPolicy {
                     chosen[index] = true
                     count += 1
                 }
-            } else {
-                if afterOpen != nil {
-                    // Not the apps in use, nor the app left (its own window had its say).
-                    var skip = notAfterOpen
-                    if let index = leftCandidate { skip[index] = true }
-                    for index in planner.chooseIndices(
-                        at: context.now, among: candidates, skip: skip, located: located, opportunistic: true)
-                    {
-                        chosen[index] = true
-                        count += 1
-                        afterOpenChose = true
-                    }
+            } else if afterOpen != nil {
+                // Not the apps in use, nor the app left (its own window had its say).
+                var skip = notAfterOpen
+                if let index = leftCandidate { skip[index] = true }
+                for index in planner.chooseIndices(
+                    at: context.now, among: candidates, skip: skip, located: located, opportunistic: true)
+                {
+                    chosen[index] = true
+                    count += 1
+                    afterOpenChose = true
                 }
             }
             if count < candidates.count,
