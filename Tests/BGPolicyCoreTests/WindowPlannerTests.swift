@@ -300,6 +300,34 @@ struct WindowPlannerTests {
         #expect(decide(at: opened + 5, opened: nil).launches.isEmpty)
     }
 
+    /// The window after an open refreshes the apps the user goes on to from there, not the apps
+    /// the clock favours. Chat is opened three minutes after Mail whenever Mail is opened (at a
+    /// different hour each day); News at 09:05 every day, never soon after Mail. When Mail is
+    /// opened at 09:02, Chat comes first, though the slot model puts News far ahead of it then.
+    @Test func theWindowAfterAnOpenRefreshesTheAppsTheUserGoesOnTo() {
+        let chat = "org.example.Chat"
+        var refresh = RefreshPlanner(registeredAppCount: 3)
+        for day in 0..<21 {
+            refresh.recordOpen(of: news, at: Clock.at(day: day, 9, 5))
+            refresh.recordClose(of: news, at: Clock.at(day: day, 9, 7))
+            let mailAt = Clock.at(day: day, 11, 0) + Double(day % 7) * 3600
+            refresh.recordOpen(of: mail, at: mailAt)
+            refresh.recordClose(of: mail, at: mailAt + 60)
+            refresh.recordOpen(of: chat, at: mailAt + 180)
+            refresh.recordClose(of: chat, at: mailAt + 240)
+        }
+        let at = Clock.at(day: 21, 9, 2)
+        refresh.recordOpen(of: mail, at: at)
+        refresh.advance(to: at + 5)
+        let chatFollows = refresh.followProbability(of: chat, at: at + 5)
+        let newsFollows = refresh.followProbability(of: news, at: at + 5)
+        #expect(chatFollows > 0.4 && newsFollows < 0.2, "Chat \(chatFollows), News \(newsFollows)")
+        let slot = refresh.slot(containing: at)
+        #expect(refresh.predictor.probability(of: news, inSlotAt: slot) > 5 * refresh.predictor.probability(of: chat, inSlotAt: slot))
+        let candidates = [news, chat].map { RefreshPlanner.Candidate(appID: $0) }
+        #expect(refresh.chooseAfterOpen(at: at + 5, among: candidates).first == chat)
+    }
+
     /// The user switches from Mail to News at 09:02: Mail is left (its window after use) and
     /// News opened (the window after an open) at once. Mail's refresh goes in the first, Chat's
     /// in the second, and each launch says which.

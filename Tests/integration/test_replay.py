@@ -199,7 +199,7 @@ def test_freshness_target(studentlife, user):
 
 
 def test_freshness_on_user_00_does_not_regress(studentlife):
-    # 0.430 now (Docs/Replay.md); 0.374 before the user-level activity model.
+    # 0.428 now (Docs/Replay.md); 0.374 before the user-level activity model.
     assert replay(studentlife / "studentlife-u00.csv", "bgpolicy")["freshness_15m"] >= 0.42
 
 
@@ -233,7 +233,7 @@ def test_desktop_sessions_are_fresher_than_hourly_timers_with_a_tenth_of_the_ref
     ours = replay(desktop, "bgpolicy")
     hourly = replay(desktop, "periodic:60m")
     assert_within_hourly_timers_budget(ours, hourly)
-    # 1.64× (0.406 against 0.248). With windows after opens alone it scored 1.51×; before the
+    # 1.66× (0.413 against 0.248). With windows after opens alone it scored 1.51×; before the
     # app threshold, when it spent its budget one app at a time all day, 0.93×.
     assert ours["freshness_15m"] >= 1.58 * hourly["freshness_15m"], (ours, hourly)
 
@@ -243,13 +243,14 @@ def sparse(tmp_path_factory):
     return desktop_trace(tmp_path_factory, "--sparse", "3")
 
 
-def test_sparse_sessions_keep_what_the_windows_after_opens_bring(sparse):
+def test_sparse_sessions_are_served_by_the_window_after_an_open(sparse):
     # Sessions of a few apps each opened once and kept open: apps are rarely reopened soon after
     # a close, and the next app of a session comes a few minutes after the last. The window
-    # after an open serves there (0.71× periodic:60m, 0.156 against 0.219); with windows after
-    # closes alone the policy scored 0.43×. Opens this few and this random are hard to beat an
-    # hourly timer on (Docs/Replay.md); this guards the figure, not a target.
+    # after an open serves there, with the apps the user is likely to go on to
+    # (`FollowEstimator`): 1.40× periodic:60m (0.307 against 0.219). Ranked by the slot model
+    # instead, whose chances at that moment were no higher than at any grid point, it scored
+    # 0.71×; with windows after closes alone, 0.43× (Docs/Replay.md).
     ours = replay(sparse, "bgpolicy")
     hourly = replay(sparse, "periodic:60m")
     assert_within_hourly_timers_budget(ours, hourly)
-    assert ours["freshness_15m"] >= 0.6 * hourly["freshness_15m"], (ours, hourly)
+    assert ours["freshness_15m"] >= 1.3 * hourly["freshness_15m"], (ours, hourly)

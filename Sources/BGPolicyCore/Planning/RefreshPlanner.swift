@@ -89,6 +89,7 @@ public struct RefreshPlanner: Sendable {
     }
     private var lastRefresh: [String: Double] = [:]
     private var reuse = ReuseEstimator()
+    private var follow = FollowEstimator()
     private var recentWakes: [Double] = []
     private var logThreshold = ReplayMath.log(0.2)
     /// The least score an app must have to be refreshed (see "Which apps").
@@ -114,6 +115,7 @@ public struct RefreshPlanner: Sendable {
         self.registeredAppCount = registeredAppCount
         predictor = UsagePredictor(slotSeconds: slotSeconds, utcOffsetSeconds: utcOffsetSeconds)
         reuse = ReuseEstimator(span: slotSeconds)
+        follow = FollowEstimator(span: slotSeconds)
     }
 
     /// The start of the slot holding `time`.
@@ -125,6 +127,7 @@ public struct RefreshPlanner: Sendable {
     public mutating func recordOpen(of appID: String, at time: Double) {
         advance(to: time)
         reuse.recordOpen(of: appID, at: time)
+        follow.recordOpen(of: appID, at: time)
         predictor.recordOpen(of: appID, at: time)
     }
 
@@ -132,6 +135,7 @@ public struct RefreshPlanner: Sendable {
     public mutating func recordClose(of appID: String, at time: Double) {
         advance(to: time)
         reuse.recordClose(of: appID, at: time)
+        follow.recordClose(of: appID, at: time)
     }
 
     /// Whether to refresh `candidate` alone in a window at `time` just after the user left it:
@@ -146,6 +150,40 @@ public struct RefreshPlanner: Sendable {
 
     /// The learned chance that the user opens `appID` again within 15 min of leaving it.
     public func reuseProbability(of appID: String) -> Double { reuse.probability(of: appID) }
+
+    /// The apps among `candidates` to refresh in a window at `time` just after the user opened
+    /// an app (the candidates are the apps not in use): the eligible ones whose learned chance
+    /// of an open within 15 min (`followProbability`, weighed by their standing) reaches both
+    /// thresholds, likeliest first, as many as the pool holds. Does not change the state: call
+    /// `recordWindow` with what was started.
+    public func chooseAfterOpen(at time: Double, among candidates: [Candidate]) -> [String] {
+        chooseAfterOpenIndices(at: time, among: candidates).map { candidates[$0].appID }
+    }
+
+    /// `chooseAfterOpen`, as indices into `candidates`, in the order chosen; `skip` and
+    /// `located` as for `chooseIndices`.
+    func chooseAfterOpenIndices(at time: Double, among candidates: [Candidate], skip: [Bool]? = nil,
+                                located: [Located?]? = nil) -> [Int] {
+        guard mayOpenWindow(opportunistic: true) else { return [] }
+        let eligible = eligibleCandidates(at: time, among: candidates, skip: skip, located: located)
+        guard !eligible.isEmpty else { return [] }
+        let threshold = max(ReplayMath.exp(logAppThreshold), ReplayMath.exp(logThreshold))
+        let scores = eligible.map { i, _ in
+            follow.probability(of: candidates[i].appID, at: time) * min(max(candidates[i].weight, Self.minimumWeight), 1)
+        }
+        // No share per window: the user is here now, and the thresholds keep the pool's reserve.
+        let chosen = Self.best(Int(tokens.rounded(.down)), of: eligible.count) { a, b in
+            if scores[a] != scores[b] { return scores[a] > scores[b] }
+            return candidates[eligible[a].candidate].appID < candidates[eligible[b].candidate].appID
+        }
+        return chosen.filter { scores[$0] >= threshold }.map { eligible[$0].candidate }
+    }
+
+    /// The learned chance that `appID`, if another app is opened at `time`, is opened within
+    /// 15 min of it.
+    public func followProbability(of appID: String, at time: Double) -> Double {
+        follow.probability(of: appID, at: time)
+    }
 
     /// Closes every slot that ended by `time` and starts the one holding it. Catches up any
     /// number of slots (the agent sleeps through slots in which nothing is due), at most a
@@ -184,6 +222,7 @@ public struct RefreshPlanner: Sendable {
 
     private mutating func startSlot(at time: Double) {
         reuse.expire(before: time)
+        follow.expire(before: time)
         predictor.startSlot(at: time)
         if let currentSlot {
             let daily = refreshesPerAppPerDay * Double(knownApps)
@@ -241,19 +280,8 @@ public struct RefreshPlanner: Sendable {
                        located: [Located?]? = nil, opportunistic: Bool = false) -> [Int] {
         guard mayOpenWindow(opportunistic: opportunistic) else { return [] }
         // The cheap tests first: is anyone eligible, is the window worth it; then rank. Looking
-        // ahead (`nextWindow`) tries many slots, and most fail the threshold. One pass finds
-        // each candidate's model and tests its eligibility (as `ineligibility` does).
-        var eligible: [(candidate: Int, position: Int)] = []
-        eligible.reserveCapacity(candidates.count)
-        for (i, candidate) in candidates.enumerated() {
-            if let skip, skip[i] { continue }
-            guard let found = if let located { located[i] } else { locate(candidate) },
-                let span = eligibleSpan(of: candidate, lastOpen: predictor.lastOpen(at: found.position),
-                                        refreshed: found.refreshed),
-                span.from <= time, time < span.until
-            else { continue }
-            eligible.append((i, found.position))
-        }
+        // ahead (`nextWindow`) tries many slots, and most fail the threshold.
+        let eligible = eligibleCandidates(at: time, among: candidates, skip: skip, located: located)
         guard !eligible.isEmpty else { return [] }
         // The slot whose opens this window's refreshes serve: this one, or a later one for a
         // long `[refresh] lead`.
@@ -287,6 +315,24 @@ public struct RefreshPlanner: Sendable {
         let served = chosen.reduce(0.0) { $0 + opens[$1] }
         guard total > 0, anyOpen * min(served / total, 1) >= threshold else { return [] }
         return chosen.map { eligible[$0].candidate }
+    }
+
+    /// The candidates eligible at `time` (as `ineligibility` tests), with their models'
+    /// positions: one pass that finds each candidate's model and tests it.
+    private func eligibleCandidates(at time: Double, among candidates: [Candidate], skip: [Bool]?,
+                                    located: [Located?]?) -> [(candidate: Int, position: Int)] {
+        var eligible: [(candidate: Int, position: Int)] = []
+        eligible.reserveCapacity(candidates.count)
+        for (i, candidate) in candidates.enumerated() {
+            if let skip, skip[i] { continue }
+            guard let found = if let located { located[i] } else { locate(candidate) },
+                let span = eligibleSpan(of: candidate, lastOpen: predictor.lastOpen(at: found.position),
+                                        refreshed: found.refreshed),
+                span.from <= time, time < span.until
+            else { continue }
+            eligible.append((i, found.position))
+        }
+        return eligible
     }
 
     /// Whether the budget and the wake-up bound leave room for a window now: a token, fewer than

@@ -23,18 +23,8 @@ public struct ReuseEstimator: Sendable, Equatable {
     /// How many trials' worth the all-apps estimate counts for in an app's own.
     static let priorWeight = 2.0
 
-    struct Evidence: Sendable, Equatable {
-        var trials = 0.0
-        var successes = 0.0
-
-        mutating func learn(_ success: Bool) {
-            trials = trials * ReuseEstimator.decay + 1
-            successes = successes * ReuseEstimator.decay + (success ? 1 : 0)
-        }
-    }
-
-    private var apps: [String: Evidence] = [:]
-    private var all = Evidence()
+    private var apps: [String: DecayingEvidence] = [:]
+    private var all = DecayingEvidence()
     /// Apps left and not yet opened again, with when they were left.
     private var open: [String: Double] = [:]
 
@@ -66,14 +56,12 @@ public struct ReuseEstimator: Sendable, Equatable {
     }
 
     private mutating func learn(_ appID: String, _ success: Bool) {
-        apps[appID, default: Evidence()].learn(success)
-        all.learn(success)
+        apps[appID, default: DecayingEvidence()].learn(success, decay: Self.decay)
+        all.learn(success, decay: Self.decay)
     }
 
     /// The probability that `appID`, left now, is opened again within `span`.
     public func probability(of appID: String) -> Double {
-        let prior = (all.successes + 1) / (all.trials + 2)
-        let own = apps[appID] ?? Evidence()
-        return (own.successes + Self.priorWeight * prior) / (own.trials + Self.priorWeight)
+        (apps[appID] ?? DecayingEvidence()).rate(shrunkTowards: all.rate, priorWeight: Self.priorWeight)
     }
 }

@@ -228,9 +228,7 @@ public struct WindowPlanner: SchedulingPolicy {
                 // Not the apps in use, nor the app left (its own window had its say).
                 var skip = notAfterOpen
                 if let index = leftCandidate { skip[index] = true }
-                for index in planner.chooseIndices(
-                    at: context.now, among: candidates, skip: skip, located: located, opportunistic: true)
-                {
+                for index in planner.chooseAfterOpenIndices(at: context.now, among: candidates, skip: skip, located: located) {
                     chosen[index] = true
                     count += 1
                     afterOpenChose = true
@@ -291,7 +289,7 @@ public struct WindowPlanner: SchedulingPolicy {
             } else if let window {
                 planner.choose(at: context.now, among: [candidate], opportunistic: window.kind != .planned).contains(appID)
             } else if Self.afterOpenWindow(context) != nil, !context.planning.appsInUse.contains(request.appID) {
-                planner.choose(at: context.now, among: [candidate], opportunistic: true).contains(appID)
+                planner.chooseAfterOpen(at: context.now, among: [candidate]).contains(appID)
             } else {
                 false
             }

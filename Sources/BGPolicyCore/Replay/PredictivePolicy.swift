@@ -75,7 +75,9 @@ public struct PredictivePolicy: ReplayPolicy {
             // On the grid every app with a request; after an open, the apps not in use.
             let candidates = (onGrid ? pending : pending.subtracting(inUse)).sorted()
                 .map { RefreshPlanner.Candidate(appID: $0) }
-            let more = planner.choose(at: time, among: candidates, opportunistic: opened || !chosen.isEmpty)
+            let more = onGrid
+                ? planner.choose(at: time, among: candidates, opportunistic: opened || !chosen.isEmpty)
+                : planner.chooseAfterOpen(at: time, among: candidates)
             planner.recordWindow(at: time, refreshed: more)
             for app in more { pending.remove(app) }
             chosen += more
