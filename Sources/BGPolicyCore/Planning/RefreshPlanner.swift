@@ -32,9 +32,15 @@
 ///   the window's, so such a refresh competes for the same budget and wake-ups as the others.
 ///   A user who switches between a few apps keeps them fresh this way; on a trace where apps
 ///   are rarely reopened soon, the chance is learned to be small and no such window opens.
+/// - **After an open.** When the user opens an app, the caller may ask which of the apps not in
+///   use to refresh then (`chooseAfterOpen`): those whose learned chance of being opened within
+///   15 min of another app's open (`FollowEstimator`) reaches both thresholds, likeliest first,
+///   as many as the pool holds. The slot model does not rank these: it learns at slot starts,
+///   where a moment-old open is seldom the situation.
 /// - **Budget.** A shared pool accrues `refreshesPerAppPerDay` refreshes a day for every known
 ///   app, up to one day's worth; a refresh spends one, and a window spends at most its share,
-///   the daily accrual over `targetWakesPerDay`. `periodic:60m` spends 24 a day per app, so
+///   the daily accrual over `targetWakesPerDay` (the window after an open has no share: the
+///   thresholds keep the reserve there). `periodic:60m` spends 24 a day per app, so
 ///   over a span of D days this spends at most 2.2·(D+1)/(24·D) of it: under 10 % once D ≥ 11.
 /// - **Eligible.** The app was opened within the last 7 days (SPEC §2) and was not refreshed in
 ///   the last 15 minutes (SPEC §2), a span that grows as its weight shrinks.

@@ -3,7 +3,8 @@
 /// Windows open on the 15-min grid (SPEC §2, on battery; aligned to the Unix epoch), and, as
 /// the agent opens them (a replay has no unlock, charger or network events):
 /// - a second after each open, for the refreshes the planner chooses among the apps not in
-///   use (the user is at work, and apps are often opened one after another);
+///   use (the user is at work, and apps are often opened one after another;
+///   `RefreshPlanner.chooseAfterOpen`);
 /// - a second after each close, for the app just left alone, if the planner chooses it
 ///   (`RefreshPlanner.choosesAfterUse`).
 /// In each window the apps with a pending refresh request (each app resubmits after each open
