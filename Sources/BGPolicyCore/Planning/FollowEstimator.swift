@@ -33,22 +33,17 @@ public struct FollowEstimator: Sendable, Equatable {
     /// How many trials' worth the all-apps estimate counts for in an app's own.
     static let priorWeight = 2.0
 
-    struct App: Sendable, Equatable {
-        /// By situation: not used recently, used recently.
-        var evidence = [DecayingEvidence](repeating: DecayingEvidence(), count: 2)
-        var inUse = false
-        /// The last open or leave.
-        var lastUse: Double?
-        /// The trial under way: when it began, and whether the app had been used recently then.
-        var trial: (start: Double, recent: Bool)?
-
-        static func == (a: App, b: App) -> Bool {
-            a.evidence == b.evidence && a.inUse == b.inUse && a.lastUse == b.lastUse
-                && a.trial?.start == b.trial?.start && a.trial?.recent == b.trial?.recent
-        }
-    }
-
-    private var apps: [String: App] = [:]
+    // One entry per app known, by `index` (struct of arrays: an open looks at every app, and
+    // these stay contiguous, so that a thousand apps cost about a microsecond).
+    private var index: [String: Int] = [:]
+    private var inUse: [Bool] = []
+    /// The last open or leave.
+    private var lastUse: [Double] = []
+    /// The start of the trial under way, if any, and whether the app had been used recently then.
+    private var trialStart: [Double?] = []
+    private var trialRecent: [Bool] = []
+    /// By app and situation, at `2 * index + situation` (0: not used recently, 1: used recently).
+    private var evidence: [DecayingEvidence] = []
     /// All apps' evidence, by situation.
     private var all = [DecayingEvidence](repeating: DecayingEvidence(), count: 2)
     /// The start of the oldest trial under way, if any: nothing expires before `span` after it.
@@ -62,26 +57,26 @@ public struct FollowEstimator: Sendable, Equatable {
     /// in use starts one. Times must not go backwards.
     public mutating func recordOpen(of appID: String, at time: Double) {
         expire(before: time)
-        if let trial = apps[appID]?.trial {
-            apps[appID]?.trial = nil
-            if time >= trial.start { learn(appID, recent: trial.recent, success: time - trial.start <= span) }
+        let opened = position(of: appID)
+        if let start = trialStart[opened] {
+            trialStart[opened] = nil
+            if time >= start { learn(opened, recent: trialRecent[opened], success: time - start <= span) }
         }
-        // Through the values in place: no copy of the dictionary per open.
-        for index in apps.indices where apps.keys[index] != appID {
-            guard !apps.values[index].inUse, apps.values[index].trial == nil else { continue }
-            let recent = apps.values[index].lastUse.map { time - $0 <= Self.recentUse } ?? false
-            apps.values[index].trial = (time, recent)
+        for i in inUse.indices where i != opened && !inUse[i] && trialStart[i] == nil {
+            trialStart[i] = time
+            trialRecent[i] = time - lastUse[i] <= Self.recentUse
             oldestTrial = min(oldestTrial ?? time, time)
         }
-        apps[appID, default: App()].inUse = true
-        apps[appID]?.lastUse = time
+        inUse[opened] = true
+        lastUse[opened] = time
     }
 
     /// The user left `appID` at `time`.
     public mutating func recordClose(of appID: String, at time: Double) {
         expire(before: time)
-        apps[appID, default: App()].inUse = false
-        apps[appID]?.lastUse = time
+        let left = position(of: appID)
+        inUse[left] = false
+        lastUse[left] = time
     }
 
     /// Ends, as failures, the trials whose span has passed by `time`. (They are all failures,
@@ -89,32 +84,43 @@ public struct FollowEstimator: Sendable, Equatable {
     public mutating func expire(before time: Double) {
         guard let oldest = oldestTrial, time - oldest > span else { return }
         oldestTrial = nil
-        for index in apps.indices {
-            guard let trial = apps.values[index].trial else { continue }
-            if time - trial.start > span {
-                apps.values[index].trial = nil
-                let situation = trial.recent ? 1 : 0
-                apps.values[index].evidence[situation].learn(false, decay: Self.decay)
-                all[situation].learn(false, decay: Self.decay)
+        for i in trialStart.indices {
+            guard let start = trialStart[i] else { continue }
+            if time - start > span {
+                trialStart[i] = nil
+                learn(i, recent: trialRecent[i], success: false)
             } else {
-                oldestTrial = min(oldestTrial ?? trial.start, trial.start)
+                oldestTrial = min(oldestTrial ?? start, start)
             }
         }
     }
 
-    private mutating func learn(_ appID: String, recent: Bool, success: Bool) {
+    /// The app's entry, added (never used, in no trial) if it is new.
+    private mutating func position(of appID: String) -> Int {
+        if let i = index[appID] { return i }
+        let i = inUse.count
+        index[appID] = i
+        inUse.append(false)
+        lastUse.append(-.infinity)
+        trialStart.append(nil)
+        trialRecent.append(false)
+        evidence += [DecayingEvidence(), DecayingEvidence()]
+        return i
+    }
+
+    private mutating func learn(_ i: Int, recent: Bool, success: Bool) {
         let situation = recent ? 1 : 0
-        apps[appID, default: App()].evidence[situation].learn(success, decay: Self.decay)
+        evidence[2 * i + situation].learn(success, decay: Self.decay)
         all[situation].learn(success, decay: Self.decay)
     }
 
     /// The probability that `appID`, if another app is opened at `time`, is opened within
     /// `span` of it.
     public func probability(of appID: String, at time: Double) -> Double {
-        let app = apps[appID]
-        let recent = app?.lastUse.map { time - $0 <= Self.recentUse } ?? false
+        let i = index[appID]
+        let recent = i.map { time - lastUse[$0] <= Self.recentUse } ?? false
         let situation = recent ? 1 : 0
-        return (app?.evidence[situation] ?? DecayingEvidence())
+        return (i.map { evidence[2 * $0 + situation] } ?? DecayingEvidence())
             .rate(shrunkTowards: all[situation].rate, priorWeight: Self.priorWeight)
     }
 }
