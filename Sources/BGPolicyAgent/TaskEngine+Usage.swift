@@ -28,9 +28,11 @@ extension TaskEngine {
         }
         logger.debug("App unit changed", metadata: metadata)
         guard event.change == .opened else {
+            appsWithUnits.remove(appID)
             noteLeft(appID, at: now)
             return
         }
+        appsWithUnits.insert(appID)
         do {
             try noteUse(of: appID, at: now)
         } catch {
@@ -46,15 +48,37 @@ extension TaskEngine {
     /// their own word (a registration, `ReportUsage`) in this run stay in use; an app the agent
     /// is launching itself is not counted by its unit, as in `appUnitChanged`.
     func appUnitsRunning(_ running: Set<AppID>) {
+        appsWithUnits = running.subtracting(delivering)
         guard refreshPlanner != nil else { return }
-        let inUse = running.subtracting(delivering).union(appsInUse.intersection(selfReportedInUse))
+        let inUse = appsWithUnits.union(appsInUse.intersection(selfReportedInUse))
         guard inUse != appsInUse else { return }
+        let closedUnseen = appsInUse.subtracting(inUse)
         logger.info(
             "Apps in use, from the user manager's running app units",
             metadata: ["apps.in_use": "\(inUse.map(\.rawValue).sorted())",
-                       "apps.closed_unseen": "\(appsInUse.subtracting(inUse).map(\.rawValue).sorted())"])
+                       "apps.closed_unseen": "\(closedUnseen.map(\.rawValue).sorted())"])
+        for appID in closedUnseen { refreshPlanner?.recordLeftUnseen(appID.rawValue) }
         appsInUse = inUse
         requestEvaluation()
+    }
+
+    /// The last bus connection of `appID` closed. An app in use by its own word alone (it
+    /// registered, or reported itself in the foreground, and no app unit of it runs) has exited:
+    /// the user left it, as when an app unit goes. The usage log gets the close (the open came
+    /// from the registration, which the app's record keeps, or from `ReportUsage`), so that a
+    /// restart does not take the app for one still open; and the window after use may refresh
+    /// it. An app with a running unit is left when its unit goes; an app the agent launched and
+    /// the user never opened was not in use.
+    func lastConnectionClosed(_ appID: AppID) {
+        guard appsInUse.contains(appID), selfReportedInUse.contains(appID), !appsWithUnits.contains(appID) else { return }
+        let now = Self.wallNow()
+        do {
+            try appendUsage(appID, .background, at: now)
+        } catch {
+            logger.warning("Could not record app usage", metadata: ["app.id": "\(appID)", "error": "\(error)"])
+        }
+        logger.info("App left: its last bus connection closed, and no app unit of it runs", metadata: ["app.id": "\(appID)"])
+        noteLeft(appID, at: now)
     }
 
     /// The user opened `appID` at `time` (its unit appeared, or it reported itself in the

@@ -94,6 +94,10 @@ actor TaskEngine {
     /// themselves in the foreground, and have not been left since): in use whatever the user
     /// manager's units say.
     var selfReportedInUse: Set<AppID> = []
+    /// Apps with an app unit running that the user opened (not one the agent launched), as the
+    /// user manager said at connect and since: such an app is left when its unit goes, not when
+    /// its bus connection does.
+    var appsWithUnits: Set<AppID> = []
     /// Undelivered content-available wakes, newest only, and their token buckets; stored too,
     /// and loaded at start (TaskEngine+ContentAvailable.swift).
     var contentWakes: ContentAvailableQueue<[String: Variant]>
@@ -242,6 +246,7 @@ actor TaskEngine {
                 detail: "the app left the bus before ending its background task"))
         }
         logger.info("App connection left", metadata: ["app.id": "\(appID)", "bus.unique": "\(name)"])
+        if apps[appID]?.connections.isEmpty ?? true { lastConnectionClosed(appID) }
     }
 
     // MARK: Registration

@@ -68,6 +68,21 @@ struct FollowEstimatorTests {
         #expect(chat < news)
     }
 
+    /// An app left at a time not known (closed while nobody watched) is no longer in use: the
+    /// next open of another app starts its trial, and it learns again.
+    @Test func anAppLeftUnseenIsTriedAgain() {
+        var estimator = FollowEstimator()
+        estimator.recordOpen(of: Self.chat, at: Self.start)
+        estimator.recordOpen(of: Self.mail, at: Self.start + 100)
+        estimator.expire(before: Self.start + 2_000)
+        // Chat was in use: no trial, nothing learned.
+        #expect(estimator.probability(of: Self.chat, at: Self.start + 4_000) == 0.5)
+        estimator.recordLeftUnseen(Self.chat)
+        estimator.recordOpen(of: Self.mail, at: Self.start + 5_000)
+        estimator.expire(before: Self.start + 6_000)
+        #expect(estimator.probability(of: Self.chat, at: Self.start + 6_000) < 0.5)
+    }
+
     /// The app used in the last half hour and the app not used since yesterday are told apart:
     /// Chat, which the user keeps going back to within a session but never starts a day with,
     /// is likely in the first case and not in the second.

@@ -174,6 +174,38 @@ def test_apps_in_use_are_those_whose_units_run_when_the_agent_connects(world):
     assert usage_rows(world)[2:] == [(MAPS, "foreground")]
 
 
+def test_an_app_known_by_its_own_word_is_left_when_its_last_connection_closes(world):
+    """Notes has no app unit: it registered, which counts as an open, so when its last bus
+    connection closes the user left it. `in_use` drops it, the usage log gets the close, and a
+    restart does not take it for one still open. Konsole, whose unit runs, also registered: it
+    is left when its unit goes, not when its connection closes."""
+    notes = "org.example.Notes"
+    _, manager = start_manager(world)
+    manager.mock("AddMockUnit", "s", (UNITS[KONSOLE],))
+    th.call(world.session.conn, MANAGER, "StartUnit", "ss", (UNITS[KONSOLE], "replace"), reply_type="(o)",
+            dest=MANAGER_NAME, path="/org/freedesktop/systemd1")
+    agent = world.start_agent(planner=True)
+    wait_subscribed(agent, manager)
+    th.wait_until(lambda: agent.status().get("in_use") == [KONSOLE], th.TIMEOUT, "Konsole's unit to put it in use")
+    apps = [world.registered_app(app_id, [f"{app_id}.refresh"]) for app_id in (notes, KONSOLE)]
+    th.wait_until(lambda: agent.status().get("in_use") == [notes, KONSOLE], th.TIMEOUT, "Notes' registration to put it in use")
+    for app in apps:
+        app.quit()
+    th.wait_until(lambda: agent.status().get("in_use") == [KONSOLE], th.TIMEOUT, "Notes to be left as it exits")
+    assert f"app.id={notes} [BGPolicyAgent] App left: its last bus connection closed" in agent.stderr(), \
+        agent.stderr_tail()
+    th.call(world.session.conn, MANAGER, "StopUnit", "ss", (UNITS[KONSOLE], "replace"), reply_type="(o)",
+            dest=MANAGER_NAME, path="/org/freedesktop/systemd1")
+    emit(manager, "UnitRemoved", UNITS[KONSOLE])
+    th.wait_until(lambda: "in_use" not in agent.status(), th.TIMEOUT, "Konsole to be left as its unit goes")
+    agent.stop()
+    assert usage_rows(world) == [(notes, "background"), (KONSOLE, "background")]
+    agent.restart()
+    wait_subscribed(agent, manager)
+    assert "Usage learned from the log" in agent.stderr(), agent.stderr_tail()
+    assert "in_use" not in agent.status(), agent.status()
+
+
 def test_agent_follows_the_manager_when_absent_at_start_and_when_it_restarts(world):
     agent, long_ago = registered_long_ago(world, [MAPS, KONSOLE])
     # No manager yet: the agent serves all the same.

@@ -79,6 +79,12 @@ public struct FollowEstimator: Sendable, Equatable {
         lastUse[left] = time
     }
 
+    /// The user left `appID` at a time not known: it is no longer in use, and its last use is
+    /// what it was.
+    public mutating func recordLeftUnseen(_ appID: String) {
+        if let i = index[appID] { inUse[i] = false }
+    }
+
     /// Ends, as failures, the trials whose span has passed by `time`. (They are all failures,
     /// so the order they end in does not change what is learned.)
     public mutating func expire(before time: Double) {

@@ -144,6 +144,12 @@ public struct RefreshPlanner: Sendable {
         follow.recordClose(of: appID, at: time)
     }
 
+    /// Records that the user left an app at a time not known (it was closed while the caller
+    /// was not watching): it is no longer in use, and nothing is learned of the leave.
+    public mutating func recordLeftUnseen(_ appID: String) {
+        follow.recordLeftUnseen(appID)
+    }
+
     /// Whether to refresh `candidate` alone in a window at `time` just after the user left it:
     /// eligible, a token and room for a wake-up left, and the learned chance of a reopen within
     /// 15 min (`reuseProbability`, weighed by its standing) at both thresholds. Does not change
