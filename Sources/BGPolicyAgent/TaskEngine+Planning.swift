@@ -106,9 +106,10 @@ extension TaskEngine {
 
     /// A registration the agent did not cause is the app starting, which usually means the user
     /// opened it. The predictor counts it as an open unless one was just recorded (the app's
-    /// unit appeared, or it reported itself in the foreground). The usage log keeps only what
-    /// the user manager and `ReportUsage` said; the app's record keeps the registration
-    /// (`last_used_at`), which the predictor reads back at start.
+    /// unit appeared, or it reported itself in the foreground). The usage log does not get the
+    /// open (it gets the close, when the app's last connection goes: `lastConnectionClosed`);
+    /// the app's record keeps the registration (`last_used_at`), which the predictor reads
+    /// back at start.
     func noteRegistrationAsOpen(_ appID: AppID, at time: UnixTime) {
         selfReportedInUse.insert(appID)
         if let last = refreshPlanner?.predictor.lastOpen(of: appID.rawValue), time - last < 60 { return }
