@@ -7,8 +7,8 @@
 /// the apps they usually go on to are worth refreshing then. The slot model cannot say which:
 /// it learns at slot starts, where "an app was opened a moment ago" is seldom the situation,
 /// and its chances there were no higher than at any grid point (0.01–0.07 on the sparse
-/// desktop traces, where the next app followed within 15 min one time in two for the apps
-/// opened most). This learns the chance at that very moment, from the past only:
+/// desktop traces, where almost half the opens came within 10 min of another). This learns
+/// the chance at that very moment, from the past only:
 /// - An open of any app starts a trial for every other app it knows that is not in use (opened
 ///   and not left) and not in a trial already. The app's next open ends its trial as a success
 ///   if it came within `span`; a trial with no open within `span` ends as a failure once time
