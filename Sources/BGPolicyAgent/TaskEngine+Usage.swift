@@ -58,6 +58,7 @@ extension TaskEngine {
             metadata: ["apps.in_use": "\(inUse.map(\.rawValue).sorted())",
                        "apps.closed_unseen": "\(closedUnseen.map(\.rawValue).sorted())"])
         for appID in closedUnseen { refreshPlanner?.recordLeftUnseen(appID.rawValue) }
+        for appID in inUse.subtracting(appsInUse) { refreshPlanner?.recordOpenedUnseen(appID.rawValue) }
         appsInUse = inUse
         requestEvaluation()
     }

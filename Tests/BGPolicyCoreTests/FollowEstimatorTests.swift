@@ -83,6 +83,25 @@ struct FollowEstimatorTests {
         #expect(estimator.probability(of: Self.chat, at: Self.start + 6_000) < 0.5)
     }
 
+    /// An app found open (opened while nobody watched) is in use: its trial ends without a
+    /// verdict, and the next open of another app starts none for it.
+    @Test func anAppOpenedUnseenIsNotTried() {
+        var estimator = FollowEstimator()
+        estimator.recordOpen(of: Self.chat, at: Self.start)
+        estimator.recordClose(of: Self.chat, at: Self.start + 60)
+        estimator.recordOpen(of: Self.mail, at: Self.start + 100)  // Chat's trial starts
+        estimator.recordOpenedUnseen(Self.chat)
+        estimator.recordClose(of: Self.mail, at: Self.start + 200)
+        estimator.recordOpen(of: Self.news, at: Self.start + 3_000)  // Mail's trial starts, not Chat's
+        estimator.expire(before: Self.start + 5_000)
+        // Mail failed its trial; Chat learned nothing of its own, so it stands where an app
+        // never seen does, at all apps' estimate.
+        let later = Self.start + 5_000
+        let chat = estimator.probability(of: Self.chat, at: later)
+        #expect(chat == estimator.probability(of: "org.example.Photos", at: later))
+        #expect(estimator.probability(of: Self.mail, at: later) < chat)
+    }
+
     /// The app used in the last half hour and the app not used since yesterday are told apart:
     /// Chat, which the user keeps going back to within a session but never starts a day with,
     /// is likely in the first case and not in the second.

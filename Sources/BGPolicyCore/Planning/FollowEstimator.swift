@@ -85,6 +85,14 @@ public struct FollowEstimator: Sendable, Equatable {
         if let i = index[appID] { inUse[i] = false }
     }
 
+    /// The user opened `appID` at a time not known: it is in use, and a trial it was in ends
+    /// without a verdict.
+    public mutating func recordOpenedUnseen(_ appID: String) {
+        let i = position(of: appID)
+        inUse[i] = true
+        trialStart[i] = nil
+    }
+
     /// Ends, as failures, the trials whose span has passed by `time`. (They are all failures,
     /// so the order they end in does not change what is learned.)
     public mutating func expire(before time: Double) {

@@ -150,6 +150,12 @@ public struct RefreshPlanner: Sendable {
         follow.recordLeftUnseen(appID)
     }
 
+    /// Records that the user opened an app at a time not known (it was found open): it is in
+    /// use, and nothing is learned of the open.
+    public mutating func recordOpenedUnseen(_ appID: String) {
+        follow.recordOpenedUnseen(appID)
+    }
+
     /// Whether to refresh `candidate` alone in a window at `time` just after the user left it:
     /// eligible, a token and room for a wake-up left, and the learned chance of a reopen within
     /// 15 min (`reuseProbability`, weighed by its standing) at both thresholds. Does not change
