@@ -55,6 +55,10 @@ public struct RefreshPlanner: Sendable {
             self.appID = appID
             self.weight = weight
         }
+
+        /// The weight a candidate's chance is multiplied by: `weight`, kept within
+        /// `minimumWeight`…1.
+        var standing: Double { min(max(weight, RefreshPlanner.minimumWeight), 1) }
     }
 
     public var slotSeconds: Double
@@ -162,7 +166,7 @@ public struct RefreshPlanner: Sendable {
     /// the state: call `recordWindow` if it was started.
     public func choosesAfterUse(_ candidate: Candidate, at time: Double) -> Bool {
         guard mayOpenWindow(opportunistic: true), ineligibility(of: candidate, at: time) == nil else { return false }
-        let value = reuseProbability(of: candidate.appID) * min(max(candidate.weight, Self.minimumWeight), 1)
+        let value = reuseProbability(of: candidate.appID) * candidate.standing
         return value >= ReplayMath.exp(logAppThreshold) && value >= ReplayMath.exp(logThreshold)
     }
 
@@ -187,7 +191,7 @@ public struct RefreshPlanner: Sendable {
         guard !eligible.isEmpty else { return [] }
         let threshold = max(ReplayMath.exp(logAppThreshold), ReplayMath.exp(logThreshold))
         let scores = eligible.map { i, _ in
-            follow.probability(of: candidates[i].appID, at: time) * min(max(candidates[i].weight, Self.minimumWeight), 1)
+            follow.probability(of: candidates[i].appID, at: time) * candidates[i].standing
         }
         // No share per window: the user is here now, and the thresholds keep the pool's reserve.
         let chosen = Self.best(Int(tokens.rounded(.down)), of: eligible.count) { a, b in
@@ -314,7 +318,7 @@ public struct RefreshPlanner: Sendable {
         scores.reserveCapacity(eligible.count)
         opens.reserveCapacity(eligible.count)
         for (i, position) in eligible {
-            let weight = min(max(candidates[i].weight, Self.minimumWeight), 1)
+            let weight = candidates[i].standing
             let p = predicted[position] ?? predictor.probability(of: candidates[i].appID, inSlotAt: target)
             scores.append(weight * p)
             opens.append(p)

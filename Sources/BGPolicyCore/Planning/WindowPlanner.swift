@@ -33,8 +33,9 @@ public struct WakeWindow: Sendable, Equatable {
 ///   in, or an unmetered network appears (`PlanningFacts.opportunity`). Two windows open for
 ///   refreshes only, for `windowSpan`: when the user opens an app (`PlanningFacts.appOpenedAt`),
 ///   for the refreshes the refresh planner chooses among the apps not in use, the apps the user
-///   is likely to go on to (`afterOpenWindow`, `RefreshPlanner.chooseAfterOpen`); when the user leaves an app (`PlanningFacts.appLeft`), for that
-///   app's refresh alone, if the planner chooses it (`afterUseWindow`). Every eligible piece of
+///   is likely to go on to (`afterOpenWindow`, `RefreshPlanner.chooseAfterOpen`); when the
+///   user leaves an app (`PlanningFacts.appLeft`), for that app's refresh alone, if the
+///   planner chooses it (`afterUseWindow`). Every eligible piece of
 ///   work of every app starts in the same window; a time rule (an `earliest_begin`, a penalty)
 ///   that lifts between two grid points lifts at the next one, so work due close together is
 ///   batched.
