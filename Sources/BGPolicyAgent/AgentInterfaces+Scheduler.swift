@@ -38,7 +38,12 @@ extension AgentInterfaces {
                     Register:
                     Binds this connection to an app. Call it once at start-up, before Submit. An id
                     the caller names itself is unverified: one live connection at a time may hold
-                    it, and never one that an identified app uses (AccessDenied).
+                    it, and never one that an identified app uses (AccessDenied). A registration
+                    counts as the user opening the app, and the app is in use until its last
+                    connection closes, unless the agent launched it, it runs in an XDG autostart unit,
+                    or it is background_only (none of these is an open, or in use), or the process
+                    started over 5 s before the agent (in use, but not opened again: the agent
+                    restarted).
                     """),
             .init(
                 "Submit",

@@ -104,16 +104,26 @@ extension TaskEngine {
         requestEvaluation(for: appID)
     }
 
-    /// A registration the agent did not cause is the app starting, which usually means the user
-    /// opened it. The predictor counts it as an open unless one was just recorded (the app's
-    /// unit appeared, or it reported itself in the foreground). The usage log does not get the
-    /// open (it gets the close, when the app's last connection goes: `lastConnectionClosed`);
-    /// the app's record keeps the registration (`last_used_at`), which the predictor reads
-    /// back at start.
+    /// A registration that means the user opened the app (`RegistrationMeaning.opened`). The
+    /// predictor counts it as an open unless one was just recorded (the app's unit appeared, or
+    /// it reported itself in the foreground). The usage log does not get the open (it gets the
+    /// close, when the app's last connection goes: `lastConnectionClosed`); the app's record
+    /// keeps the registration (`last_used_at`), which the predictor reads back at start.
     func noteRegistrationAsOpen(_ appID: AppID, at time: UnixTime) {
         selfReportedInUse.insert(appID)
         if let last = refreshPlanner?.predictor.lastOpen(of: appID.rawValue), time - last < 60 { return }
         noteOpen(appID, at: time)
+    }
+
+    /// A registration by a process that was running before the agent started
+    /// (`RegistrationMeaning.alreadyRunning`): the app is in use by its own word, as the usage
+    /// log left it when the agent stopped, but no open is learned, nor a window opened, since
+    /// when the user opened it is not known; as for an app whose unit runs at connect
+    /// (`appUnitsRunning`), a trial of `FollowEstimator` under way ends without a verdict.
+    func noteRegistrationOfRunningApp(_ appID: AppID) {
+        selfReportedInUse.insert(appID)
+        guard refreshPlanner != nil, appsInUse.insert(appID).inserted else { return }
+        refreshPlanner?.recordOpenedUnseen(appID.rawValue)
     }
 
     /// The planner's facts now. The planner itself must already be advanced to now.

@@ -98,6 +98,8 @@ actor TaskEngine {
     /// user manager said at connect and since: such an app is left when its unit goes, not when
     /// its bus connection does.
     var appsWithUnits: Set<AppID> = []
+    /// When this agent process started, in seconds since boot (`RegistrationMeaning`).
+    let agentStartedAt: Double? = ProcessInspector.ownStartTime()
     /// Undelivered content-available wakes, newest only, and their token buckets; stored too,
     /// and loaded at start (TaskEngine+ContentAvailable.swift).
     var contentWakes: ContentAvailableQueue<[String: Variant]>
@@ -323,9 +325,10 @@ actor TaskEngine {
             identity: identity.source, backgroundOnly: options.backgroundOnly,
             enabled: previous?.enabled ?? true, registeredAt: previous?.registeredAt ?? now,
             lastUsedAt: previous?.lastUsedAt)
-        // An app the agent itself just started by D-Bus activation was not opened by the user.
-        let opened = !delivering.contains(appID)
-        if opened { record.lastUsedAt = now }
+        let meaning = RegistrationMeaning.of(
+            launchedByAgent: delivering.contains(appID), backgroundOnly: options.backgroundOnly, unit: identity.unit,
+            processStart: pid.flatMap(inspector.startTime(pid:)), agentStart: agentStartedAt)
+        if meaning == .opened { record.lastUsedAt = now }
         do {
             try store.saveApp(record)
         } catch {
@@ -338,7 +341,11 @@ actor TaskEngine {
         runtime.lastDeliveryFailureAt = nil
         apps[appID] = runtime
         boundApp[caller] = appID
-        if opened { noteRegistrationAsOpen(appID, at: now) }
+        switch meaning {
+        case .opened: noteRegistrationAsOpen(appID, at: now)
+        case .alreadyRunning: noteRegistrationOfRunningApp(appID)
+        case .notOpened: break
+        }
         if previous == nil || previous?.identifiers != record.identifiers || previous?.identity != record.identity {
             appendHistory(HistoryEntry(
                 time: now, appID: appID, event: .registered,
@@ -347,7 +354,7 @@ actor TaskEngine {
         logger.info(
             "App registered",
             metadata: ["app.id": "\(appID)", "bus.unique": "\(caller)", "identity": "\(identity.source.rawValue)",
-                       "unit": "\(identity.unit ?? "-")"])
+                       "unit": "\(identity.unit ?? "-")", "usage": "\(meaning.description)"])
         requestEvaluation(for: appID)
         return appID
     }

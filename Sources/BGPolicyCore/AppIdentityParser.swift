@@ -85,6 +85,19 @@ public enum AppIdentityParser {
         return AppID(rawValue: unescape(String(escaped)))
     }
 
+    /// Whether `unit` is an app unit that systemd's xdg-autostart-generator made for an
+    /// XDG autostart entry (`app-<launcher>-<id>@autostart.service` since systemd 248,
+    /// `…-autostart.service` before): the session started the app at login, the user did not.
+    /// `app-autostart.service` is an app called `autostart`.
+    public static func isAutostartUnit(_ unit: String) -> Bool {
+        guard unit.hasPrefix("app-"), isUnit(unit, suffix: ".service") else { return false }
+        let body = unit.dropFirst(4).dropLast(8)
+        guard let id = serviceID(body), AppID(rawValue: unescape(String(id))) != nil else { return false }
+        // What the id leaves of the body: the instance or the old generator's suffix.
+        let rest = body[id.endIndex...]
+        return rest == "@autostart" || rest == "-autostart"
+    }
+
     /// `snap.NAME.APP-….scope` (or `.service`) anywhere in the path → `snap.NAME`.
     /// snapd names an app's scope `snap.<instance>.<app>-<uuid>.scope`, a hook's
     /// `snap.<instance>.hook.<hook>-<uuid>.scope` and a daemon `snap.<instance>.<app>.service`.

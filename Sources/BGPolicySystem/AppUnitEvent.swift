@@ -14,10 +14,14 @@ public struct AppUnitEvent: Sendable, Hashable {
     public var change: Change
     /// The unit's name as systemd sent it (escaped), for logs.
     public var unit: String
+    /// The unit is one of an XDG autostart entry (`AppIdentityParser.isAutostartUnit`): the
+    /// session started the app at login, not the user.
+    public var autostart: Bool
 
-    public init(appID: AppID, change: Change, unit: String) {
+    public init(appID: AppID, change: Change, unit: String, autostart: Bool = false) {
         self.appID = appID
         self.change = change
         self.unit = unit
+        self.autostart = autostart
     }
 }

@@ -20,14 +20,15 @@ struct AppUnitTracker: Sendable {
     init() {}
 
     /// The app units among `units` (the manager's running units, listed when the agent
-    /// connects), which become the live ones; and their apps. A unit running before the agent
-    /// watched was opened then: a `UnitNew` for it later is not a new open.
+    /// connects), which become the live ones; and the apps the user opened among them, those
+    /// of units that are not autostart ones. A unit running before the agent watched was opened
+    /// then: a `UnitNew` for it later is not a new open.
     mutating func running(units: [String]) -> Set<AppID> {
         live = []
         var apps: Set<AppID> = []
         for unit in units {
             guard let appID = AppIdentityParser.appID(fromUnitName: unit) else { continue }
-            apps.insert(appID)
+            if !AppIdentityParser.isAutostartUnit(unit) { apps.insert(appID) }
             if live.count < Self.maximumLive { live.insert(unit) }
         }
         return apps
@@ -50,6 +51,6 @@ struct AppUnitTracker: Sendable {
         case .closed:
             live.remove(unit)
         }
-        return AppUnitEvent(appID: appID, change: change, unit: unit)
+        return AppUnitEvent(appID: appID, change: change, unit: unit, autostart: AppIdentityParser.isAutostartUnit(unit))
     }
 }

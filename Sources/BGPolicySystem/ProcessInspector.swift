@@ -159,6 +159,22 @@ public struct ProcessInspector: Sendable {
         return total
     }
 
+    // MARK: Start
+
+    /// When `pid` started, in seconds since boot (`starttime` in `<procRoot>/<pid>/stat`), or
+    /// nil when the process is gone or its stat cannot be read.
+    public func startTime(pid: UInt32) -> Double? {
+        readStat(pid: pid).map { Double($0.startTicks) / Self.clockTicksPerSecond }
+    }
+
+    /// When this process started, in seconds since boot, from the real `/proc/self/stat`
+    /// whatever `procRoot` is: the fake roots of tests stand for other processes, and link to
+    /// their real `stat` files, so their start times are on the same clock.
+    public static func ownStartTime() -> Double? {
+        ProcFile.read("/proc/self/stat", limit: smallFileLimit).flatMap(ProcStat.init(parsing:))
+            .map { Double($0.startTicks) / clockTicksPerSecond }
+    }
+
     private func readStat(pid: UInt32) -> ProcStat? {
         ProcFile.read("\(procRoot)/\(pid)/stat", limit: Self.smallFileLimit).flatMap(ProcStat.init(parsing:))
     }
@@ -183,6 +199,8 @@ struct ProcStat: Equatable {
     var stime: UInt64
     var cutime: UInt64
     var cstime: UInt64
+    /// When the process started, in clock ticks since boot.
+    var startTicks: UInt64
 
     var totalTicks: UInt64 { utime &+ stime &+ cutime &+ cstime }
 
@@ -192,12 +210,14 @@ struct ProcStat: Equatable {
     init?(parsing bytes: [UInt8]) {
         guard let close = bytes.lastIndex(of: UInt8(ascii: ")")) else { return nil }
         let fields = bytes[(close + 1)...].split(whereSeparator: { $0 == UInt8(ascii: " ") || $0 == UInt8(ascii: "\n") })
-        // fields[0] is the state (field 3 of proc(5)); utime is field 14, cstime field 17.
-        guard fields.count > 14 else { return nil }
+        // fields[0] is the state (field 3 of proc(5)); utime is field 14, cstime field 17,
+        // starttime field 22.
+        guard fields.count > 19 else { return nil }
         func number(_ index: Int) -> Int64? { Int64(String(decoding: fields[index], as: UTF8.self)) }
         guard let ppid = number(1), let utime = number(11), let stime = number(12), let cutime = number(13),
-            let cstime = number(14), ppid >= 0, ppid <= Int64(UInt32.max)
+            let cstime = number(14), let start = number(19), ppid >= 0, ppid <= Int64(UInt32.max), start >= 0
         else { return nil }
+        self.startTicks = UInt64(start)
         self.ppid = UInt32(ppid)
         // cutime and cstime are signed in the kernel's format; they are never negative in practice.
         self.utime = UInt64(max(utime, 0))

@@ -47,6 +47,24 @@ struct AppIdentityParserTests {
         #expect(AppIdentityParser.appID(fromUnitName: unit)?.rawValue == id)
     }
 
+    static let autostartUnits: [(unit: String, autostart: Bool)] = [
+        (#"app-gnome-org.gnome.Evolution\x2dalarm\x2dnotify@autostart.service"#, true),
+        ("app-gnome-org.gnome.SettingsDaemon.DiskUtilityNotify-autostart.service", true),
+        ("app-KDE-org.kde.kdeconnect.daemon@autostart.service", true),
+        // Launched by the user: a scope, another instance, an id that merely ends so.
+        ("app-gnome-org.gnome.Maps-12345.scope", false),
+        ("app-org.kde.dolphin@a1b2.service", false),
+        ("app-autostart.service", false),
+        ("app-gnome-autostart-1234.scope", false),
+        ("autostart.service", false),
+        ("user@autostart.service", false),
+    ]
+
+    @Test("units of XDG autostart entries are told apart from apps the user launched", arguments: autostartUnits)
+    func autostart(unit: String, autostart: Bool) {
+        #expect(AppIdentityParser.isAutostartUnit(unit) == autostart)
+    }
+
     static let otherUnits: [String] = [
         "session-2.scope",
         "dbus.service",

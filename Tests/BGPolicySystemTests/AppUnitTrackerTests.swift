@@ -6,13 +6,14 @@ import Testing
 @Suite("AppUnitTracker")
 struct AppUnitTrackerTests {
     /// App units GNOME and KDE really create, and the app each belongs to.
-    static let appUnits: [(unit: String, id: String)] = [
-        ("app-gnome-org.gnome.Maps-12345.scope", "org.gnome.Maps"),
-        (#"app-gnome-firefox\x2desr-9876.scope"#, "firefox-esr"),
-        ("app-org.kde.konsole-a1b2c3.scope", "org.kde.konsole"),
-        ("app-org.kde.dolphin@12ab.service", "org.kde.dolphin"),
-        ("app-flatpak-org.gnome.Maps-4242.scope", "org.gnome.Maps"),
-        (#"app-gnome-org.gnome.Evolution\x2dalarm\x2dnotify@autostart.service"#, "org.gnome.Evolution-alarm-notify"),
+    static let appUnits: [(unit: String, id: String, autostart: Bool)] = [
+        ("app-gnome-org.gnome.Maps-12345.scope", "org.gnome.Maps", false),
+        (#"app-gnome-firefox\x2desr-9876.scope"#, "firefox-esr", false),
+        ("app-org.kde.konsole-a1b2c3.scope", "org.kde.konsole", false),
+        ("app-org.kde.dolphin@12ab.service", "org.kde.dolphin", false),
+        ("app-flatpak-org.gnome.Maps-4242.scope", "org.gnome.Maps", false),
+        // Started by the session at login from an XDG autostart entry.
+        (#"app-gnome-org.gnome.Evolution\x2dalarm\x2dnotify@autostart.service"#, "org.gnome.Evolution-alarm-notify", true),
     ]
 
     /// Units that are not apps: the login session, system-ish services, slices, the manager.
@@ -22,12 +23,12 @@ struct AppUnitTrackerTests {
         "pipewire.socket", "app-gnome-org.gnome.Maps-12345.mount", "",
     ]
 
-    @Test("UnitNew of an app unit opens its app; UnitRemoved closes it", arguments: appUnits)
-    func openClose(unit: String, id: String) throws {
+    @Test("UnitNew of an app unit opens its app; UnitRemoved closes it; an autostart unit says so", arguments: appUnits)
+    func openClose(unit: String, id: String, autostart: Bool) throws {
         var tracker = AppUnitTracker()
         let appID = try #require(AppID(rawValue: id))
-        #expect(tracker.event(member: "UnitNew", unit: unit) == AppUnitEvent(appID: appID, change: .opened, unit: unit))
-        #expect(tracker.event(member: "UnitRemoved", unit: unit) == AppUnitEvent(appID: appID, change: .closed, unit: unit))
+        #expect(tracker.event(member: "UnitNew", unit: unit) == AppUnitEvent(appID: appID, change: .opened, unit: unit, autostart: autostart))
+        #expect(tracker.event(member: "UnitRemoved", unit: unit) == AppUnitEvent(appID: appID, change: .closed, unit: unit, autostart: autostart))
         #expect(tracker.live.isEmpty)
     }
 
@@ -71,13 +72,13 @@ struct AppUnitTrackerTests {
         #expect(tracker.event(member: "UnitRemoved", unit: "app-org.kde.dolphin@12ab.service")?.change == .closed)
     }
 
-    @Test("The units running at connect are the live ones: their apps are returned, a UnitNew for one is no new open, and units that are not apps are left out")
+    @Test("The units running at connect are the live ones: the apps the user opened are returned (not those the session autostarted), a UnitNew for one is no new open, and units that are not apps are left out")
     func runningAtConnect() throws {
         var tracker = AppUnitTracker()
         _ = tracker.event(member: "UnitNew", unit: "app-gnome-org.gnome.Maps-12345.scope")
         let units = Self.appUnits.map(\.unit) + Self.otherUnits
         let apps = tracker.running(units: units)
-        #expect(apps == Set(try Self.appUnits.map { try #require(AppID(rawValue: $0.id)) }))
+        #expect(apps == Set(try Self.appUnits.filter { !$0.autostart }.map { try #require(AppID(rawValue: $0.id)) }))
         // The list replaces what was live before (Maps' unit is in it again, by another name: two instances).
         #expect(tracker.live == Set(Self.appUnits.map(\.unit)))
         #expect(tracker.event(member: "UnitNew", unit: "app-org.kde.konsole-a1b2c3.scope") == nil)

@@ -31,9 +31,10 @@ private final class FakeRoots {
     }
 
     /// A /proc/PID/stat line in the kernel's format; times are in clock ticks.
-    func stat(pid: UInt32, comm: String = "worker", ppid: UInt32, utime: Int, stime: Int, cutime: Int = 0, cstime: Int = 0) throws {
+    func stat(pid: UInt32, comm: String = "worker", ppid: UInt32, utime: Int, stime: Int, cutime: Int = 0, cstime: Int = 0,
+              start: Int = 12345) throws {
         let fields = ["S", "\(ppid)", "\(pid)", "\(pid)", "0", "-1", "4194560", "100", "0", "0", "0",
-                      "\(utime)", "\(stime)", "\(cutime)", "\(cstime)", "20", "0", "1", "0", "12345", "1000000", "200"]
+                      "\(utime)", "\(stime)", "\(cutime)", "\(cstime)", "20", "0", "1", "0", "\(start)", "1000000", "200"]
             + Array(repeating: "0", count: 30)
         try write("\(pid) (\(comm)) " + fields.joined(separator: " ") + "\n", to: "proc/\(pid)/stat")
     }
@@ -152,6 +153,24 @@ struct ProcessInspectorTests {
         #expect(reading.cpuSeconds == Double(300 + 100 + 50 + 10 + 20 + 5 + 7 + 3 + 4 + 1) / ticksPerSecond)
         // A child alone.
         #expect(roots.inspector.cpuUsage(pid: 102, cgroupPath: nil) == CPUReading(cpuSeconds: 15 / ticksPerSecond, fromCgroup: false))
+    }
+
+    @Test("start times: starttime of /proc/PID/stat in seconds since boot; this process's own from the real /proc")
+    func startTimes() throws {
+        let roots = try FakeRoots()
+        try roots.stat(pid: 100, comm: "a (b) c", ppid: 1, utime: 0, stime: 0, start: 4200)
+        #expect(roots.inspector.startTime(pid: 100) == 4200 / ticksPerSecond)
+        #expect(roots.inspector.startTime(pid: 101) == nil)
+        try roots.write("102 (cut) S 1 2 3", to: "proc/102/stat")
+        #expect(roots.inspector.startTime(pid: 102) == nil)
+        // The fake root has no self; the real one does, on the clock of a real process's stat.
+        let own = try #require(ProcessInspector.ownStartTime())
+        let pid = UInt32(getpid())
+        try FileManager.default.createSymbolicLink(atPath: roots.proc + "/\(pid)", withDestinationPath: "/proc/\(pid)")
+        #expect(roots.inspector.startTime(pid: pid) == own)
+        var boot = timespec()
+        clock_gettime(CLOCK_BOOTTIME, &boot)
+        #expect(own > 0 && own <= Double(boot.tv_sec) + 1)
     }
 
     @Test("a ppid cycle in a snapshot counts each process once")

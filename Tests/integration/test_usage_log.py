@@ -292,3 +292,82 @@ def test_closing_an_app_unit_refreshes_the_app_left_if_the_user_comes_back_soon(
         assert maps.events_of("RunTask") == []
         explanation = agent.explain(MAPS, f"{MAPS}.refresh")
         assert "predicted-use" in explanation["blocking"], explanation
+
+
+def test_the_session_starting_an_app_is_no_open(world):
+    """Only the user opens apps. The units systemd's xdg-autostart-generator makes for XDG
+    autostart entries (`app-gnome-<id>@autostart.service`) start at login: neither their
+    `UnitNew` nor their `UnitRemoved` is use, and a process in one registers without opening its
+    app. Nor does a process that registers `background_only` (it shows no window). Each would
+    otherwise teach the predictor an open at every login, or whenever a helper starts, and keep
+    the app "in use" all day, so that no window after an open would ever refresh it."""
+    sync, alarm = "org.example.Sync", "org.gnome.Evolution-alarm-notify"
+    alarm_unit = r"app-gnome-org.gnome.Evolution\x2dalarm\x2dnotify@autostart.service"
+    maps_autostart = "app-gnome-org.gnome.Maps@autostart.service"
+    _, manager = start_manager(world)
+    world.start_agent(planner=True)
+    agent, long_ago = registered_long_ago(world, [MAPS, KONSOLE])
+    wait_subscribed(agent, manager)
+
+    emit(manager, "UnitNew", maps_autostart)
+    emit(manager, "UnitNew", UNITS[KONSOLE])  # in order after it: once Konsole is in use, Maps' was seen
+    th.wait_until(lambda: agent.status().get("in_use") == [KONSOLE], th.TIMEOUT, "Konsole's unit to put it in use")
+    assert last_used(agent, MAPS) <= long_ago + 1, agent.app_record(MAPS)
+    assert is_fresh(last_used(agent, KONSOLE))
+
+    # A process in an autostart unit, and one that shows no window, register: neither opened its app.
+    autostarted = world.app(name="alarm notify", cgroup=th.unit_cgroup(alarm_unit))
+    assert autostarted.register([f"{alarm}.refresh"]) == alarm
+    helper = world.app(name="sync helper")
+    assert helper.register([f"{sync}.refresh"], app_id=sync, background_only=True) == sync
+    assert last_used(agent, alarm) is None, agent.app_record(alarm)
+    assert last_used(agent, sync) is None, agent.app_record(sync)
+    assert agent.status().get("in_use") == [KONSOLE]
+    assert f"app.id={alarm} bus.unique={autostarted.unique_name} identity=systemd-unit" in agent.stderr()
+    for line in (f"unit={alarm_unit} usage=started by the session's autostart",
+                 f"app.id={sync} bus.unique={helper.unique_name} identity=unverified unit=- usage=background only"):
+        assert line in agent.stderr(), agent.stderr_tail()
+
+    # The autostart unit going is no leave; both processes exiting leave nothing either.
+    emit(manager, "UnitRemoved", maps_autostart)
+    autostarted.quit()
+    helper.quit()
+    emit(manager, "UnitRemoved", UNITS[KONSOLE])
+    th.wait_until(lambda: "in_use" not in agent.status(), th.TIMEOUT, "Konsole to be left as its unit goes")
+    agent.stop()
+    # The first two rows are the set-up's: Maps and Konsole registered, then exited.
+    assert usage_rows(world) == [(MAPS, "background"), (KONSOLE, "background"),
+                                 (KONSOLE, "foreground"), (KONSOLE, "background")]
+
+
+def test_an_app_running_before_the_agent_restarted_is_in_use_but_not_opened_again(world):
+    """After the agent restarts, apps that were running register again. Such a registration is
+    no open (the user opened the app before, when the old agent counted it): the app is in use,
+    its `last_used_at` stays, and its exit is still a leave. An app started after the agent
+    opens as ever."""
+    notes, news = "org.example.Notes", "org.example.News"
+    agent = world.start_agent(planner=True)
+    app = world.registered_app(notes, [f"{notes}.refresh"])
+    opened_at = last_used(agent, notes)
+    assert is_fresh(opened_at)
+    # The process must be older than the next agent by more than the activation margin (5 s).
+    time.sleep(max(0.0, 7 - (time.time() - opened_at)))
+    agent.stop()
+    agent.restart()
+    assert app.register([f"{notes}.refresh"], app_id=notes) == notes
+    assert last_used(agent, notes) == opened_at, agent.stderr_tail()
+    assert agent.status().get("in_use") == [notes]
+    assert f"app.id={notes} bus.unique={app.unique_name} identity=unverified unit=- usage=running before the agent started" \
+        in agent.stderr(), agent.stderr_tail()
+
+    newcomer = world.registered_app(news, [f"{news}.refresh"])
+    assert is_fresh(last_used(agent, news))
+    assert agent.status().get("in_use") == [news, notes]
+    assert f"app.id={news} bus.unique={newcomer.unique_name} identity=unverified unit=- usage=opened" in agent.stderr()
+
+    app.quit()
+    th.wait_until(lambda: agent.status().get("in_use") == [news], th.TIMEOUT, "Notes to be left as it exits")
+    newcomer.quit()
+    th.wait_until(lambda: "in_use" not in agent.status(), th.TIMEOUT, "News to be left as it exits")
+    agent.stop()
+    assert usage_rows(world) == [(notes, "background"), (news, "background")]
