@@ -42,8 +42,8 @@ extension AgentInterfaces {
                     counts as the user opening the app, and the app is in use until its last
                     connection closes, unless the agent launched it, it runs in an XDG autostart unit,
                     or it is background_only (none of these is an open, or in use), or the process
-                    started over 5 s before the agent (in use, but not opened again: the agent
-                    restarted).
+                    started over 5 s before the agent (the agent restarted: not opened again, and in
+                    use only if it was when the agent stopped).
                     """),
             .init(
                 "Submit",

@@ -8,8 +8,8 @@ enum RegistrationMeaning: Equatable, Sendable {
     /// now, and it is in use until its last connection closes.
     case opened
     /// The process was running before the agent started (the agent restarted, and the app
-    /// registers again): the app is in use, but when the user opened it is not known, so
-    /// nothing is learned and `last_used_at` stays as it was.
+    /// registers again): the app is in use if the usage log left it so, but when the user
+    /// opened it is not known, so nothing is learned and `last_used_at` stays as it was.
     case alreadyRunning
     /// Not the user's doing: the app is registered, not opened, and not in use.
     case notOpened(Cause)

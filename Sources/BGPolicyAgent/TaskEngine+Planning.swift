@@ -43,6 +43,7 @@ extension TaskEngine {
                     appsInUse.remove(event.appID)
                 }
             }
+            inUseByLogAtStart = appsInUse
             planner.advance(to: now)
             planner.adaptsThresholds = true
             refreshPlanner = planner
@@ -98,6 +99,7 @@ extension TaskEngine {
     /// leaving anything.
     func noteLeft(_ appID: AppID, at time: UnixTime) {
         selfReportedInUse.remove(appID)
+        inUseByLogAtStart.remove(appID)
         guard refreshPlanner != nil, appsInUse.remove(appID) != nil else { return }
         refreshPlanner?.recordClose(of: appID.rawValue, at: time)
         appLeft = AppLeft(appID: appID, at: time)
@@ -116,11 +118,15 @@ extension TaskEngine {
     }
 
     /// A registration by a process that was running before the agent started
-    /// (`RegistrationMeaning.alreadyRunning`): the app is in use by its own word, as the usage
-    /// log left it when the agent stopped, but no open is learned, nor a window opened, since
+    /// (`RegistrationMeaning.alreadyRunning`). The app is as the usage log left it when the agent
+    /// stopped: in use (by its own word, so its exit is a leave) if the log has it opened and not
+    /// left, else not (the user left it before). No open is learned, nor a window opened, since
     /// when the user opened it is not known; as for an app whose unit runs at connect
-    /// (`appUnitsRunning`), a trial of `FollowEstimator` under way ends without a verdict.
+    /// (`appUnitsRunning`), a trial of `FollowEstimator` under way ends without a verdict. The
+    /// log's view is the one from start, since the user manager's listing at connect may have
+    /// dropped the app from `appsInUse` before it registered again.
     func noteRegistrationOfRunningApp(_ appID: AppID) {
+        guard inUseByLogAtStart.contains(appID) else { return }
         selfReportedInUse.insert(appID)
         guard refreshPlanner != nil, appsInUse.insert(appID).inserted else { return }
         refreshPlanner?.recordOpenedUnseen(appID.rawValue)

@@ -98,6 +98,10 @@ actor TaskEngine {
     /// user manager said at connect and since: such an app is left when its unit goes, not when
     /// its bus connection does.
     var appsWithUnits: Set<AppID> = []
+    /// The apps the usage log left in use when the agent started (`warmPlanner`): an app that
+    /// registers again from a process older than the agent is in use only if it is one of them
+    /// (`noteRegistrationOfRunningApp`).
+    var inUseByLogAtStart: Set<AppID> = []
     /// When this agent process started, in seconds since boot (`RegistrationMeaning`).
     let agentStartedAt: Double? = ProcessInspector.ownStartTime()
     /// Undelivered content-available wakes, newest only, and their token buckets; stored too,

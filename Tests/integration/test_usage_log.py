@@ -340,34 +340,42 @@ def test_the_session_starting_an_app_is_no_open(world):
                                  (KONSOLE, "foreground"), (KONSOLE, "background")]
 
 
-def test_an_app_running_before_the_agent_restarted_is_in_use_but_not_opened_again(world):
+def test_an_app_running_before_the_agent_restarted_is_not_opened_again(world):
     """After the agent restarts, apps that were running register again. Such a registration is
-    no open (the user opened the app before, when the old agent counted it): the app is in use,
-    its `last_used_at` stays, and its exit is still a leave. An app started after the agent
-    opens as ever."""
+    no open (the user opened the app before, when the old agent counted it): its `last_used_at`
+    stays, and the app is as the usage log left it: Notes, opened and not left, is in use and
+    its exit is a leave; Maps, which the user had left (`ReportUsage` `background`), is not in
+    use. An app started after the agent opens as ever."""
     notes, news = "org.example.Notes", "org.example.News"
     agent = world.start_agent(planner=True)
     app = world.registered_app(notes, [f"{notes}.refresh"])
-    opened_at = last_used(agent, notes)
-    assert is_fresh(opened_at)
-    # The process must be older than the next agent by more than the activation margin (5 s).
-    time.sleep(max(0.0, 7 - (time.time() - opened_at)))
+    left = world.registered_app(MAPS, [f"{MAPS}.refresh"])
+    left.scheduler("ReportUsage", "s", ("background",))
+    th.wait_until(lambda: agent.status().get("in_use") == [notes], th.TIMEOUT, "Maps to be left")
+    opened_at = {app_id: last_used(agent, app_id) for app_id in (notes, MAPS)}
+    assert all(is_fresh(t) for t in opened_at.values()), opened_at
+    # The processes must be older than the next agent by more than the activation margin (5 s).
+    time.sleep(max(0.0, 7 - (time.time() - min(opened_at.values()))))
     agent.stop()
     agent.restart()
     assert app.register([f"{notes}.refresh"], app_id=notes) == notes
-    assert last_used(agent, notes) == opened_at, agent.stderr_tail()
+    assert left.register([f"{MAPS}.refresh"], app_id=MAPS) == MAPS
+    assert {app_id: last_used(agent, app_id) for app_id in (notes, MAPS)} == opened_at, agent.stderr_tail()
     assert agent.status().get("in_use") == [notes]
-    assert f"app.id={notes} bus.unique={app.unique_name} identity=unverified unit=- usage=running before the agent started" \
-        in agent.stderr(), agent.stderr_tail()
+    for a, app_id in ((app, notes), (left, MAPS)):
+        line = f"app.id={app_id} bus.unique={a.unique_name} identity=unverified unit=- usage=running before the agent started"
+        assert line in agent.stderr(), agent.stderr_tail()
 
     newcomer = world.registered_app(news, [f"{news}.refresh"])
     assert is_fresh(last_used(agent, news))
     assert agent.status().get("in_use") == [news, notes]
     assert f"app.id={news} bus.unique={newcomer.unique_name} identity=unverified unit=- usage=opened" in agent.stderr()
 
+    left.quit()
     app.quit()
     th.wait_until(lambda: agent.status().get("in_use") == [news], th.TIMEOUT, "Notes to be left as it exits")
     newcomer.quit()
     th.wait_until(lambda: "in_use" not in agent.status(), th.TIMEOUT, "News to be left as it exits")
     agent.stop()
-    assert usage_rows(world) == [(notes, "background"), (news, "background")]
+    # Maps' ReportUsage before the restart, then the two exits; Maps' is none (it was not in use).
+    assert usage_rows(world) == [(MAPS, "background"), (notes, "background"), (news, "background")]
