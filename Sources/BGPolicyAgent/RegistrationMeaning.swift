@@ -1,5 +1,3 @@
-import BGPolicyCore
-
 /// What a `Register` says about the user, which the usage model must not get wrong: an app
 /// process usually registers as it starts, so a registration is taken for the user opening the
 /// app, unless the process says or shows otherwise. Pure, so the rule is tested on its own.
@@ -17,7 +15,7 @@ enum RegistrationMeaning: Equatable, Sendable {
     enum Cause: String, Equatable, Sendable {
         /// The agent started it itself (D-Bus activation for a delivery).
         case launchedByTheAgent = "launched by the agent"
-        /// It runs in a unit of an XDG autostart entry: the session started it at login.
+        /// It runs in a unit the session's autostart started (`SessionStartedUnits`).
         case autostarted = "started by the session's autostart"
         /// It registered with `background_only`: it shows no window.
         case backgroundOnly = "background only"
@@ -27,15 +25,15 @@ enum RegistrationMeaning: Equatable, Sendable {
     /// app whose call started the agent by D-Bus activation began a moment before it.
     static let activationMargin: Double = 5
 
-    /// The meaning of a registration by a process in `unit` (its systemd unit, when the agent
-    /// found it), which started at `processStart` (seconds since boot; nil when unknown), to an
-    /// agent that started at `agentStart`. What cannot be read counts as an open, as it did
-    /// before the agent looked.
+    /// The meaning of a registration by a process that runs in a unit the session's autostart
+    /// started or not (`autostarted`), and started at `processStart` (seconds since boot; nil
+    /// when unknown), to an agent that started at `agentStart`. What cannot be read counts as an
+    /// open, as it did before the agent looked.
     static func of(
-        launchedByAgent: Bool, backgroundOnly: Bool, unit: String?, processStart: Double?, agentStart: Double?
+        launchedByAgent: Bool, backgroundOnly: Bool, autostarted: Bool, processStart: Double?, agentStart: Double?
     ) -> RegistrationMeaning {
         if launchedByAgent { return .notOpened(.launchedByTheAgent) }
-        if let unit, AppIdentityParser.isAutostartUnit(unit) { return .notOpened(.autostarted) }
+        if autostarted { return .notOpened(.autostarted) }
         if backgroundOnly { return .notOpened(.backgroundOnly) }
         if let processStart, let agentStart, processStart < agentStart - activationMargin { return .alreadyRunning }
         return .opened

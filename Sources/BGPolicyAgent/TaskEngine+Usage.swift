@@ -19,14 +19,15 @@ extension TaskEngine {
             logger.debug("App unit started by the agent's own launch; not counted as an open", metadata: metadata)
             return
         }
-        // Nor is one of an XDG autostart entry, which the session starts at login; its end is
-        // no leave either (an app that said it was in the foreground is left when its last
-        // connection closes, `lastConnectionClosed`).
-        if event.autostart {
-            logger.debug("Autostart unit: the session started the app, not the user; not counted as use", metadata: metadata)
+        let now = Self.wallNow()
+        // Nor is one of an XDG autostart entry, which the session starts at login, or the unit
+        // such an app moves into (`SessionStartedUnits`); their end is no leave either (an app
+        // that said it was in the foreground is left when its last connection closes,
+        // `lastConnectionClosed`).
+        if sessionStartedUnits.isSessionStart(event, at: now) {
+            logger.debug("Started by the session's autostart, not the user; not counted as use", metadata: metadata)
             return
         }
-        let now = Self.wallNow()
         let state: UsageState = event.change == .opened ? .foreground : .background
         do {
             try appendUsage(appID, state, at: now)

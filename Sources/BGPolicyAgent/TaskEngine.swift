@@ -102,6 +102,8 @@ actor TaskEngine {
     /// registers again from a process older than the agent is in use only if it is one of them
     /// (`noteRegistrationOfRunningApp`).
     var inUseByLogAtStart: Set<AppID> = []
+    /// The app units the session's autostart started (`appUnitChanged`, `RegistrationMeaning`).
+    var sessionStartedUnits = SessionStartedUnits()
     /// When this agent process started, in seconds since boot (`RegistrationMeaning`).
     let agentStartedAt: Double? = ProcessInspector.ownStartTime()
     /// Undelivered content-available wakes, newest only, and their token buckets; stored too,
@@ -330,7 +332,8 @@ actor TaskEngine {
             enabled: previous?.enabled ?? true, registeredAt: previous?.registeredAt ?? now,
             lastUsedAt: previous?.lastUsedAt)
         let meaning = RegistrationMeaning.of(
-            launchedByAgent: delivering.contains(appID), backgroundOnly: options.backgroundOnly, unit: identity.unit,
+            launchedByAgent: delivering.contains(appID), backgroundOnly: options.backgroundOnly,
+            autostarted: identity.unit.map(sessionStartedUnits.contains(unit:)) ?? false,
             processStart: pid.flatMap(inspector.startTime(pid:)), agentStart: agentStartedAt)
         if meaning == .opened { record.lastUsedAt = now }
         do {

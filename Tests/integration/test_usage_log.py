@@ -296,42 +296,51 @@ def test_closing_an_app_unit_refreshes_the_app_left_if_the_user_comes_back_soon(
 
 def test_the_session_starting_an_app_is_no_open(world):
     """Only the user opens apps. The units systemd's xdg-autostart-generator makes for XDG
-    autostart entries (`app-gnome-<id>@autostart.service`) start at login: neither their
-    `UnitNew` nor their `UnitRemoved` is use, and a process in one registers without opening its
+    autostart entries (`app-<id>@autostart.service`) start at login: neither their `UnitNew`
+    nor their `UnitRemoved` is use, nor is the Flatpak scope the app moves into a moment later
+    (`flatpak run` always makes its own), and a process in either registers without opening its
     app. Nor does a process that registers `background_only` (it shows no window). Each would
     otherwise teach the predictor an open at every login, or whenever a helper starts, and keep
     the app "in use" all day, so that no window after an open would ever refresh it."""
-    sync, alarm = "org.example.Sync", "org.gnome.Evolution-alarm-notify"
+    sync, alarm, tray = "org.example.Sync", "org.gnome.Evolution-alarm-notify", "org.example.Tray"
     alarm_unit = r"app-gnome-org.gnome.Evolution\x2dalarm\x2dnotify@autostart.service"
-    maps_autostart = "app-gnome-org.gnome.Maps@autostart.service"
+    maps_autostart, maps_scope = "app-org.gnome.Maps@autostart.service", "app-flatpak-org.gnome.Maps-4242.scope"
+    tray_autostart, tray_scope = f"app-{tray}@autostart.service", f"app-flatpak-{tray}-5151.scope"
     _, manager = start_manager(world)
     world.start_agent(planner=True)
     agent, long_ago = registered_long_ago(world, [MAPS, KONSOLE])
     wait_subscribed(agent, manager)
 
-    emit(manager, "UnitNew", maps_autostart)
-    emit(manager, "UnitNew", UNITS[KONSOLE])  # in order after it: once Konsole is in use, Maps' was seen
+    for unit in (maps_autostart, maps_scope, tray_autostart, tray_scope):
+        emit(manager, "UnitNew", unit)
+    emit(manager, "UnitNew", UNITS[KONSOLE])  # in order after them: once Konsole is in use, they were seen
     th.wait_until(lambda: agent.status().get("in_use") == [KONSOLE], th.TIMEOUT, "Konsole's unit to put it in use")
     assert last_used(agent, MAPS) <= long_ago + 1, agent.app_record(MAPS)
     assert is_fresh(last_used(agent, KONSOLE))
+    emit(manager, "UnitRemoved", maps_autostart)
+    emit(manager, "UnitRemoved", tray_autostart)
 
-    # A process in an autostart unit, and one that shows no window, register: neither opened its app.
+    # Processes in an autostart unit and in a Flatpak scope an autostart started, and one that
+    # shows no window, register: none of them opened its app.
     autostarted = world.app(name="alarm notify", cgroup=th.unit_cgroup(alarm_unit))
     assert autostarted.register([f"{alarm}.refresh"]) == alarm
+    flatpak = world.app(name="tray", cgroup=th.unit_cgroup(tray_scope), flatpak_app=tray)
+    assert flatpak.register([f"{tray}.refresh"]) == tray
     helper = world.app(name="sync helper")
     assert helper.register([f"{sync}.refresh"], app_id=sync, background_only=True) == sync
-    assert last_used(agent, alarm) is None, agent.app_record(alarm)
-    assert last_used(agent, sync) is None, agent.app_record(sync)
+    for app_id in (alarm, tray, sync):
+        assert last_used(agent, app_id) is None, agent.app_record(app_id)
     assert agent.status().get("in_use") == [KONSOLE]
-    assert f"app.id={alarm} bus.unique={autostarted.unique_name} identity=systemd-unit" in agent.stderr()
     for line in (f"unit={alarm_unit} usage=started by the session's autostart",
+                 f"unit={tray_scope} usage=started by the session's autostart",
                  f"app.id={sync} bus.unique={helper.unique_name} identity=unverified unit=- usage=background only"):
         assert line in agent.stderr(), agent.stderr_tail()
 
-    # The autostart unit going is no leave; both processes exiting leave nothing either.
-    emit(manager, "UnitRemoved", maps_autostart)
-    autostarted.quit()
-    helper.quit()
+    # The units going are no leave; the processes exiting leave nothing either.
+    emit(manager, "UnitRemoved", maps_scope)
+    for app in (autostarted, flatpak, helper):
+        app.quit()
+    emit(manager, "UnitRemoved", tray_scope)
     emit(manager, "UnitRemoved", UNITS[KONSOLE])
     th.wait_until(lambda: "in_use" not in agent.status(), th.TIMEOUT, "Konsole to be left as its unit goes")
     agent.stop()
