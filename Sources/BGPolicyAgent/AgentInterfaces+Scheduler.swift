@@ -40,11 +40,11 @@ extension AgentInterfaces {
                     the caller names itself is unverified: one live connection at a time may hold
                     it, and never one that an identified app uses (AccessDenied). A registration
                     counts as the user opening the app, and the app is in use until its last
-                    connection closes, unless the agent launched it, it runs in a unit the session's
-                    XDG autostart started, or it is background_only (none of these is an open, or in
-                    use), or the process
-                    started over 5 s before the agent (the agent restarted: not opened again, and in
-                    use only if it was when the agent stopped).
+                    connection closes, unless the agent launched it, it runs in a unit the
+                    session's XDG autostart started, or it is background_only (none of these is
+                    an open, or in use), or the process started over 5 s before the agent (the
+                    agent restarted: not opened again, and in use only if it was when the agent
+                    stopped).
                     """),
             .init(
                 "Submit",
