@@ -95,7 +95,8 @@ public final class BGTaskScheduler: Sendable {
     ///   - appID: the app id to register as, for processes outside Flatpak, snap and systemd app
     ///     units. A verified app that passes a different id is refused with `.accessDenied`.
     ///   - busName: a D-Bus-activatable name the agent may use to start the app for its tasks.
-    ///   - backgroundOnly: the process has no UI (a daemon or helper).
+    ///   - backgroundOnly: the process has no UI (a daemon or helper), so its registration is
+    ///     not taken for the user opening the app (Docs/Policy.md §3).
     ///   - bus: where the agent is; the session bus unless testing.
     public init(appID: String? = nil, busName: String? = nil, backgroundOnly: Bool = false, bus: DBusConnection.Bus = .session) {
         self.appID = appID
