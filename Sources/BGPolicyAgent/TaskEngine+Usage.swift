@@ -28,12 +28,7 @@ extension TaskEngine {
             logger.debug("Started by the session's autostart, not the user; not counted as use", metadata: metadata)
             return
         }
-        let state: UsageState = event.change == .opened ? .foreground : .background
-        do {
-            try appendUsage(appID, state, at: now)
-        } catch {
-            logger.warning("Could not record app usage", metadata: metadata.merging(["error": "\(error)"]) { $1 })
-        }
+        appendUsageOrWarn(appID, event.change == .opened ? .foreground : .background, at: now, metadata: metadata)
         logger.debug("App unit changed", metadata: metadata)
         guard event.change == .opened else {
             appsWithUnits.remove(appID)
@@ -81,13 +76,20 @@ extension TaskEngine {
     func lastConnectionClosed(_ appID: AppID) {
         guard appsInUse.contains(appID), selfReportedInUse.contains(appID), !appsWithUnits.contains(appID) else { return }
         let now = Self.wallNow()
-        do {
-            try appendUsage(appID, .background, at: now)
-        } catch {
-            logger.warning("Could not record app usage", metadata: ["app.id": "\(appID)", "error": "\(error)"])
-        }
+        appendUsageOrWarn(appID, .background, at: now, metadata: ["app.id": "\(appID)"])
         logger.info("App left: its last bus connection closed, and no app unit of it runs", metadata: ["app.id": "\(appID)"])
         noteLeft(appID, at: now)
+    }
+
+    /// `appendUsage` for what nobody waits on (the user manager's signals, a connection
+    /// closing): a failure is logged with `metadata`, never thrown, since a missed row only makes
+    /// the usage log a little less complete.
+    func appendUsageOrWarn(_ appID: AppID, _ state: UsageState, at time: UnixTime, metadata: Logger.Metadata) {
+        do {
+            try appendUsage(appID, state, at: time)
+        } catch {
+            logger.warning("Could not record app usage", metadata: metadata.merging(["error": "\(error)"]) { $1 })
+        }
     }
 
     /// The user opened `appID` at `time` (its unit appeared, or it reported itself in the
