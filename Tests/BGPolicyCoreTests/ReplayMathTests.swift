@@ -26,6 +26,10 @@ struct ReplayMathTests {
         #expect(ReplayMath.exp(-745.5) == 0)
         #expect(ReplayMath.exp(710) == .infinity)
         #expect(ReplayMath.exp(.nan).isNaN)
+        // Results below the normal range (2^k for k under −1022 is built in two steps).
+        for x in [-709.0, -720, -740] {
+            #expect(abs(ReplayMath.exp(x) - Glibc.exp(x)) <= 4 * Double.leastNonzeroMagnitude + 4 * Glibc.exp(x).ulp)
+        }
     }
 
     @Test func mathKnownValues() {

@@ -520,6 +520,40 @@ struct WindowPlannerTests {
         #expect(c.weight >= RefreshPlanner.minimumWeight)
     }
 
+    /// The interval after a refresh holds where the planner chooses, not only where it explains:
+    /// Mail, refreshed at 08:50, sits out its usual 09:00 window and may go again from 09:05.
+    /// A refresh recorded before an app's first open holds too (the planner keeps it for the
+    /// model the open creates).
+    @Test func aRecentRefreshKeepsTheAppOutOfTheChoice() {
+        let nine = Clock.at(day: 21, 9, 0)
+        var usual = Self.routinePlanner()
+        var refreshed = usual
+        usual.advance(to: nine)
+        #expect(usual.choose(at: nine, among: [.init(appID: mail)]) == [mail])
+        refreshed.advance(to: nine - 600)
+        refreshed.recordWindow(at: nine - 600, refreshed: [mail])
+        refreshed.advance(to: nine)
+        #expect(refreshed.choose(at: nine, among: [.init(appID: mail)]).isEmpty)
+        #expect(refreshed.choose(at: nine + 300, among: [.init(appID: mail)], opportunistic: true) == [mail])
+
+        // Notes was refreshed before its first open (`recordWindow` takes any app): the
+        // refresh holds from that open on, where the planner finds the model as where it
+        // explains.
+        let notes = "org.example.Notes"
+        var unrefreshed = Self.routinePlanner()
+        var early = unrefreshed
+        unrefreshed.advance(to: nine - 60)
+        unrefreshed.recordOpen(of: notes, at: nine - 60)
+        unrefreshed.advance(to: nine)
+        #expect(unrefreshed.choose(at: nine, among: [.init(appID: notes)]) == [notes])
+        early.advance(to: nine - 600)
+        early.recordWindow(at: nine - 600, refreshed: [notes])
+        early.recordOpen(of: notes, at: nine - 60)
+        early.advance(to: nine)
+        #expect(early.ineligibility(of: .init(appID: notes), at: nine) == .tooSoon(until: nine + 300))
+        #expect(early.choose(at: nine, among: [.init(appID: notes)]).isEmpty)
+    }
+
     @Test func anAppWithAPoorRecordRanksBelowOneInGoodStanding() throws {
         // Two apps with the same history, opened together every day at 09:05: equally likely
         // to be opened. A window takes one refresh for two apps (2.2 a day each over 22

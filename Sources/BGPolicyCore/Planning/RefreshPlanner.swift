@@ -98,6 +98,10 @@ public struct RefreshPlanner: Sendable {
         set { predictor.utcOffsetSeconds = newValue }
     }
     private var lastRefresh: [String: Double] = [:]
+    /// `lastRefresh` of each app the predictor knows, by its model's position
+    /// (`UsagePredictor.position(of:)`): a decision finds it with the model, hashing each
+    /// candidate's id once rather than twice.
+    private var lastRefreshByPosition: [Double?] = []
     private var reuse = ReuseEstimator()
     private var follow = FollowEstimator()
     private var recentWakes: [Double] = []
@@ -139,6 +143,10 @@ public struct RefreshPlanner: Sendable {
         reuse.recordOpen(of: appID, at: time)
         follow.recordOpen(of: appID, at: time)
         predictor.recordOpen(of: appID, at: time)
+        // A new model takes the next position.
+        if predictor.appIDs.count > lastRefreshByPosition.count {
+            lastRefreshByPosition.append(lastRefresh[appID])
+        }
     }
 
     /// Records that the user left (closed) an app, in time order with the opens.
@@ -428,13 +436,16 @@ public struct RefreshPlanner: Sendable {
     }
 
     private func locate(_ candidate: Candidate) -> Located? {
-        predictor.position(of: candidate.appID).map { Located(position: $0, refreshed: lastRefresh[candidate.appID]) }
+        predictor.position(of: candidate.appID).map { Located(position: $0, refreshed: lastRefreshByPosition[$0]) }
     }
 
     /// Records the refreshes started in a window at `time`.
     public mutating func recordWindow(at time: Double, refreshed: [String]) {
         guard !refreshed.isEmpty else { return }
-        for app in refreshed { lastRefresh[app] = time }
+        for app in refreshed {
+            lastRefresh[app] = time
+            if let position = predictor.position(of: app) { lastRefreshByPosition[position] = time }
+        }
         tokens = max(tokens - Double(refreshed.count), 0)
         if recentWakes.last.map({ time - $0 >= 60 }) ?? true { recentWakes.append(time) }
         wokeInSlot = true

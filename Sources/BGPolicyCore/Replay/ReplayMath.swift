@@ -14,29 +14,33 @@ enum ReplayMath {
         // Horner steps, no loop: the predictor takes a sigmoid per app per slot it looks at.
         let n = (x * (32 / ln2)).rounded()
         let r = (x - n * ln2Over32High) - n * ln2Over32Low
-        var p = inverseFactorials[7]
-        p = p * r + inverseFactorials[6]
-        p = p * r + inverseFactorials[5]
-        p = p * r + inverseFactorials[4]
-        p = p * r + inverseFactorials[3]
-        p = p * r + inverseFactorials[2]
+        var p = inverseFactorial7
+        p = p * r + inverseFactorial6
+        p = p * r + inverseFactorial5
+        p = p * r + inverseFactorial4
+        p = p * r + inverseFactorial3
+        p = p * r + 0.5
         p = p * r + 1
         p = p * r + 1
         let whole = Int(n)
-        let j = ((whole % 32) + 32) % 32
-        return p * powersOf2Over32[j] * pow2((whole - j) / 32)
+        // j = whole mod 32, and whole − j is a multiple of 32 (two's complement, so for
+        // negative `whole` too).
+        let j = whole & 31
+        return p * powersOf2Over32[j] * pow2((whole - j) >> 5)
     }
 
     /// ln2/32 split as fdlibm splits ln2: a high part whose last 21 bits are zero (so that n
     /// times it is exact for any n this `exp` sees) and the rest.
     private static let ln2Over32High = 6.931_471_803_691_238_164_90e-01 / 32
     private static let ln2Over32Low = 1.908_214_929_270_587_700_02e-10 / 32
-    /// 1/n! for n in 0...7.
-    private static let inverseFactorials: [Double] = {
-        var values = [1.0]
-        for n in 1...7 { values.append(values[n - 1] / Double(n)) }
-        return values
-    }()
+    /// 1/n! for n in 3...7, each the one before divided by n in double precision (the
+    /// literals are those values exactly; constants, not a table, so the series reads no
+    /// memory for them).
+    private static let inverseFactorial3 = 0.16666666666666666
+    private static let inverseFactorial4 = 0.041666666666666664
+    private static let inverseFactorial5 = 0.008333333333333333
+    private static let inverseFactorial6 = 0.001388888888888889
+    private static let inverseFactorial7 = 0.0001984126984126984
     /// 2^(j/32) for j in 0..<32, worked out once by the plain series (exact to the last ulp or so).
     private static let powersOf2Over32: [Double] = (0..<32).map { seriesExp(Double($0) * ln2 / 32) }
 
@@ -77,6 +81,8 @@ enum ReplayMath {
     }
 
     private static func pow2(_ k: Int) -> Double {
+        // A normal power of two is its exponent's bits.
+        if k >= -1022 && k <= 1023 { return Double(bitPattern: UInt64(k + 1023) << 52) }
         // Two steps so that subnormal results and 2^1024 × small are exact enough.
         let half = k / 2
         return Double(sign: .plus, exponent: half, significand: 1) * Double(sign: .plus, exponent: k - half, significand: 1)
