@@ -219,7 +219,36 @@ extension TaskEngine {
             requestEvaluation(for: launch.appID)
         }
         let appID = launch.appID
-        guard let runtime = apps[appID] else { throw .unknownApp(appID.rawValue) }
+        guard var runtime = apps[appID] else { throw .unknownApp(appID.rawValue) }
+        // An app the bus must start waits for its turn (`StartTurns`); it may have connected
+        // meanwhile, and then needs none.
+        var waitedForTurn: Duration = .zero
+        var turnHeld = false
+        if runtime.latestConnection == nil, runtime.record.busName != nil {
+            let asked = ContinuousClock.now
+            waitingForStartTurn.insert(appID)
+            await takeStartTurn()
+            waitingForStartTurn.remove(appID)
+            turnHeld = true
+            waitedForTurn = ContinuousClock.now - asked
+            guard let current = apps[appID] else {
+                endStartTurn()
+                throw .unknownApp(appID.rawValue)
+            }
+            runtime = current
+            // The switches and sleep may have changed while it waited (a simulated launch
+            // ignores them, as it does every rule but reachability).
+            if !simulated && (!globalEnabled || !runtime.record.enabled || sleeping) {
+                endStartTurn()
+                return
+            }
+            if runtime.latestConnection != nil {
+                endStartTurn()
+                turnHeld = false
+            }
+        }
+        // However the delivery ends, the turn is handed on.
+        defer { if turnHeld { endStartTurn() } }
         let target: String
         let activating: Bool
         if let latest = runtime.latestConnection {
@@ -236,7 +265,10 @@ extension TaskEngine {
 
         let now = Self.wallNow()
         let sliceID = Self.newID("s")
-        var members = launch.requests.map { Slice.Member(taskID: Self.newID("t"), request: $0) }
+        // Only what is still pending as decided: a request cancelled or replaced while the app
+        // waited for its turn stays as the app left it.
+        let requests = launch.requests.filter { pending[appID]?[$0.identifier] == $0 }
+        var members = requests.map { Slice.Member(taskID: Self.newID("t"), request: $0) }
         if launch.contentAvailable, let wake = contentWakes.take(appID) {
             members.append(Slice.Member(taskID: Self.newID("t"), contentWake: wake.payload, appID: appID, at: now))
         }
@@ -245,8 +277,8 @@ extension TaskEngine {
             id: sliceID, appID: appID, connection: target, members: members, startedAt: now,
             started: ContinuousClock.now, length: launch.sliceLength)
         slice.backgroundOnly = runtime.record.backgroundOnly
-        slice.exempt = conditions.onBattery == false && !launch.requests.isEmpty && !launch.contentAvailable
-            && launch.requests.allSatisfy { $0.kind == .processing && $0.requiresExternalPower }
+        slice.exempt = conditions.onBattery == false && !requests.isEmpty && !launch.contentAvailable
+            && requests.allSatisfy { $0.kind == .processing && $0.requiresExternalPower }
         let records = members.map {
             RunningTaskRecord(
                 taskID: $0.taskID, sliceID: sliceID, appID: appID, identifier: $0.request.identifier,
@@ -285,13 +317,18 @@ extension TaskEngine {
                      info.dbusValue],
                     timeout: activating ? .seconds(25) : .seconds(10))
                 delivered += 1
+                // The app has started and answered: the next app may start.
+                if turnHeld {
+                    endStartTurn()
+                    turnHeld = false
+                }
                 if member.kind == .contentAvailable { contentWakeDelivered(appID) }
                 appendHistory(HistoryEntry(
                     time: Self.wallNow(), appID: appID, identifier: member.request.identifier, taskID: member.taskID,
                     event: .delivered, kind: member.kind,
                     detail: (simulated ? "simulated launch: " : "")
                         + "RunTask delivered to \(target) for \(Int(slice.length.seconds)) s"
-                        + (activating ? " (started by D-Bus activation)" : "")
+                        + (activating ? " (started by D-Bus activation\(Self.turnWords(waitedForTurn)))" : "")
                         + (why.isEmpty ? "" : ", \(why)")
                         + (members.count > 1 ? ", sharing slice \(sliceID) with \(members.count - 1) more" : "")
                         + (slices[sliceID]?.exempt == true ? "; CPU monitor off (external-power processing on AC)" : "")))
@@ -331,6 +368,31 @@ extension TaskEngine {
     }
 
     static let clientPath = try! ObjectPath(BGPolicyNames.clientObjectPath)
+
+    /// Whether the agent is launching `appID` itself: a delivery is on its way, not waiting
+    /// for its turn to start the app.
+    func isLaunching(_ appID: AppID) -> Bool {
+        delivering.contains(appID) && !waitingForStartTurn.contains(appID)
+    }
+
+    /// Waits for a turn to start an app by D-Bus activation (`StartTurns`).
+    func takeStartTurn() async {
+        await withCheckedContinuation { (turn: CheckedContinuation<Void, Never>) in
+            if startTurns.ask(turn) { turn.resume() }
+        }
+    }
+
+    /// Ends a start under way, handing the turn to the next app waiting, if any.
+    func endStartTurn() {
+        startTurns.finish()?.resume()
+    }
+
+    /// How long a start waited for its turn, for the history, when it waited a noticeable time.
+    static func turnWords(_ waited: Duration) -> String {
+        let seconds = waited.seconds
+        guard seconds >= 0.5 else { return "" }
+        return ", after \(Int(seconds.rounded(.up))) s waiting for other apps to start"
+    }
 
     /// Who the slice's process is, for the CPU monitor, and its first CPU reading.
     func attach(_ identity: ProcessIdentity, to slice: inout Slice) {

@@ -15,7 +15,7 @@ extension TaskEngine {
         let metadata: Logger.Metadata = ["app.id": "\(appID)", "unit": "\(event.unit)", "change": "\(event.change.rawValue)"]
         // A unit of an app the agent is starting itself (D-Bus activation in a scope) is not
         // the user opening it.
-        if event.change == .opened && delivering.contains(appID) {
+        if event.change == .opened && isLaunching(appID) {
             logger.debug("App unit started by the agent's own launch; not counted as an open", metadata: metadata)
             return
         }

@@ -52,6 +52,11 @@ actor TaskEngine {
     var backgroundTasks: [String: BackgroundTask] = [:]
     /// Apps with a delivery on its way: not launched again until it settles.
     var delivering: Set<AppID> = []
+    /// Turns to start apps by D-Bus activation (`[slices] concurrent_starts`).
+    var startTurns: StartTurns<CheckedContinuation<Void, Never>>
+    /// Apps of `delivering` still waiting for their turn to be started: nothing of the agent's
+    /// is starting them yet, so a unit or registration of theirs is the user's doing.
+    var waitingForStartTurn: Set<AppID> = []
     var globalEnabled = true
     var sleeping = false
     var conditions = Conditions.unknown
@@ -127,6 +132,7 @@ actor TaskEngine {
         self.systemd = SystemdUserManagerProxy(connection: connection)
         self.logger = logger
         contentWakes = ContentAvailableQueue(perHour: configuration.limits.contentAvailablePerHour)
+        startTurns = StartTurns(limit: configuration.slices.concurrentStarts)
         if configuration.refresh.strategy == .predicted {
             var planner = RefreshPlanner(utcOffsetSeconds: Self.localUTCOffset())
             planner.minRefreshIntervalSeconds = configuration.refresh.minInterval.seconds
@@ -332,7 +338,7 @@ actor TaskEngine {
             enabled: previous?.enabled ?? true, registeredAt: previous?.registeredAt ?? now,
             lastUsedAt: previous?.lastUsedAt)
         let meaning = RegistrationMeaning.of(
-            launchedByAgent: delivering.contains(appID), backgroundOnly: options.backgroundOnly,
+            launchedByAgent: isLaunching(appID), backgroundOnly: options.backgroundOnly,
             autostarted: identity.unit.map(sessionStartedUnits.contains(unit:)) ?? false,
             processStart: pid.flatMap(inspector.startTime(pid:)), agentStart: agentStartedAt)
         if meaning == .opened { record.lastUsedAt = now }

@@ -83,7 +83,7 @@ enum ConfigurationSchema {
     static let positiveDuration: ClosedRange<Duration> = .nanoseconds(1) ... .seconds(365 * 86_400)
 
     static let sections: [Section] = [
-        Section(name: "slices", summary: "How long each kind of grant lasts (SPEC §1 \"Slice\").", knobs: [
+        Section(name: "slices", summary: "How long each kind of grant lasts (SPEC §1 \"Slice\"), and how many apps start for them at once.", knobs: [
             Knob(section: "slices", key: "refresh",
                  summary: "Slice granted for a refresh task (SPEC §2 refresh slice; iOS BGAppRefreshTask: 30 s).",
                  kind: .duration(\.slices.refresh, positiveDuration)),
@@ -99,6 +99,9 @@ enum ConfigurationSchema {
             Knob(section: "slices", key: "expiration_warning",
                  summary: "ExpireTask is sent this long before a slice ends; shorter than every slice (SPEC §2 refresh slice).",
                  kind: .duration(\.slices.expirationWarning, positiveDuration)),
+            Knob(section: "slices", key: "concurrent_starts",
+                 summary: "Apps started by D-Bus activation at once for their slices; the others wait their turn, apps already running do not (not in SPEC §2).",
+                 kind: .count(\.slices.concurrentStarts, 1...64)),
         ]),
         Section(name: "limits", summary: "How much an app may ask for.", knobs: [
             Knob(section: "limits", key: "pending_refresh",

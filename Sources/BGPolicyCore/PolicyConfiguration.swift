@@ -3,7 +3,7 @@
 /// The nested groups mirror the configuration file's sections; `ConfigurationParser` reads the
 /// file, `rendered()` writes it, and `validate()` checks the rules that tie knobs together.
 public struct PolicyConfiguration: Sendable, Equatable {
-    /// `[slices]`: how long each kind of grant lasts.
+    /// `[slices]`: how long each kind of grant lasts, and how many apps start for them at once.
     public struct Slices: Sendable, Equatable {
         /// Slice for a `refresh` task.
         public var refresh: Duration
@@ -15,19 +15,24 @@ public struct PolicyConfiguration: Sendable, Equatable {
         public var contentAvailable: Duration
         /// `ExpireTask` is sent this long before a slice ends; shorter than every slice.
         public var expirationWarning: Duration
+        /// Apps started by D-Bus activation at once for their slices; the others wait their turn
+        /// (not in SPEC §2).
+        public var concurrentStarts: Int
 
         public init(
             refresh: Duration = .seconds(30),
             processing: Duration = .seconds(10 * 60),
             completion: Duration = .seconds(30),
             contentAvailable: Duration = .seconds(30),
-            expirationWarning: Duration = .seconds(5)
+            expirationWarning: Duration = .seconds(5),
+            concurrentStarts: Int = 2
         ) {
             self.refresh = refresh
             self.processing = processing
             self.completion = completion
             self.contentAvailable = contentAvailable
             self.expirationWarning = expirationWarning
+            self.concurrentStarts = concurrentStarts
         }
     }
 

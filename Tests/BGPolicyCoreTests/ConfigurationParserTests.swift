@@ -64,6 +64,7 @@ struct KeyOverride: Sendable, CustomTestStringConvertible {
         .init(section: "slices", key: "completion", text: "1min") { $0.slices.completion = .seconds(60) },
         .init(section: "slices", key: "content_available", text: "20s") { $0.slices.contentAvailable = .seconds(20) },
         .init(section: "slices", key: "expiration_warning", text: "2500ms") { $0.slices.expirationWarning = .milliseconds(2500) },
+        .init(section: "slices", key: "concurrent_starts", text: "4") { $0.slices.concurrentStarts = 4 },
         .init(section: "limits", key: "pending_refresh", text: "2") { $0.limits.pendingRefresh = 2 },
         .init(section: "limits", key: "pending_processing", text: "25") { $0.limits.pendingProcessing = 25 },
         .init(section: "limits", key: "earliest_begin_max", text: "3d") { $0.limits.earliestBeginMax = .seconds(3 * 86_400) },
@@ -106,7 +107,7 @@ struct KeyOverrideTests {
         let tested = Set(KeyOverride.all.map { "\($0.section).\($0.key)" })
         let schema = Set(ConfigurationSchema.allKnobs.map { "\($0.section).\($0.key)" })
         #expect(tested == schema)
-        #expect(schema.count == 28)
+        #expect(schema.count == 29)
     }
 
     @Test func allOverridesTogether() throws {
@@ -251,7 +252,7 @@ struct ErrorCase: Sendable, CustomTestStringConvertible {
         .init(name: "unknown key with typo", text: "[cpu]\nlimt = 80%\n", line: 2, section: "cpu", key: "limt",
               description: "line 2: [cpu] limt: unknown key (did you mean \"limit\"?); valid keys in [cpu] are limit, window, action, throttle_quota and sample_interval"),
         .init(name: "unknown key, transposed letters", text: "[slices]\nrefersh = 30s\n", line: 2, section: "slices", key: "refersh",
-              description: "line 2: [slices] refersh: unknown key (did you mean \"refresh\"?); valid keys in [slices] are refresh, processing, completion, content_available and expiration_warning"),
+              description: "line 2: [slices] refersh: unknown key (did you mean \"refresh\"?); valid keys in [slices] are refresh, processing, completion, content_available, expiration_warning and concurrent_starts"),
         .init(name: "unknown key, no suggestion", text: "[idle]\nlocked = yes\n", line: 2, section: "idle", key: "locked",
               description: "line 2: [idle] locked: unknown key; valid keys in [idle] are no_input_after"),
         .init(name: "misspelt key outside any section", text: "windw = 1min\n", line: 1, section: nil, key: "windw",

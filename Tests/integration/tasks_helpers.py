@@ -822,10 +822,16 @@ class AppProgram:
         self.registrations.append(conn.register_object(CONTROL_PATH, info, self.control_call, None, None))
 
     def record(self, event_type, **fields):
-        event = {"type": event_type, "time": time.time(), "mono": time.monotonic(), **jsonable(fields)}
+        event = self.record_to(self.log_path, event_type, **fields)
         self.events.append(event)
-        if self.log_path:
-            with open(self.log_path, "a") as log:
+        return event
+
+    @staticmethod
+    def record_to(log_path, event_type, **fields):
+        """Appends one event to the log at `log_path` (if any) and returns it."""
+        event = {"type": event_type, "time": time.time(), "mono": time.monotonic(), **jsonable(fields)}
+        if log_path:
+            with open(log_path, "a") as log:
                 log.write(json.dumps(event) + "\n")
         return event
 
@@ -994,6 +1000,10 @@ def main_activated(args):
     """An app that the bus starts: it writes its own place in the fake proc tree, registers with
     app_id and bus_name, exports Client1, then takes the name; it completes what it is given."""
     address = args.address or os.environ.get("DBUS_STARTER_ADDRESS") or os.environ["DBUS_SESSION_BUS_ADDRESS"]
+    if args.start_delay and not args.submit:
+        # A slow start: the process is up, but takes its name only after a while.
+        AppProgram.record_to(args.log, "Launched", pid=os.getpid())
+        time.sleep(args.start_delay)
     if args.proc_root:
         d = Path(args.proc_root) / str(os.getpid())
         d.mkdir(parents=True, exist_ok=True)
@@ -1107,6 +1117,7 @@ def main(argv=None):
     p.add_argument("--proc-root")
     p.add_argument("--submit", action="store_true", help="submit a refresh due in an hour, then exit")
     p.add_argument("--work-seconds", type=float, default=0.2)
+    p.add_argument("--start-delay", type=float, default=0, help="seconds to wait before connecting, when started")
     p.add_argument("--limit", type=int, default=60)
     p = sub.add_parser("flood")
     p.add_argument("--address", required=True)

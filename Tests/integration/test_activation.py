@@ -8,6 +8,7 @@ lines to a file the test reads."""
 import json
 import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -110,3 +111,108 @@ def test_an_activatable_app_that_fails_to_start_stays_pending(activation_world):
     assert len(pending) == 1, pending
     assert pending[0]["delivery_attempts"] >= 1 and pending[0].get("last_attempt_error"), pending
     agent.wait_history("delivery-failed", app_id="org.example.Broken", timeout=3)
+
+
+def test_apps_the_agent_starts_take_turns(activation_world):
+    """Apps the bus must start for their slices start `[slices] concurrent_starts` at a time (2
+    here), so that a window launching many does not start them all at once: four apps that take
+    1.5 s to start are launched together, and from each process's launch to its RunTask at most
+    two are under way at any moment. The two that waited say so in the history."""
+    world = activation_world
+    apps = [f"org.example.Slow{n}" for n in range(4)]
+    logs = {app_id: world.tmp / f"{app_id}.log" for app_id in apps}
+
+    def command(app_id):
+        return [str(part) for part in [
+            PYTHON, th.__file__, "activated", "--app-id", app_id, "--bus-name", app_id,
+            "--identifier", f"{app_id}.refresh", "--log", logs[app_id], "--proc-root", world.proc_root,
+            "--start-delay", "1.5"]]
+
+    for app_id in apps:
+        (world.service_dir / f"{app_id}.service").write_text(
+            f"[D-BUS Service]\nName={app_id}\nExec={' '.join(command(app_id))}\n")
+    agent = world.start_agent(config="[slices]\nrefresh = 10s\nexpiration_warning = 2s\nconcurrent_starts = 2\n")
+    for app_id in apps:
+        first = th.ch.Proc([*command(app_id), "--submit"], dict(os.environ, DBUS_SESSION_BUS_ADDRESS=world.address),
+                           name=f"first run of {app_id}")
+        world.stack.push(first)
+        assert first.popen.wait(timeout=20) == 0, f"{read_log(logs[app_id])}\n{first.stderr()}"
+    for app_id in apps:
+        th.wait_until(lambda: (agent.app_record(app_id) or {}).get("connected") is False, 5, f"{app_id} is gone")
+
+    with ThreadPoolExecutor(len(apps)) as pool:
+        results = list(pool.map(
+            lambda app_id: agent.cli("simulate", "launch", app_id, f"{app_id}.refresh", timeout=60, check=False), apps))
+    assert [r.returncode for r in results] == [0] * len(apps), [(r.stdout, r.stderr) for r in results]
+
+    spans = []
+    for app_id in apps:
+        events = read_log(logs[app_id])
+        launched = [e["time"] for e in events if e["type"] == "Launched"]
+        runs = [e["time"] for e in events if e["type"] == "RunTask"]
+        assert len(launched) == 1 and len(runs) == 1, (app_id, events)
+        spans.append((launched[0], runs[0]))
+    # A start ends (-1) before one that begins at the same instant (+1).
+    points = sorted([(start, 1) for start, _ in spans] + [(end, -1) for _, end in spans])
+    under_way, peak = 0, 0
+    for _, step in points:
+        under_way += step
+        peak = max(peak, under_way)
+    assert peak == 2, spans
+    waited = [e for e in agent.events("delivered") if "waiting for other apps to start" in e.get("detail", "")]
+    assert sorted(e["app_id"] for e in waited) == sorted(app_id for app_id, (start, _) in zip(apps, spans)
+                                                          if start > min(s for s, _ in spans) + 1), (waited, spans)
+
+
+def test_an_app_the_user_opens_while_it_waits_its_turn_is_not_started_again(activation_world):
+    """With one start at a time, Mail waits while Notes takes 3 s to start. The user opens Mail
+    meanwhile: its slice goes to that process (no second one is started), and the open is the
+    user's, learned as use, not taken for the agent's own launch."""
+    world = activation_world
+    apps = {"notes": "org.example.SlowNotes", "mail": "org.example.SlowMail"}
+    logs = {app_id: world.tmp / f"{app_id}.log" for app_id in apps.values()}
+
+    def command(app_id, delay):
+        return [str(part) for part in [
+            PYTHON, th.__file__, "activated", "--app-id", app_id, "--bus-name", app_id,
+            "--identifier", f"{app_id}.refresh", "--log", logs[app_id], "--proc-root", world.proc_root,
+            "--start-delay", delay]]
+
+    for app_id in apps.values():
+        (world.service_dir / f"{app_id}.service").write_text(
+            f"[D-BUS Service]\nName={app_id}\nExec={' '.join(command(app_id, 3))}\n")
+    agent = world.start_agent(config="[slices]\nrefresh = 10s\nexpiration_warning = 2s\nconcurrent_starts = 1\n")
+    env = dict(os.environ, DBUS_SESSION_BUS_ADDRESS=world.address)
+    for app_id in apps.values():
+        first = th.ch.Proc([*command(app_id, 0), "--submit"], env, name=f"first run of {app_id}")
+        world.stack.push(first)
+        assert first.popen.wait(timeout=20) == 0, f"{read_log(logs[app_id])}\n{first.stderr()}"
+        th.wait_until(lambda: (agent.app_record(app_id) or {}).get("connected") is False, 5, f"{app_id} is gone")
+    mail = apps["mail"]
+
+    with ThreadPoolExecutor(2) as pool:
+        notes_launch = pool.submit(agent.cli, "simulate", "launch", apps["notes"], f"{apps['notes']}.refresh",
+                                   timeout=60, check=False)
+        th.wait_until(lambda: [e for e in read_log(logs[apps["notes"]]) if e["type"] == "Launched"], 10,
+                      "Notes is being started")
+        mail_launch = pool.submit(agent.cli, "simulate", "launch", mail, f"{mail}.refresh", timeout=60, check=False)
+        time.sleep(0.5)
+        # The user opens Mail while it waits for Notes to finish starting.
+        opened = th.ch.Proc(command(mail, 0), env, name="Mail opened by the user")
+        world.stack.push(opened)
+        th.wait_until(lambda: (agent.app_record(mail) or {}).get("connected") is True, 10, "Mail registers")
+        assert notes_launch.result().returncode == 0, notes_launch.result().stderr
+        assert mail_launch.result().returncode == 0, mail_launch.result().stderr
+
+    events = read_log(logs[mail])
+    started = [e for e in events if e["type"] == "Started"]
+    assert [e["type"] for e in events if e["type"] == "Launched"] == [], events
+    assert len(started) == 2 and started[-1]["starter"] is None, events  # the first run, then the user's
+    runs = [e for e in events if e["type"] == "RunTask"]
+    assert len(runs) == 1 and runs[0]["identifier"] == f"{mail}.refresh", events
+    delivered = agent.wait_history("delivered", app_id=mail, timeout=5)
+    assert "D-Bus activation" not in delivered["detail"], delivered
+    registered = [line for line in agent.stderr().splitlines()
+                  if "App registered" in line and f"bus.unique={started[-1]['unique_name']}" in line]
+    assert len(registered) == 1 and "usage=opened" in registered[0], registered
+    assert agent.app_record(mail).get("last_used_at") is not None
