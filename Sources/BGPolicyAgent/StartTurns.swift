@@ -1,3 +1,5 @@
+import DequeModule
+
 /// Turns to start apps by D-Bus activation (`[slices] concurrent_starts`): at most `limit`
 /// starts under way at once, the others waiting in the order they asked.
 ///
@@ -12,15 +14,14 @@ struct StartTurns<Waiter> {
     let limit: Int
     /// Starts under way.
     private(set) var running = 0
-    private var queue: [Waiter] = []
-    private var head = 0
+    private var queue = Deque<Waiter>()
 
     init(limit: Int) {
         self.limit = max(1, limit)
     }
 
     /// Starts waiting for a turn.
-    var waiting: Int { queue.count - head }
+    var waiting: Int { queue.count }
 
     /// Asks for a turn: `true` if it is taken now (and counted as under way), else `waiter`
     /// queues until `finish()` hands it a turn.
@@ -37,15 +38,9 @@ struct StartTurns<Waiter> {
     /// is under way from here).
     mutating func finish() -> Waiter? {
         precondition(running > 0, "a start finished that never began")
-        guard waiting > 0 else {
+        guard let next = queue.popFirst() else {
             running -= 1
             return nil
-        }
-        let next = queue[head]
-        head += 1
-        if head == queue.count {
-            queue.removeAll(keepingCapacity: true)
-            head = 0
         }
         return next
     }
