@@ -6,6 +6,10 @@ import BGPolicySystem
 /// moves into at once. `flatpak run` always moves itself into a new
 /// `app-flatpak-<id>-<pid>.scope`, so a Flatpak app started at login shows up as an autostart
 /// service and then, a moment later, as a scope of its own, which is no more the user's doing.
+///
+/// The engine keeps the units the autostart started (`followers`) in the store too, so that an
+/// agent that restarts while they run (an upgrade, a crash) still knows them: by then their
+/// autostart unit has gone, and the scope alone looks like an app the user opened.
 /// Pure, with the time passed in.
 struct SessionStartedUnits: Sendable {
     /// How soon after an app's autostart unit another unit of the same app counts as part of it.
@@ -20,6 +24,19 @@ struct SessionStartedUnits: Sendable {
     private(set) var followers: Set<String> = []
 
     init() {}
+
+    /// Units an earlier run of the agent recorded (the store's), at start.
+    mutating func restore(_ units: [String]) {
+        followers = Set(units.prefix(Self.maximumUnits))
+    }
+
+    /// Keeps, of the units started by the session, those among `running` (the units the user
+    /// manager runs when the agent connects): the others are gone. Returns whether any was.
+    mutating func keepOnly(running: Set<String>) -> Bool {
+        let kept = followers.intersection(running)
+        defer { followers = kept }
+        return kept.count != followers.count
+    }
 
     /// Whether `event`, which came at `time`, is the session's doing rather than the user's: an
     /// autostart unit appearing or going, a unit of the same app appearing within

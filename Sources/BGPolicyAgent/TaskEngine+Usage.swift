@@ -24,8 +24,10 @@ extension TaskEngine {
         // such an app moves into (`SessionStartedUnits`); their end is no leave either (an app
         // that said it was in the foreground is left when its last connection closes,
         // `lastConnectionClosed`).
+        let wasFollower = sessionStartedUnits.followers.contains(event.unit)
         if sessionStartedUnits.isSessionStart(event, at: now) {
             logger.debug("Started by the session's autostart, not the user; not counted as use", metadata: metadata)
+            if sessionStartedUnits.followers.contains(event.unit) != wasFollower { saveSessionStartedUnits() }
             return
         }
         appendUsageOrWarn(appID, event.change == .opened ? .foreground : .background, at: now, metadata: metadata)
@@ -43,14 +45,20 @@ extension TaskEngine {
         }
     }
 
-    /// The app units running when the agent connected to the user manager: the apps the user
-    /// has open now. They are in use; an app the usage log left in use with no unit running was
-    /// closed while the agent was not watching (at the end of the last session the agent may
-    /// stop before the apps), and is not, so that windows after an open may refresh it again.
-    /// Neither gets a window or a usage row: when it happened is not known. Apps in use by
-    /// their own word (a registration, `ReportUsage`) in this run stay in use; an app the agent
-    /// is launching itself is not counted by its unit, as in `appUnitChanged`.
-    func appUnitsRunning(_ running: Set<AppID>) {
+    /// The app units running when the agent connected to the user manager. Those the session
+    /// did not start (`SessionStartedUnits`: autostart units, and the units they started, as
+    /// recorded before a restart) are the apps the user has open now. They are in use; an app
+    /// the usage log left in use with no such unit running was closed while the agent was not
+    /// watching (at the end of the last session the agent may stop before the apps), and is
+    /// not, so that windows after an open may refresh it again. Neither gets a window or a
+    /// usage row: when it happened is not known. Apps in use by their own word (a registration,
+    /// `ReportUsage`) in this run stay in use; an app the agent is launching itself is not
+    /// counted by its unit, as in `appUnitChanged`. Session units no longer running are
+    /// forgotten.
+    func appUnitsRunning(_ units: [RunningAppUnit]) {
+        if sessionStartedUnits.keepOnly(running: Set(units.map(\.unit))) { saveSessionStartedUnits() }
+        let opened = units.filter { !sessionStartedUnits.contains(unit: $0.unit) }
+        let running = Set(opened.map(\.appID))
         appsWithUnits = running.subtracting(delivering)
         guard refreshPlanner != nil else { return }
         let inUse = appsWithUnits.union(appsInUse.intersection(selfReportedInUse))
@@ -84,6 +92,17 @@ extension TaskEngine {
     /// `appendUsage` for what nobody waits on (the user manager's signals, a connection
     /// closing): a failure is logged with `metadata`, never thrown, since a missed row only makes
     /// the usage log a little less complete.
+    /// Stores the units the session started (`SessionStartedUnits`), for the next run. A failed
+    /// write is logged: this run keeps them in memory, and the next would take a scope started
+    /// at login and still running for one the user opened.
+    func saveSessionStartedUnits() {
+        do {
+            try store.setSessionStartedUnits(sessionStartedUnits.followers.sorted())
+        } catch {
+            logger.warning("Could not record the app units the session started", metadata: ["error": "\(error)"])
+        }
+    }
+
     func appendUsageOrWarn(_ appID: AppID, _ state: UsageState, at time: UnixTime, metadata: Logger.Metadata) {
         do {
             try appendUsage(appID, state, at: time)

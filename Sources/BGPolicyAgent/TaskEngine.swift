@@ -173,6 +173,11 @@ actor TaskEngine {
         }
         try loadContentWakes()
         do {
+            sessionStartedUnits.restore(try store.sessionStartedUnits())
+        } catch {
+            logger.warning("Could not read the app units the session started", metadata: ["error": "\(error)"])
+        }
+        do {
             try warmPlanner(now: now)
         } catch {
             logger.error("Could not read the usage log; refresh is planned without the learned history", metadata: ["error": "\(error)"])

@@ -131,6 +131,15 @@ extension TaskStore {
                 ) WITHOUT ROWID;
                 """)
         }
+        // The app units the session's autostart started (the agent's SessionStartedUnits), so
+        // that after a restart the agent still knows them from units the user opened.
+        migrator.registerMigration("v4-session-started-units") { db in
+            try db.execute(sql: """
+                CREATE TABLE session_started_units (
+                    unit TEXT PRIMARY KEY NOT NULL
+                ) WITHOUT ROWID;
+                """)
+        }
         return migrator
     }
 }

@@ -25,3 +25,17 @@ public struct AppUnitEvent: Sendable, Hashable {
         self.autostart = autostart
     }
 }
+
+/// An app unit the user manager runs when the agent connects (`AppUnitSource`): which app it
+/// is, and its name, so that the agent can tell the units the user opened from those the
+/// session started.
+public struct RunningAppUnit: Sendable, Hashable {
+    public var appID: AppID
+    /// The unit's name as systemd lists it (escaped).
+    public var unit: String
+
+    public init(appID: AppID, unit: String) {
+        self.appID = appID
+        self.unit = unit
+    }
+}

@@ -1,4 +1,4 @@
-public import BGPolicyCore
+import BGPolicyCore
 public import BGPolicyDBus
 public import Logging
 
@@ -26,11 +26,11 @@ public struct AppUnitSource: Sendable {
         connection = sessionBus
     }
 
-    /// Runs until the task is cancelled, calling `running` with the apps whose units run each
+    /// Runs until the task is cancelled, calling `running` with the app units that run each
     /// time it connects to a manager (after subscribing, so that no change is lost between),
     /// and `report` for each app unit that appears or goes, in the order the manager sent them.
     public func run(
-        logger: Logger, running: @escaping @Sendable (Set<AppID>) async -> Void,
+        logger: Logger, running: @escaping @Sendable ([RunningAppUnit]) async -> Void,
         report: @escaping @Sendable (AppUnitEvent) async -> Void
     ) async {
         // No re-reads: there is no state to read again, only signals to follow. The

@@ -20,18 +20,18 @@ struct AppUnitTracker: Sendable {
     init() {}
 
     /// The app units among `units` (the manager's running units, listed when the agent
-    /// connects), which become the live ones; and the apps the user opened among them, those
-    /// of units that are not autostart ones. A unit running before the agent watched was opened
-    /// then: a `UnitNew` for it later is not a new open.
-    mutating func running(units: [String]) -> Set<AppID> {
+    /// connects), which become the live ones, in the order listed. Which of them the user
+    /// opened is the agent's to say. A unit running before the agent watched was opened then:
+    /// a `UnitNew` for it later is not a new open.
+    mutating func running(units: [String]) -> [RunningAppUnit] {
         live = []
-        var apps: Set<AppID> = []
+        var running: [RunningAppUnit] = []
         for unit in units {
             guard let appID = AppIdentityParser.appID(fromUnitName: unit) else { continue }
-            if !AppIdentityParser.isAutostartUnit(unit) { apps.insert(appID) }
+            running.append(RunningAppUnit(appID: appID, unit: unit))
             if live.count < Self.maximumLive { live.insert(unit) }
         }
-        return apps
+        return running
     }
 
     /// The event for the manager's signal `member` about `unit`, or nil when it says nothing

@@ -67,6 +67,27 @@ struct RegistrationMeaningTests {
         #expect(!units.isSessionStart(try event(Self.trayScope, .opened), at: 4990))
     }
 
+    @Test("the units the session started, as an earlier run recorded them, are the session's until they are no longer running")
+    func restoredAfterARestart() throws {
+        var units = SessionStartedUnits()
+        units.restore([Self.trayScope, "app-flatpak-org.example.Gone-9.scope"])
+        // The autostart unit is long gone; the scope alone is still the session's.
+        #expect(units.contains(unit: Self.trayScope))
+        #expect(!units.contains(unit: "app-gnome-org.gnome.Maps-77.scope"))
+        // At connect, the manager runs the scope and not the other: that one is forgotten.
+        let forgot = units.keepOnly(running: [Self.trayScope, "app-gnome-org.gnome.Maps-77.scope"])
+        #expect(forgot)
+        #expect(units.followers == [Self.trayScope])
+        let forgotAgain = units.keepOnly(running: [Self.trayScope])
+        #expect(!forgotAgain)
+        // Its going is still no leave.
+        #expect(units.isSessionStart(try event(Self.trayScope, .closed), at: 10))
+        #expect(units.followers.isEmpty)
+        // What is restored stays bounded.
+        units.restore((0..<(SessionStartedUnits.maximumUnits + 5)).map { "app-flatpak-org.example.A\($0)-1.scope" })
+        #expect(units.followers.count == SessionStartedUnits.maximumUnits)
+    }
+
     @Test("what is remembered stays bounded")
     func bounded() throws {
         var units = SessionStartedUnits()

@@ -42,6 +42,8 @@ struct TaskStoreFileTests {
             try store.startTasks([running], history: [])
             entryID = try store.append(entry)
             try store.appendUsage(appID: Sample.maps, state: .foreground, at: 14)
+            try store.setSessionStartedUnits(["app-flatpak-org.example.Old-1.scope"])
+            try store.setSessionStartedUnits(["app-flatpak-org.example.Tray-2.scope", "app-flatpak-org.gnome.Maps-1.scope"])
         }
         let reopened = try TaskStore(path: path)
         #expect(reopened.recoveredFromCorruption == nil)
@@ -53,6 +55,8 @@ struct TaskStoreFileTests {
         stored.id = entryID
         #expect(try reopened.history(since: 0, limit: 10) == [stored])
         #expect(try reopened.usage(appID: Sample.maps).map(\.time) == [14])
+        // The set is replaced whole, and read back sorted.
+        #expect(try reopened.sessionStartedUnits() == ["app-flatpak-org.example.Tray-2.scope", "app-flatpak-org.gnome.Maps-1.scope"])
     }
 
     @Test("tasks left running by a previous run are recovered as interrupted after reopening")

@@ -12,8 +12,8 @@ import Testing
 /// What the source reported, in order.
 final class Reported: Sendable {
     let events = Mutex<[AppUnitEvent]>([])
-    /// The running apps reported at each connection to a manager.
-    let running = Mutex<[Set<AppID>]>([])
+    /// The running app units reported at each connection to a manager.
+    let running = Mutex<[[RunningAppUnit]]>([])
 }
 
 @Suite("AppUnitSource", .serialized)
@@ -67,8 +67,8 @@ struct AppUnitSourceTests {
         let seen = Reported()
         let source = AppUnitSource(sessionBus: sourceConnection)
         let running = Task {
-            await source.run(logger: Logger(label: "test")) { apps in
-                seen.running.withLock { $0.append(apps) }
+            await source.run(logger: Logger(label: "test")) { units in
+                seen.running.withLock { $0.append(units) }
             } report: { event in
                 seen.events.withLock { $0.append(event) }
             }

@@ -72,13 +72,13 @@ struct AppUnitTrackerTests {
         #expect(tracker.event(member: "UnitRemoved", unit: "app-org.kde.dolphin@12ab.service")?.change == .closed)
     }
 
-    @Test("The units running at connect are the live ones: the apps the user opened are returned (not those the session autostarted), a UnitNew for one is no new open, and units that are not apps are left out")
+    @Test("The units running at connect are the live ones: every app unit is returned with its app (autostart ones too: which the user opened is the agent's to say), a UnitNew for one is no new open, and units that are not apps are left out")
     func runningAtConnect() throws {
         var tracker = AppUnitTracker()
         _ = tracker.event(member: "UnitNew", unit: "app-gnome-org.gnome.Maps-12345.scope")
         let units = Self.appUnits.map(\.unit) + Self.otherUnits
-        let apps = tracker.running(units: units)
-        #expect(apps == Set(try Self.appUnits.filter { !$0.autostart }.map { try #require(AppID(rawValue: $0.id)) }))
+        let running = tracker.running(units: units)
+        #expect(running == (try Self.appUnits.map { RunningAppUnit(appID: try #require(AppID(rawValue: $0.id)), unit: $0.unit) }))
         // The list replaces what was live before (Maps' unit is in it again, by another name: two instances).
         #expect(tracker.live == Set(Self.appUnits.map(\.unit)))
         #expect(tracker.event(member: "UnitNew", unit: "app-org.kde.konsole-a1b2c3.scope") == nil)

@@ -352,6 +352,49 @@ def test_the_session_starting_an_app_is_no_open(world):
                                  (KONSOLE, "foreground"), (KONSOLE, "background")]
 
 
+def test_a_scope_the_session_started_is_still_the_sessions_after_a_restart(world):
+    """At login the session starts Tray: its autostart unit, then the Flatpak scope `flatpak run`
+    moves into, then the autostart unit goes. The agent restarts while the scope runs (an
+    upgrade, a crash), when the scope alone looks like an app the user opened. The agent keeps
+    the scopes the session started in its database: after the restart Tray is still not in use,
+    and its scope going is no leave. Konsole, which the user opened, is in use as ever."""
+    tray = "org.example.Tray"
+    tray_autostart, tray_scope = f"app-{tray}-autostart.service", f"app-flatpak-{tray}-5151.scope"
+    _, manager = start_manager(world)
+    agent = world.start_agent(planner=True)
+    wait_subscribed(agent, manager)
+
+    def start_unit(unit):
+        manager.mock("AddMockUnit", "s", (unit,))
+        th.call(world.session.conn, MANAGER, "StartUnit", "ss", (unit, "replace"), reply_type="(o)",
+                dest=MANAGER_NAME, path="/org/freedesktop/systemd1")
+        emit(manager, "UnitNew", unit)
+
+    emit(manager, "UnitNew", tray_autostart)
+    start_unit(tray_scope)
+    emit(manager, "UnitRemoved", tray_autostart)
+    start_unit(UNITS[KONSOLE])
+    th.wait_until(lambda: agent.status().get("in_use") == [KONSOLE], th.TIMEOUT, "Konsole's unit to put it in use")
+    agent.stop()
+    with sqlite3.connect(database(world)) as db:
+        assert db.execute("SELECT unit FROM session_started_units").fetchall() == [(tray_scope,)]
+
+    agent.restart()
+    th.wait_until(lambda: len(manager.calls("ListUnitsByPatterns")) >= 2, th.TIMEOUT,
+                  "the restarted agent to list the running units")
+    # A unit opened after the listing is handled after it: by then the listing is the agent's view.
+    emit(manager, "UnitNew", UNITS[MAPS])
+    th.wait_until(lambda: agent.status().get("in_use") == [MAPS, KONSOLE], th.TIMEOUT,
+                  "Maps and Konsole to be in use, and not Tray")
+    emit(manager, "UnitRemoved", tray_scope)
+    emit(manager, "UnitRemoved", UNITS[MAPS])
+    th.wait_until(lambda: agent.status().get("in_use") == [KONSOLE], th.TIMEOUT, "Maps to be left")
+    agent.stop()
+    assert usage_rows(world) == [(KONSOLE, "foreground"), (MAPS, "foreground"), (MAPS, "background")]
+    with sqlite3.connect(database(world)) as db:
+        assert db.execute("SELECT unit FROM session_started_units").fetchall() == []
+
+
 def test_an_app_running_before_the_agent_restarted_is_not_opened_again(world):
     """After the agent restarts, apps that were running register again. Such a registration is
     no open (the user opened the app before, when the old agent counted it): its `last_used_at`
