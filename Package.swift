@@ -38,6 +38,9 @@ let package = Package(
             providers: [.apt(["libudev-dev"])]
         ),
 
+        // timerfd and eventfd from the C library, for the wall-clock watch (WallClockWatch).
+        .systemLibrary(name: "CBGPolicyClock"),
+
         // The one symbol of the Swift runtime the agent needs at link time (AgentExecutor).
         .target(name: "CBGPolicyRuntime"),
 
@@ -60,6 +63,7 @@ let package = Package(
             dependencies: [
                 "BGPolicyCore",
                 "BGPolicyDBus",
+                "CBGPolicyClock",
                 "CBGPolicyUdev",
                 .product(name: "Logging", package: "swift-log"),
             ],

@@ -126,6 +126,10 @@ public struct AgentService: Service {
                         await engine.appUnitChanged(event)
                     }
                 }
+                // The wall clock being set (a step by NTP or by hand): the engine plans again.
+                group.addTask {
+                    await WallClockWatch.run(logger: log) { await engine.wallClockSet() }
+                }
                 group.addTask {
                     await connection.waitUntilDisconnected()
                     guard Task.isCancelled else { throw AgentError.busLost }
@@ -147,7 +151,7 @@ public struct AgentService: Service {
                 // The first task to end ends the agent; on graceful shutdown all end together.
                 defer { group.cancelAll() }
                 do {
-                    // Conditions and app units return only when cancelled, so the first task to end is
+                    // Conditions, app units and the clock watch return only when cancelled, so the first task to end is
                     // serve(), the session bus, or NameLost.
                     try await group.next()
                 } catch DBusError.disconnected {

@@ -186,6 +186,31 @@ extension TaskEngine {
         }
     }
 
+    /// The wall clock was set (`WallClockWatch`). The evaluation timer runs on the monotonic
+    /// clock, its delay worked out from the old wall time: it is dropped, and everything is
+    /// evaluated again at the new time, which sets it anew. Work due by the new time starts
+    /// now; work whose time moved away waits for it.
+    func wallClockSet() {
+        let offset = Self.wallMinusBootTime()
+        let step = offset - wallClockOffset
+        wallClockOffset = offset
+        logger.info(
+            "The wall clock was set; planning again",
+            metadata: ["step.seconds": "\(Int(step.rounded()))", "time": "\(Int64(Self.wallNow()))"])
+        evaluationTimer?.cancel()
+        evaluationTimer = nil
+        evaluationTimerDue = nil
+        requestEvaluation()
+    }
+
+    /// The wall clock less the time since boot (suspend included): it changes only when the
+    /// wall clock is set, by the size of the step.
+    static func wallMinusBootTime() -> Double {
+        var boot = timespec()
+        clock_gettime(CLOCK_BOOTTIME, &boot)
+        return wallNow() - (Double(boot.tv_sec) + Double(boot.tv_nsec) / 1e9)
+    }
+
     func evaluationTimerFired() {
         evaluationTimerDue = nil
         evaluationTimer = nil

@@ -62,6 +62,8 @@ actor TaskEngine {
     var conditions = Conditions.unknown
     var evaluationTimer: Task<Void, Never>?
     var evaluationTimerDue: UnixTime?
+    /// The wall clock less the boot-time clock when last looked at (`wallClockSet`).
+    var wallClockOffset = TaskEngine.wallMinusBootTime()
     var evaluationQueued = false
     var fullEvaluationNeeded = false
     var dirtyApps: Set<AppID> = []

@@ -1,0 +1,45 @@
+import BGPolicySystem
+import Glibc
+import Testing
+
+@Suite("WallClockWatch: hearing the wall clock being set, without waking otherwise")
+struct WallClockWatchTests {
+    /// Whether this process may set the clock (CAP_SYS_TIME): setting it to what it reads is
+    /// then harmless, and still a set that the kernel reports.
+    static var maySetTheClock: Bool {
+        var now = timespec()
+        clock_gettime(CLOCK_REALTIME, &now)
+        return clock_settime(CLOCK_REALTIME, &now) == 0
+    }
+
+    @Test("stopping ends the stream")
+    func stops() async {
+        let (watch, changes) = WallClockWatch.start()
+        #expect(watch.failure == nil)
+        watch.stop()
+        var heard = 0
+        for await _ in changes { heard += 1 }
+        #expect(heard == 0)
+        #expect(watch.failure == nil)
+    }
+
+    @Test("each set of the clock is heard, and the watch is armed again after it", .enabled(if: maySetTheClock, "setting the clock needs CAP_SYS_TIME"))
+    func hearsASet() async throws {
+        let (watch, changes) = WallClockWatch.start()
+        var iterator = changes.makeAsyncIterator()
+        // Set it to what it reads: a step of a few microseconds back, reported all the same.
+        var now = timespec()
+        clock_gettime(CLOCK_REALTIME, &now)
+        #expect(clock_settime(CLOCK_REALTIME, &now) == 0)
+        let first: Void? = await iterator.next()
+        #expect(first != nil)
+        // Armed again: the next set is heard too.
+        clock_gettime(CLOCK_REALTIME, &now)
+        #expect(clock_settime(CLOCK_REALTIME, &now) == 0)
+        let second: Void? = await iterator.next()
+        #expect(second != nil)
+        watch.stop()
+        let after: Void? = await iterator.next()
+        #expect(after == nil)
+    }
+}

@@ -1,0 +1,57 @@
+"""The wall clock being set while the agent runs (an NTP client stepping it, the user changing
+the time). The agent's timers run on the monotonic clock; a timerfd with TFD_TIMER_CANCEL_ON_SET
+tells it of a step (WallClockWatch), and it plans again at the new time.
+
+Setting the clock needs CAP_SYS_TIME: the test is skipped without it. It steps the clock of the
+machine it runs on, by 11 minutes and back within seconds; the way back is worked out from the
+boot-time clock, so that nothing is lost or gained."""
+
+import contextlib
+import time
+
+import pytest
+
+import tasks_helpers as th
+from tasks_helpers import later, world  # noqa: F401 - the fixture
+
+STEP = 11 * 60
+
+
+def may_set_the_clock():
+    try:
+        time.clock_settime(time.CLOCK_REALTIME, time.clock_gettime(time.CLOCK_REALTIME))
+        return True
+    except PermissionError:
+        return False
+
+
+@contextlib.contextmanager
+def clock_stepped(seconds):
+    """The wall clock `seconds` ahead for the duration, then as if it had never moved."""
+    offset = time.clock_gettime(time.CLOCK_REALTIME) - time.clock_gettime(time.CLOCK_BOOTTIME)
+    time.clock_settime(time.CLOCK_REALTIME, time.clock_gettime(time.CLOCK_BOOTTIME) + offset + seconds)
+    try:
+        yield
+    finally:
+        time.clock_settime(time.CLOCK_REALTIME, time.clock_gettime(time.CLOCK_BOOTTIME) + offset)
+
+
+@pytest.mark.skipif(not may_set_the_clock(), reason="setting the wall clock needs CAP_SYS_TIME")
+def test_work_due_by_a_clock_stepped_forward_starts_at_once(world):
+    """A refresh may begin in 10 minutes. The clock steps 11 minutes forward: the agent hears
+    it, plans again and delivers the refresh within seconds, rather than 10 minutes later when
+    its monotonic timer would have fired. Its log gives the step."""
+    agent = world.start_agent()
+    app = world.registered_app("org.example.Mail", ["org.example.Mail.refresh"])
+    app.submit("org.example.Mail.refresh", "refresh", earliest_begin=later(600))
+    explanation = agent.explain("org.example.Mail", "org.example.Mail.refresh")
+    assert "earliest-begin" in explanation["blocking"], explanation
+    time.sleep(1)
+    assert not app.events_of("RunTask")
+    with clock_stepped(STEP):
+        run = app.wait_run_task(timeout=5)
+        assert run["identifier"] == "org.example.Mail.refresh", run
+        logged = [line for line in agent.stderr().splitlines() if "The wall clock was set" in line]
+        assert logged, agent.stderr_tail()
+        step = int(logged[-1].split("step.seconds=")[1].split()[0])
+        assert abs(step - STEP) <= 2, logged
