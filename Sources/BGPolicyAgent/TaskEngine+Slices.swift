@@ -265,6 +265,9 @@ extension TaskEngine {
             // ignores them, as it does every rule but reachability).
             if !simulated && (!globalEnabled || !runtime.record.enabled || sleeping) {
                 endStartTurn()
+                logger.info(
+                    "Launch held: the switches or sleep changed while the app waited for its turn to start",
+                    metadata: ["app.id": "\(appID)"])
                 return
             }
             if runtime.latestConnection != nil {
@@ -297,7 +300,11 @@ extension TaskEngine {
         if launch.contentAvailable, let wake = contentWakes.take(appID) {
             members.append(Slice.Member(taskID: Self.newID("t"), contentWake: wake.payload, appID: appID, at: now))
         }
-        guard !members.isEmpty else { return }
+        guard !members.isEmpty else {
+            // A simulated launch's request went while it waited: say so rather than nothing.
+            if simulated, let request = launch.requests.first { throw .unknownPending(request.identifier, app: appID) }
+            return
+        }
         var slice = Slice(
             id: sliceID, appID: appID, connection: target, members: members, startedAt: now,
             started: ContinuousClock.now, length: launch.sliceLength)

@@ -59,7 +59,7 @@ extension TaskEngine {
         if sessionStartedUnits.keepOnly(running: Set(units.map(\.unit))) { saveSessionStartedUnits() }
         let opened = units.filter { !sessionStartedUnits.contains(unit: $0.unit) }
         let running = Set(opened.map(\.appID))
-        appsWithUnits = running.subtracting(delivering)
+        appsWithUnits = running.filter { !isLaunching($0) }
         guard refreshPlanner != nil else { return }
         let inUse = appsWithUnits.union(appsInUse.intersection(selfReportedInUse))
         guard inUse != appsInUse else { return }
@@ -89,9 +89,6 @@ extension TaskEngine {
         noteLeft(appID, at: now)
     }
 
-    /// `appendUsage` for what nobody waits on (the user manager's signals, a connection
-    /// closing): a failure is logged with `metadata`, never thrown, since a missed row only makes
-    /// the usage log a little less complete.
     /// Stores the units the session started (`SessionStartedUnits`), for the next run. A failed
     /// write is logged: this run keeps them in memory, and the next would take a scope started
     /// at login and still running for one the user opened.
@@ -103,6 +100,9 @@ extension TaskEngine {
         }
     }
 
+    /// `appendUsage` for what nobody waits on (the user manager's signals, a connection
+    /// closing): a failure is logged with `metadata`, never thrown, since a missed row only makes
+    /// the usage log a little less complete.
     func appendUsageOrWarn(_ appID: AppID, _ state: UsageState, at time: UnixTime, metadata: Logger.Metadata) {
         do {
             try appendUsage(appID, state, at: time)
