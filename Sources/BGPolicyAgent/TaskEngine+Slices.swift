@@ -129,7 +129,8 @@ extension TaskEngine {
                 do {
                     try await self.deliver(
                         launch, simulated: false,
-                        why: Self.why(window: decision.window(of: launch.appID), predicted: decision.refreshed.contains(launch.appID)))
+                        why: Self.why(window: decision.window(of: launch.appID), predicted: decision.refreshed.contains(launch.appID)),
+                        plannedRefreshAt: refreshed.contains(launch.appID) ? now : nil)
                 } catch {
                     // Recorded in history and logged by deliver; the request stays pending.
                 }
@@ -238,8 +239,16 @@ extension TaskEngine {
         return words
     }
 
-    func deliver(_ launch: Launch, simulated: Bool, why: String = "") async throws(SchedulerError) {
+    /// `plannedRefreshAt`: when the refresh planner recorded this launch's refresh, if it did;
+    /// a refresh that does not reach the app is taken back (`RefreshPlanner.refreshDidNotRun`).
+    func deliver(
+        _ launch: Launch, simulated: Bool, why: String = "", plannedRefreshAt: UnixTime? = nil
+    ) async throws(SchedulerError) {
+        var refreshRan = false
         defer {
+            if let plannedRefreshAt, !refreshRan {
+                refreshPlanner?.refreshDidNotRun(launch.appID.rawValue, recordedAt: plannedRefreshAt)
+            }
             delivering.remove(launch.appID)
             requestEvaluation(for: launch.appID)
         }
@@ -349,6 +358,7 @@ extension TaskEngine {
                      info.dbusValue],
                     timeout: activating ? .seconds(25) : .seconds(10))
                 delivered += 1
+                if member.kind == .refresh { refreshRan = true }
                 // The app has started and answered: the next app may start.
                 if turnHeld {
                     endStartTurn()

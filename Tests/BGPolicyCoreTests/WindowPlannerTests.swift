@@ -554,6 +554,28 @@ struct WindowPlannerTests {
         #expect(early.choose(at: nine, among: [.init(appID: notes)]).isEmpty)
     }
 
+    /// A refresh that did not run (the app could not be reached) is taken back: the app may be
+    /// chosen again at once, as before it, with its token back in the pool. A refresh since is
+    /// not taken back by an older one's failure.
+    @Test func aRefreshThatDidNotRunIsTakenBack() {
+        let nine = Clock.at(day: 21, 9, 0)
+        var refresh = Self.routinePlanner()
+        refresh.advance(to: nine - 600)
+        // Four refreshes at 08:50 leave less than a token of the day's 4.4 (2.2 for each of two apps).
+        refresh.recordWindow(at: nine - 600, refreshed: [mail, news, "org.example.A", "org.example.B"])
+        refresh.advance(to: nine)
+        #expect(refresh.choose(at: nine, among: [.init(appID: mail)]).isEmpty)
+        // Mail's did not run: it is chosen at 09:00 as usual, which needs its interval gone and a
+        // token back.
+        refresh.refreshDidNotRun(mail, recordedAt: nine - 600)
+        #expect(refresh.ineligibility(of: .init(appID: mail), at: nine) == nil)
+        #expect(refresh.choose(at: nine, among: [.init(appID: mail)]) == [mail])
+        // Taken back once only, and only the refresh it names.
+        refresh.recordWindow(at: nine, refreshed: [mail])
+        refresh.refreshDidNotRun(mail, recordedAt: nine - 600)
+        #expect(refresh.ineligibility(of: .init(appID: mail), at: nine + 60) == .tooSoon(until: nine + 900))
+    }
+
     @Test func anAppWithAPoorRecordRanksBelowOneInGoodStanding() throws {
         // Two apps with the same history, opened together every day at 09:05: equally likely
         // to be opened. A window takes one refresh for two apps (2.2 a day each over 22

@@ -102,6 +102,8 @@ public struct RefreshPlanner: Sendable {
     /// (`UsagePredictor.position(of:)`): a decision finds it with the model, hashing each
     /// candidate's id once rather than twice.
     private var lastRefreshByPosition: [Double?] = []
+    /// Each app's refresh before its latest (nil inside: none), for `refreshDidNotRun`.
+    private var refreshBefore: [String: Double?] = [:]
     private var reuse = ReuseEstimator()
     private var follow = FollowEstimator()
     private var recentWakes: [Double] = []
@@ -443,12 +445,24 @@ public struct RefreshPlanner: Sendable {
     public mutating func recordWindow(at time: Double, refreshed: [String]) {
         guard !refreshed.isEmpty else { return }
         for app in refreshed {
+            refreshBefore[app] = .some(lastRefresh[app])
             lastRefresh[app] = time
             if let position = predictor.position(of: app) { lastRefreshByPosition[position] = time }
         }
         tokens = max(tokens - Double(refreshed.count), 0)
         if recentWakes.last.map({ time - $0 >= 60 }) ?? true { recentWakes.append(time) }
         wokeInSlot = true
+    }
+
+    /// Takes back a refresh recorded at `time` that did not run (the app could not be reached,
+    /// or its request went before it was delivered): the app is as before it (its last refresh,
+    /// so its interval), and its token goes back to the pool. The wake-up stays counted: the
+    /// machine did wake. Nothing changes if the app was refreshed again since.
+    public mutating func refreshDidNotRun(_ appID: String, recordedAt time: Double) {
+        guard lastRefresh[appID] == time, let before = refreshBefore.removeValue(forKey: appID) else { return }
+        lastRefresh[appID] = before
+        if let position = predictor.position(of: appID) { lastRefreshByPosition[position] = before }
+        tokens = min(tokens + 1, refreshesPerAppPerDay * Double(knownApps))
     }
 
     /// The first slot start after `time`, within `horizon` seconds, at which `choose` would pick
