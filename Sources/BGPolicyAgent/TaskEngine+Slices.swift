@@ -258,6 +258,14 @@ extension TaskEngine {
         // meanwhile, and then needs none.
         var waitedForTurn: Duration = .zero
         var turnHeld = false
+        /// Hands the turn to the next app waiting, once: when the app has answered, when it
+        /// needs no start after all, and however the delivery ends.
+        func handOnTurn() {
+            guard turnHeld else { return }
+            turnHeld = false
+            endStartTurn()
+        }
+        defer { handOnTurn() }
         if runtime.latestConnection == nil, runtime.record.busName != nil {
             let asked = ContinuousClock.now
             waitingForStartTurn.insert(appID)
@@ -265,27 +273,18 @@ extension TaskEngine {
             waitingForStartTurn.remove(appID)
             turnHeld = true
             waitedForTurn = ContinuousClock.now - asked
-            guard let current = apps[appID] else {
-                endStartTurn()
-                throw .unknownApp(appID.rawValue)
-            }
+            guard let current = apps[appID] else { throw .unknownApp(appID.rawValue) }
             runtime = current
             // The switches and sleep may have changed while it waited (a simulated launch
             // ignores them, as it does every rule but reachability).
             if !simulated && (!globalEnabled || !runtime.record.enabled || sleeping) {
-                endStartTurn()
                 logger.info(
                     "Launch held: the switches or sleep changed while the app waited for its turn to start",
                     metadata: ["app.id": "\(appID)"])
                 return
             }
-            if runtime.latestConnection != nil {
-                endStartTurn()
-                turnHeld = false
-            }
+            if runtime.latestConnection != nil { handOnTurn() }
         }
-        // However the delivery ends, the turn is handed on.
-        defer { if turnHeld { endStartTurn() } }
         let target: String
         let activating: Bool
         if let latest = runtime.latestConnection {
@@ -360,10 +359,7 @@ extension TaskEngine {
                 delivered += 1
                 if member.kind == .refresh { refreshRan = true }
                 // The app has started and answered: the next app may start.
-                if turnHeld {
-                    endStartTurn()
-                    turnHeld = false
-                }
+                handOnTurn()
                 if member.kind == .contentAvailable { contentWakeDelivered(appID) }
                 appendHistory(HistoryEntry(
                     time: Self.wallNow(), appID: appID, identifier: member.request.identifier, taskID: member.taskID,

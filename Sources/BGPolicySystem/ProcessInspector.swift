@@ -164,19 +164,22 @@ public struct ProcessInspector: Sendable {
     /// When `pid` started, in seconds since boot (`starttime` in `<procRoot>/<pid>/stat`), or
     /// nil when the process is gone or its stat cannot be read.
     public func startTime(pid: UInt32) -> Double? {
-        readStat(pid: pid).map { Double($0.startTicks) / Self.clockTicksPerSecond }
+        readStat(pid: pid)?.startSeconds
     }
 
     /// When this process started, in seconds since boot, from the real `/proc/self/stat`
     /// whatever `procRoot` is: the fake roots of tests stand for other processes, and link to
     /// their real `stat` files, so their start times are on the same clock.
     public static func ownStartTime() -> Double? {
-        ProcFile.read("/proc/self/stat", limit: smallFileLimit).flatMap(ProcStat.init(parsing:))
-            .map { Double($0.startTicks) / clockTicksPerSecond }
+        readStat(at: "/proc/self/stat")?.startSeconds
     }
 
     private func readStat(pid: UInt32) -> ProcStat? {
-        ProcFile.read("\(procRoot)/\(pid)/stat", limit: Self.smallFileLimit).flatMap(ProcStat.init(parsing:))
+        Self.readStat(at: "\(procRoot)/\(pid)/stat")
+    }
+
+    private static func readStat(at path: String) -> ProcStat? {
+        ProcFile.read(path, limit: smallFileLimit).flatMap(ProcStat.init(parsing:))
     }
 
     static let clockTicksPerSecond: Double = {
@@ -203,6 +206,8 @@ struct ProcStat: Equatable {
     var startTicks: UInt64
 
     var totalTicks: UInt64 { utime &+ stime &+ cutime &+ cstime }
+    /// `startTicks` in seconds since boot.
+    var startSeconds: Double { Double(startTicks) / ProcessInspector.clockTicksPerSecond }
 
     /// Parses `pid (comm) state ppid … utime stime cutime cstime …`. The name may hold spaces
     /// and parentheses, and the kernel does not escape them, so the fields start after the
