@@ -1,8 +1,8 @@
 #!/usr/bin/python3
 """Write a synthetic desktop usage trace (SPEC.md §4) of work sessions, for `bgpolicy replay`.
 
-Usage: desktop-trace.py [--sparse] SEED [DAYS]   (the trace goes to standard output; DAYS
-defaults to 35)
+Usage: desktop-trace.py [--sparse] [--rare N] SEED [DAYS]   (the trace goes to standard output;
+DAYS defaults to 35)
 
 No finer-grained desktop trace is available here, so this one stands in to show how the policy
 behaves with exact-time opens that come in sessions, not on StudentLife's 20-min snapshots.
@@ -18,6 +18,11 @@ The model, the same for every seed:
 With --sparse, the same sessions hold few opens instead: 1–3 apps drawn by popularity, each
 opened once, kept open 10–60 min, the next opened 1–5 min after the previous one. Apps are
 rarely reopened soon after they are closed, so what serves there is not what serves above.
+With --rare N, N more apps are installed and seldom used, as on most desktops: each is opened
+1–4 times over the whole trace, at a uniformly random time between 09:00 and 23:00 on a random
+day, and used 1–30 min. The budget of a policy held to a share of `periodic`'s refreshes grows
+with them (`periodic` refreshes every app of the trace), so wake-ups, not refreshes, are what
+binds. The sessions are the same as without them.
 The generator is seeded and deterministic: the same SEED and DAYS give the same trace.
 """
 
@@ -31,7 +36,7 @@ APPS = [("org.gnome.Evolution", 10), ("org.gnome.Calendar", 4), ("im.chat.App", 
 START = 1_700_438_400
 
 
-def generate(seed, days, sparse=False):
+def generate(seed, days, sparse=False, rare=0):
     r = random.Random(seed)
     names = [name for name, _ in APPS]
     weights = [weight for _, weight in APPS]
@@ -56,6 +61,13 @@ def generate(seed, days, sparse=False):
                 events.append((int(t), app, "open"))
                 events.append((int(t + used_for), app, "close"))
                 t += used_for + r.expovariate(1 / 240)
+    # Drawn apart, so that the sessions are the same with or without them.
+    seldom = random.Random(f"{seed} rare")
+    for i in range(rare):
+        for _ in range(seldom.randint(1, 4)):
+            t = START + seldom.randrange(days) * 86_400 + seldom.uniform(9, 23) * 3600
+            events.append((int(t), f"org.seldom.App{i + 1}", "open"))
+            events.append((int(t + seldom.uniform(1, 30) * 60), f"org.seldom.App{i + 1}", "close"))
     # Closes before opens at the same second; then keep one open per app at a time.
     events.sort(key=lambda e: (e[0], e[2] == "open", e[1]))
     out, depth = [], {}
@@ -73,15 +85,20 @@ def generate(seed, days, sparse=False):
 
 def main(argv):
     args = argv[1:]
-    sparse = args[:1] == ["--sparse"]
-    if sparse:
-        args = args[1:]
+    sparse, rare = False, 0
+    while args[:1] in (["--sparse"], ["--rare"]):
+        if args[0] == "--sparse":
+            sparse, args = True, args[1:]
+        elif len(args) > 1 and args[1].isdigit():
+            rare, args = int(args[1]), args[2:]
+        else:
+            break
     if len(args) not in (1, 2) or not all(a.isdigit() for a in args):
         sys.stderr.write(__doc__)
         return 2
     days = int(args[1]) if len(args) == 2 else 35
     print("timestamp,app_id,event")
-    for t, app, kind in generate(int(args[0]), days, sparse):
+    for t, app, kind in generate(int(args[0]), days, sparse, rare):
         print(f"{t},{app},{kind}")
     return 0
 

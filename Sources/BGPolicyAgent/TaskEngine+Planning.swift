@@ -94,7 +94,8 @@ extension TaskEngine {
 
     /// The user left the app (its unit went away, or it reported itself in the background): the
     /// planner learns whether the user comes back to it soon, and a window opens for a minute
-    /// for the app's own refresh, if the planner chooses it (`WindowPlanner.afterUseWindow`).
+    /// for the app's own refresh, if the planner chooses it (`WindowPlanner.afterUseWindow`),
+    /// and then for the other apps' the planner takes alongside it: every app is asked.
     /// Only an app the user opened counts: the end of a launch the agent made is not the user
     /// leaving anything.
     func noteLeft(_ appID: AppID, at time: UnixTime) {
@@ -103,7 +104,7 @@ extension TaskEngine {
         guard refreshPlanner != nil, appsInUse.remove(appID) != nil else { return }
         refreshPlanner?.recordClose(of: appID.rawValue, at: time)
         appLeft = AppLeft(appID: appID, at: time)
-        requestEvaluation(for: appID)
+        requestEvaluation()
     }
 
     /// A registration that means the user opened the app (`RegistrationMeaning.opened`). The

@@ -303,9 +303,11 @@ struct WindowPlannerTests {
     /// The window after an open refreshes the apps the user goes on to from there, not the apps
     /// the clock favours. Chat is opened three minutes after Mail whenever Mail is opened (at a
     /// different hour each day); News at 09:05 every day, never soon after Mail. When Mail is
-    /// opened at 09:02, Chat is refreshed and News is not, though the slot model puts News far
-    /// ahead of Chat then. (The thresholds are held at their starting values, as after the
-    /// usage log is replayed at start: a chance of 0.2 is needed.)
+    /// opened at 09:02, the window after an open chooses Chat and not News, though the slot
+    /// model puts News far ahead of Chat then. (The thresholds are held at their starting
+    /// values, as after the usage log is replayed at start: a chance of 0.2 is needed.) The
+    /// window opens for Chat, so it also takes what a grid window would take: News, for its
+    /// open at 09:05.
     @Test func theWindowAfterAnOpenRefreshesTheAppsTheUserGoesOnTo() {
         let chat = "org.example.Chat"
         var refresh = RefreshPlanner(registeredAppCount: 3)
@@ -336,10 +338,15 @@ struct WindowPlannerTests {
         let pending = [request(chat, .refresh, at: at - 3600), request(news, .refresh, at: at - 3600)]
         let ctx = context(at + 5, strategy: .predicted,
                           planning: PlanningFacts(refresh: refresh, appOpenedAt: at, appsInUse: [AppID(rawValue: mail)!]))
+        #expect(refresh.chooseAlongside(at: at + 5, among: [candidates[0]]) == [news])
         let decision = planner.decide(pending: pending, apps: apps, context: ctx)
-        #expect(decision.launches.map(\.appID) == [chatID])
+        #expect(decision.launches.map(\.appID) == [chatID, newsID])
         #expect(decision.window == WakeWindow(at: at, kind: .afterOpen))
         #expect(planner.explain(pending[0], app: apps[chatID]!, context: ctx).blocking.isEmpty)
+        // Without Chat's request the window does not open, and News waits for the grid's.
+        let alone = planner.decide(pending: [pending[1]], apps: apps, context: ctx)
+        #expect(alone.launches.isEmpty)
+        #expect(alone.window == nil)
         #expect(planner.explain(pending[1], app: apps[newsID]!, context: ctx).blocking.map(\.rule) == [.predictedUse])
     }
 
@@ -374,12 +381,14 @@ struct WindowPlannerTests {
         #expect(decision.window(of: chatID) == WakeWindow(at: at, kind: .afterOpen))
     }
 
-    /// When the user leaves an app, a window opens for a minute for that app's refresh alone,
-    /// if the planner chooses it: yes for Mail, which the user keeps coming back to within
-    /// minutes, and no for Mail refreshed 5 minutes before (at most one refresh per 15 min).
-    /// Processing and the other app's refresh wait for the grid.
+    /// When the user leaves an app, a window opens for a minute for that app's refresh, if the
+    /// planner chooses it: yes for Mail, which the user keeps coming back to within minutes, and
+    /// no for Mail refreshed 5 minutes before (at most one refresh per 15 min). A window that
+    /// opens also takes the refreshes a grid window would take then (News: the app threshold is
+    /// at its starting value, and the budget is full); one that does not open takes none.
+    /// Processing waits for the grid.
     @Test(arguments: [false, true])
-    func leavingAnAppOpensAWindowForItsOwnRefreshOnly(refreshedBefore: Bool) {
+    func leavingAnAppOpensAWindowForRefreshesOnly(refreshedBefore: Bool) {
         let left = mail, refreshed = !refreshedBefore
         var refresh = Self.routinePlanner()
         // A week of afternoons: Mail left and reopened every 10 minutes, News read once.
@@ -410,10 +419,11 @@ struct WindowPlannerTests {
             return planner.decide(pending: pending, apps: apps, context: context(now, strategy: .predicted, planning: facts))
         }
         let soon = decide(at: leftAt + 5)
-        #expect(soon.launches.map(\.appID.rawValue) == (refreshed ? [left] : []))
-        #expect(soon.launches.first?.requests.map(\.kind) == (refreshed ? [.refresh] : nil))
-        #expect(soon.refreshed.map(\.rawValue) == (refreshed ? [left] : []))
+        #expect(soon.launches.map(\.appID.rawValue) == (refreshed ? [left, other] : []))
+        #expect(soon.launches.map { $0.requests.map(\.kind) } == (refreshed ? [[.refresh], [.refresh]] : []))
+        #expect(soon.refreshed.map(\.rawValue) == (refreshed ? [left, other] : []))
         #expect(soon.window == (refreshed ? WakeWindow(at: leftAt, kind: .afterUse) : nil))
+        #expect(soon.leftRefreshed == (refreshed ? AppLeft(appID: AppID(rawValue: left)!, at: leftAt) : nil))
         var later = facts.refresh!
         later.advance(to: leftAt + 5)
         let explanation = planner.explain(

@@ -162,13 +162,16 @@ def test_opening_an_app_opens_a_window_for_the_refreshes_of_the_apps_the_user_go
     time.sleep(1.5)
     assert mail.events_of("RunTask") == [] and news.events_of("RunTask") == []
     # The user opens Notes: a window opens for the refreshes the planner chooses. Mail's goes,
-    # since the user goes on to Mail after Notes; News' waits.
+    # since the user goes on to Mail after Notes (WindowPlannerTests shows News, opened at a set
+    # time and never soon after another app, is not chosen there). The window opens, so it also
+    # takes what a grid window would take now among the rest (`chooseAlongside`): News', within
+    # a window's share of the budget (one refresh, with three apps). Both go in the same wake-up.
     notes.scheduler("ReportUsage", "s", ("foreground",))
     wait_refresh_delivered(agent, mail, "org.example.Mail", "in a refresh window opened because an app was opened")
-    time.sleep(1.5)
-    assert news.events_of("RunTask") == []
-    explanation = agent.explain("org.example.News", "org.example.News.refresh")
-    assert explanation["state"] == "pending" and "predicted-use" in explanation["blocking"], explanation
+    wait_refresh_delivered(agent, news, "org.example.News", "in a refresh window opened because an app was opened")
+    mail_at = mail.events_of("RunTask")[0]["time"]
+    news_at = news.events_of("RunTask")[0]["time"]
+    assert abs(news_at - mail_at) < 60, (mail_at, news_at)
 
 
 def test_a_refresh_that_did_not_run_is_taken_back(tmp_path):

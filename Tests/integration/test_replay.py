@@ -218,10 +218,14 @@ def desktop_trace(tmp_path_factory, *args):
     return path
 
 
-def assert_within_hourly_timers_budget(ours, hourly):
-    """Issue 5's bounds on every trace: no more wake-ups than `periodic:60m`, a tenth of its refreshes."""
+def replay_within_hourly_timers_budget(trace):
+    """`bgpolicy` and `periodic:60m` on `trace`, once issue 5's bounds on every trace are
+    checked: no more wake-ups than `periodic:60m`, a tenth of its refreshes."""
+    ours = replay(trace, "bgpolicy")
+    hourly = replay(trace, "periodic:60m")
     assert ours["wakeups_per_day"] <= hourly["wakeups_per_day"], (ours, hourly)
     assert ours["refreshes_per_day"] <= 0.1 * hourly["refreshes_per_day"], (ours, hourly)
+    return ours, hourly
 
 
 @pytest.fixture(scope="module")
@@ -230,10 +234,8 @@ def desktop(tmp_path_factory):
 
 
 def test_desktop_sessions_are_fresher_than_hourly_timers_with_a_tenth_of_the_refreshes(desktop):
-    ours = replay(desktop, "bgpolicy")
-    hourly = replay(desktop, "periodic:60m")
-    assert_within_hourly_timers_budget(ours, hourly)
-    # 1.66× (0.413 against 0.248). With windows after opens alone it scored 1.51×; before the
+    ours, hourly = replay_within_hourly_timers_budget(desktop)
+    # 1.63× (0.404 against 0.248). With windows after opens alone it scored 1.51×; before the
     # app threshold, when it spent its budget one app at a time all day, 0.93×.
     assert ours["freshness_15m"] >= 1.58 * hourly["freshness_15m"], (ours, hourly)
 
@@ -247,10 +249,40 @@ def test_sparse_sessions_are_served_by_the_window_after_an_open(sparse):
     # Sessions of a few apps each opened once and kept open: apps are rarely reopened soon after
     # a close, and the next app of a session comes a few minutes after the last. The window
     # after an open serves there, with the apps the user is likely to go on to
-    # (`FollowEstimator`): 1.40× periodic:60m (0.307 against 0.219). Ranked by the slot model
+    # (`FollowEstimator`): 1.36× periodic:60m (0.297 against 0.219). Ranked by the slot model
     # instead, whose chances at that moment were no higher than at any grid point, it scored
     # 0.71×; with windows after closes alone, 0.43× (Docs/Replay.md).
-    ours = replay(sparse, "bgpolicy")
-    hourly = replay(sparse, "periodic:60m")
-    assert_within_hourly_timers_budget(ours, hourly)
+    ours, hourly = replay_within_hourly_timers_budget(sparse)
     assert ours["freshness_15m"] >= 1.3 * hourly["freshness_15m"], (ours, hourly)
+
+
+# Most desktops have many apps installed and use a few: `--rare N` adds N apps opened 1–4 times
+# over the trace. The budget grows with them (it is a share of `periodic`'s refreshes, and
+# `periodic` refreshes every app of the trace), so wake-ups are what binds, not refreshes.
+@pytest.fixture(scope="module")
+def seldom10(tmp_path_factory):
+    return desktop_trace(tmp_path_factory, "--rare", "10", "8")
+
+
+def test_many_apps_installed_do_not_wake_the_machine_more_than_hourly_timers(seldom10):
+    # Seed 8 with 10 apps seldom used: 23.4 wake-ups a day against periodic:60m's 24.0. Before
+    # every wake-up counted toward the planner's target (only whether a slot had one did), the
+    # windows after opens and after use took the budget's room to 31.9 a day.
+    ours, hourly = replay_within_hourly_timers_budget(seldom10)
+    assert ours["freshness_15m"] >= 2.2 * hourly["freshness_15m"], (ours, hourly)
+
+
+@pytest.fixture(scope="module")
+def seldom30(tmp_path_factory):
+    return desktop_trace(tmp_path_factory, "--rare", "30", "5")
+
+
+def test_with_many_apps_installed_the_desktop_targets_hold(seldom30):
+    # Seed 5 with 30 apps seldom used: 2.63× periodic:60m and 66 % of oracle:10m, issue 5's
+    # targets for desktop traces (2.5×, 60 %), at 21.5 wake-ups a day. Each window after an open
+    # or after use that opens also takes what a grid window would (`chooseAlongside`); without
+    # that, 2.26×.
+    ours, hourly = replay_within_hourly_timers_budget(seldom30)
+    oracle = replay(seldom30, "oracle:10m")
+    assert ours["freshness_15m"] >= 2.5 * hourly["freshness_15m"], (ours, hourly)
+    assert ours["freshness_15m"] >= 0.6 * oracle["freshness_15m"], (ours, oracle)

@@ -4,15 +4,17 @@
 ///
 /// - **Slots.** Time is cut into 15-min slots aligned to the Unix epoch. `advance(to:)` closes
 ///   every slot that has ended (the predictor learns whether each app was opened in it) and
-///   counts a slot that passed without a refresh window.
+///   adapts the thresholds to the wake-ups the slot had.
 /// - **Whether to refresh in a window.** A window's value is the expected share of the coming
 ///   slot's opens it would serve: the probability that the user opens some app in the slot
 ///   (`UsagePredictor.probabilityOfAnyOpen`, the user-level model) times the share of the apps'
 ///   predicted opens that the apps it can afford carry. Refreshes go out when the value reaches a
-///   threshold that adapts online so that about `targetWakesPerDay` windows carry refreshes per
-///   day, or fewer when the budget could not fill them (an online quantile: raised after a window
-///   with refreshes, lowered a little after each slot without), and never more than
-///   `maxWakesPerDay` in any 24 hours. So refresh windows go to the moments after recent use, the
+///   threshold that adapts online so that about `targetWakesPerDay` wake-ups carry refreshes per
+///   day, or fewer when the budget could not fill them (an online quantile: raised a step for
+///   each wake-up, lowered a little after each slot), and never more than `maxWakesPerDay` in
+///   any 24 hours. Every wake-up counts, whatever window it came in, refreshes within 60 s of a
+///   wake-up's first being that wake-up (as replay's figure counts them): several in a slot
+///   count several. So refresh windows go to the moments after recent use, the
 ///   times of day and the days when opens are likeliest, and likeliest to be of apps the budget
 ///   can cover, whatever this user's pattern is; an active user gets many windows in a row, a
 ///   sleeping one none.
@@ -37,6 +39,10 @@
 ///   15 min of another app's open (`FollowEstimator`) reaches both thresholds, likeliest first,
 ///   as many as the pool holds. The slot model does not rank these: it learns at slot starts,
 ///   where a moment-old open is seldom the situation.
+/// - **Alongside.** A window after use or after an open that opens (it chose a refresh) may
+///   also take what a grid window would take then (`chooseAlongside`), without weighing its
+///   worth again: it is the same wake-up. Where the budget is large (many apps registered, a
+///   few in use), wake-ups bind rather than refreshes, and this makes each serve more.
 /// - **Budget.** A shared pool accrues `refreshesPerAppPerDay` refreshes a day for every known
 ///   app, up to one day's worth; a refresh spends one, and a window spends at most its share,
 ///   the daily accrual over `targetWakesPerDay` (the window after an open has no share: the
@@ -62,7 +68,7 @@ public struct RefreshPlanner: Sendable {
     }
 
     public var slotSeconds: Double
-    public var targetWakesPerDay: Double = 22
+    public var targetWakesPerDay: Double = 21
     /// A safety bound: never more refresh windows than this in any 24 hours.
     public var maxWakesPerDay = 48
     public var refreshesPerAppPerDay: Double = 2.2
@@ -108,6 +114,8 @@ public struct RefreshPlanner: Sendable {
     private var follow = FollowEstimator()
     private var recentWakes: [Double] = []
     private var logThreshold = ReplayMath.log(0.2)
+    /// The threshold a window's worth must reach now (see "Whether to refresh in a window").
+    var windowThreshold: Double { ReplayMath.exp(logThreshold) }
     /// The least score an app must have to be refreshed (see "Which apps").
     private var logAppThreshold = ReplayMath.log(0.01)
     /// Step of the app threshold's adaptation per slot, in log units, and the share of a day's
@@ -125,6 +133,8 @@ public struct RefreshPlanner: Sendable {
     private var currentSlot: Double?
     /// Whether a window with refreshes opened in the current slot.
     private var wokeInSlot = false
+    /// The wake-ups (`recentWakes`) in the current slot.
+    private var wakesInSlot = 0
 
     public init(slotSeconds: Double = 900, utcOffsetSeconds: Double = 0, registeredAppCount: Int = 0) {
         self.slotSeconds = slotSeconds
@@ -243,11 +253,14 @@ public struct RefreshPlanner: Sendable {
 
     private mutating func closeSlot() {
         guard currentSlot != nil else { return }
-        defer { wokeInSlot = false }
+        defer {
+            wokeInSlot = false
+            wakesInSlot = 0
+        }
         guard adaptsThresholds else { return }
         let known = Double(knownApps)
         let q = min(targetWakesPerDay, refreshesPerAppPerDay * known) * slotSeconds / 86_400
-        logThreshold += Self.thresholdStep * ((wokeInSlot ? 1 : 0) - q)
+        logThreshold += Self.thresholdStep * (Double(wakesInSlot) - q)
         let daily = refreshesPerAppPerDay * known
         if daily > 0 { logAppThreshold += Self.appThresholdStep * (Self.poolTarget - tokens / daily) }
     }
@@ -304,21 +317,61 @@ public struct RefreshPlanner: Sendable {
         chooseIndices(at: time, among: candidates, opportunistic: opportunistic).map { candidates[$0].appID }
     }
 
+    /// The apps among `candidates` to refresh alongside the refreshes of a window after an open
+    /// or after use that is opening anyway (it chose some): ranked and limited as `choose` ranks
+    /// and limits them (the slot model, a window's share of the budget, the app threshold), but
+    /// the window's worth is not weighed again, and it counts as no second window: the machine
+    /// is awake for it already. When the refresh budget is plentiful (many apps registered, a
+    /// few in use), wake-ups are what binds, and these make each one serve more. Does not change
+    /// the state: call `recordWindow` with what was started.
+    public func chooseAlongside(at time: Double, among candidates: [Candidate]) -> [String] {
+        chooseAlongsideIndices(at: time, among: candidates).map { candidates[$0].appID }
+    }
+
+    /// What a window must pass before its candidates are ranked.
+    enum WindowGate {
+        /// A window of its own: the budget, the wake-up bound, one a slot unless opportunistic,
+        /// and the window's worth against the threshold.
+        case window(opportunistic: Bool)
+        /// Refreshes that join a window opening anyway: a token left, nothing more.
+        case alongside
+    }
+
     /// `choose`, as indices into `candidates`, in the order chosen. Candidates whose `skip` entry
     /// is true are left out, as if absent. An `opportunistic` window may open in a slot that
     /// already had one. `located`, when given, is `locate(_:)` of the same candidates (worked
     /// out once for a decision and its look-ahead).
     func chooseIndices(at time: Double, among candidates: [Candidate], skip: [Bool]? = nil,
                        located: [Located?]? = nil, opportunistic: Bool = false) -> [Int] {
-        guard mayOpenWindow(opportunistic: opportunistic) else { return [] }
+        choose(at: time, among: candidates, skip: skip, located: located, gate: .window(opportunistic: opportunistic))
+    }
+
+    /// `chooseAlongside`, as indices into `candidates`; `skip` and `located` as for `chooseIndices`.
+    func chooseAlongsideIndices(at time: Double, among candidates: [Candidate], skip: [Bool]? = nil,
+                                located: [Located?]? = nil) -> [Int] {
+        choose(at: time, among: candidates, skip: skip, located: located, gate: .alongside)
+    }
+
+    /// The one chooser behind `chooseIndices` and `chooseAlongsideIndices`.
+    private func choose(at time: Double, among candidates: [Candidate], skip: [Bool]?, located: [Located?]?,
+                        gate: WindowGate) -> [Int] {
+        switch gate {
+        case .window(let opportunistic): guard mayOpenWindow(opportunistic: opportunistic) else { return [] }
+        case .alongside: guard tokens >= 1 else { return [] }
+        }
         // The cheap tests first: is anyone eligible, is the window worth it; then rank. Looking
         // ahead (`nextWindow`) tries many slots, and most fail the threshold.
         let eligible = eligibleCandidates(at: time, among: candidates, skip: skip, located: located)
         guard !eligible.isEmpty else { return [] }
+        // The chance of an open in the slot and the threshold, for a window of its own.
+        var worth: (anyOpen: Double, threshold: Double)?
+        if case .window = gate {
+            guard let chance = openChance(at: time) else { return [] }
+            worth = chance
+        }
         // The slot whose opens this window's refreshes serve: this one, or a later one for a
         // long `[refresh] lead`.
         let target = time + predictionOffset
-        guard let (anyOpen, threshold) = openChance(at: time) else { return [] }
         // The predicted opens of every app in use, candidate or not (in app order).
         let predicted = predictor.probabilitiesOfActiveApps(inSlotAt: target, inactiveAfter: inactiveAfterSeconds)
         var total = 0.0
@@ -342,6 +395,8 @@ public struct RefreshPlanner: Sendable {
         }
         chosen.removeAll { scores[$0] < appThreshold }
         guard !chosen.isEmpty else { return [] }
+        // A window opening anyway is not weighed again.
+        guard let (anyOpen, threshold) = worth else { return chosen.map { eligible[$0].candidate } }
         // The window is worth what it serves: the chance of an open in the slot, times the share
         // of the apps' predicted opens that the chosen apps carry.
         let served = chosen.reduce(0.0) { $0 + opens[$1] }
@@ -450,7 +505,10 @@ public struct RefreshPlanner: Sendable {
             if let position = predictor.position(of: app) { lastRefreshByPosition[position] = time }
         }
         tokens = max(tokens - Double(refreshed.count), 0)
-        if recentWakes.last.map({ time - $0 >= 60 }) ?? true { recentWakes.append(time) }
+        if recentWakes.last.map({ time - $0 >= 60 }) ?? true {
+            recentWakes.append(time)
+            wakesInSlot += 1
+        }
         wokeInSlot = true
     }
 

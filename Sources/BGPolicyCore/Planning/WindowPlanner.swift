@@ -6,10 +6,10 @@ public struct WakeWindow: Sendable, Equatable {
         /// The machine is awake and in use anyway.
         case opportunistic(OpportunityReason)
         /// An app was just opened: a window for the refreshes the refresh planner chooses among
-        /// the apps not in use, and nothing else.
+        /// the apps not in use (and, if it opens, what it takes alongside), and nothing else.
         case afterOpen
-        /// The user just left an app: a window for that app's refresh alone, if the refresh
-        /// planner chooses it.
+        /// The user just left an app: a window for that app's refresh, if the refresh planner
+        /// chooses it (and then for what it takes alongside).
         case afterUse
     }
 
@@ -34,8 +34,10 @@ public struct WakeWindow: Sendable, Equatable {
 ///   refreshes only, for `windowSpan`: when the user opens an app (`PlanningFacts.appOpenedAt`),
 ///   for the refreshes the refresh planner chooses among the apps not in use, the apps the user
 ///   is likely to go on to (`afterOpenWindow`, `RefreshPlanner.chooseAfterOpen`); when the
-///   user leaves an app (`PlanningFacts.appLeft`), for that app's refresh alone, if the
-///   planner chooses it (`afterUseWindow`). Every eligible piece of
+///   user leaves an app (`PlanningFacts.appLeft`), for that app's refresh, if the planner
+///   chooses it (`afterUseWindow`). Either, when it opens, also takes the refreshes of apps not
+///   in use that a grid window would take then (`RefreshPlanner.chooseAlongside`): the machine
+///   is awake for it anyway. Every eligible piece of
 ///   work of every app starts in the same window; a time rule (an `earliest_begin`, a penalty)
 ///   that lifts between two grid points lifts at the next one, so work due close together is
 ///   batched.
@@ -156,10 +158,10 @@ public struct WindowPlanner: SchedulingPolicy {
         // `refresh`: the index of the app's refresh among `candidates`, if it has one.
         var ready: [Ready] = []
         var candidates: [RefreshPlanner.Candidate] = []
-        // The app left's refresh, by its index among `candidates`; and, for the window after an
-        // open, the candidates it may not take (apps in use, or not ready in it).
+        // The app left's refresh, by its index among `candidates`; and, for the windows for
+        // refreshes only, the candidates they may not take (apps in use, or not ready in it).
         var leftCandidate: Int?
-        var notAfterOpen: [Bool] = []
+        var notRefreshOnly: [Bool] = []
 
         // Read in place: each app's work is lent to the rules, not copied.
         work.withUnsafeBufferPointer { work in
@@ -184,12 +186,12 @@ public struct WindowPlanner: SchedulingPolicy {
                 if window == nil {
                     if !requests.isEmpty || wakes { waitsForWindow = true }
                     // In a window for refreshes only, an app's refresh alone may go, if the
-                    // planner chooses it: the app just left's, and after an open any app's not
-                    // in use.
+                    // planner chooses it: the app just left's, and any app's not in use (after
+                    // an open, or alongside either window's refreshes).
                     guard let refresh, afterOpen != nil || afterUse != nil else { continue }
-                    let open = afterOpen != nil && !inUse.contains(work[index].app.record.appID)
+                    let open = !inUse.contains(work[index].app.record.appID)
                     // Every candidate passes here when no window is open, in order.
-                    if afterOpen != nil { notAfterOpen.append(!open) }
+                    notRefreshOnly.append(!open)
                     if left || open { ready.append(Ready(work: index, requests: runnable.prefix(1), refresh: refresh, content: false)) }
                     continue
                 }
@@ -225,14 +227,25 @@ public struct WindowPlanner: SchedulingPolicy {
                     chosen[index] = true
                     count += 1
                 }
-            } else if afterOpen != nil {
+            } else if afterOpen != nil || afterUse != nil {
                 // Not the apps in use, nor the app left (its own window had its say).
-                var skip = notAfterOpen
+                var skip = notRefreshOnly
                 if let index = leftCandidate { skip[index] = true }
-                for index in planner.chooseAfterOpenIndices(at: context.now, among: candidates, skip: skip, located: located) {
-                    chosen[index] = true
-                    count += 1
-                    afterOpenChose = true
+                if afterOpen != nil {
+                    for index in planner.chooseAfterOpenIndices(at: context.now, among: candidates, skip: skip, located: located) {
+                        chosen[index] = true
+                        skip[index] = true
+                        count += 1
+                        afterOpenChose = true
+                    }
+                }
+                // A window that opens takes what a grid window would take among the rest too:
+                // the machine is awake for it anyway.
+                if count > 0 {
+                    for index in planner.chooseAlongsideIndices(at: context.now, among: candidates, skip: skip, located: located) {
+                        chosen[index] = true
+                        count += 1
+                    }
                 }
             }
             if count < candidates.count,

@@ -7,6 +7,8 @@
 ///   `RefreshPlanner.chooseAfterOpen`);
 /// - a second after each close, for the app just left alone, if the planner chooses it
 ///   (`RefreshPlanner.choosesAfterUse`).
+/// When one of these two opens (it chose a refresh), it also takes the apps not in use that a
+/// grid window would take then (`RefreshPlanner.chooseAlongside`).
 /// In each window the apps with a pending refresh request (each app resubmits after each open
 /// and each refresh) are the candidates, all in good standing (a trace has no slice results).
 /// A refresh at a grid point serves opens in the next 15 minutes, so its lead before a
@@ -79,6 +81,15 @@ public struct PredictivePolicy: ReplayPolicy {
             let more = onGrid
                 ? planner.choose(at: time, among: candidates, opportunistic: opened || !chosen.isEmpty)
                 : planner.chooseAfterOpen(at: time, among: candidates)
+            planner.recordWindow(at: time, refreshed: more)
+            for app in more { pending.remove(app) }
+            chosen += more
+        }
+        // A window after use or after an open that is opening takes what a grid window would
+        // take among the apps not in use: the machine is awake for it anyway.
+        if !chosen.isEmpty, !onGrid {
+            let candidates = pending.subtracting(inUse).sorted().map { RefreshPlanner.Candidate(appID: $0) }
+            let more = planner.chooseAlongside(at: time, among: candidates)
             planner.recordWindow(at: time, refreshed: more)
             for app in more { pending.remove(app) }
             chosen += more
