@@ -1032,7 +1032,7 @@ def main_activated(args):
     if args.submit:
         try:
             call(conn, SCHEDULER, "Submit", "ssa{sv}",
-                 (args.identifier, "refresh", submit_options(earliest_begin=later(3600))))
+                 (args.identifier, "refresh", submit_options(earliest_begin=later(args.due_in))))
             program.record("Submitted", identifier=args.identifier)
         except AgentError as error:
             program.record("SubmitFailed", name=error.name, message=error.message)
@@ -1115,7 +1115,8 @@ def main(argv=None):
     p.add_argument("--identifier", required=True)
     p.add_argument("--log", required=True)
     p.add_argument("--proc-root")
-    p.add_argument("--submit", action="store_true", help="submit a refresh due in an hour, then exit")
+    p.add_argument("--submit", action="store_true", help="submit a refresh (due in --due-in seconds), then exit")
+    p.add_argument("--due-in", type=float, default=3600, help="the submitted refresh's earliest_begin, from now")
     p.add_argument("--work-seconds", type=float, default=0.2)
     p.add_argument("--start-delay", type=float, default=0, help="seconds to wait before connecting, when started")
     p.add_argument("--limit", type=int, default=60)

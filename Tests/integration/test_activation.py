@@ -164,6 +164,55 @@ def test_apps_the_agent_starts_take_turns(activation_world):
                                                           if start > min(s for s, _ in spans) + 1), (waited, spans)
 
 
+def test_a_launch_waiting_its_turn_is_held_when_background_work_is_switched_off(activation_world):
+    """With one start at a time, two apps not running are due in the same window, and each takes
+    3 s to start. The user switches background work off while
+    the second waits for the first: the first start goes on, the second is held (logged), its
+    request stays pending, and nothing starts it. Switched back on, it runs in the next window."""
+    world = activation_world
+    apps = ["org.example.SlowMail", "org.example.SlowNotes"]
+    logs = {app_id: world.tmp / f"{app_id}.log" for app_id in apps}
+
+    def command(app_id, *extra):
+        return [str(part) for part in [
+            PYTHON, th.__file__, "activated", "--app-id", app_id, "--bus-name", app_id,
+            "--identifier", f"{app_id}.refresh", "--log", logs[app_id], "--proc-root", world.proc_root, *extra]]
+
+    for app_id in apps:
+        (world.service_dir / f"{app_id}.service").write_text(
+            f"[D-BUS Service]\nName={app_id}\nExec={' '.join(command(app_id, '--start-delay', 3))}\n")
+    agent = world.start_agent(config="[slices]\nrefresh = 10s\nexpiration_warning = 2s\nconcurrent_starts = 1\n")
+    env = dict(os.environ, DBUS_SESSION_BUS_ADDRESS=world.address)
+    # Both requests lift at the same second (the tests' 1-s grid), so one window takes both.
+    due = int(time.time()) + 8.5
+    for app_id in apps:
+        first = th.ch.Proc([*command(app_id, "--submit", "--due-in", due - time.time())], env,
+                           name=f"first run of {app_id}")
+        world.stack.push(first)
+        assert first.popen.wait(timeout=20) == 0, f"{read_log(logs[app_id])}\n{first.stderr()}"
+        th.wait_until(lambda: (agent.app_record(app_id) or {}).get("connected") is False, 5, f"{app_id} is gone")
+
+    def launched(app_id):
+        return [e for e in read_log(logs[app_id]) if e["type"] == "Launched"]
+    first_app = th.wait_until(lambda: next((a for a in apps if launched(a)), None), due - time.time() + 15,
+                              "the window starts one of the apps")
+    agent.set_global_enabled(False)
+    held_app = next(a for a in apps if a != first_app)
+    th.wait_until(lambda: [line for line in agent.stderr().splitlines()
+                           if "Launch held" in line and f"app.id={held_app}" in line], 10,
+                  f"{held_app}'s launch is held after its wait")
+    th.wait_until(lambda: [e for e in read_log(logs[first_app]) if e["type"] == "RunTask"], 10,
+                  f"{first_app}'s start goes on")
+    time.sleep(1.5)
+    assert launched(held_app) == [], read_log(logs[held_app])
+    assert [p["identifier"] for p in agent.list_pending() if p["app_id"] == held_app] == [f"{held_app}.refresh"]
+
+    agent.set_global_enabled(True)
+    run = th.wait_until(lambda: [e for e in read_log(logs[held_app]) if e["type"] == "RunTask"], 20,
+                        f"{held_app} runs once switched back on")
+    assert run[0]["identifier"] == f"{held_app}.refresh", run
+
+
 def test_an_app_the_user_opens_while_it_waits_its_turn_is_not_started_again(activation_world):
     """With one start at a time, Mail waits while Notes takes 3 s to start. The user opens Mail
     meanwhile: its slice goes to that process (no second one is started), and the open is the
