@@ -147,7 +147,7 @@ extension TaskEngine {
         return PlanningFacts(
             refresh: refreshPlanner, opportunity: opportunity, refreshWeights: weights,
             contentAvailable: Set(contentWakeApps()), appOpenedAt: appOpenedAt, appLeft: appLeft,
-            appsInUse: appsInUse)
+            refreshWindow: refreshWindow, appsInUse: appsInUse)
     }
 
     /// An app's standing when refreshes are shared out: halved for every two `no-data` answers

@@ -123,6 +123,11 @@ extension TaskEngine {
         noteHolds(of: work, asked: full ? nil : candidates, decision: decision, context: facts)
         let refreshed = decision.refreshed.filter { !delivering.contains($0) }
         if !refreshed.isEmpty { refreshPlanner?.recordWindow(at: now, refreshed: refreshed.map(\.rawValue)) }
+        // A window for refreshes only that opened takes what a grid window would for the rest
+        // of its minute (`PlanningFacts.refreshWindow`).
+        if !refreshed.isEmpty, let window = decision.window, window.kind == .afterOpen || window.kind == .afterUse {
+            refreshWindow = window
+        }
         for launch in decision.launches where !delivering.contains(launch.appID) {
             delivering.insert(launch.appID)
             Task {

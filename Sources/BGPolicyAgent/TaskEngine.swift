@@ -88,6 +88,8 @@ actor TaskEngine {
     var appOpenedAt: UnixTime?
     /// The app the user last left, and when (`PlanningFacts.appLeft`).
     var appLeft: AppLeft?
+    /// The window for refreshes only that last started refreshes (`PlanningFacts.refreshWindow`).
+    var refreshWindow: WakeWindow?
     /// Apps the user opened and has not left since (`noteOpen`, `noteLeft`), as the usage log
     /// read at start, the user manager's running app units (`appUnitsRunning`) and every open
     /// and leave since say.

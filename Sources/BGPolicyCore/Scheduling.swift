@@ -154,9 +154,14 @@ public struct PlanningFacts: Sendable {
     /// (the user is at work, and apps are often opened one after another).
     public var appOpenedAt: UnixTime?
     /// The app the user last left, and when: for a short while after, a window opens for that
-    /// app's refresh alone, if the refresh planner chooses it (people come back soon to the
-    /// apps they switch between).
+    /// app's refresh, if the refresh planner chooses it (people come back soon to the apps they
+    /// switch between).
     public var appLeft: AppLeft?
+    /// The window for refreshes only (after an open or after use) that last opened, that is,
+    /// started refreshes: for the rest of its span it also takes what a grid window would
+    /// (`RefreshPlanner.chooseAlongside`), for a request that comes in it too, and `Explain`
+    /// says so.
+    public var refreshWindow: WakeWindow?
     /// Apps the user opened and has not left: the window after an open does not refresh them
     /// (the one after they are left may).
     public var appsInUse: Set<AppID>
@@ -164,7 +169,7 @@ public struct PlanningFacts: Sendable {
     public init(
         refresh: RefreshPlanner? = nil, opportunity: Opportunity? = nil, refreshWeights: [AppID: Double] = [:],
         contentAvailable: Set<AppID> = [], appOpenedAt: UnixTime? = nil, appLeft: AppLeft? = nil,
-        appsInUse: Set<AppID> = []
+        refreshWindow: WakeWindow? = nil, appsInUse: Set<AppID> = []
     ) {
         self.refresh = refresh
         self.opportunity = opportunity
@@ -172,6 +177,7 @@ public struct PlanningFacts: Sendable {
         self.contentAvailable = contentAvailable
         self.appOpenedAt = appOpenedAt
         self.appLeft = appLeft
+        self.refreshWindow = refreshWindow
         self.appsInUse = appsInUse
     }
 }

@@ -348,6 +348,20 @@ struct WindowPlannerTests {
         #expect(alone.launches.isEmpty)
         #expect(alone.window == nil)
         #expect(planner.explain(pending[1], app: apps[newsID]!, context: ctx).blocking.map(\.rule) == [.predictedUse])
+        // Once the window has opened (for Chat's refresh), News' request, coming later in its
+        // minute, goes alongside, and Explain says so; after the minute, it waits again.
+        var openedFacts = ctx.planning
+        openedFacts.refreshWindow = WakeWindow(at: at, kind: .afterOpen)
+        for (now, runs) in [(at + 20, true), (at + 61, false)] {
+            var later = refresh
+            later.advance(to: now)
+            openedFacts.refresh = later
+            let laterCtx = context(now, strategy: .predicted, planning: openedFacts)
+            let decided = planner.decide(pending: [pending[1]], apps: apps, context: laterCtx)
+            #expect(decided.launches.map(\.appID) == (runs ? [newsID] : []))
+            #expect(decided.window == (runs ? WakeWindow(at: at, kind: .afterOpen) : nil))
+            #expect(planner.explain(pending[1], app: apps[newsID]!, context: laterCtx).blocking.isEmpty == runs)
+        }
     }
 
     /// The user switches from Mail to News at 09:02: Mail is left (its window after use) and

@@ -210,18 +210,23 @@ def test_a_refresh_that_did_not_run_is_taken_back(tmp_path):
         assert "refresh-interval" not in explanation["blocking"], explanation
 
 
-def test_leaving_an_app_opens_a_window_for_its_own_refresh(laptop):
+def test_leaving_an_app_opens_a_window_for_its_refresh_and_what_goes_alongside(laptop):
     world = laptop
-    # Three weeks of use: Notes, then Mail two minutes later. The planner learns them, and its
-    # budget fills up.
+    # Three weeks of use: Notes, then Mail two minutes later; and News glanced at every five
+    # minutes, all day. The planner learns them, and its budget fills up.
     def visit(t):
-        return [("org.example.Notes", "foreground", t), ("org.example.Mail", "foreground", t + 120)]
+        return [("org.example.Notes", "foreground", t), ("org.example.Mail", "foreground", t + 120)] + [
+            ("org.example.News", state, t + 300 * k + offset) for k in range(12)
+            for state, offset in (("foreground", 30), ("background", 60))]
     now = time.time()
     agent = restart_with_usage(world.start_agent(planner=True), every_hour_for_three_weeks(visit, 3000))
     notes = world.registered_app("org.example.Notes", ["org.example.Notes.refresh"])
     mail = world.registered_app("org.example.Mail", ["org.example.Mail.refresh"])
-    # Clear of the 15-min grid's windows, with time for the steps below.
-    wait_between_windows(900, 61, 860)
+    news = world.registered_app("org.example.News", ["org.example.News.refresh"])
+    news.scheduler("ReportUsage", "s", ("background",))
+    # Clear of the 15-min grid's windows and of the windows after the registrations' opens,
+    # with time for the steps below.
+    wait_between_windows(900, 61, 860, not_before=time.time() + 61)
     submit_refresh_that_waits(agent, mail, "org.example.Mail")
     # The user leaves Notes: a window for Notes' own refresh (it has none), not for Mail's.
     notes.scheduler("ReportUsage", "s", ("background",))
@@ -230,6 +235,12 @@ def test_leaving_an_app_opens_a_window_for_its_own_refresh(laptop):
     # The user leaves Mail: its refresh goes at once, to be fresh when the user comes back.
     mail.scheduler("ReportUsage", "s", ("background",))
     wait_refresh_delivered(agent, mail, "org.example.Mail", "in a refresh window opened because the user left the app")
+    # That window opened: for the rest of its minute it takes what a grid window would. News'
+    # request, submitted now, goes in it (`chooseAlongside`: News is likely to be opened in any
+    # 15 minutes); the window after use alone takes only the app left's.
+    news.submit("org.example.News.refresh")
+    wait_refresh_delivered(agent, news, "org.example.News", "in a refresh window opened because the user left the app")
+    assert news.events_of("RunTask")[0]["time"] - mail.events_of("RunTask")[0]["time"] < 60
     # The usage log has both reports.
     db = sqlite3.connect(world.tmp / "state" / "bgpolicy" / "bgpolicy.sqlite")
     states = db.execute("SELECT app_id, state FROM usage WHERE time > ? ORDER BY time", (now,)).fetchall()

@@ -120,6 +120,15 @@ public struct WindowPlanner: SchedulingPolicy {
         return (WakeWindow(at: left.at, kind: .afterUse), left.appID)
     }
 
+    /// The window for refreshes only that opened (started refreshes) and is still open now
+    /// (`PlanningFacts.refreshWindow`): it takes what a grid window would, for its span.
+    static func openedRefreshWindow(_ context: SchedulingContext) -> WakeWindow? {
+        guard refreshOnlyWindowsApply(context), let opened = context.planning.refreshWindow,
+            context.now >= opened.at, context.now - opened.at < windowSpan
+        else { return nil }
+        return opened
+    }
+
     /// The next planned window after the one open now (or after now when none is).
     static func nextPlannedWindow(_ context: SchedulingContext) -> UnixTime {
         let grid = grid(context)
@@ -143,6 +152,8 @@ public struct WindowPlanner: SchedulingPolicy {
         // The app just left has its own say in any window, as in replay: a leave that falls in
         // a grid window is still a leave.
         let afterUse = Self.afterUseWindow(context)
+        // A window for refreshes only that already opened: the apps not in use may go alongside.
+        let opened = window == nil ? Self.openedRefreshWindow(context) : nil
         let inUse = context.planning.appsInUse
         let grid = Self.grid(context)
         let predicted = context.configuration.refresh.strategy == .predicted ? context.planning.refresh : nil
@@ -188,7 +199,7 @@ public struct WindowPlanner: SchedulingPolicy {
                     // In a window for refreshes only, an app's refresh alone may go, if the
                     // planner chooses it: the app just left's, and any app's not in use (after
                     // an open, or alongside either window's refreshes).
-                    guard let refresh, afterOpen != nil || afterUse != nil else { continue }
+                    guard let refresh, afterOpen != nil || afterUse != nil || opened != nil else { continue }
                     let open = !inUse.contains(work[index].app.record.appID)
                     // Every candidate passes here when no window is open, in order.
                     notRefreshOnly.append(!open)
@@ -203,6 +214,7 @@ public struct WindowPlanner: SchedulingPolicy {
 
         var chosen = [Bool](repeating: false, count: candidates.count)
         var afterOpenChose = false
+        var alongsideChose = false
         if let planner = predicted, !candidates.isEmpty {
             var count = 0
             let located = planner.locate(candidates)
@@ -227,7 +239,7 @@ public struct WindowPlanner: SchedulingPolicy {
                     chosen[index] = true
                     count += 1
                 }
-            } else if afterOpen != nil || afterUse != nil {
+            } else if afterOpen != nil || afterUse != nil || opened != nil {
                 // Not the apps in use, nor the app left (its own window had its say).
                 var skip = notRefreshOnly
                 if let index = leftCandidate { skip[index] = true }
@@ -239,12 +251,13 @@ public struct WindowPlanner: SchedulingPolicy {
                         afterOpenChose = true
                     }
                 }
-                // A window that opens takes what a grid window would take among the rest too:
-                // the machine is awake for it anyway.
-                if count > 0 {
+                // A window that opens, or opened in the last minute, takes what a grid window
+                // would take among the rest too: the machine is awake for it anyway.
+                if count > 0 || opened != nil {
                     for index in planner.chooseAlongsideIndices(at: context.now, among: candidates, skip: skip, located: located) {
                         chosen[index] = true
                         count += 1
+                        alongsideChose = true
                     }
                 }
             }
@@ -272,14 +285,14 @@ public struct WindowPlanner: SchedulingPolicy {
             launches.append(Launch(appID: appID, requests: requests, sliceLength: sliceLength, contentAvailable: entry.content))
         }
         // In windows for refreshes only, the app left's launch is in the window after use, any
-        // other in the one after an open.
+        // other in the one after an open, or alongside in the one that opened.
         var leftRefreshed: AppLeft?
         if let index = leftCandidate, chosen[index], let afterUse {
             leftRefreshed = AppLeft(appID: afterUse.appID, at: afterUse.window.at)
         }
+        let refreshOnly = afterOpenChose ? afterOpen : (leftRefreshed != nil ? afterUse?.window : (alongsideChose ? opened : nil))
         return SchedulingDecision(
-            launches: launches, nextEvaluation: nextEvaluation,
-            window: window ?? (afterOpenChose ? afterOpen : (leftRefreshed != nil ? afterUse?.window : nil)),
+            launches: launches, nextEvaluation: nextEvaluation, window: window ?? refreshOnly,
             refreshed: refreshed.sorted(), leftRefreshed: leftRefreshed)
     }
 
@@ -302,8 +315,12 @@ public struct WindowPlanner: SchedulingPolicy {
                 true
             } else if let window {
                 planner.choose(at: context.now, among: [candidate], opportunistic: window.kind != .planned).contains(appID)
-            } else if Self.afterOpenWindow(context) != nil, !context.planning.appsInUse.contains(request.appID) {
-                planner.chooseAfterOpen(at: context.now, among: [candidate]).contains(appID)
+            } else if !context.planning.appsInUse.contains(request.appID),
+                Self.afterOpenWindow(context) != nil || Self.openedRefreshWindow(context) != nil
+            {
+                (Self.afterOpenWindow(context) != nil && planner.chooseAfterOpen(at: context.now, among: [candidate]).contains(appID))
+                    || (Self.openedRefreshWindow(context) != nil
+                        && planner.chooseAlongside(at: context.now, among: [candidate]).contains(appID))
             } else {
                 false
             }
