@@ -166,9 +166,9 @@ def test_apps_the_agent_starts_take_turns(activation_world):
 
 def test_a_launch_waiting_its_turn_is_held_when_background_work_is_switched_off(activation_world):
     """With one start at a time, two apps not running are due in the same window, and each takes
-    3 s to start. The user switches background work off while
-    the second waits for the first: the first start goes on, the second is held (logged), its
-    request stays pending, and nothing starts it. Switched back on, it runs in the next window."""
+    3 s to start. The user switches background work off while the second waits for the first:
+    the first start goes on, the second is held (logged), its request stays pending, and nothing
+    starts it. Switched back on, it runs in the next window."""
     world = activation_world
     apps = ["org.example.SlowMail", "org.example.SlowNotes"]
     logs = {app_id: world.tmp / f"{app_id}.log" for app_id in apps}
@@ -183,14 +183,16 @@ def test_a_launch_waiting_its_turn_is_held_when_background_work_is_switched_off(
             f"[D-BUS Service]\nName={app_id}\nExec={' '.join(command(app_id, '--start-delay', 3))}\n")
     agent = world.start_agent(config="[slices]\nrefresh = 10s\nexpiration_warning = 2s\nconcurrent_starts = 1\n")
     env = dict(os.environ, DBUS_SESSION_BUS_ADDRESS=world.address)
-    # Both requests lift at the same second (the tests' 1-s grid), so one window takes both.
-    due = int(time.time()) + 8.5
+    # Both requests lift at the same second (the tests' 1-s grid), so one window takes both;
+    # time enough before it for both first runs.
+    due = int(time.time()) + 15.5
     for app_id in apps:
         first = th.ch.Proc([*command(app_id, "--submit", "--due-in", due - time.time())], env,
                            name=f"first run of {app_id}")
         world.stack.push(first)
         assert first.popen.wait(timeout=20) == 0, f"{read_log(logs[app_id])}\n{first.stderr()}"
         th.wait_until(lambda: (agent.app_record(app_id) or {}).get("connected") is False, 5, f"{app_id} is gone")
+    assert time.time() < due - 1, "the first runs took too long for the test's window"
 
     def launched(app_id):
         return [e for e in read_log(logs[app_id]) if e["type"] == "Launched"]
