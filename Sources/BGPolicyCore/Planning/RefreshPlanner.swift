@@ -343,18 +343,18 @@ public struct RefreshPlanner: Sendable {
     /// out once for a decision and its look-ahead).
     func chooseIndices(at time: Double, among candidates: [Candidate], skip: [Bool]? = nil,
                        located: [Located?]? = nil, opportunistic: Bool = false) -> [Int] {
-        choose(at: time, among: candidates, skip: skip, located: located, gate: .window(opportunistic: opportunistic))
+        rankedChoice(at: time, among: candidates, skip: skip, located: located, gate: .window(opportunistic: opportunistic))
     }
 
     /// `chooseAlongside`, as indices into `candidates`; `skip` and `located` as for `chooseIndices`.
     func chooseAlongsideIndices(at time: Double, among candidates: [Candidate], skip: [Bool]? = nil,
                                 located: [Located?]? = nil) -> [Int] {
-        choose(at: time, among: candidates, skip: skip, located: located, gate: .alongside)
+        rankedChoice(at: time, among: candidates, skip: skip, located: located, gate: .alongside)
     }
 
     /// The one chooser behind `chooseIndices` and `chooseAlongsideIndices`.
-    private func choose(at time: Double, among candidates: [Candidate], skip: [Bool]?, located: [Located?]?,
-                        gate: WindowGate) -> [Int] {
+    private func rankedChoice(at time: Double, among candidates: [Candidate], skip: [Bool]?, located: [Located?]?,
+                              gate: WindowGate) -> [Int] {
         switch gate {
         case .window(let opportunistic): guard mayOpenWindow(opportunistic: opportunistic) else { return [] }
         case .alongside: guard tokens >= 1 else { return [] }
