@@ -203,9 +203,7 @@ extension TaskEngine {
         logger.info(
             "The wall clock was set; planning again",
             metadata: ["step.seconds": "\(Int(step.rounded()))", "time": "\(Int64(Self.wallNow()))"])
-        evaluationTimer?.cancel()
-        evaluationTimer = nil
-        evaluationTimerDue = nil
+        scheduleEvaluation(at: nil, now: Self.wallNow())
         requestEvaluation()
     }
 

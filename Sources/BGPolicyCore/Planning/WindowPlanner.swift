@@ -315,9 +315,7 @@ public struct WindowPlanner: SchedulingPolicy {
                 true
             } else if let window {
                 planner.choose(at: context.now, among: [candidate], opportunistic: window.kind != .planned).contains(appID)
-            } else if !context.planning.appsInUse.contains(request.appID),
-                Self.afterOpenWindow(context) != nil || Self.openedRefreshWindow(context) != nil
-            {
+            } else if !context.planning.appsInUse.contains(request.appID) {
                 (Self.afterOpenWindow(context) != nil && planner.chooseAfterOpen(at: context.now, among: [candidate]).contains(appID))
                     || (Self.openedRefreshWindow(context) != nil
                         && planner.chooseAlongside(at: context.now, among: [candidate]).contains(appID))
