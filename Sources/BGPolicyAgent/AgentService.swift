@@ -109,56 +109,64 @@ public struct AgentService: Service {
                 "state.dir": "\(environment.stateDirectory)", "config": "\(environment.configSource ?? "defaults")",
             ])
 
-        try await cancelWhenGracefulShutdown {
-            try await withThrowingTaskGroup(of: Void.self) { group in
-                group.addTask {
-                    await connection.objects.serve()
-                    // serve() ends before cancellation only when the connection is gone.
-                    guard Task.isCancelled else { throw AgentError.busLost }
-                }
-                // The conditions never end the agent: their sources outlive every daemon.
-                group.addTask { await conditions.run() }
-                // Like the conditions, never ends the agent: a missing manager means no events.
-                group.addTask {
-                    await appUnits.run(logger: log) { running in
-                        await engine.appUnitsRunning(running)
-                    } report: { event in
-                        await engine.appUnitChanged(event)
+        // However the agent ends, the refresh planner's state is stored on the way out: the
+        // next start takes it back (`TaskEngine.restorePlannerState`).
+        do {
+            try await cancelWhenGracefulShutdown {
+                try await withThrowingTaskGroup(of: Void.self) { group in
+                    group.addTask {
+                        await connection.objects.serve()
+                        // serve() ends before cancellation only when the connection is gone.
+                        guard Task.isCancelled else { throw AgentError.busLost }
                     }
-                }
-                // The wall clock being set (a step by NTP or by hand): the engine plans again.
-                group.addTask {
-                    await WallClockWatch.run(logger: log) { await engine.wallClockSet() }
-                }
-                group.addTask {
-                    await connection.waitUntilDisconnected()
-                    guard Task.isCancelled else { throw AgentError.busLost }
-                }
-                group.addTask {
-                    for try await signal in vanished {
-                        if case .string(let name)? = signal.body.first, name.hasPrefix(":") {
-                            await engine.connectionVanished(name)
+                    // The conditions never end the agent: their sources outlive every daemon.
+                    group.addTask { await conditions.run() }
+                    // Like the conditions, never ends the agent: a missing manager means no events.
+                    group.addTask {
+                        await appUnits.run(logger: log) { running in
+                            await engine.appUnitsRunning(running)
+                        } report: { event in
+                            await engine.appUnitChanged(event)
                         }
                     }
-                }
-                group.addTask {
-                    for try await signal in nameLost {
-                        if case .string(BGPolicyNames.busName)? = signal.body.first {
-                            throw AgentError.nameLost(name: BGPolicyNames.busName)
+                    // The wall clock being set (a step by NTP or by hand): the engine plans again.
+                    group.addTask {
+                        await WallClockWatch.run(logger: log) { await engine.wallClockSet() }
+                    }
+                    group.addTask {
+                        await connection.waitUntilDisconnected()
+                        guard Task.isCancelled else { throw AgentError.busLost }
+                    }
+                    group.addTask {
+                        for try await signal in vanished {
+                            if case .string(let name)? = signal.body.first, name.hasPrefix(":") {
+                                await engine.connectionVanished(name)
+                            }
                         }
                     }
-                }
-                // The first task to end ends the agent; on graceful shutdown all end together.
-                defer { group.cancelAll() }
-                do {
-                    // Conditions, app units and the clock watch return only when cancelled, so the first task to end is
-                    // serve(), the session bus, or NameLost.
-                    try await group.next()
-                } catch DBusError.disconnected {
-                    throw AgentError.busLost
+                    group.addTask {
+                        for try await signal in nameLost {
+                            if case .string(BGPolicyNames.busName)? = signal.body.first {
+                                throw AgentError.nameLost(name: BGPolicyNames.busName)
+                            }
+                        }
+                    }
+                    // The first task to end ends the agent; on graceful shutdown all end together.
+                    defer { group.cancelAll() }
+                    do {
+                        // Conditions, app units and the clock watch return only when cancelled, so the first task to end is
+                        // serve(), the session bus, or NameLost.
+                        try await group.next()
+                    } catch DBusError.disconnected {
+                        throw AgentError.busLost
+                    }
                 }
             }
+        } catch {
+            await engine.savePlannerState(advancing: true)
+            throw error
         }
+        await engine.savePlannerState(advancing: true)
         logger.info("Agent stopped")
     }
 }

@@ -56,6 +56,42 @@ extension TaskEngine {
         }
     }
 
+    /// Takes back what the refresh planner stored before the agent last stopped
+    /// (`RefreshPlanner.Snapshot`: the last refreshes, the day's wake-ups, the budget, the
+    /// thresholds), once it has learned from the usage log. Without it (a first start, a
+    /// store that cannot be read) the planner starts from its defaults.
+    func restorePlannerState(now: UnixTime) {
+        guard refreshPlanner != nil else { return }
+        do {
+            guard let snapshot = try store.plannerSnapshot() else { return }
+            refreshPlanner?.restore(snapshot, at: now)
+            logger.info(
+                "Refresh planner state restored",
+                metadata: ["wakes.day": "\(snapshot.wakes.count)", "refreshes.day": "\(snapshot.lastRefresh.count)"])
+        } catch {
+            logger.warning(
+                "Could not read the refresh planner's stored state; its budget and thresholds start afresh",
+                metadata: ["error": "\(error)"])
+        }
+    }
+
+    /// Stores what the refresh planner must not forget across a restart: after every window
+    /// that refreshed, a refresh taken back, and at stop (`advancing`: the planner first catches
+    /// up to now, since the agent may have slept through slots with nothing due). A failure
+    /// (a full disk) is logged and nothing more: the planner goes on from memory, and only a
+    /// restart before the next save would forget the latest refreshes.
+    func savePlannerState(advancing: Bool = false) {
+        if advancing { refreshPlanner?.advance(to: Self.wallNow()) }
+        guard let snapshot = refreshPlanner?.snapshot() else { return }
+        do {
+            try store.savePlannerSnapshot(snapshot)
+        } catch {
+            logger.warning(
+                "Could not store the refresh planner's state; a restart now would forget the latest refreshes",
+                metadata: ["error": "\(error)"])
+        }
+    }
+
     /// Usage housekeeping: raw events older than 8 weeks fold into the per-hour aggregates
     /// (kept) and go, and when some went the WAL is checkpointed to give the space back. At
     /// start, and after every 1,000 appends. Nothing to prune, no checkpoint: a start is not

@@ -122,7 +122,11 @@ extension TaskEngine {
         let decision = policy.decide(work: work, context: facts)
         noteHolds(of: work, asked: full ? nil : candidates, decision: decision, context: facts)
         let refreshed = decision.refreshed.filter { !delivering.contains($0) }
-        if !refreshed.isEmpty { refreshPlanner?.recordWindow(at: now, refreshed: refreshed.map(\.rawValue)) }
+        if !refreshed.isEmpty {
+            refreshPlanner?.recordWindow(at: now, refreshed: refreshed.map(\.rawValue))
+            // Before the launches: a restart, even a crash, must not refresh these again at once.
+            savePlannerState()
+        }
         // A window for refreshes only that opened takes what a grid window would for the rest
         // of its minute (`PlanningFacts.refreshWindow`).
         if !refreshed.isEmpty, let window = decision.window, window.kind == .afterOpen || window.kind == .afterUse {
@@ -251,6 +255,7 @@ extension TaskEngine {
         defer {
             if let plannedRefreshAt, !refreshRan {
                 refreshPlanner?.refreshDidNotRun(launch.appID.rawValue, recordedAt: plannedRefreshAt)
+                savePlannerState()
             }
             delivering.remove(launch.appID)
             requestEvaluation(for: launch.appID)

@@ -186,6 +186,7 @@ actor TaskEngine {
         } catch {
             logger.error("Could not read the usage log; refresh is planned without the learned history", metadata: ["error": "\(error)"])
         }
+        restorePlannerState(now: now)
         // Apps that registered a bus_name can be started for what is already due.
         requestEvaluation()
         logger.info(

@@ -140,6 +140,31 @@ extension TaskStore {
                 ) WITHOUT ROWID;
                 """)
         }
+        // What the refresh planner must not forget across a restart and cannot learn again
+        // from the usage log (TaskStore+PlannerState.swift, RefreshPlanner.Snapshot).
+        migrator.registerMigration("v5-planner-state") { db in
+            try db.execute(sql: """
+                -- One row: the thresholds, and the refresh budget left as at slot_start, the start
+                -- of the 15-min slot the planner was in.
+                CREATE TABLE planner_state (
+                    id INTEGER PRIMARY KEY CHECK (id = 1),
+                    slot_start REAL NOT NULL,
+                    window_threshold REAL NOT NULL,
+                    app_threshold REAL NOT NULL,
+                    tokens REAL NOT NULL
+                );
+                -- The wake-ups of the last 24 hours.
+                CREATE TABLE planner_wakes (
+                    time REAL PRIMARY KEY NOT NULL
+                ) WITHOUT ROWID;
+                -- Each app's last refresh, for those of the last 24 hours. No foreign
+                -- key: the planner knows apps from the usage log, registered or not.
+                CREATE TABLE planner_refreshes (
+                    app_id TEXT PRIMARY KEY NOT NULL,
+                    time REAL NOT NULL
+                ) WITHOUT ROWID;
+                """)
+        }
         return migrator
     }
 }

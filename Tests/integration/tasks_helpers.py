@@ -181,11 +181,15 @@ def wait_between_windows(grid, after, before, not_before=None):
 
 def restart_with_usage(agent, rows):
     """Restarts `agent` with `rows` (app id, state, time) added to its usage log, which it reads
-    back at start (the agent is the only writer, so only while it is stopped)."""
+    back at start (the agent is the only writer, so only while it is stopped). The rows stand
+    for weeks the agent ran: the refresh planner's state that the agent stored at stop (its
+    budget, of an agent that knew no apps) is not of those weeks, and goes."""
     agent.stop()
     db = sqlite3.connect(agent.world.tmp / "state" / "bgpolicy" / "bgpolicy.sqlite")
     with db:
         db.executemany("INSERT INTO usage (app_id, state, time) VALUES (?, ?, ?)", rows)
+        for table in ("planner_state", "planner_wakes", "planner_refreshes"):
+            db.execute(f"DELETE FROM {table}")
     db.close()
     agent.restart()
     return agent

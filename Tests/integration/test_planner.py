@@ -248,6 +248,52 @@ def test_leaving_an_app_opens_a_window_for_its_refresh_and_what_goes_alongside(l
     assert states[-2:] == [("org.example.Notes", "background"), ("org.example.Mail", "background")], states
 
 
+def test_the_refreshes_that_ran_outlive_a_restart_and_a_crash(laptop):
+    """The agent restarts at every login, and may crash. It learns the usage log again, and
+    takes back what the log cannot tell from the refresh planner's stored state
+    (`RefreshPlanner.Snapshot`, stored after every window and at stop): here, that Mail was
+    just refreshed. Its next refresh waits out the 15-min interval (`refresh-interval`) after a
+    SIGKILL and after a clean stop, as it does without them; a planner that forgot would
+    refresh it in the next window."""
+    world = laptop
+    # As in the test above: Notes, then Mail two minutes later; News glanced at every five
+    # minutes (the user comes back to an app left, so the window after use refreshes it).
+    def visit(t):
+        return [("org.example.Notes", "foreground", t), ("org.example.Mail", "foreground", t + 120)] + [
+            ("org.example.News", state, t + 300 * k + offset) for k in range(12)
+            for state, offset in (("foreground", 30), ("background", 60))]
+    agent = restart_with_usage(world.start_agent(planner=True), every_hour_for_three_weeks(visit, 3000))
+    mail = world.registered_app("org.example.Mail", ["org.example.Mail.refresh"])
+    wait_between_windows(900, 61, 800, not_before=time.time() + 61)
+    submit_refresh_that_waits(agent, mail, "org.example.Mail")
+    # The user leaves Mail: its refresh goes at once, and Mail completes it.
+    mail.scheduler("ReportUsage", "s", ("background",))
+    wait_refresh_delivered(agent, mail, "org.example.Mail", "in a refresh window opened because the user left the app")
+    run = mail.wait_run_task("org.example.Mail.refresh")
+    mail.complete(run["task_id"])
+    mail.submit("org.example.Mail.refresh")
+
+    def blocking():
+        explanation = agent.explain("org.example.Mail", "org.example.Mail.refresh")
+        assert explanation["state"] == "pending", explanation
+        return explanation["blocking"]
+
+    assert "refresh-interval" in blocking()
+    # Killed: no chance to store anything at stop; what was stored at the window holds. Mail
+    # registers again, as apps do when the agent comes back (it was left before: no open).
+    agent.sigkill()
+    agent.restart()
+    mail.register(["org.example.Mail.refresh"], app_id="org.example.Mail")
+    assert "refresh-interval" in blocking(), agent.stderr_tail()
+    assert "Refresh planner state restored" in agent.stderr()
+    # Stopped cleanly (the state is stored again on the way out) and started.
+    agent.stop()
+    agent.restart()
+    mail.register(["org.example.Mail.refresh"], app_id="org.example.Mail")
+    assert "refresh-interval" in blocking(), agent.stderr_tail()
+    assert len(mail.events_of("RunTask")) == 1
+
+
 def test_unlocking_opens_an_opportunistic_window(world):
     logind = world.start_logind(locked=True)
     agent = world.start_agent(config=FINE.replace(f"{GRID}s", "1min"), planner=True)

@@ -50,6 +50,9 @@
 ///   over a span of D days this spends at most 2.2·(D+1)/(24·D) of it: under 10 % once D ≥ 11.
 /// - **Eligible.** The app was opened within the last 7 days (SPEC §2) and was not refreshed in
 ///   the last 15 minutes (SPEC §2), a span that grows as its weight shrinks.
+/// - **Restarts.** The predictor and the estimators learn again from the usage log; what the
+///   log cannot give back (the last refreshes, the day's wake-ups, the pool, the thresholds)
+///   goes through a `Snapshot` the agent stores.
 public struct RefreshPlanner: Sendable {
     /// A refresh the caller could start in this window, and how much the app's record counts.
     public struct Candidate: Sendable, Equatable {
@@ -127,7 +130,8 @@ public struct RefreshPlanner: Sendable {
     /// its usage log at start: that history holds no windows, and adapting to it would take
     /// both thresholds down to nothing (weeks of slots without a refresh), so that for days
     /// after a restart every slot would wake the machine. With it off they keep their starting
-    /// values, or what they were, and adapt again from then on.
+    /// values, or what they were, and adapt again from then on; the agent then restores the
+    /// values it stored (`restore(_:at:)`).
     public var adaptsThresholds = true
     /// The start of the slot being watched, once the first slot has started.
     private var currentSlot: Double?
@@ -578,6 +582,84 @@ public struct RefreshPlanner: Sendable {
             if !chosen.isEmpty { return (slotStart, chosen.map { candidates[$0].appID }) }
         }
         return nil
+    }
+
+    // MARK: Across restarts
+
+    /// What the planner must not forget when the agent restarts, and cannot learn again from
+    /// the usage log: when each app was last refreshed (its refresh interval), the wake-ups of
+    /// the last 24 hours (the bound on them), the refresh budget left, and the two thresholds.
+    /// The agent stores one after every window and at stop (advanced to then), and hands it
+    /// back at start (`restore(_:at:)`), after replaying the usage log.
+    public struct Snapshot: Sendable, Equatable {
+        /// The start of the slot the planner was in: the pool is as it was then.
+        public var slotStart: Double
+        /// The threshold a window's worth must reach (see "Whether to refresh in a window").
+        public var windowThreshold: Double
+        /// The least score an app must have to be refreshed (see "Which apps").
+        public var appThreshold: Double
+        /// Refreshes left in the pool.
+        public var tokens: Double
+        /// The wake-ups (the first refresh of each) of the last 24 hours, oldest first.
+        public var wakes: [Double]
+        /// Each app's last refresh, for those of the last 24 hours.
+        public var lastRefresh: [String: Double]
+
+        public init(slotStart: Double, windowThreshold: Double, appThreshold: Double, tokens: Double,
+                    wakes: [Double], lastRefresh: [String: Double]) {
+            self.slotStart = slotStart
+            self.windowThreshold = windowThreshold
+            self.appThreshold = appThreshold
+            self.tokens = tokens
+            self.wakes = wakes
+            self.lastRefresh = lastRefresh
+        }
+    }
+
+    /// The planner's state that a restart must keep (`Snapshot`), as of the slot it was last
+    /// advanced to; nil before its first slot. A refresh older than a day is left out: no
+    /// interval looks back further (15 min, 2 h for an app in the worst standing).
+    public func snapshot() -> Snapshot? {
+        guard let currentSlot else { return nil }
+        return Snapshot(
+            slotStart: currentSlot, windowThreshold: ReplayMath.exp(logThreshold),
+            appThreshold: ReplayMath.exp(logAppThreshold), tokens: tokens, wakes: recentWakes,
+            lastRefresh: lastRefresh.filter { $0.value > currentSlot - 86_400 })
+    }
+
+    /// Takes back what a `snapshot` kept, at `now`, once the planner has learned from the usage
+    /// log and been advanced to `now`.
+    /// - The thresholds are as they were: they adapt to the wake-ups of the time the agent runs,
+    ///   and it did not run meanwhile (the user was logged out, or the machine off). A value
+    ///   that is not a positive number (a damaged file) leaves the starting one.
+    /// - The pool is what was left, with what accrued since (at most a day's worth), as a
+    ///   planner that had run throughout would have it.
+    /// - The wake-ups and refreshes of the last 24 hours count as if this planner had made them.
+    ///   One stamped after `now` (the clock was set back since) counts as made now.
+    public mutating func restore(_ snapshot: Snapshot, at now: Double) {
+        if snapshot.windowThreshold.isFinite, snapshot.windowThreshold > 0 {
+            logThreshold = ReplayMath.log(snapshot.windowThreshold)
+        }
+        if snapshot.appThreshold.isFinite, snapshot.appThreshold > 0 {
+            logAppThreshold = ReplayMath.log(snapshot.appThreshold)
+        }
+        let daily = refreshesPerAppPerDay * Double(knownApps)
+        if snapshot.tokens.isFinite {
+            let accrued = daily * max(slot(containing: now) - snapshot.slotStart, 0) / 86_400
+            tokens = min(daily, max(snapshot.tokens, 0) + accrued)
+        }
+        recentWakes = snapshot.wakes.filter(\.isFinite).map { min($0, now) }.filter { $0 > now - 86_400 }.sorted()
+        for (app, time) in snapshot.lastRefresh where time.isFinite {
+            let refreshed = min(time, now)
+            guard refreshed > (lastRefresh[app] ?? -.infinity) else { continue }
+            lastRefresh[app] = refreshed
+            if let position = predictor.position(of: app) { lastRefreshByPosition[position] = refreshed }
+        }
+        // The slot under way: its wake-ups, for the threshold, and whether it had a window.
+        if let currentSlot {
+            wakesInSlot = recentWakes.count(where: { $0 >= currentSlot })
+            wokeInSlot = wakesInSlot > 0 || lastRefresh.values.contains { $0 >= currentSlot }
+        }
     }
 
     /// `advance` without the predictor's training: for looking ahead.
