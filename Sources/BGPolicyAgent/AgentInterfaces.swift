@@ -38,7 +38,12 @@ public enum AgentInterfaces {
                         holds, a request held by several rules counting under each; "waiting_summary" (s,
                         with it) the same in words, such as "10 wait for the session to be idle; 3 for the
                         next wake window"; "in_use" (as, when some) the apps the user has open as the
-                        planner sees them (opened and not left), which the window after an open skips.
+                        planner sees them (opened and not left), which the window after an open skips;
+                        "refresh" (a{sv}, with [refresh] strategy = predicted) the refresh planner's
+                        budget and wake-ups: "budget_left" (d) refreshes left in the shared pool,
+                        "budget_per_day" (d) what it gains a day and holds at most, "wakeups_24h" (u)
+                        wake-ups with refreshes in the last 24 hours, "wakeups_target" (d) how many a day
+                        it aims at, "wakeups_max" (u) the most it allows in any 24 hours.
                         Explain gives one request's reasons and earliest window.
                         Later versions add keys; clients must ignore keys they do not know.
                         """)

@@ -140,6 +140,16 @@ extension TaskEngine {
             if inUseStatus == nil { inUseStatus = Variant(appsInUse.map(\.rawValue).sorted()) }
             status["in_use"] = inUseStatus
         }
+        if let planner = refreshPlanner {
+            let refresh: [String: Variant] = [
+                "budget_left": Variant(planner.budgetLeft),
+                "budget_per_day": Variant(planner.budgetPerDay),
+                "wakeups_24h": Variant(UInt32(clamping: planner.wakeUps(inDayUpTo: Self.wallNow()))),
+                "wakeups_target": Variant(planner.targetWakesPerDay),
+                "wakeups_max": Variant(UInt32(clamping: planner.maxWakesPerDay)),
+            ]
+            status["refresh"] = Variant(refresh)
+        }
         let waiting = holdsTotal
         // Only when something waits: the reply of an idle agent stays as small as it was.
         if !waiting.isEmpty {

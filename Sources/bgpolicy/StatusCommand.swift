@@ -69,7 +69,9 @@ struct StatusReport {
     }
 
     /// The keys `schedulingLines` shows (an agent without a scheduler sends none of them).
-    static let scheduling = ["global_enabled", "apps", "pending", "running", "next_window", "waiting", "waiting_summary", "in_use"]
+    static let scheduling = [
+        "global_enabled", "apps", "pending", "running", "next_window", "waiting", "waiting_summary", "in_use", "refresh",
+    ]
 
     /// "Background work: on", "Apps: 3, pending: 1", one line per running slice, and the
     /// next planned window: each only when the agent sends its key.
@@ -96,7 +98,38 @@ struct StatusReport {
         if let inUse = status.strings("in_use"), !inUse.isEmpty {
             lines.append("In use: " + TableText.cell(inUse.joined(separator: ", ")))
         }
+        if let refresh = try? status["refresh"]?.decode([String: Variant].self), let line = Self.refreshLine(refresh) {
+            lines.append("Refresh: " + line)
+        }
         return lines
+    }
+
+    /// The refresh planner's budget and wake-ups: "12 refreshes left of 26.4 a day; 14 wake-ups
+    /// in the last 24 h (aims at 21, at most 48)". Nil when the agent sends neither part, or
+    /// the planner knows no app yet and has woken nothing (all zeros say nothing).
+    static func refreshLine(_ refresh: [String: Variant]) -> String? {
+        if refresh.double("budget_per_day") == 0, (refresh.integer("wakeups_24h") ?? 0) == 0 { return nil }
+        var parts: [String] = []
+        if let left = refresh.double("budget_left") {
+            let whole = Int(left.rounded(.down))
+            var budget = "\(whole) refresh\(whole == 1 ? "" : "es") left"
+            if let perDay = refresh.double("budget_per_day") { budget += " of \(number(perDay)) a day" }
+            parts.append(budget)
+        }
+        if let wakes = refresh.integer("wakeups_24h") {
+            var limits: [String] = []
+            if let target = refresh.double("wakeups_target") { limits.append("aims at \(number(target))") }
+            if let max = refresh.integer("wakeups_max") { limits.append("at most \(max)") }
+            parts.append("\(wakes) wake-up\(wakes == 1 ? "" : "s") in the last 24 h"
+                + (limits.isEmpty ? "" : " (" + limits.joined(separator: ", ") + ")"))
+        }
+        return parts.isEmpty ? nil : parts.joined(separator: "; ")
+    }
+
+    /// A count that may have a fraction: "26", "26.4".
+    private static func number(_ x: Double) -> String {
+        let tenths = (x * 10).rounded()
+        return tenths.truncatingRemainder(dividingBy: 10) == 0 ? "\(Int64(tenths / 10))" : "\(tenths / 10)"
     }
 
     /// One running slice: "org.example.Feeds refresh-feed, sync (slice 7, started 2 min ago,

@@ -64,6 +64,7 @@ struct PlannerRestartTests {
 
         var after = Self.restarted(at: Self.nine, from: snapshot)
         after.maxWakesPerDay = 3
+        #expect(after.wakeUps(inDayUpTo: Self.nine) == 3)
         #expect(after.choose(at: Self.nine, among: Self.candidates).isEmpty)
         var forgot = Self.restarted(at: Self.nine, from: nil)
         forgot.maxWakesPerDay = 3
@@ -82,7 +83,7 @@ struct PlannerRestartTests {
         before.advance(to: Self.nine)
         // Spend the pool down to two refreshes.
         let full = try #require(before.snapshot()).tokens
-        #expect(full == 2.2 * 2)
+        #expect(full == 2.2 * 2 && before.budgetPerDay == full && before.budgetLeft == full)
         before.recordWindow(at: Self.nine, refreshed: [Self.mail, Self.news])
         let snapshot = try #require(before.snapshot())
         #expect(abs(snapshot.tokens - (full - 2)) < 1e-9)

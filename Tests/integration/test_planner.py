@@ -254,7 +254,8 @@ def test_the_refreshes_that_ran_outlive_a_restart_and_a_crash(laptop):
     (`RefreshPlanner.Snapshot`, stored after every window and at stop): here, that Mail was
     just refreshed. Its next refresh waits out the 15-min interval (`refresh-interval`) after a
     SIGKILL and after a clean stop, as it does without them; a planner that forgot would
-    refresh it in the next window."""
+    refresh it in the next window. GetStatus's `refresh` shows the day's wake-up and the budget
+    left carried over too (not a pool refilled by the restart), and `bgpolicy status` says so."""
     world = laptop
     # As in the test above: Notes, then Mail two minutes later; News glanced at every five
     # minutes (the user comes back to an app left, so the window after use refreshes it).
@@ -279,6 +280,20 @@ def test_the_refreshes_that_ran_outlive_a_restart_and_a_crash(laptop):
         return explanation["blocking"]
 
     assert "refresh-interval" in blocking()
+    # GetStatus: that window was the day's one wake-up, and its refresh came out of the pool.
+    before = agent.status()["refresh"]
+    assert before["wakeups_24h"] == 1, before
+    assert before["budget_left"] <= before["budget_per_day"] - 1, before
+    assert (before["wakeups_target"], before["wakeups_max"]) == (21, 48), before
+
+    def same_budget_and_wakeups():
+        # The budget as it was, or a slot's accrual more if the restart crossed into the next.
+        after = agent.status()["refresh"]
+        assert after["wakeups_24h"] == 1, (before, after)
+        assert after["budget_per_day"] == before["budget_per_day"], (before, after)
+        assert before["budget_left"] - 1e-9 <= after["budget_left"] <= (
+            before["budget_left"] + before["budget_per_day"] / 96 + 1e-9), (before, after)
+
     # Killed: no chance to store anything at stop; what was stored at the window holds. Mail
     # registers again, as apps do when the agent comes back (it was left before: no open).
     agent.sigkill()
@@ -286,12 +301,17 @@ def test_the_refreshes_that_ran_outlive_a_restart_and_a_crash(laptop):
     mail.register(["org.example.Mail.refresh"], app_id="org.example.Mail")
     assert "refresh-interval" in blocking(), agent.stderr_tail()
     assert "Refresh planner state restored" in agent.stderr()
+    same_budget_and_wakeups()
     # Stopped cleanly (the state is stored again on the way out) and started.
     agent.stop()
     agent.restart()
     mail.register(["org.example.Mail.refresh"], app_id="org.example.Mail")
     assert "refresh-interval" in blocking(), agent.stderr_tail()
+    same_budget_and_wakeups()
     assert len(mail.events_of("RunTask")) == 1
+    # `bgpolicy status` says it in words.
+    out = agent.cli("status").stdout
+    assert "1 wake-up in the last 24 h (aims at 21, at most 48)" in out, out
 
 
 def test_unlocking_opens_an_opportunistic_window(world):

@@ -283,6 +283,17 @@ public struct RefreshPlanner: Sendable {
 
     private var knownApps: Int { max(predictor.appIDs.count, registeredAppCount) }
 
+    /// Refreshes left in the pool, as at the start of the slot under way.
+    public var budgetLeft: Double { tokens }
+
+    /// What the pool gains a day (and holds at most): `refreshesPerAppPerDay` for every app known.
+    public var budgetPerDay: Double { refreshesPerAppPerDay * Double(knownApps) }
+
+    /// The wake-ups with refreshes in the 24 hours up to `time`.
+    public func wakeUps(inDayUpTo time: Double) -> Int {
+        recentWakes.count(where: { $0 > time - 86_400 && $0 <= time })
+    }
+
     /// Why a candidate cannot refresh at `time` whatever the prediction says, if it cannot.
     public enum Ineligibility: Sendable, Equatable {
         /// Never opened, or not for `inactiveAfterSeconds`.
