@@ -207,6 +207,9 @@ extension TaskEngine {
         logger.info(
             "The wall clock was set; planning again",
             metadata: ["step.seconds": "\(Int(step.rounded()))", "time": "\(Int64(Self.wallNow()))"])
+        // The planner's last refreshes and wake-ups stay as long ago as they were.
+        refreshPlanner?.wallClockStepped(by: step)
+        savePlannerState()
         scheduleEvaluation(at: nil, now: Self.wallNow())
         requestEvaluation()
     }

@@ -4,8 +4,9 @@ import Testing
 /// The agent restarts at every login, on updates, and after a crash. The planner learns its
 /// models again from the usage log, and takes back the rest from a `RefreshPlanner.Snapshot`:
 /// a restart must not refresh an app again at once, reset the bound on wake-ups, refill the
-/// budget, or start the thresholds over.
-@Suite("RefreshPlanner across restarts")
+/// budget, or start the thresholds over. Nor must a step of the wall clock move how long ago
+/// the last refreshes and wake-ups were.
+@Suite("RefreshPlanner across restarts and clock steps")
 struct PlannerRestartTests {
     static let monday = WakeUpCountTests.monday
     static let mail = WakeUpCountTests.mail, news = WakeUpCountTests.news
@@ -138,5 +139,26 @@ struct PlannerRestartTests {
         #expect(restored.wakes == [Self.nine])
         #expect(after.ineligibility(of: RefreshPlanner.Candidate(appID: Self.mail), at: Self.nine)
             == .tooSoon(until: Self.nine + 900))
+    }
+
+    /// Five minutes after Mail's refresh the clock is set back an hour, or forward: its next
+    /// refresh may still come ten minutes later, and the wake-up is still five minutes old.
+    /// Not moved, a clock set back would hold it 70 minutes, and one set forward free it.
+    @Test func aClockStepMovesTheLastRefreshesWithIt() {
+        var planner = WakeUpCountTests.planner()
+        planner.advance(to: Self.nine)
+        planner.recordWindow(at: Self.nine, refreshed: [Self.mail])
+        let mail = RefreshPlanner.Candidate(appID: Self.mail)
+        for step in [-3600.0, 3600] {
+            var stepped = planner
+            stepped.wallClockStepped(by: step)
+            let now = Self.nine + 300 + step
+            #expect(stepped.ineligibility(of: mail, at: now) == .tooSoon(until: Self.nine + 900 + step))
+            #expect(stepped.wakeUps(inDayUpTo: now) == 1)
+            #expect(stepped.wakeUps(inDayUpTo: now + 86_400 - 301) == 1)
+            #expect(stepped.wakeUps(inDayUpTo: now + 86_400 - 299) == 0)
+        }
+        #expect(planner.ineligibility(of: mail, at: Self.nine + 300 - 3600) == .tooSoon(until: Self.nine + 900))
+        #expect(planner.ineligibility(of: mail, at: Self.nine + 300 + 3600) == nil)
     }
 }

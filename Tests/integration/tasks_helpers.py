@@ -30,6 +30,7 @@ Every wait has a timeout; every process is ended when the test ends (conditions_
 import argparse
 import json
 import os
+import random
 import signal
 import sqlite3
 import subprocess
@@ -193,6 +194,39 @@ def restart_with_usage(agent, rows):
     db.close()
     agent.restart()
     return agent
+
+
+def every_hour_for_three_weeks(visit, spread):
+    """The rows `visit(t)` gives for one visit an hour, at a random minute in the first `spread`
+    seconds of every hour of the last three weeks (so that whenever a test runs, it is a time
+    of use)."""
+    rng = random.Random(5)
+    now = time.time()
+    return [row for day in range(1, 22) for hour in range(24)
+            for row in visit(now - day * 86400 - (now % 86400) + hour * 3600 + rng.uniform(0, spread))]
+
+
+def mail_refreshed_after_use(world):
+    """An agent with the refresh planner and three weeks of use in its log (Notes, then Mail two
+    minutes later, every hour; News glanced at every five minutes, so the user is seen coming
+    back to apps left), in which Mail's refresh has just run in the window after the user left
+    Mail, been completed, and been submitted again. Returns the agent, Mail's test app and the
+    `RunTask` event."""
+    def visit(t):
+        return [("org.example.Notes", "foreground", t), ("org.example.Mail", "foreground", t + 120)] + [
+            ("org.example.News", state, t + 300 * k + offset) for k in range(12)
+            for state, offset in (("foreground", 30), ("background", 60))]
+    agent = restart_with_usage(world.start_agent(planner=True), every_hour_for_three_weeks(visit, 3000))
+    mail = world.registered_app("org.example.Mail", ["org.example.Mail.refresh"])
+    # Clear of the 15-min grid's windows and of the window after the registration's open.
+    wait_between_windows(900, 61, 800, not_before=time.time() + 61)
+    submit_refresh_that_waits(agent, mail, "org.example.Mail")
+    mail.scheduler("ReportUsage", "s", ("background",))
+    wait_refresh_delivered(agent, mail, "org.example.Mail", "in a refresh window opened because the user left the app")
+    run = mail.wait_run_task("org.example.Mail.refresh")
+    mail.complete(run["task_id"])
+    mail.submit("org.example.Mail.refresh")
+    return agent, mail, run
 
 
 def submit_refresh_that_waits(agent, app, app_id):

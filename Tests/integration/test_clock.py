@@ -7,12 +7,13 @@ machine it runs on, by 11 minutes and back within seconds; the way back is worke
 boot-time clock, so that nothing is lost or gained."""
 
 import contextlib
+import re
 import time
 
 import pytest
 
 import tasks_helpers as th
-from tasks_helpers import later, world  # noqa: F401 - the fixture
+from tasks_helpers import laptop, later, mail_refreshed_after_use, world  # noqa: F401 - the fixtures
 
 STEP = 11 * 60
 
@@ -55,3 +56,32 @@ def test_work_due_by_a_clock_stepped_forward_starts_at_once(world):
         assert logged, agent.stderr_tail()
         step = int(logged[-1].split("step.seconds=")[1].split()[0])
         assert abs(step - STEP) <= 2, logged
+
+
+def seconds_in(words):
+    """The duration in an Explain reason's words ("… may come in 1 h 4 min", "14 min 50 s")."""
+    found = re.search(r"may come in ((?:\d+ (?:days|day|h|min|s) ?)+)", words)
+    assert found, words
+    size = {"days": 86400, "day": 86400, "h": 3600, "min": 60, "s": 1}
+    return sum(int(n) * size[unit] for n, unit in re.findall(r"(\d+) (days|day|h|min|s)", found.group(1)))
+
+
+@pytest.mark.skipif(not may_set_the_clock(), reason="setting the wall clock needs CAP_SYS_TIME")
+def test_a_refresh_interval_stays_as_long_when_the_clock_is_set_back(laptop):
+    """Mail's refresh has just run; the clock is set back 11 minutes. The planner's last
+    refreshes move with the clock (`RefreshPlanner.wallClockStepped`), so Mail's next refresh
+    is held by `refresh-interval` for what is left of its 15 minutes, not 11 minutes more."""
+    agent, mail, run = mail_refreshed_after_use(laptop)
+
+    def left():
+        explanation = agent.explain("org.example.Mail", "org.example.Mail.refresh")
+        assert "refresh-interval" in explanation["blocking"], explanation
+        return seconds_in(explanation["reasons"][explanation["blocking"].index("refresh-interval")])
+
+    before = left()
+    assert before <= 900, before
+    with clock_stepped(-STEP):
+        th.wait_until(lambda: "The wall clock was set" in agent.stderr(), 5, "the agent hears the step")
+        after = left()
+        # A second or two passed; the 11 minutes did not come back.
+        assert before - 30 <= after <= before + 1, (before, after)

@@ -8,7 +8,6 @@ case with a manual clock; these check that the agent acts on them with real cloc
 import json
 import math
 import os
-import random
 import sqlite3
 import shutil
 import subprocess
@@ -20,8 +19,8 @@ import pytest
 
 import tasks_helpers as th
 from tasks_helpers import (  # noqa: F401 - the fixture
-    expect_error, laptop, restart_with_usage, submit_refresh_that_waits, wait_between_windows, wait_refresh_delivered,
-    world)
+    every_hour_for_three_weeks, expect_error, laptop, mail_refreshed_after_use, restart_with_usage,
+    submit_refresh_that_waits, wait_between_windows, wait_refresh_delivered, world)
 
 
 # A fine grid so that a window comes within seconds; refresh in every window, so that a
@@ -119,16 +118,6 @@ def test_processing_waits_for_the_grid_even_when_eligible(world):
     assert "Waiting: 1 waits for the next wake window" in agent.cli("status").stdout
     time.sleep(1)
     assert app.events_of("RunTask") == []
-
-
-def every_hour_for_three_weeks(visit, spread):
-    """The rows `visit(t)` gives for one visit an hour, at a random minute in the first `spread`
-    seconds of every hour of the last three weeks (so that whenever a test runs, it is a time
-    of use)."""
-    rng = random.Random(5)
-    now = time.time()
-    return [row for day in range(1, 22) for hour in range(24)
-            for row in visit(now - day * 86400 - (now % 86400) + hour * 3600 + rng.uniform(0, spread))]
 
 
 def test_opening_an_app_opens_a_window_for_the_refreshes_of_the_apps_the_user_goes_on_to(laptop):
@@ -256,23 +245,7 @@ def test_the_refreshes_that_ran_outlive_a_restart_and_a_crash(laptop):
     SIGKILL and after a clean stop, as it does without them; a planner that forgot would
     refresh it in the next window. GetStatus's `refresh` shows the day's wake-up and the budget
     left carried over too (not a pool refilled by the restart), and `bgpolicy status` says so."""
-    world = laptop
-    # As in the test above: Notes, then Mail two minutes later; News glanced at every five
-    # minutes (the user comes back to an app left, so the window after use refreshes it).
-    def visit(t):
-        return [("org.example.Notes", "foreground", t), ("org.example.Mail", "foreground", t + 120)] + [
-            ("org.example.News", state, t + 300 * k + offset) for k in range(12)
-            for state, offset in (("foreground", 30), ("background", 60))]
-    agent = restart_with_usage(world.start_agent(planner=True), every_hour_for_three_weeks(visit, 3000))
-    mail = world.registered_app("org.example.Mail", ["org.example.Mail.refresh"])
-    wait_between_windows(900, 61, 800, not_before=time.time() + 61)
-    submit_refresh_that_waits(agent, mail, "org.example.Mail")
-    # The user leaves Mail: its refresh goes at once, and Mail completes it.
-    mail.scheduler("ReportUsage", "s", ("background",))
-    wait_refresh_delivered(agent, mail, "org.example.Mail", "in a refresh window opened because the user left the app")
-    run = mail.wait_run_task("org.example.Mail.refresh")
-    mail.complete(run["task_id"])
-    mail.submit("org.example.Mail.refresh")
+    agent, mail, _ = mail_refreshed_after_use(laptop)
 
     def blocking():
         explanation = agent.explain("org.example.Mail", "org.example.Mail.refresh")

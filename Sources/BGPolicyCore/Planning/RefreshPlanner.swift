@@ -538,6 +538,24 @@ public struct RefreshPlanner: Sendable {
         tokens = min(tokens + 1, refreshesPerAppPerDay * Double(knownApps))
     }
 
+    /// The wall clock was set, `step` seconds forward (or back, when negative): an NTP client
+    /// stepped it, or the user changed the time. The times that measure how long ago something
+    /// happened (each app's last refresh, for its interval; the wake-ups, for the bound on a
+    /// day's) move with it, so that they stay as long ago as they were: a clock set back an
+    /// hour does not hold an app's next refresh for an hour more, nor one set forward free it.
+    /// What was learned stays as it was.
+    public mutating func wallClockStepped(by step: Double) {
+        guard step.isFinite, step != 0 else { return }
+        for (app, time) in lastRefresh { lastRefresh[app] = time + step }
+        for (position, time) in lastRefreshByPosition.enumerated() {
+            if let time { lastRefreshByPosition[position] = time + step }
+        }
+        for (app, before) in refreshBefore {
+            if let time = before { refreshBefore.updateValue(time + step, forKey: app) }
+        }
+        recentWakes = recentWakes.map { $0 + step }
+    }
+
     /// The first slot start after `time`, within `horizon` seconds, at which `choose` would pick
     /// some of `candidates` if nothing else happened meanwhile (no open, no other window): the
     /// planned refresh window. The threshold and the budget are aged as `advance` would age them;
