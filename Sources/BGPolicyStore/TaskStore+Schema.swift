@@ -157,7 +157,7 @@ extension TaskStore {
                 CREATE TABLE planner_wakes (
                     time REAL PRIMARY KEY NOT NULL
                 ) WITHOUT ROWID;
-                -- Each app's last refresh, for those of the last 24 hours. No foreign
+                -- Each app's last refresh, for those that can still hold its next. No foreign
                 -- key: the planner knows apps from the usage log, registered or not.
                 CREATE TABLE planner_refreshes (
                     app_id TEXT PRIMARY KEY NOT NULL,

@@ -111,8 +111,8 @@ struct StatusReport {
         if refresh.double("budget_per_day") == 0, (refresh.integer("wakeups_24h") ?? 0) == 0 { return nil }
         var parts: [String] = []
         if let left = refresh.double("budget_left") {
-            let whole = Int(left.rounded(.down))
-            var budget = "\(whole) refresh\(whole == 1 ? "" : "es") left"
+            let whole = max(left, 0).rounded(.down)
+            var budget = "\(number(whole)) refresh\(whole == 1 ? "" : "es") left"
             if let perDay = refresh.double("budget_per_day") { budget += " of \(number(perDay)) a day" }
             parts.append(budget)
         }
@@ -126,8 +126,9 @@ struct StatusReport {
         return parts.isEmpty ? nil : parts.joined(separator: "; ")
     }
 
-    /// A count that may have a fraction: "26", "26.4".
+    /// A count that may have a fraction: "26", "26.4" (any finite number an agent sends).
     private static func number(_ x: Double) -> String {
+        guard abs(x) < 1e15 else { return "\(x)" }
         let tenths = (x * 10).rounded()
         return tenths.truncatingRemainder(dividingBy: 10) == 0 ? "\(Int64(tenths / 10))" : "\(tenths / 10)"
     }

@@ -50,6 +50,18 @@ struct PlannerRestartTests {
         #expect(Self.restarted(at: at, from: nil).ineligibility(of: mail, at: at) == nil)
     }
 
+    /// A refresh is kept as long as an interval can look back to it: a day, or more with a
+    /// longer `[refresh] min_interval` (6 h, 48 h for an app in the worst standing).
+    @Test func aRefreshIsKeptAsLongAsItsIntervalCanHoldTheNext() throws {
+        var planner = WakeUpCountTests.planner()
+        planner.advance(to: Self.nine)
+        planner.recordWindow(at: Self.nine, refreshed: [Self.mail])
+        planner.advance(to: Self.nine + 30 * 3600)
+        #expect(try #require(planner.snapshot()).lastRefresh.isEmpty)
+        planner.minRefreshIntervalSeconds = 6 * 3600
+        #expect(try #require(planner.snapshot()).lastRefresh == [Self.mail: Self.nine])
+    }
+
     /// Three wake-ups the evening before (20:00, 21:30, 23:00), with the bound at three: after
     /// a restart no window opens until the first of them is a day old.
     @Test func theBoundOnWakeUpsOutlivesARestart() throws {

@@ -631,7 +631,7 @@ public struct RefreshPlanner: Sendable {
         public var tokens: Double
         /// The wake-ups (the first refresh of each) of the last 24 hours, oldest first.
         public var wakes: [Double]
-        /// Each app's last refresh, for those of the last 24 hours.
+        /// Each app's last refresh, for those that can still hold its next (see `snapshot()`).
         public var lastRefresh: [String: Double]
 
         public init(slotStart: Double, windowThreshold: Double, appThreshold: Double, tokens: Double,
@@ -646,14 +646,16 @@ public struct RefreshPlanner: Sendable {
     }
 
     /// The planner's state that a restart must keep (`Snapshot`), as of the slot it was last
-    /// advanced to; nil before its first slot. A refresh older than a day is left out: no
-    /// interval looks back further (15 min, 2 h for an app in the worst standing).
+    /// advanced to; nil before its first slot. A refresh is left out once no interval can look
+    /// back to it: after a day, or the longest interval if longer (`minRefreshIntervalSeconds`
+    /// for an app in the worst standing; 2 h by default).
     public func snapshot() -> Snapshot? {
         guard let currentSlot else { return nil }
+        let kept = max(86_400, minRefreshIntervalSeconds / Self.minimumWeight)
         return Snapshot(
             slotStart: currentSlot, windowThreshold: ReplayMath.exp(logThreshold),
             appThreshold: ReplayMath.exp(logAppThreshold), tokens: tokens, wakes: recentWakes,
-            lastRefresh: lastRefresh.filter { $0.value > currentSlot - 86_400 })
+            lastRefresh: lastRefresh.filter { $0.value > currentSlot - kept })
     }
 
     /// Takes back what a `snapshot` kept, at `now`, once the planner has learned from the usage
@@ -663,8 +665,8 @@ public struct RefreshPlanner: Sendable {
     ///   that is not a positive number (a damaged file) leaves the starting one.
     /// - The pool is what was left, with what accrued since (at most a day's worth), as a
     ///   planner that had run throughout would have it.
-    /// - The wake-ups and refreshes of the last 24 hours count as if this planner had made them.
-    ///   One stamped after `now` (the clock was set back since) counts as made now.
+    /// - The wake-ups of the last 24 hours and the last refreshes count as if this planner had
+    ///   made them. One stamped after `now` (the clock was set back since) counts as made now.
     public mutating func restore(_ snapshot: Snapshot, at now: Double) {
         if snapshot.windowThreshold.isFinite, snapshot.windowThreshold > 0 {
             logThreshold = ReplayMath.log(snapshot.windowThreshold)
