@@ -126,11 +126,11 @@ extension TaskEngine {
             refreshPlanner?.recordWindow(at: now, refreshed: refreshed.map(\.rawValue))
             // Before the launches: a restart, even a crash, must not refresh these again at once.
             savePlannerState()
-        }
-        // A window for refreshes only that opened takes what a grid window would for the rest
-        // of its minute (`PlanningFacts.refreshWindow`).
-        if !refreshed.isEmpty, let window = decision.window, window.kind == .afterOpen || window.kind == .afterUse {
-            refreshWindow = window
+            // A window for refreshes only that opened takes what a grid window would for the
+            // rest of its minute (`PlanningFacts.refreshWindow`).
+            if let window = decision.window, window.kind == .afterOpen || window.kind == .afterUse {
+                refreshWindow = window
+            }
         }
         for launch in decision.launches where !delivering.contains(launch.appID) {
             delivering.insert(launch.appID)

@@ -511,13 +511,18 @@ public struct RefreshPlanner: Sendable {
         predictor.position(of: candidate.appID).map { Located(position: $0, refreshed: lastRefreshByPosition[$0]) }
     }
 
+    /// Sets `app`'s last refresh (nil: none), and its copy by model position.
+    private mutating func setLastRefresh(of app: String, to time: Double?) {
+        lastRefresh[app] = time
+        if let position = predictor.position(of: app) { lastRefreshByPosition[position] = time }
+    }
+
     /// Records the refreshes started in a window at `time`.
     public mutating func recordWindow(at time: Double, refreshed: [String]) {
         guard !refreshed.isEmpty else { return }
         for app in refreshed {
             refreshBefore[app] = .some(lastRefresh[app])
-            lastRefresh[app] = time
-            if let position = predictor.position(of: app) { lastRefreshByPosition[position] = time }
+            setLastRefresh(of: app, to: time)
         }
         tokens = max(tokens - Double(refreshed.count), 0)
         if recentWakes.last.map({ time - $0 >= 60 }) ?? true {
@@ -533,8 +538,7 @@ public struct RefreshPlanner: Sendable {
     /// machine did wake. Nothing changes if the app was refreshed again since.
     public mutating func refreshDidNotRun(_ appID: String, recordedAt time: Double) {
         guard lastRefresh[appID] == time, let before = refreshBefore.removeValue(forKey: appID) else { return }
-        lastRefresh[appID] = before
-        if let position = predictor.position(of: appID) { lastRefreshByPosition[position] = before }
+        setLastRefresh(of: appID, to: before)
         tokens = min(tokens + 1, refreshesPerAppPerDay * Double(knownApps))
     }
 
@@ -546,10 +550,7 @@ public struct RefreshPlanner: Sendable {
     /// What was learned stays as it was.
     public mutating func wallClockStepped(by step: Double) {
         guard step.isFinite, step != 0 else { return }
-        for (app, time) in lastRefresh { lastRefresh[app] = time + step }
-        for (position, time) in lastRefreshByPosition.enumerated() {
-            if let time { lastRefreshByPosition[position] = time + step }
-        }
+        for (app, time) in lastRefresh { setLastRefresh(of: app, to: time + step) }
         for (app, before) in refreshBefore {
             if let time = before { refreshBefore.updateValue(time + step, forKey: app) }
         }
@@ -683,8 +684,7 @@ public struct RefreshPlanner: Sendable {
         for (app, time) in snapshot.lastRefresh where time.isFinite {
             let refreshed = min(time, now)
             guard refreshed > (lastRefresh[app] ?? -.infinity) else { continue }
-            lastRefresh[app] = refreshed
-            if let position = predictor.position(of: app) { lastRefreshByPosition[position] = refreshed }
+            setLastRefresh(of: app, to: refreshed)
         }
         // The slot under way: its wake-ups, for the threshold, and whether it had a window.
         if let currentSlot {
