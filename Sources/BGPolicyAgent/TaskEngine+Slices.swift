@@ -139,7 +139,8 @@ extension TaskEngine {
                     try await self.deliver(
                         launch, simulated: false,
                         why: Self.why(window: decision.window(of: launch.appID), predicted: decision.refreshed.contains(launch.appID)),
-                        plannedRefreshAt: refreshed.contains(launch.appID) ? now : nil)
+                        plannedRefresh: refreshed.contains(launch.appID)
+                            ? PlannedRefresh(at: now, wallClockOffset: wallClockOffset) : nil)
                 } catch {
                     // Recorded in history and logged by deliver; the request stays pending.
                 }
@@ -207,11 +208,39 @@ extension TaskEngine {
         logger.info(
             "The wall clock was set; planning again",
             metadata: ["step.seconds": "\(Int(step.rounded()))", "time": "\(Int64(Self.wallNow()))"])
-        // The planner's last refreshes and wake-ups stay as long ago as they were.
+        // What measures how long ago something happened stays as long ago as it was: the
+        // planner's last refreshes and wake-ups, the retry after a failed delivery, the overrun
+        // penalty, and the windows open now. A clock set back must not hold them longer, nor
+        // one set forward lift them early.
         refreshPlanner?.wallClockStepped(by: step)
+        for appID in apps.keys {
+            apps[appID]?.lastDeliveryFailureAt? += step
+            apps[appID]?.lastViolationAt? += step
+        }
+        opportunity?.at += step
+        appOpenedAt? += step
+        appLeft?.at += step
+        refreshWindow?.at += step
         savePlannerState()
         scheduleEvaluation(at: nil, now: Self.wallNow())
         requestEvaluation()
+    }
+
+    /// A refresh the planner recorded at `time`, for taking it back if it does not run. The wall
+    /// clock may be set while it is delivered (an app's start can take seconds), and the planner
+    /// then moves its record by the step (`wallClockStepped`): `time(wallClockOffset:)` is
+    /// where the record is now.
+    struct PlannedRefresh {
+        let time: UnixTime
+        /// `wallMinusBootTime()` as it stood when the refresh was recorded.
+        let wallClockOffset: Double
+
+        init(at time: UnixTime, wallClockOffset: Double) {
+            self.time = time
+            self.wallClockOffset = wallClockOffset
+        }
+
+        func time(wallClockOffset now: Double) -> UnixTime { time + (now - wallClockOffset) }
     }
 
     /// The wall clock less the time since boot (suspend included): it changes only when the
@@ -249,15 +278,16 @@ extension TaskEngine {
         return words
     }
 
-    /// `plannedRefreshAt`: when the refresh planner recorded this launch's refresh, if it did;
+    /// `plannedRefresh`: when the refresh planner recorded this launch's refresh, if it did;
     /// a refresh that does not reach the app is taken back (`RefreshPlanner.refreshDidNotRun`).
     func deliver(
-        _ launch: Launch, simulated: Bool, why: String = "", plannedRefreshAt: UnixTime? = nil
+        _ launch: Launch, simulated: Bool, why: String = "", plannedRefresh: PlannedRefresh? = nil
     ) async throws(SchedulerError) {
         var refreshRan = false
         defer {
-            if let plannedRefreshAt, !refreshRan {
-                refreshPlanner?.refreshDidNotRun(launch.appID.rawValue, recordedAt: plannedRefreshAt)
+            if let plannedRefresh, !refreshRan {
+                refreshPlanner?.refreshDidNotRun(
+                    launch.appID.rawValue, recordedAt: plannedRefresh.time(wallClockOffset: wallClockOffset))
                 savePlannerState()
             }
             delivering.remove(launch.appID)

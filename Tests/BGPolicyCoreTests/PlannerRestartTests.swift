@@ -173,4 +173,29 @@ struct PlannerRestartTests {
         #expect(planner.ineligibility(of: mail, at: Self.nine + 300 - 3600) == .tooSoon(until: Self.nine + 900))
         #expect(planner.ineligibility(of: mail, at: Self.nine + 300 + 3600) == nil)
     }
+
+    /// Mail's refresh is recorded at 09:00 and its delivery fails after the clock was set twice
+    /// (back an hour, then forward 20 min and a fraction): the agent names the refresh in the
+    /// clock's present scale (the recorded time plus the steps, summed in its own order), and the
+    /// planner takes it back. Named by the time it was recorded, it would stay.
+    @Test func aRefreshThatDidNotRunIsTakenBackAfterAClockStep() {
+        var planner = WakeUpCountTests.planner()
+        planner.advance(to: Self.nine)
+        planner.recordWindow(at: Self.nine, refreshed: [Self.mail])
+        let mail = RefreshPlanner.Candidate(appID: Self.mail)
+        let steps = [-3600.0, 1200.1]
+        for step in steps { planner.wallClockStepped(by: step) }
+        let shift = (Self.nine + steps[0] + steps[1]) - Self.nine
+        let now = Self.nine + 60 + shift
+        var unmoved = planner
+        unmoved.refreshDidNotRun(Self.mail, recordedAt: Self.nine)
+        guard case .tooSoon(let until)? = unmoved.ineligibility(of: mail, at: now) else {
+            Issue.record("Mail's refresh, named by the time it was recorded, should still hold it")
+            return
+        }
+        #expect(abs(until - (Self.nine + 900 + shift)) < 0.001)
+        planner.refreshDidNotRun(Self.mail, recordedAt: Self.nine + shift)
+        #expect(planner.ineligibility(of: mail, at: now) == nil)
+        #expect(planner.budgetLeft == unmoved.budgetLeft + 1)
+    }
 }

@@ -229,6 +229,32 @@ def mail_refreshed_after_use(world):
     return agent, mail, run
 
 
+def mail_quit_with_its_refresh_waiting(world, start_command):
+    """An agent with the refresh planner and three weeks of use in its log (the user goes on to
+    Mail after opening Notes), Notes registered, and Mail's refresh waiting for predicted use,
+    after Mail quit: its `bus_name` starts `start_command` (a D-Bus service file in the world's
+    activation directory), which must fail. The next open of Notes opens a window whose refresh
+    of Mail is not delivered. Returns the agent and Notes' test app."""
+    (world.service_dir / "org.example.Mail.service").write_text(
+        f"[D-BUS Service]\nName=org.example.Mail\nExec={start_command}\n")
+
+    def visit(t):
+        return [("org.example.Mail", "foreground", t - 70), ("org.example.Mail", "background", t - 60),
+                ("org.example.Notes", "foreground", t)] + [
+            (app_id, state, t + 120 + 300 * k + offset) for k in range(4)
+            for app_id, state, offset in (("org.example.Mail", "foreground", 0), ("org.example.Mail", "background", 60))]
+    agent = restart_with_usage(world.start_agent(planner=True), every_hour_for_three_weeks(visit, 3600))
+    notes = world.registered_app("org.example.Notes", ["org.example.Notes.refresh"])
+    mail = world.app("mail")
+    mail.register(["org.example.Mail.refresh"], app_id="org.example.Mail", bus_name="org.example.Mail")
+    mail.scheduler("ReportUsage", "s", ("background",))
+    wait_between_windows(900, 61, 860, not_before=time.time() + 61)
+    submit_refresh_that_waits(agent, mail, "org.example.Mail")
+    mail.quit()
+    wait_until(lambda: agent.app_record("org.example.Mail")["connected"] is False, 5, "Mail is gone")
+    return agent, notes
+
+
 def submit_refresh_that_waits(agent, app, app_id):
     """`app` submits `{app_id}.refresh`, which waits for the planner's predicted use."""
     app.submit(f"{app_id}.refresh")

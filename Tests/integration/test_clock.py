@@ -85,3 +85,33 @@ def test_a_refresh_interval_stays_as_long_when_the_clock_is_set_back(laptop):
         after = left()
         # A second or two passed; the 11 minutes did not come back.
         assert before - 30 <= after <= before + 1, (before, after)
+
+
+@pytest.mark.skipif(not may_set_the_clock(), reason="setting the wall clock needs CAP_SYS_TIME")
+def test_a_refresh_that_did_not_run_is_taken_back_when_the_clock_was_set_meanwhile(tmp_path):
+    """As `test_planner`'s `test_a_refresh_that_did_not_run_is_taken_back`, but Mail's service
+    takes three seconds to fail, and the clock is set back 11 minutes while it starts. The
+    planner moved its record of the refresh with the clock; the agent names the refresh in the
+    clock's new scale (`PlannedRefresh`), so it is still taken back: when Mail registers again,
+    its refresh is not held by `refresh-interval`. The way back (11 minutes forward) does not
+    lift the 5-min retry after the failed delivery either (`wallClockSet` moves it): the window
+    after the open of Notes, still in its minute, would otherwise try Mail again, and its
+    refresh would be running, not pending."""
+    with th.open_world(tmp_path, power="battery", activation=True) as world:
+        agent, notes = th.mail_quit_with_its_refresh_waiting(world, '/bin/sh -c "sleep 3; exit 1"')
+        notes.scheduler("ReportUsage", "s", ("foreground",))
+
+        def state():
+            return agent.explain("org.example.Mail", "org.example.Mail.refresh")["state"]
+        th.wait_until(lambda: state() == "running", 5, "the window delivers Mail's refresh, starting Mail")
+        with clock_stepped(-STEP):
+            th.wait_until(lambda: "The wall clock was set" in agent.stderr(), 5, "the agent hears the step")
+            failed = agent.wait_history("delivery-failed", app_id="org.example.Mail", timeout=30)
+            assert "org.example.Mail" in failed["detail"], failed
+        th.wait_until(lambda: agent.stderr().count("The wall clock was set") >= 2, 5, "the agent hears the way back")
+
+        again = world.app("mail again")
+        again.register(["org.example.Mail.refresh"], app_id="org.example.Mail", bus_name="org.example.Mail")
+        explanation = agent.explain("org.example.Mail", "org.example.Mail.refresh")
+        assert explanation["state"] == "pending", explanation
+        assert "refresh-interval" not in explanation["blocking"], explanation

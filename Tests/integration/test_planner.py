@@ -169,24 +169,7 @@ def test_a_refresh_that_did_not_run_is_taken_back(tmp_path):
     did not run, so the planner takes it back, budget and interval. When Mail registers again,
     its refresh is not held by the 15-min interval (`refresh-interval`), as one that ran is."""
     with th.open_world(tmp_path, power="battery", activation=True) as world:
-        (world.service_dir / "org.example.Mail.service").write_text(
-            "[D-BUS Service]\nName=org.example.Mail\nExec=/bin/false\n")
-        # The same three weeks as above: the user goes on to Mail after Notes.
-        def visit(t):
-            return [("org.example.Mail", "foreground", t - 70), ("org.example.Mail", "background", t - 60),
-                    ("org.example.Notes", "foreground", t)] + [
-                (app_id, state, t + 120 + 300 * k + offset) for k in range(4)
-                for app_id, state, offset in (("org.example.Mail", "foreground", 0), ("org.example.Mail", "background", 60))]
-        agent = restart_with_usage(world.start_agent(planner=True), every_hour_for_three_weeks(visit, 3600))
-        notes = world.registered_app("org.example.Notes", ["org.example.Notes.refresh"])
-        mail = world.app("mail")
-        mail.register(["org.example.Mail.refresh"], app_id="org.example.Mail", bus_name="org.example.Mail")
-        mail.scheduler("ReportUsage", "s", ("background",))
-        wait_between_windows(900, 61, 860, not_before=time.time() + 61)
-        submit_refresh_that_waits(agent, mail, "org.example.Mail")
-        mail.quit()
-        th.wait_until(lambda: agent.app_record("org.example.Mail")["connected"] is False, 5, "Mail is gone")
-
+        agent, notes = th.mail_quit_with_its_refresh_waiting(world, "/bin/false")
         notes.scheduler("ReportUsage", "s", ("foreground",))
         failed = agent.wait_history("delivery-failed", app_id="org.example.Mail", timeout=30)
         assert "org.example.Mail" in failed["detail"], failed

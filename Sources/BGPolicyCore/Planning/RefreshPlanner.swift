@@ -535,9 +535,14 @@ public struct RefreshPlanner: Sendable {
     /// Takes back a refresh recorded at `time` that did not run (the app could not be reached,
     /// or its request went before it was delivered): the app is as before it (its last refresh,
     /// so its interval), and its token goes back to the pool. The wake-up stays counted: the
-    /// machine did wake. Nothing changes if the app was refreshed again since.
+    /// machine did wake. Nothing changes if the app was refreshed again since. `time` is in the
+    /// clock's present scale: after a step (`wallClockStepped`), the recorded time plus the step.
+    /// It is matched to within a second, so that steps summed in another order still find it
+    /// (an app's refreshes are a refresh interval apart, minutes at the least).
     public mutating func refreshDidNotRun(_ appID: String, recordedAt time: Double) {
-        guard lastRefresh[appID] == time, let before = refreshBefore.removeValue(forKey: appID) else { return }
+        guard let last = lastRefresh[appID], abs(last - time) < 1,
+            let before = refreshBefore.removeValue(forKey: appID)
+        else { return }
         setLastRefresh(of: appID, to: before)
         tokens = min(tokens + 1, refreshesPerAppPerDay * Double(knownApps))
     }
