@@ -270,6 +270,51 @@ def test_the_refreshes_that_ran_outlive_a_restart_and_a_crash(laptop):
     assert "1 wake-up in the last 24 h (aims at 21, at most 48)" in out, out
 
 
+def test_the_planner_state_is_stored_however_the_agent_ends(world):
+    """Besides after every window that refreshed, the refresh planner's state is stored on the
+    way out, brought forward to the slot under way (its pool has accrued, its thresholds have
+    moved, since the last window): on a clean stop, and when the bus goes away (the agent's
+    other exit). A SIGKILL leaves no chance, so no window means nothing stored. Here no
+    window refreshes anything: what is stored comes from the exits alone."""
+    db_path = world.tmp / "state" / "bgpolicy" / "bgpolicy.sqlite"
+
+    def stored():
+        db = sqlite3.connect(db_path)
+        try:
+            return db.execute("SELECT slot_start, tokens FROM planner_state").fetchall()
+        finally:
+            db.close()
+
+    def slot_now():
+        return time.time() // 900 * 900
+
+    agent = world.start_agent(planner=True)
+    # Mail is known (registered), so the planner has a pool to keep.
+    world.registered_app("org.example.Mail", ["org.example.Mail.refresh"])
+    agent.sigkill()
+    assert stored() == [], agent.stderr_tail()
+
+    agent.restart()
+    slot = slot_now()
+    agent.stop()
+    rows = stored()
+    assert len(rows) == 1, rows
+    assert rows[0][0] in (slot, slot_now()), (rows, slot)
+    assert rows[0][1] >= 0, rows
+
+    # The bus goes away: the agent exits through its error path, and stores the state there too.
+    with sqlite3.connect(db_path) as db:
+        db.execute("DELETE FROM planner_state")
+    db.close()
+    agent.restart()
+    slot = slot_now()
+    world.daemon.stop()
+    agent.proc.popen.wait(timeout=10)
+    assert "session bus connection was lost" in agent.stderr(), agent.stderr_tail()
+    rows = stored()
+    assert len(rows) == 1 and rows[0][0] in (slot, slot_now()), (rows, agent.stderr_tail())
+
+
 def test_unlocking_opens_an_opportunistic_window(world):
     logind = world.start_logind(locked=True)
     agent = world.start_agent(config=FINE.replace(f"{GRID}s", "1min"), planner=True)
