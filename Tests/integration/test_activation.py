@@ -267,3 +267,53 @@ def test_an_app_the_user_opens_while_it_waits_its_turn_is_not_started_again(acti
                   if "App registered" in line and f"bus.unique={started[-1]['unique_name']}" in line]
     assert len(registered) == 1 and "usage=opened" in registered[0], registered
     assert agent.app_record(mail).get("last_used_at") is not None
+
+
+def test_a_simulated_launch_whose_request_went_while_it_waited_its_turn_says_so(activation_world):
+    """With one start at a time, `bgpolicy simulate launch` of Mail waits while Notes takes 3 s
+    to start. Meanwhile the user opens Mail, which cancels its refresh: when Mail's turn comes
+    there is nothing left to launch. The simulation fails with UnknownTask's words (the request
+    is no longer pending) rather than succeeding with nothing run; Mail is not started and gets
+    no RunTask."""
+    world = activation_world
+    apps = {"notes": "org.example.SlowNotes", "mail": "org.example.SlowMail"}
+    logs = {app_id: world.tmp / f"{app_id}.log" for app_id in apps.values()}
+
+    def command(app_id, delay):
+        return [str(part) for part in [
+            PYTHON, th.__file__, "activated", "--app-id", app_id, "--bus-name", app_id,
+            "--identifier", f"{app_id}.refresh", "--log", logs[app_id], "--proc-root", world.proc_root,
+            "--start-delay", delay]]
+
+    for app_id in apps.values():
+        (world.service_dir / f"{app_id}.service").write_text(
+            f"[D-BUS Service]\nName={app_id}\nExec={' '.join(command(app_id, 3))}\n")
+    agent = world.start_agent(config="[slices]\nrefresh = 10s\nexpiration_warning = 2s\nconcurrent_starts = 1\n")
+    env = dict(os.environ, DBUS_SESSION_BUS_ADDRESS=world.address)
+    for app_id in apps.values():
+        first = th.ch.Proc([*command(app_id, 0), "--submit"], env, name=f"first run of {app_id}")
+        world.stack.push(first)
+        assert first.popen.wait(timeout=20) == 0, f"{read_log(logs[app_id])}\n{first.stderr()}"
+        th.wait_until(lambda: (agent.app_record(app_id) or {}).get("connected") is False, 5, f"{app_id} is gone")
+    mail = apps["mail"]
+
+    with ThreadPoolExecutor(2) as pool:
+        notes_launch = pool.submit(agent.cli, "simulate", "launch", apps["notes"], f"{apps['notes']}.refresh",
+                                   timeout=60, check=False)
+        th.wait_until(lambda: [e for e in read_log(logs[apps["notes"]]) if e["type"] == "Launched"], 10,
+                      "Notes is being started")
+        mail_launch = pool.submit(agent.cli, "simulate", "launch", mail, f"{mail}.refresh", timeout=60, check=False)
+        th.wait_until(lambda: agent.explain(mail, f"{mail}.refresh")["state"] == "pending"
+                      and not mail_launch.done(), 5, "Mail's launch waits its turn")
+        time.sleep(0.5)
+        # The user opens Mail, which has no refresh to wait for any more.
+        opened = world.registered_app(mail, [f"{mail}.refresh"], name="Mail opened by the user")
+        opened.cancel(f"{mail}.refresh")
+        assert notes_launch.result().returncode == 0, notes_launch.result().stderr
+        result = mail_launch.result()
+
+    assert result.returncode != 0, (result.stdout, result.stderr)
+    assert f"{mail} has no pending request '{mail}.refresh'" in result.stderr, result.stderr
+    assert [e for e in read_log(logs[mail]) if e["type"] == "Launched"] == []
+    assert opened.events_of("RunTask") == []
+    assert [e for e in agent.history() if e.get("app_id") == mail and e.get("event") == "delivered"] == []
