@@ -61,6 +61,8 @@ public struct AgentService: Service {
         } catch {
             throw AgentError.store(path: environment.databasePath, reason: "\(error)")
         }
+        // A process left stopped, or a unit left frozen or throttled, by an agent that crashed.
+        await engine.undoLeftEnforcement()
         await engine.publishStatus(nextWindow: nil)
         // Connections that leave: their unverified ids are freed and their slices closed.
         let vanished = try await connection.subscribe(
@@ -109,8 +111,9 @@ public struct AgentService: Service {
                 "state.dir": "\(environment.stateDirectory)", "config": "\(environment.configSource ?? "defaults")",
             ])
 
-        // However the agent ends, the refresh planner's state is stored on the way out: the
-        // next start takes it back (`TaskEngine.restorePlannerState`).
+        // However the agent ends, the slices under way end (and what the CPU monitor did is
+        // undone: `TaskEngine.stop`), and the refresh planner's state is stored on the way out:
+        // the next start takes it back (`TaskEngine.restorePlannerState`).
         do {
             try await cancelWhenGracefulShutdown {
                 try await withThrowingTaskGroup(of: Void.self) { group in
@@ -163,9 +166,11 @@ public struct AgentService: Service {
                 }
             }
         } catch {
+            await engine.stop()
             await engine.savePlannerState(advancing: true)
             throw error
         }
+        await engine.stop()
         await engine.savePlannerState(advancing: true)
         logger.info("Agent stopped")
     }

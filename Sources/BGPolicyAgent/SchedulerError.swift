@@ -17,6 +17,14 @@ struct SchedulerError: DBusErrorConvertible, CustomStringConvertible {
     var dbusErrorMessage: String { message }
     var description: String { "\(name.dbusName): \(message)" }
 
+    /// Caller-supplied text as a message quotes it: whole when short, else its start and its
+    /// length, so that a message stays short and readable whatever was sent (a 100-kB
+    /// identifier is answered in a line).
+    static func shown(_ text: String) -> String {
+        guard text.utf8.count > 80 else { return text }
+        return String(String.UnicodeScalarView(text.unicodeScalars.prefix(48))) + "… (\(text.utf8.count) bytes)"
+    }
+
     static let notRegistered = SchedulerError(
         .notRegistered,
         "this connection has not registered: call Register(identifiers, options) first, once per connection")
@@ -24,17 +32,19 @@ struct SchedulerError: DBusErrorConvertible, CustomStringConvertible {
     static func notPermitted(_ identifier: String, app: AppID, registered: [String]) -> SchedulerError {
         SchedulerError(
             .notPermitted,
-            "\(app) did not register the task identifier '\(identifier)'; registered: "
+            "\(app) did not register the task identifier '\(shown(identifier))'; registered: "
                 + (registered.isEmpty ? "none" : registered.joined(separator: ", "))
                 + ". Add it to the identifiers passed to Register")
     }
 
-    static func unknownPending(_ identifier: String, app: AppID) -> SchedulerError {
-        SchedulerError(.unknownTask, "\(app) has no pending request '\(identifier)'; GetPending lists the pending ones")
+    /// `lister`: the method that lists the pending requests for the caller: `GetPending` for
+    /// the app itself, `ListPending` (Admin1) for the admin side.
+    static func unknownPending(_ identifier: String, app: AppID, lister: String = "GetPending") -> SchedulerError {
+        SchedulerError(.unknownTask, "\(app) has no pending request '\(shown(identifier))'; \(lister) lists the pending ones")
     }
 
     static func unknownApp(_ app: String) -> SchedulerError {
-        SchedulerError(.notRegistered, "no app '\(app)' has registered with the agent; 'bgpolicy apps' lists those that have")
+        SchedulerError(.notRegistered, "no app '\(shown(app))' has registered with the agent; 'bgpolicy apps' lists those that have")
     }
 
     static func invalid(_ message: String) -> SchedulerError { SchedulerError(.invalidArgument, message) }

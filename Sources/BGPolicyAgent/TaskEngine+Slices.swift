@@ -32,11 +32,9 @@ struct Slice {
     }
 
     /// What the CPU monitor did to the app, undone when the slice closes.
-    enum Enforcement {
-        case throttled(unit: String)
-        case frozen(unit: String)
-        case stopped(pid: UInt32)
-    }
+    /// What the CPU monitor did, until the slice ends: stored too (`cpu_enforcement`), so
+    /// that it is undone even if the agent stops first.
+    typealias Enforcement = EnforcementRecord.Action
 
     let id: String
     let appID: AppID
@@ -103,6 +101,7 @@ extension TaskEngine {
 
     func evaluate() {
         evaluationQueued = false
+        guard !stopping else { return }
         let full = fullEvaluationNeeded
         let candidates = full ? Set(pending.keys) : dirtyApps
         fullEvaluationNeeded = false
@@ -351,7 +350,9 @@ extension TaskEngine {
         }
         guard !members.isEmpty else {
             // A simulated launch's request went while it waited: say so rather than nothing.
-            if simulated, let request = launch.requests.first { throw .unknownPending(request.identifier, app: appID) }
+            if simulated, let request = launch.requests.first {
+                throw .unknownPending(request.identifier, app: appID, lister: "ListPending")
+            }
             return
         }
         var slice = Slice(
@@ -621,6 +622,22 @@ extension TaskEngine {
         }
     }
 
+    /// `ExpireTask` as a call that wants no answer, queued at once: for the agent's stop,
+    /// which closes the connection right after (the close sends what was queued first).
+    func sendExpireExpectingNoReply(_ taskID: String, to destination: String) {
+        var message = Message.methodCall(
+            destination: destination, path: Self.clientPath, interface: BGPolicyNames.clientInterface,
+            member: "ExpireTask", body: [.string(taskID)])
+        message.noReplyExpected = true
+        // An app that has exited is not started again only to be told to stop.
+        message.noAutoStart = true
+        do {
+            try connection.send(message)
+        } catch {
+            logger.info("ExpireTask not sent", metadata: ["task.id": "\(taskID)", "error": "\(error)"])
+        }
+    }
+
     func sendExpire(_ taskID: String, to destination: String) {
         let connection = connection
         let logger = logger
@@ -709,14 +726,14 @@ extension TaskEngine {
     func complete(caller: String, taskID: String, success: Bool, result text: String) async throws(SchedulerError) {
         let appID = try app(of: caller)
         guard let result = TaskResult(rawValue: text) else {
-            throw .invalid("result '\(text)' is not one of: new-data, no-data, failed, or \"\" for none")
+            throw .invalid("result '\(SchedulerError.shown(text))' is not one of: new-data, no-data, failed, or \"\" for none")
         }
         guard let sliceID = taskSlices[taskID], let slice = slices[sliceID], slice.appID == appID,
             let member = slice.members.first(where: { $0.taskID == taskID && !$0.done })
         else {
             throw SchedulerError(
                 .unknownTask,
-                "\(appID) has no running task '\(taskID)'; it may have ended already ('bgpolicy history \(appID)' shows how)")
+                "\(appID) has no running task '\(SchedulerError.shown(taskID))'; it may have ended already ('bgpolicy history \(appID)' shows how)")
         }
         let effective: TaskResult = success ? result : .failed
         if member.kind == .refresh { noteRefreshResult(appID, effective) }
@@ -788,13 +805,16 @@ extension TaskEngine {
         if enforcement == nil, action != .observe, slice.backgroundOnly, let pid = slice.pid, pid > 1 {
             // The fallback for background-only processes: stopping a process with a window
             // would freeze what the user sees, so only those that declared they have none.
-            if kill(pid_t(pid), SIGSTOP) == 0 {
-                enforcement = .stopped(pid: pid)
+            // Only a process whose start is known, so that the next agent can tell it from
+            // another that took its pid if it has to continue it.
+            if let started = inspector.startTime(pid: pid), kill(pid_t(pid), SIGSTOP) == 0 {
+                enforcement = .stopped(pid: pid, processStarted: started)
                 event = .cpuStopped
                 detail += "; stopped with SIGSTOP (registered background-only) until the slice ends"
             }
         }
         slices[sliceID]?.enforcement = enforcement
+        if let enforcement { remember(enforcement, slice: slice) }
         logger.warning(
             "CPU limit enforced",
             metadata: ["app.id": "\(slice.appID)", "action": "\(event.rawValue)", "cpu.percent": "\(percent)"])
@@ -810,31 +830,15 @@ extension TaskEngine {
     }
 
     func release(_ enforcement: Slice.Enforcement, slice: Slice) async {
-        var detail: String
-        do {
-            switch enforcement {
-            case .throttled(let unit):
-                try await systemd.clearCPUQuota(unit: unit)
-                detail = "the CPU quota on \(unit) was lifted"
-            case .frozen(let unit):
-                try await systemd.thaw(unit: unit)
-                detail = "\(unit) was thawed"
-            case .stopped(let pid):
-                kill(pid_t(pid), SIGCONT)
-                detail = "process \(pid) was continued with SIGCONT"
-            }
-        } catch {
-            detail = "could not undo the CPU enforcement: \(error)"
-            logger.error("Could not release CPU enforcement", metadata: ["app.id": "\(slice.appID)", "error": "\(error)"])
-        }
-        appendHistory(HistoryEntry(time: Self.wallNow(), appID: slice.appID, event: .cpuReleased, detail: detail + " (slice ended)"))
+        await undo(EnforcementRecord(sliceID: slice.id, appID: slice.appID.rawValue, action: enforcement, since: slice.startedAt),
+                   why: "slice ended")
     }
 
     // MARK: Simulation
 
     func simulateLaunch(app text: String, identifier: String) async throws(SchedulerError) {
         guard let appID = AppID(rawValue: text), apps[appID] != nil else { throw .unknownApp(text) }
-        guard let request = pending[appID]?[identifier] else { throw .unknownPending(identifier, app: appID) }
+        guard let request = pending[appID]?[identifier] else { throw .unknownPending(identifier, app: appID, lister: "ListPending") }
         if delivering.contains(appID) || saving[appID] != nil {
             throw SchedulerError(.unavailable, "a delivery to \(appID), or a change to its requests, is on its way; try again in a moment")
         }
@@ -856,7 +860,7 @@ extension TaskEngine {
     func simulateExpiration(app text: String, identifier: String) throws(SchedulerError) {
         guard let appID = AppID(rawValue: text), apps[appID] != nil else { throw .unknownApp(text) }
         guard let (slice, member) = runningTask(of: appID, identifier: identifier) else {
-            throw SchedulerError(.unknownTask, "\(appID) has no running task '\(identifier)'; 'bgpolicy simulate launch' starts one")
+            throw SchedulerError(.unknownTask, "\(appID) has no running task '\(SchedulerError.shown(identifier))'; 'bgpolicy simulate launch' starts one")
         }
         sendExpire(member.taskID, to: slice.connection)
         appendHistory(HistoryEntry(
@@ -905,7 +909,7 @@ extension TaskEngine {
     func endBackgroundTask(caller: String, token: String) throws(SchedulerError) {
         let appID = try app(of: caller)
         guard let task = backgroundTasks[token], task.appID == appID else {
-            throw SchedulerError(.unknownTask, "\(appID) has no background task '\(token)'; it may have expired already")
+            throw SchedulerError(.unknownTask, "\(appID) has no background task '\(SchedulerError.shown(token))'; it may have expired already")
         }
         task.timer?.cancel()
         backgroundTasks[token] = nil

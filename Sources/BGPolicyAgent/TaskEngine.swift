@@ -65,6 +65,8 @@ actor TaskEngine {
     /// The wall clock less the boot-time clock when last looked at (`wallClockSet`).
     var wallClockOffset = TaskEngine.wallMinusBootTime()
     var evaluationQueued = false
+    /// Set by `stop`: nothing is evaluated or launched any more.
+    var stopping = false
     var fullEvaluationNeeded = false
     var dirtyApps: Set<AppID> = []
     /// What holds each app's pending requests after its last evaluation, per rule (apps with
@@ -290,11 +292,11 @@ actor TaskEngine {
         }
         for identifier in identifiers {
             if let problem = TaskIdentifier.problem(with: identifier) {
-                throw .invalid("task identifier '\(identifier)': \(problem)")
+                throw .invalid("task identifier '\(SchedulerError.shown(identifier))': \(problem)")
             }
         }
         if let busName = options.busName, !(DBusNames.isValidBusName(busName) && !DBusNames.isUniqueName(busName)) {
-            throw .invalid("bus_name '\(busName)' is not a well-known D-Bus name such as org.example.App")
+            throw .invalid("bus_name '\(SchedulerError.shown(busName))' is not a well-known D-Bus name such as org.example.App")
         }
 
         let identity = pid.map { inspector.identify(pid: $0) }
@@ -304,7 +306,7 @@ actor TaskEngine {
             if let claimed = options.appID, claimed != derived.rawValue {
                 throw SchedulerError(
                     .accessDenied,
-                    "this process is \(derived) (from its \(identity.source.rawValue)); it cannot register as '\(claimed)'. Leave out the app_id option")
+                    "this process is \(derived) (from its \(identity.source.rawValue)); it cannot register as '\(SchedulerError.shown(claimed))'. Leave out the app_id option")
             }
             appID = derived
         } else {
@@ -313,7 +315,7 @@ actor TaskEngine {
                     "the agent cannot tell which app this process is (it is not in a Flatpak, a snap or an app-*.scope/.service unit): pass your app id in the app_id option")
             }
             guard let id = AppID(rawValue: claimed) else {
-                throw .invalid("app_id '\(claimed)': \(AppID.problem(with: claimed) ?? "invalid")")
+                throw .invalid("app_id '\(SchedulerError.shown(claimed))': \(AppID.problem(with: claimed) ?? "invalid")")
             }
             if let existing = apps[id] {
                 if existing.record.identity.isVerified {
@@ -407,16 +409,18 @@ actor TaskEngine {
             throw .notPermitted(identifier, app: appID, registered: runtime.record.identifiers)
         }
         guard let kind = TaskKind(rawValue: kindText) else {
-            throw .invalid("kind '\(kindText)' is not one of: refresh, processing")
+            throw .invalid("kind '\(SchedulerError.shown(kindText))' is not one of: refresh, processing")
         }
         let now = Self.wallNow()
         if let begin = options.earliestBegin {
             if begin < 0 { throw .invalid("earliest_begin is Unix seconds and cannot be negative; got \(begin)") }
             let limit = configuration.limits.earliestBeginMax.seconds
             if UnixTime(begin) > now + limit {
-                let days = (UnixTime(begin) - now) / 86_400
+                // Exact, so that a value just past the limit does not read as within it.
+                let past = RunWhenEligiblePolicy.durationWords(UnixTime(begin) - now - limit)
                 throw .invalid(
-                    "earliest_begin is \(Self.format(days)) days ahead; at most \(Self.format(limit / 86_400)) days are allowed. Submit again closer to the time")
+                    "earliest_begin \(begin) is \(past) past the limit of \(RunWhenEligiblePolicy.durationWords(limit)) ahead "
+                        + "(the latest allowed now is \(Int64((now + limit).rounded(.down)))); submit again closer to the time")
             }
         }
         if !globalEnabled {
@@ -508,7 +512,7 @@ actor TaskEngine {
     func reportUsage(caller: String, state text: String) throws(SchedulerError) {
         let appID = try app(of: caller)
         guard let state = UsageState(rawValue: text) else {
-            throw .invalid("usage state '\(text)' is not one of: foreground, background")
+            throw .invalid("usage state '\(SchedulerError.shown(text))' is not one of: foreground, background")
         }
         let now = Self.wallNow()
         do {

@@ -395,7 +395,7 @@ public struct RunWhenEligiblePolicy: SchedulingPolicy {
 
     /// "45 s", "4 min 10 s", "2 h 5 min", "9 days": the largest unit and the next one. Waits round
     /// up, so that one never reads "0 s"; ages round down.
-    static func durationWords(_ seconds: Double, roundingUp: Bool = true) -> String {
+    public static func durationWords(_ seconds: Double, roundingUp: Bool = true) -> String {
         let rounded = roundingUp ? seconds.rounded(.up) : seconds.rounded(.down)
         let total = rounded.isFinite ? Int(min(max(rounded, 0), 1e15)) : 0
         let units: [(size: Int, singular: String, plural: String)] = [

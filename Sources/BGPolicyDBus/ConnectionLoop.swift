@@ -162,6 +162,14 @@ final class ConnectionLoop: @unchecked Sendable {
         // Jobs that arrived too late still run, so that their continuations are resumed with
         // an error: every method that enqueues checks `connection`.
         if let connection {
+            // What was sent before the close goes out first (an agent that stops tells its apps
+            // so), for at most a second: a bus that does not read must not hold the exit.
+            let deadline = ContinuousClock.now + .seconds(1)
+            while dbus_connection_get_is_connected(connection) != 0, dbus_connection_has_messages_to_send(connection) != 0,
+                ContinuousClock.now < deadline
+            {
+                _ = dbus_connection_read_write(connection, 100)
+            }
             dbus_connection_remove_filter(connection, cFilter, Unmanaged.passUnretained(self).toOpaque())
             dbus_connection_close(connection)
             dbus_connection_set_watch_functions(connection, nil, nil, nil, nil, nil)

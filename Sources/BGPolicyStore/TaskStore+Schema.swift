@@ -165,6 +165,23 @@ extension TaskStore {
                 ) WITHOUT ROWID;
                 """)
         }
+        migrator.registerMigration("v6-cpu-enforcement") { db in
+            try db.execute(sql: """
+                -- What the CPU monitor did to an app and has not undone yet, so that an agent that
+                -- stopped or crashed during the slice undoes it at its next start. action:
+                -- throttled or frozen (unit set), stopped (pid set, with process_started, its
+                -- start in seconds since boot, so that a reused pid is never continued).
+                CREATE TABLE cpu_enforcement (
+                    slice_id TEXT PRIMARY KEY NOT NULL,
+                    app_id TEXT NOT NULL,
+                    action TEXT NOT NULL,
+                    unit TEXT,
+                    pid INTEGER,
+                    process_started REAL,
+                    since REAL NOT NULL
+                ) WITHOUT ROWID;
+                """)
+        }
         return migrator
     }
 }

@@ -120,3 +120,87 @@ def test_processing_on_external_power_is_exempt_while_on_ac(world):
     agent.wait_history("completed", task_id=exempt_run["task_id"], timeout=5)
     assert agent.app_record("org.example.Exempt")["violations"] == 0
     assert exempt_done["cpu_self"] > 1, exempt_done
+
+
+def start_background_burner(world, app_id):
+    """An unverified, background-only app with no systemd unit (a plain session process) that
+    burns a core from RunTask on: the monitor's only way to hold it is SIGSTOP."""
+    app = world.app(app_id)
+    identifier = f"{app_id}.work"
+    assert app.register([identifier], app_id=app_id, background_only=True) == app_id
+    app.configure(burn=True)
+    app.submit(identifier, "processing", earliest_begin=later(3600))
+    world.agent.simulate_launch(app_id, identifier)
+    return app, app.wait_run_task(identifier, timeout=5)
+
+
+def process_state(pid):
+    """The state letter of /proc/PID/status ("T" when stopped)."""
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("State:"):
+                return line.split()[1]
+    raise AssertionError(f"no State in /proc/{pid}/status")
+
+
+def test_a_process_stopped_by_the_monitor_is_continued_when_the_agent_stops(world):
+    """A background-only burner without a unit is stopped with SIGSTOP until its slice ends.
+    The agent is stopped (SIGTERM) during the slice: the slice ends then, so the process is
+    continued, the task ends as interrupted, and the app is told to wrap up (ExpireTask)."""
+    agent = world.start_agent(config=cpu_config("throttle"))
+    app, run = start_background_burner(world, "org.example.Burner")
+    stopped = agent.wait_history("cpu-stopped", app_id="org.example.Burner", timeout=16)
+    assert "SIGSTOP" in stopped["detail"], stopped
+    assert process_state(app.pid) == "T"  # (so it cannot be asked anything now)
+
+    agent.stop()
+    assert process_state(app.pid) != "T", "the agent stopped, and left its app stopped"
+    # One ExpireTask came with the warning before the stop; the second says the agent stops.
+    th.wait_until(lambda: len(app.events_of("ExpireTask")) >= 2, 5, "the app is told to wrap up")
+    assert [e["task_id"] for e in app.events_of("ExpireTask")] == [run["task_id"]] * 2
+    agent.restart()
+    released = agent.wait_history("cpu-released", app_id="org.example.Burner", timeout=5)
+    assert f"process {app.pid} was continued with SIGCONT (slice ended)" == released["detail"], released
+    ended = agent.wait_history("interrupted", task_id=run["task_id"], timeout=5)
+    assert "the agent stopped during the slice" in ended["detail"], ended
+
+
+def test_a_process_stopped_by_the_monitor_is_continued_after_the_agent_crashed(world):
+    """The same, but the agent is killed (SIGKILL): nothing can be undone on the way out. The
+    stop is stored when it is done, and the next start continues the process."""
+    agent = world.start_agent(config=cpu_config("throttle"))
+    app, run = start_background_burner(world, "org.example.Burner")
+    agent.wait_history("cpu-stopped", app_id="org.example.Burner", timeout=16)
+    agent.sigkill()
+    assert process_state(app.pid) == "T"
+
+    agent.restart()
+    th.wait_until(lambda: process_state(app.pid) != "T", 5, "the new agent continues the process")
+    released = agent.wait_history("cpu-released", app_id="org.example.Burner", timeout=5)
+    assert released["detail"] == (
+        f"process {app.pid} was continued with SIGCONT (left in place when the agent last stopped)"), released
+    assert "Undoing CPU enforcement left in place" in agent.stderr()
+    agent.wait_history("interrupted", task_id=run["task_id"], timeout=5)
+    # Undone once: a second restart finds nothing left.
+    agent.stop()
+    agent.restart()
+    assert len(agent.events("cpu-released", app_id="org.example.Burner")) == 1, agent.history()
+
+
+def test_a_throttle_left_by_a_crashed_agent_is_lifted_at_the_next_start(world):
+    """A unit throttled through the user manager when the agent is killed: the next start lifts
+    the quota (SetUnitProperties with the quota unset)."""
+    systemd = world.start_systemd_mock(units=[BURNER_UNIT])
+    agent = world.start_agent(config=cpu_config("throttle"))
+    start_burner(world, BURNER_UNIT, "org.example.Burner")
+    agent.wait_history("cpu-throttled", app_id="org.example.Burner", timeout=16)
+    agent.sigkill()
+    assert len(systemd.calls("SetUnitProperties")) == 1
+
+    agent.restart()
+    th.wait_until(lambda: len(systemd.calls("SetUnitProperties")) >= 2, 5, "the quota is lifted")
+    lifted = [unit_properties(c) for c in systemd.calls("SetUnitProperties")][1:]
+    assert lifted == [(BURNER_UNIT, True, [("CPUQuotaPerSecUSec", "t", UINT64_MAX)])], lifted
+    released = agent.wait_history("cpu-released", app_id="org.example.Burner", timeout=5)
+    assert released["detail"] == (
+        f"the CPU quota on {BURNER_UNIT} was lifted (left in place when the agent last stopped)"), released

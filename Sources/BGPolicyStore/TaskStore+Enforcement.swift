@@ -1,0 +1,83 @@
+public import BGPolicyCore
+import GRDB
+
+/// What the CPU monitor did to an app during a slice and has not undone (`cpu_enforcement`):
+/// a CPU quota or a freeze on its systemd unit, or SIGSTOP on its process. A row is written
+/// when the monitor acts and removed when the slice's end undoes it, so the rows left at start
+/// are what an agent that stopped or crashed left in place, for the new one to undo.
+public struct EnforcementRecord: Sendable, Equatable {
+    public enum Action: Sendable, Equatable {
+        case throttled(unit: String)
+        case frozen(unit: String)
+        /// `processStarted`: the process's start, in seconds since boot, when it was stopped.
+        case stopped(pid: UInt32, processStarted: Double)
+    }
+
+    public var sliceID: String
+    public var appID: String
+    public var action: Action
+    public var since: UnixTime
+
+    public init(sliceID: String, appID: String, action: Action, since: UnixTime) {
+        self.sliceID = sliceID
+        self.appID = appID
+        self.action = action
+        self.since = since
+    }
+}
+
+extension TaskStore {
+    public func recordEnforcement(_ record: EnforcementRecord) throws(StoreError) {
+        var name: String
+        var unit: String?
+        var pid: Int64?
+        var started: Double?
+        switch record.action {
+        case .throttled(let u): (name, unit) = ("throttled", u)
+        case .frozen(let u): (name, unit) = ("frozen", u)
+        case .stopped(let p, let s): (name, pid, started) = ("stopped", Int64(p), s)
+        }
+        try write { db in
+            try db.execute(
+                sql: """
+                    INSERT OR REPLACE INTO cpu_enforcement (slice_id, app_id, action, unit, pid, process_started, since)
+                    VALUES (?, ?, ?, ?, ?, ?, ?)
+                    """,
+                arguments: [record.sliceID, record.appID, name, unit, pid, started, record.since])
+        }
+    }
+
+    public func removeEnforcement(sliceID: String) throws(StoreError) {
+        try write { db in
+            try db.execute(sql: "DELETE FROM cpu_enforcement WHERE slice_id = ?", arguments: [sliceID])
+        }
+    }
+
+    /// The enforcements not undone, oldest first. A row this agent cannot read (an action it
+    /// does not know, a unit or pid missing) is left out and stays stored: a later agent may
+    /// know it, and nothing is undone by guesswork.
+    public func enforcementsLeft() throws(StoreError) -> [EnforcementRecord] {
+        try read { db in
+            var records: [EnforcementRecord] = []
+            for row in try Row.fetchAll(db, sql: "SELECT * FROM cpu_enforcement ORDER BY since, slice_id") {
+                let unit: String? = row["unit"]
+                let pid: Int64? = row["pid"]
+                let started: Double? = row["process_started"]
+                let action: EnforcementRecord.Action
+                switch try row.decode(String.self, forColumn: "action") {
+                case "throttled" where unit != nil: action = .throttled(unit: unit!)
+                case "frozen" where unit != nil: action = .frozen(unit: unit!)
+                case "stopped":
+                    guard let pid, pid > 1, pid <= Int64(UInt32.max), let started else { continue }
+                    action = .stopped(pid: UInt32(pid), processStarted: started)
+                default: continue
+                }
+                records.append(EnforcementRecord(
+                    sliceID: try row.decode(String.self, forColumn: "slice_id"),
+                    appID: try row.decode(String.self, forColumn: "app_id"), action: action,
+                    since: try row.decode(Double.self, forColumn: "since")))
+            }
+            return records
+        }
+    }
+}
