@@ -86,7 +86,7 @@ struct SchedulerInterface: Sendable {
                 let payload = try call.arguments.decode(VariantDictionary.self, at: 1)
                 if let reserved = payload.keys.sorted().first(where: { ["slice_id", "deadline"].contains($0) }) {
                     throw SchedulerError.invalid(
-                        "the payload key '\(reserved)' is reserved: RunTask's info carries the agent's own value for it")
+                        "the payload key '\(SchedulerError.shown(reserved))' is reserved: RunTask's info carries the agent's own value for it")
                 }
                 try await engine.notifyContentAvailable(caller: call.sender, app: app, payload: payload)
                 return []
@@ -103,7 +103,7 @@ struct SchedulerInterface: Sendable {
         let options = try arguments.decode(VariantDictionary.self, at: index)
         if let unknown = options.keys.sorted().first(where: { !allowed.contains($0) }) {
             throw SchedulerError.invalid(
-                "unknown option '\(unknown)'; the options are: " + allowed.sorted().joined(separator: ", "))
+                "unknown option '\(SchedulerError.shown(unknown))'; the options are: " + allowed.sorted().joined(separator: ", "))
         }
         return options
     }

@@ -21,7 +21,7 @@ extension TaskEngine {
 
     func notifyContentAvailable(caller: String, app text: String, payload: [String: Variant]) async throws(SchedulerError) {
         guard let appID = AppID(rawValue: text) else {
-            throw .invalid("'\(text)' is not an app id: use the reverse-DNS desktop id, such as org.example.Mail")
+            throw .invalid("'\(SchedulerError.shown(text))' is not an app id: \(AppID.problem(with: text) ?? "invalid")")
         }
         guard apps[appID] != nil else { throw .unknownApp(text) }
         let value = payload.dbusValue

@@ -99,7 +99,7 @@ extension TaskEngine {
             d["blocking"] = Variant([String]())
             d["reasons"] = Variant([String]())
             d["summary"] = Variant(
-                "\(appID) has no pending request '\(identifier)': submit it first ('bgpolicy history \(appID)' shows what happened to earlier ones).")
+                "\(appID) has no pending request '\(SchedulerError.shown(identifier))': submit it first ('bgpolicy history \(appID)' shows what happened to earlier ones).")
             return d
         }
         let explanation = policy.explain(request, app: state, context: context(now: Self.wallNow()))

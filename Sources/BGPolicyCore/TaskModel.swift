@@ -86,7 +86,7 @@ public struct AppID: RawRepresentable, Hashable, Sendable, Comparable, CustomStr
                     UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "_"), UInt8(ascii: "-"):
                     continue
                 default:
-                    return "an app id holds only letters, digits, '_', '-' and dots, like org.example.App"
+                    return "an app id holds only ASCII letters, digits, '_', '-' and dots, like org.example.App"
                 }
             }
         }
@@ -111,7 +111,7 @@ public enum TaskIdentifier {
                 UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "_"), UInt8(ascii: "-"), UInt8(ascii: "."):
                 continue
             default:
-                return "a task identifier holds only letters, digits, '_', '-' and '.', like org.example.App.refresh"
+                return "a task identifier holds only ASCII letters, digits, '_', '-' and '.', like org.example.App.refresh"
             }
         }
         return nil

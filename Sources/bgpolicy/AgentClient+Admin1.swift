@@ -34,8 +34,13 @@ extension AgentClient {
         try await perform("SetGlobalEnabled", [.boolean(enabled)])
     }
 
+    /// The agent answers once the app has accepted the task or cannot be reached: up to 25 s
+    /// for an app it starts by D-Bus activation, after its turn among apps starting.
+    static let launchTimeout: Duration = .seconds(120)
+
     func simulateLaunch(app: String, identifier: String) async throws {
-        try await perform("SimulateLaunch", [.string(app), .string(identifier)])
+        _ = try await call(BGPolicyNames.adminInterface, "SimulateLaunch", [.string(app), .string(identifier)],
+                           timeout: Self.launchTimeout)
     }
 
     func simulateExpiration(app: String, identifier: String) async throws {

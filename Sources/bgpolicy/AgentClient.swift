@@ -17,12 +17,18 @@ struct AgentClient {
         }
     }
 
-    /// Calls a method of the agent's object and returns its reply body.
-    func call(_ interface: String, _ member: String, _ body: [DBusValue] = []) async throws -> [DBusValue] {
+    /// How long a call may wait for the agent's answer, unless the method says otherwise.
+    static let answerTimeout: Duration = .seconds(10)
+
+    /// Calls a method of the agent's object and returns its reply body. `timeout`: longer for
+    /// a method whose answer waits on an app (`SimulateLaunch`).
+    func call(_ interface: String, _ member: String, _ body: [DBusValue] = [], timeout: Duration = Self.answerTimeout)
+        async throws -> [DBusValue]
+    {
         do {
             return try await connection.call(
                 destination: BGPolicyNames.busName, path: try ObjectPath(BGPolicyNames.objectPath),
-                interface: interface, member: member, body, timeout: .seconds(10))
+                interface: interface, member: member, body, timeout: timeout)
         } catch DBusError.remote(let name, let message) {
             switch name {
             case DBusError.serviceUnknown, DBusError.nameHasNoOwner, "org.freedesktop.DBus.Error.Spawn.ServiceNotFound":
@@ -30,7 +36,9 @@ struct AgentClient {
                     "bgpolicyd is not running on this session bus (nobody owns \(BGPolicyNames.busName)).",
                     hint: "Start it with 'systemctl --user start bgpolicyd', or from a source tree with 'make run'.")
             case DBusError.noReply:
-                throw CLIError("bgpolicyd did not answer within 10 seconds.", hint: "Check its log with 'journalctl --user -u bgpolicyd'.")
+                throw CLIError(
+                    "bgpolicyd did not answer within \(timeout.components.seconds) seconds.",
+                    hint: "Check its log with 'journalctl --user -u bgpolicyd'.")
             case _ where name.hasPrefix(BGPolicyNames.errorPrefix):
                 // The agent's own refusal: the command adds the hint that fits (ExitStatus).
                 throw AgentRefusal(dbusName: name, message: message)

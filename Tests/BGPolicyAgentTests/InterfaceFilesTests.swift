@@ -1,4 +1,5 @@
 import BGPolicyAgent
+import BGPolicyCore
 import BGPolicyDBus
 import Foundation
 import Testing
@@ -26,6 +27,30 @@ struct InterfaceFilesTests {
         }
         for property in interface.properties { #expect(!property.documentation.isEmpty, "\(interface.name).\(property.name)") }
         for signal in interface.signals { #expect(!signal.documentation.isEmpty, "\(interface.name).\(signal.name)") }
+    }
+
+    /// The lists of keys and events the docs give in full: a rule or event added in code and
+    /// left out of them fails here.
+    @Test("the interface file, Docs/DBusAPI.md and Docs/CLI.md list every blocking rule key")
+    func everyBlockingRuleListed() throws {
+        let xml = try String(contentsOf: Self.root.appendingPathComponent("dbus/org.bgpolicy.Admin1.xml"), encoding: .utf8)
+        let api = try String(contentsOf: Self.root.appendingPathComponent("Docs/DBusAPI.md"), encoding: .utf8)
+        let cli = try String(contentsOf: Self.root.appendingPathComponent("Docs/CLI.md"), encoding: .utf8)
+        for rule in BlockingRule.allCases {
+            #expect(xml.contains(" \(rule.rawValue),") || xml.contains(" \(rule.rawValue);"), "Admin1.Explain: \(rule.rawValue)")
+            #expect(api.contains("`\(rule.rawValue)`"), "Docs/DBusAPI.md: \(rule.rawValue)")
+            #expect(cli.contains("`\(rule.rawValue)`"), "Docs/CLI.md: \(rule.rawValue)")
+        }
+    }
+
+    @Test("the interface file lists every history event the agent writes")
+    func everyHistoryEventListed() throws {
+        let xml = try String(contentsOf: Self.root.appendingPathComponent("dbus/org.bgpolicy.Admin1.xml"), encoding: .utf8)
+        let events = try #require(xml.range(of: "Events: ")).upperBound
+        let list = xml[events...].prefix { $0 != "." }
+            .split(whereSeparator: { $0 == "," || $0 == " " || $0 == "\n" }).map(String.init)
+        // `usage` is a name older stores may hold; the agent no longer writes it.
+        #expect(Set(list) == Set(HistoryEvent.allCases.map(\.rawValue)).subtracting(["usage"]))
     }
 
     @Test("no interface file exists without a description")

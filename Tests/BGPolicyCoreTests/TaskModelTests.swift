@@ -80,10 +80,10 @@ struct TaskModelTests {
         (".org.example", "may not begin or end with a dot"),
         ("org.example.", "may not begin or end with a dot"),
         ("org..example", "two dots in a row"),
-        ("org.example/App", "holds only letters, digits"),
-        ("org example", "holds only letters, digits"),
-        ("org.exämple", "holds only letters, digits"),
-        ("org.example\n", "holds only letters, digits"),
+        ("org.example/App", "holds only ASCII letters, digits"),
+        ("org example", "holds only ASCII letters, digits"),
+        ("org.exämple", "holds only ASCII letters, digits"),
+        ("org.example\n", "holds only ASCII letters, digits"),
         (String(repeating: "a", count: 256), "at most 255 bytes"),
         // 128 two-byte characters: 256 bytes, though only 128 characters.
         (String(repeating: "é", count: 128), "at most 255 bytes"),
@@ -106,10 +106,10 @@ struct TaskModelTests {
 
     @Test("task identifiers rejected, with the reason", arguments: [
         ("", "may not be empty"),
-        ("a b", "holds only letters, digits"),
-        ("org/example", "holds only letters, digits"),
-        ("résumé", "holds only letters, digits"),
-        ("tab\t", "holds only letters, digits"),
+        ("a b", "holds only ASCII letters, digits"),
+        ("org/example", "holds only ASCII letters, digits"),
+        ("résumé", "holds only ASCII letters, digits"),
+        ("tab\t", "holds only ASCII letters, digits"),
         (String(repeating: "x", count: 256), "at most 255 bytes"),
     ])
     func identifierRejected(_ text: String, reason: String) {

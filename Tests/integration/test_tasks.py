@@ -102,7 +102,9 @@ def test_simulate_launch_errors(world):
     agent = world.start_agent()
     app = world.registered_app("org.example.Sim", ["org.example.Sim.refresh"])
     expect_error("NotRegistered", agent.simulate_launch, "org.example.Nobody", "org.example.Nobody.refresh")
-    expect_error("UnknownTask", agent.simulate_launch, "org.example.Sim", "org.example.Sim.refresh")
+    message = expect_error("UnknownTask", agent.simulate_launch, "org.example.Sim", "org.example.Sim.refresh")
+    # The admin side lists pending requests with ListPending (GetPending is the app's own).
+    assert "ListPending lists the pending ones" in message, message
     expect_error("UnknownTask", agent.simulate_expiration, "org.example.Sim", "org.example.Sim.refresh")
     cli = agent.cli("simulate", "launch", "org.example.Sim", "org.example.Sim.refresh", check=False)
     assert cli.returncode != 0 and "org.example.Sim.refresh" in cli.stderr, (cli.returncode, cli.stderr)
@@ -127,6 +129,64 @@ def test_history_is_the_newest_entries_oldest_first(world):
     middle = mine[60]["time"]
     since = agent.admin("GetHistory", "xu", (int(middle) + 1, 10000), "(aa{sv})")[0]
     assert all(e["time"] >= int(middle) + 1 for e in since), since[:2]
+
+
+def test_history_prints_an_apps_text_without_control_or_reordering_characters(world):
+    """An app's text reaches `bgpolicy history` with its control characters (an escape sequence,
+    a newline, a bell) and the invisible ones that reorder what follows (a right-to-left
+    override, an isolate) replaced, so that it cannot restyle the terminal or make the rest of
+    the line read as something else."""
+    agent = world.start_agent()
+    app = world.registered_app("org.example.Evil", ["org.example.Evil.refresh"])
+    app.begin_background_task("evil\x1b[31mRED\nline2\u202eRLO\u2066x\u2069\x07")
+    out = agent.cli("history", "org.example.Evil").stdout
+    assert "background task 'evil?[31mRED line2?RLO?x??' began" in out, out
+    assert not set(out) & {"\x1b", "\x07", "\u202e", "\u2066", "\u2069"}, ascii(out)
+
+
+def test_errors_quote_long_input_briefly(world):
+    """An error quotes what the caller sent, but a 100,000-byte identifier or app id is quoted
+    by its start and its length: the message stays a line a person can read."""
+    agent = world.start_agent()
+    app = world.registered_app("org.example.Long", ["org.example.Long.refresh"])
+    long = "x" * 100_000
+    messages = [
+        expect_error("NotPermitted", app.submit, long, "refresh"),
+        expect_error("UnknownTask", app.cancel, long),
+        expect_error("NotRegistered", agent.explain, long, "org.example.Long.refresh"),
+        expect_error("InvalidArgument", world.app("another").register, [long + "/"], app_id="org.example.Other"),
+    ]
+    for message in messages:
+        assert len(message) < 400 and " bytes)" in message and message.count("x") < 100, message[:500]
+
+
+def test_earliest_begin_past_the_limit_says_by_how_much(world):
+    """A Submit one second past the 7-day limit on `earliest_begin` says so, and gives the
+    latest time allowed."""
+    agent = world.start_agent()
+    app = world.registered_app("org.example.Late", ["org.example.Late.refresh"])
+    begin = later(7 * 86400 + 2)
+    message = expect_error("InvalidArgument", app.submit, "org.example.Late.refresh", "refresh", earliest_begin=begin)
+    assert f"earliest_begin {begin} is " in message and "past the limit of 7 days ahead" in message, message
+    latest = int(message.split("the latest allowed now is ")[1].split(")")[0])
+    assert begin - 5 <= latest < begin, (begin, latest)
+
+
+def test_simulate_launch_waits_as_long_as_the_agent_waits_for_the_app(world):
+    """`bgpolicy simulate launch` of an app that does not answer RunTask (stopped here) waits
+    for the agent, which gives up on the app after 10 s: the person sees the agent's answer
+    (Unavailable, status 1), not "bgpolicyd did not answer" (status 69)."""
+    import signal
+    agent = world.start_agent()
+    app = world.registered_app("org.example.Slow", ["org.example.Slow.refresh"])
+    app.submit("org.example.Slow.refresh", "refresh", earliest_begin=later(3600))
+    os.kill(app.pid, signal.SIGSTOP)
+    try:
+        cli = agent.cli("simulate", "launch", "org.example.Slow", "org.example.Slow.refresh", check=False, timeout=60)
+    finally:
+        os.kill(app.pid, signal.SIGCONT)
+    assert cli.returncode == 1, (cli.returncode, cli.stdout, cli.stderr)
+    assert "(Unavailable)" in cli.stderr and "did not answer RunTask in time" in cli.stderr, cli.stderr
 
 
 def test_report_usage(world):
