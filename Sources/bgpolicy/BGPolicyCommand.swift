@@ -13,4 +13,18 @@ struct BGPolicyCommand: AsyncParsableCommand {
             TimelineCommand.self, EnableCommand.self, DisableCommand.self, SimulateCommand.self, ReplayCommand.self,
         ],
         defaultSubcommand: StatusCommand.self)
+
+    /// Parses and runs. A first word that is no command is refused as such: left to the parser,
+    /// it would reach `status`, the default, as an unexpected argument.
+    static func main() async {
+        let arguments = Array(CommandLine.arguments.dropFirst())
+        if let first = arguments.first, !first.hasPrefix("-") {
+            let commands = configuration.subcommands.compactMap { $0.configuration.commandName } + ["help"]
+            if !commands.contains(first) {
+                exit(withError: ValidationError(
+                    "'\(first)' is not a bgpolicy command; the commands are: \(commands.joined(separator: ", "))."))
+            }
+        }
+        await main(arguments)
+    }
 }

@@ -14,14 +14,18 @@ struct HistoryCommand: AsyncParsableCommand {
     @Argument(help: "Only this app's events (an app ID, as 'bgpolicy apps' shows it).")
     var app: String?
 
+    // Unconditional: "-5" is a value to refuse in words, not a missing one.
     @Option(
+        parsing: .unconditional,
         help: ArgumentHelp(
             "Events since this long ago (90m, 24h, 2d, 1h30m) or since a Unix time. (default: 24h)",
             valueName: "duration|unix"),
         transform: Since.init(argument:))
     var since: Since = .ago(86_400)
 
-    @Option(help: ArgumentHelp("Show at most this many events, the newest ones (1 to 10000).", valueName: "n"))
+    @Option(
+        parsing: .unconditional,
+        help: ArgumentHelp("Show at most this many events, the newest ones (1 to 10000).", valueName: "n"))
     var limit: Int = 50
 
     @Flag(name: .long, help: "Print the agent's history entries as a JSON array, for scripts.")
