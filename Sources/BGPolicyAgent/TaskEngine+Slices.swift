@@ -31,9 +31,8 @@ struct Slice {
         }
     }
 
-    /// What the CPU monitor did to the app, undone when the slice closes.
-    /// What the CPU monitor did, until the slice ends: stored too (`cpu_enforcement`), so
-    /// that it is undone even if the agent stops first.
+    /// What the CPU monitor did to the app, undone when the slice closes; stored too
+    /// (`cpu_enforcement`), so that it is undone even if the agent ends first.
     typealias Enforcement = EnforcementRecord.Action
 
     let id: String
