@@ -215,11 +215,12 @@ def test_a_launch_waiting_its_turn_is_held_when_background_work_is_switched_off(
     assert run[0]["identifier"] == f"{held_app}.refresh", run
 
 
-def test_an_app_the_user_opens_while_it_waits_its_turn_is_not_started_again(activation_world):
-    """With one start at a time, Mail waits while Notes takes 3 s to start. The user opens Mail
-    meanwhile: its slice goes to that process (no second one is started), and the open is the
-    user's, learned as use, not taken for the agent's own launch."""
-    world = activation_world
+def slow_notes_and_mail_each_with_a_refresh(world):
+    """Notes and Mail, D-Bus activatable apps that take 3 s to start when the agent starts them,
+    each run once to register and submit a refresh, then gone; an agent that starts one app at
+    a time (`concurrent_starts = 1`). Returns the agent, the two app ids (by "notes" and
+    "mail"), their event logs, the command that runs an app (app id, start delay) and the
+    environment to run it in."""
     apps = {"notes": "org.example.SlowNotes", "mail": "org.example.SlowMail"}
     logs = {app_id: world.tmp / f"{app_id}.log" for app_id in apps.values()}
 
@@ -239,6 +240,15 @@ def test_an_app_the_user_opens_while_it_waits_its_turn_is_not_started_again(acti
         world.stack.push(first)
         assert first.popen.wait(timeout=20) == 0, f"{read_log(logs[app_id])}\n{first.stderr()}"
         th.wait_until(lambda: (agent.app_record(app_id) or {}).get("connected") is False, 5, f"{app_id} is gone")
+    return agent, apps, logs, command, env
+
+
+def test_an_app_the_user_opens_while_it_waits_its_turn_is_not_started_again(activation_world):
+    """With one start at a time, Mail waits while Notes takes 3 s to start. The user opens Mail
+    meanwhile: its slice goes to that process (no second one is started), and the open is the
+    user's, learned as use, not taken for the agent's own launch."""
+    world = activation_world
+    agent, apps, logs, command, env = slow_notes_and_mail_each_with_a_refresh(world)
     mail = apps["mail"]
 
     with ThreadPoolExecutor(2) as pool:
@@ -276,25 +286,7 @@ def test_a_simulated_launch_whose_request_went_while_it_waited_its_turn_says_so(
     is no longer pending) rather than succeeding with nothing run; Mail is not started and gets
     no RunTask."""
     world = activation_world
-    apps = {"notes": "org.example.SlowNotes", "mail": "org.example.SlowMail"}
-    logs = {app_id: world.tmp / f"{app_id}.log" for app_id in apps.values()}
-
-    def command(app_id, delay):
-        return [str(part) for part in [
-            PYTHON, th.__file__, "activated", "--app-id", app_id, "--bus-name", app_id,
-            "--identifier", f"{app_id}.refresh", "--log", logs[app_id], "--proc-root", world.proc_root,
-            "--start-delay", delay]]
-
-    for app_id in apps.values():
-        (world.service_dir / f"{app_id}.service").write_text(
-            f"[D-BUS Service]\nName={app_id}\nExec={' '.join(command(app_id, 3))}\n")
-    agent = world.start_agent(config="[slices]\nrefresh = 10s\nexpiration_warning = 2s\nconcurrent_starts = 1\n")
-    env = dict(os.environ, DBUS_SESSION_BUS_ADDRESS=world.address)
-    for app_id in apps.values():
-        first = th.ch.Proc([*command(app_id, 0), "--submit"], env, name=f"first run of {app_id}")
-        world.stack.push(first)
-        assert first.popen.wait(timeout=20) == 0, f"{read_log(logs[app_id])}\n{first.stderr()}"
-        th.wait_until(lambda: (agent.app_record(app_id) or {}).get("connected") is False, 5, f"{app_id} is gone")
+    agent, apps, logs, _, _ = slow_notes_and_mail_each_with_a_refresh(world)
     mail = apps["mail"]
 
     with ThreadPoolExecutor(2) as pool:
