@@ -242,6 +242,9 @@ extension TaskEngine {
     /// `GetTimeline`: the next 24 hours as the planner sees them now (see `AgentInterfaces`).
     /// The refresh plan assumes each app resubmits after every refresh, as apps do, and that
     /// nothing else happens: no open, no change of conditions.
+    /// The rules the refresh planner itself applies, which its plan already follows.
+    static let plannerRules: Set<BlockingRule> = [.nextWindow, .predictedUse, .refreshInterval]
+
     func timeline(of only: AppID?) -> [String: Variant] {
         let now = Self.wallNow()
         let context = context(now: now)
@@ -255,12 +258,40 @@ extension TaskEngine {
         var windows = Set<UnixTime>()
         if let planner = refreshPlanner {
             let weights = context.planning.refreshWeights
-            let candidates = pending.filter { $0.value.values.contains { $0.kind == .refresh } }.keys.sorted()
-                .map { RefreshPlanner.Candidate(appID: $0.rawValue, weight: weights[$0] ?? 1) }
+            // Each pending refresh as the rules stand now, besides the planner's own (which the
+            // plan below is): one held by a rule that lifts at a known time (its earliest_begin,
+            // an overrun penalty, a retry after a failed delivery) is planned from then on; one
+            // held by a rule that lifts only when something changes (a switch, power saver, a
+            // low battery, an app that cannot be reached, sleep) is not planned at all.
+            var notBefore: [String: UnixTime] = [:]
+            var candidates: [RefreshPlanner.Candidate] = []
+            for appID in pending.keys.sorted() {
+                guard let refresh = pending[appID]?.values.first(where: { $0.kind == .refresh }),
+                    let state = schedulingState(of: appID)
+                else { continue }
+                let held = policy.explain(refresh, app: state, context: context).blocking
+                    .filter { !Self.plannerRules.contains($0.rule) }
+                if !held.isEmpty {
+                    guard let lifts = RunWhenEligiblePolicy.timeAllLift(held) else { continue }
+                    notBefore[appID.rawValue] = lifts
+                }
+                candidates.append(RefreshPlanner.Candidate(appID: appID.rawValue, weight: weights[appID] ?? 1))
+            }
             var future = planner
+            // Looking for the next window after `time`, among the candidates free at `freeAt`.
             var time = now
+            var freeAt = now
             for _ in 0..<Self.timelineSlots {
-                guard let next = future.nextWindow(after: time, among: candidates, horizon: end - time) else { break }
+                let free = candidates.filter { (notBefore[$0.appID] ?? -.infinity) <= freeAt }
+                let nextFree = future.nextWindow(after: time, among: free, horizon: end - time)
+                // One held comes free before that window: look again from then (a window just
+                // then included).
+                if let lift = notBefore.values.filter({ $0 > freeAt }).min(), lift <= (nextFree?.time ?? end) {
+                    freeAt = lift
+                    time = lift - 1
+                    continue
+                }
+                guard let next = nextFree else { break }
                 future.advance(to: next.time)
                 future.recordWindow(at: next.time, refreshed: next.apps)
                 for app in next.apps {
@@ -268,6 +299,7 @@ extension TaskEngine {
                 }
                 windows.insert(next.time)
                 time = next.time
+                freeAt = next.time
             }
         }
         if let due = evaluationTimerDue, due < end { windows.insert(due) }

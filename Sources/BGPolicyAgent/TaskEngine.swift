@@ -466,7 +466,7 @@ actor TaskEngine {
         guard let removed = pending[appID]?[identifier] else { throw .unknownPending(identifier, app: appID) }
         pending[appID]?[identifier] = nil
         beginSaving(appID)
-        defer { endSaving(appID) }
+        defer { endSaving(appID, removedWork: true) }
         let store = store
         let entry = HistoryEntry(
             time: Self.wallNow(), appID: appID, identifier: identifier, event: .cancelled, detail: "cancelled by the app")
@@ -484,10 +484,13 @@ actor TaskEngine {
         saving[appID, default: 0] += 1
     }
 
-    func endSaving(_ appID: AppID) {
+    /// `removedWork`: the change took work away (a Cancel), so everything is evaluated again:
+    /// an evaluation of the app alone can bring the timer forward but never take it back, and
+    /// the timer may have been set for the work that went.
+    func endSaving(_ appID: AppID, removedWork: Bool = false) {
         let left = (saving[appID] ?? 1) - 1
         saving[appID] = left > 0 ? left : nil
-        requestEvaluation(for: appID)
+        if removedWork { requestEvaluation() } else { requestEvaluation(for: appID) }
     }
 
     func cancelAll(caller: String) throws(SchedulerError) {
@@ -501,7 +504,8 @@ actor TaskEngine {
         }
         pending[appID] = nil
         appendHistory(HistoryEntry(time: Self.wallNow(), appID: appID, event: .cancelled, detail: "all \(count) pending requests cancelled by the app"))
-        requestEvaluation(for: appID)
+        // Work went: the timer may have been for it (`endSaving`).
+        requestEvaluation()
     }
 
     func pendingRequests(caller: String) throws(SchedulerError) -> [TaskRequest] {
@@ -549,7 +553,8 @@ actor TaskEngine {
         appendHistory(HistoryEntry(
             time: Self.wallNow(), appID: appID, event: enabled ? .appEnabled : .appDisabled,
             detail: enabled ? "background work switched on by the user" : "background work switched off by the user"))
-        requestEvaluation(for: appID)
+        // Switched off, its work is held: the timer may have been for it (`endSaving`).
+        if enabled { requestEvaluation(for: appID) } else { requestEvaluation() }
     }
 
     func setGlobalEnabled(_ enabled: Bool) throws(SchedulerError) {

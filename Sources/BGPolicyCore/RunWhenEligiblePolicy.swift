@@ -376,7 +376,7 @@ public struct RunWhenEligiblePolicy: SchedulingPolicy {
     }
 
     /// When every reason has lifted, if each lifts by time alone.
-    static func timeAllLift(_ reasons: [BlockingReason]) -> UnixTime? {
+    public static func timeAllLift(_ reasons: [BlockingReason]) -> UnixTime? {
         var latest: UnixTime?
         for reason in reasons {
             guard let liftsAt = reason.liftsAt else { return nil }

@@ -373,6 +373,44 @@ def test_content_available_is_rate_limited_on_battery_and_checked(laptop):
     assert agent.alive()
 
 
+def test_the_timeline_plans_no_refresh_that_cannot_run(laptop):
+    """`GetTimeline` plans what the agent would run: Mail's refresh, learned from three weeks of
+    hourly use, is planned; switched off (for every app, or for Mail), or with Mail gone and no
+    bus_name to start it by, it is not (nor is any wake window for it); and an earliest_begin
+    six hours ahead holds its refreshes until then."""
+    world = laptop
+
+    def visit(t):
+        return [("org.example.Mail", "foreground", t), ("org.example.Mail", "background", t + 120)]
+    agent = restart_with_usage(world.start_agent(planner=True), every_hour_for_three_weeks(visit, 3000))
+    mail = world.registered_app("org.example.Mail", ["org.example.Mail.refresh"])
+    mail.submit("org.example.Mail.refresh", "refresh", earliest_begin=th.later(120))
+
+    def plan():
+        (timeline,) = agent.admin("GetTimeline", "s", ("",), "(a{sv})")
+        (row,) = timeline["apps"]
+        return timeline["windows"], row["refreshes"]
+
+    windows, refreshes = plan()
+    assert len(refreshes) >= 3 and set(refreshes) <= set(windows), (windows, refreshes)
+    for off, on in ((("disable", "--all"), ("enable", "--all")),
+                    (("disable", "org.example.Mail"), ("enable", "org.example.Mail"))):
+        agent.cli(*off)
+        assert plan() == ([], []), off
+        agent.cli(*on)
+        assert plan()[1], on
+
+    later = th.later(6 * 3600)
+    mail.submit("org.example.Mail.refresh", "refresh", earliest_begin=later)
+    windows, refreshes = plan()
+    assert refreshes and min(refreshes) >= later, (later, refreshes)
+
+    mail.quit()
+    th.wait_until(lambda: agent.app_record("org.example.Mail")["connected"] is False, 5, "Mail is gone")
+    assert "unreachable" in agent.explain("org.example.Mail", "org.example.Mail.refresh")["blocking"]
+    assert plan() == ([], [])
+
+
 def test_bgpolicy_timeline_draws_the_agents_plan(laptop, tmp_path):
     world = laptop
     agent = world.start_agent(planner=True)

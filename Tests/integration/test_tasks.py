@@ -189,6 +189,30 @@ def test_simulate_launch_waits_as_long_as_the_agent_waits_for_the_app(world):
     assert "(Unavailable)" in cli.stderr and "did not answer RunTask in time" in cli.stderr, cli.stderr
 
 
+def test_the_timer_goes_with_the_only_work_it_was_for(world):
+    """The agent keeps one timer, for the next time something can start (GetStatus's
+    `next_window`), and none when nothing can. Work due in ten minutes sets it; cancelled, or
+    switched off, the timer goes with it rather than waking the agent for nothing."""
+    agent = world.start_agent()
+    app = world.registered_app("org.example.Sync", ["org.example.Sync.refresh"])
+
+    def submit():
+        app.submit("org.example.Sync.refresh", "refresh", earliest_begin=later(600))
+        th.wait_until(lambda: "next_window" in agent.status(), 5, "the timer is set")
+
+    submit()
+    app.cancel("org.example.Sync.refresh")
+    th.wait_until(lambda: "next_window" not in agent.status(), 5, "the timer goes with the cancelled work")
+    submit()
+    app.scheduler("CancelAll")
+    th.wait_until(lambda: "next_window" not in agent.status(), 5, "the timer goes with CancelAll")
+    submit()
+    agent.set_app_enabled("org.example.Sync", False)
+    th.wait_until(lambda: "next_window" not in agent.status(), 5, "the timer goes when the app is switched off")
+    agent.set_app_enabled("org.example.Sync", True)
+    th.wait_until(lambda: "next_window" in agent.status(), 5, "the timer comes back with the switch")
+
+
 def test_report_usage(world):
     agent = world.start_agent()
     app = world.registered_app("org.example.Used", ["org.example.Used.refresh"])
