@@ -210,7 +210,11 @@ extension TaskEngine {
         if old.onBattery == true, new.onBattery == false { return .chargerPlugged }
         let unmeteredNow = new.connectivity == .full && new.metered == false
         let unmeteredBefore = old.connectivity == .full && old.metered == false
-        if unmeteredNow, !unmeteredBefore, old.connectivity != .unknown || old.metered != nil { return .unmeteredNetwork }
+        // Only from a network known to be absent, partial or metered: NetworkManager's facts
+        // arriving (at start, when it comes back) one after the other, connectivity before
+        // metered, are no network appearing.
+        let knownOtherBefore = old.connectivity != .unknown && (old.connectivity != .full || old.metered != nil)
+        if unmeteredNow, !unmeteredBefore, knownOtherBefore { return .unmeteredNetwork }
         return nil
     }
 
