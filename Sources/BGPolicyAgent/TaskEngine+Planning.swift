@@ -246,8 +246,9 @@ extension TaskEngine {
     /// `GetTimeline`: the next 24 hours as the planner sees them now (see `AgentInterfaces`).
     /// The refresh plan assumes each app resubmits after every refresh, as apps do, and that
     /// nothing else happens: no open, no change of conditions.
-    /// The rules the refresh planner itself applies, which its plan already follows.
-    static let plannerRules: Set<BlockingRule> = [.nextWindow, .predictedUse, .refreshInterval]
+    /// The rules the timeline's plan does not apply again: the refresh planner's own, which
+    /// the plan is, and a slice of the app running now, which ends within minutes.
+    static let rulesTheTimelinePlans: Set<BlockingRule> = [.nextWindow, .predictedUse, .refreshInterval, .appBusy]
 
     func timeline(of only: AppID?) -> [String: Variant] {
         let now = Self.wallNow()
@@ -262,11 +263,11 @@ extension TaskEngine {
         var windows = Set<UnixTime>()
         if let planner = refreshPlanner {
             let weights = context.planning.refreshWeights
-            // Each pending refresh as the rules stand now, besides the planner's own (which the
-            // plan below is): one held by a rule that lifts at a known time (its earliest_begin,
-            // an overrun penalty, a retry after a failed delivery) is planned from then on; one
-            // held by a rule that lifts only when something changes (a switch, power saver, a
-            // low battery, an app that cannot be reached, sleep) is not planned at all.
+            // Each pending refresh as the rules stand now (besides `rulesTheTimelinePlans`): one
+            // held by a rule that lifts at a known time (its earliest_begin, an overrun penalty,
+            // a retry after a failed delivery) is planned from then on; one held by a rule that
+            // lifts only when something changes (a switch, power saver, a low battery, an app
+            // that cannot be reached, sleep) is not planned at all.
             var notBefore: [String: UnixTime] = [:]
             var candidates: [RefreshPlanner.Candidate] = []
             for appID in pending.keys.sorted() {
@@ -274,7 +275,7 @@ extension TaskEngine {
                     let state = schedulingState(of: appID)
                 else { continue }
                 let held = policy.explain(refresh, app: state, context: context).blocking
-                    .filter { !Self.plannerRules.contains($0.rule) }
+                    .filter { !Self.rulesTheTimelinePlans.contains($0.rule) }
                 if !held.isEmpty {
                     guard let lifts = RunWhenEligiblePolicy.timeAllLift(held) else { continue }
                     notBefore[appID.rawValue] = lifts

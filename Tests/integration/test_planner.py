@@ -375,7 +375,7 @@ def test_content_available_is_rate_limited_on_battery_and_checked(laptop):
 
 def test_the_timeline_plans_no_refresh_that_cannot_run(laptop):
     """`GetTimeline` plans what the agent would run: Mail's refresh, learned from three weeks of
-    hourly use, is planned; switched off (for every app, or for Mail), or with Mail gone and no
+    hourly use, is planned, also while a slice of Mail's runs; switched off (for every app, or for Mail), or with Mail gone and no
     bus_name to start it by, it is not (nor is any wake window for it); and an earliest_begin
     six hours ahead holds its refreshes until then."""
     world = laptop
@@ -383,7 +383,7 @@ def test_the_timeline_plans_no_refresh_that_cannot_run(laptop):
     def visit(t):
         return [("org.example.Mail", "foreground", t), ("org.example.Mail", "background", t + 120)]
     agent = restart_with_usage(world.start_agent(planner=True), every_hour_for_three_weeks(visit, 3000))
-    mail = world.registered_app("org.example.Mail", ["org.example.Mail.refresh"])
+    mail = world.registered_app("org.example.Mail", ["org.example.Mail.refresh", "org.example.Mail.clean"])
     mail.submit("org.example.Mail.refresh", "refresh", earliest_begin=th.later(120))
 
     def plan():
@@ -393,6 +393,13 @@ def test_the_timeline_plans_no_refresh_that_cannot_run(laptop):
 
     windows, refreshes = plan()
     assert len(refreshes) >= 3 and set(refreshes) <= set(windows), (windows, refreshes)
+    # A slice of Mail's running now ends within minutes: the plan stays.
+    mail.submit("org.example.Mail.clean", "processing", earliest_begin=th.later(3600))
+    agent.simulate_launch("org.example.Mail", "org.example.Mail.clean")
+    run = mail.wait_run_task("org.example.Mail.clean")
+    assert "app-busy" in agent.explain("org.example.Mail", "org.example.Mail.refresh")["blocking"]
+    assert plan()[1] == refreshes
+    mail.complete(run["task_id"])
     for off, on in ((("disable", "--all"), ("enable", "--all")),
                     (("disable", "org.example.Mail"), ("enable", "org.example.Mail"))):
         agent.cli(*off)
