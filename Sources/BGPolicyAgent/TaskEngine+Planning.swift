@@ -243,13 +243,13 @@ extension Double {
 extension TaskEngine {
     static let timelineSlots = 96
 
-    /// `GetTimeline`: the next 24 hours as the planner sees them now (see `AgentInterfaces`).
-    /// The refresh plan assumes each app resubmits after every refresh, as apps do, and that
-    /// nothing else happens: no open, no change of conditions.
     /// The rules the timeline's plan does not apply again: the refresh planner's own, which
     /// the plan is, and a slice of the app running now, which ends within minutes.
     static let rulesTheTimelinePlans: Set<BlockingRule> = [.nextWindow, .predictedUse, .refreshInterval, .appBusy]
 
+    /// `GetTimeline`: the next 24 hours as the planner sees them now (see `AgentInterfaces`).
+    /// The refresh plan assumes each app resubmits after every refresh, as apps do, and that
+    /// nothing else happens: no open, no change of conditions.
     func timeline(of only: AppID?) -> [String: Variant] {
         let now = Self.wallNow()
         let context = context(now: now)
