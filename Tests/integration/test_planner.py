@@ -365,7 +365,9 @@ def test_content_available_is_rate_limited_on_battery_and_checked(laptop):
 
     message = expect_error("NotRegistered", notify, agent, "org.example.Nobody", {})
     assert "org.example.Nobody" in message
-    expect_error("InvalidArgument", notify, agent, "not an id", {})
+    message = expect_error("InvalidArgument", notify, agent, "not an id", {})
+    assert message == "'not an id' is not an app id: an app id holds only ASCII letters, digits, '_', '-' and dots, " \
+        "like org.example.App", message
     message = expect_error("InvalidArgument", notify, agent, "org.example.Mail", {"deadline": GLib.Variant("x", 1)})
     assert "reserved" in message
     message = expect_error("InvalidArgument", notify, agent, "org.example.Mail", {"blob": GLib.Variant("s", "x" * 5000)})
