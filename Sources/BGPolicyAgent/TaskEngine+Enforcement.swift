@@ -96,17 +96,13 @@ extension TaskEngine {
     /// again, as after a crash), and what the CPU monitor did is undone.
     func stop() async {
         stopping = true
-        evaluationTimer?.cancel()
-        evaluationTimer = nil
-        evaluationTimerDue = nil
+        scheduleEvaluation(at: nil, now: Self.wallNow())
         for sliceID in slices.keys.sorted() {
             guard let slice = slices[sliceID] else { continue }
-            for member in slice.openMembers {
-                sendExpireExpectingNoReply(member.taskID, to: slice.connection)
-                finish(member, in: sliceID, event: .interrupted, result: .failed,
-                       detail: "the agent stopped during the slice (ExpireTask sent); it will not be delivered again")
-            }
-            await closeSlice(sliceID)
+            for member in slice.openMembers { sendExpireExpectingNoReply(member.taskID, to: slice.connection) }
+            await endSlice(
+                sliceID, as: .interrupted,
+                detail: "the agent stopped during the slice (ExpireTask sent); it will not be delivered again")
         }
     }
 }

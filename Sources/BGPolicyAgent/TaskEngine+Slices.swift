@@ -654,28 +654,25 @@ extension TaskEngine {
     func expireAtDeadline(sliceID: String) async {
         guard let slice = slices[sliceID] else { return }
         let seconds = Int(slice.length.seconds)
-        for member in slice.openMembers {
-            finish(member, in: sliceID, event: .expired, result: .failed,
-                   detail: "did not call SetTaskCompleted within its \(seconds) s slice: a violation that lowers the app's future opportunities")
-        }
-        await closeSlice(sliceID)
+        await endSlice(sliceID, as: .expired,
+                       detail: "did not call SetTaskCompleted within its \(seconds) s slice: a violation that lowers the app's future opportunities")
     }
 
     func expireForSleep(sliceID: String) async {
         warnExpiring(sliceID: sliceID, reason: "the machine is going to sleep", event: .expirationWarned)
-        guard let slice = slices[sliceID] else { return }
-        for member in slice.openMembers {
-            finish(member, in: sliceID, event: .sleepExpired, result: .failed,
-                   detail: "expired because the machine went to sleep; not a violation")
-        }
-        await closeSlice(sliceID)
+        await endSlice(sliceID, as: .sleepExpired, detail: "expired because the machine went to sleep; not a violation")
     }
 
     func closeVanished(sliceID: String) async {
+        await endSlice(sliceID, as: .vanished, detail: "the app left the bus during its slice; closed as failed")
+    }
+
+    /// Ends a slice before its tasks were all completed: each open task is recorded as `event`
+    /// (failed) with `detail`, and the slice closes.
+    func endSlice(_ sliceID: String, as event: HistoryEvent, detail: String) async {
         guard let slice = slices[sliceID] else { return }
         for member in slice.openMembers {
-            finish(member, in: sliceID, event: .vanished, result: .failed,
-                   detail: "the app left the bus during its slice; closed as failed")
+            finish(member, in: sliceID, event: event, result: .failed, detail: detail)
         }
         await closeSlice(sliceID)
     }

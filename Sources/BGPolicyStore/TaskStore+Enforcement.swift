@@ -65,8 +65,12 @@ extension TaskStore {
                 let started: Double? = row["process_started"]
                 let action: EnforcementRecord.Action
                 switch try row.decode(String.self, forColumn: "action") {
-                case "throttled" where unit != nil: action = .throttled(unit: unit!)
-                case "frozen" where unit != nil: action = .frozen(unit: unit!)
+                case "throttled":
+                    guard let unit else { continue }
+                    action = .throttled(unit: unit)
+                case "frozen":
+                    guard let unit else { continue }
+                    action = .frozen(unit: unit)
                 case "stopped":
                     guard let pid, pid > 1, pid <= Int64(UInt32.max), let started else { continue }
                     action = .stopped(pid: UInt32(pid), processStarted: started)
