@@ -255,6 +255,16 @@ def mail_quit_with_its_refresh_waiting(world, start_command):
     return agent, notes
 
 
+def feed_waiting_for_the_next_window(world, agent):
+    """Feed registered, 20 s or more before the next window of a 1-min grid, with a refresh that
+    waits for it."""
+    app = world.registered_app("org.example.Feed", ["org.example.Feed.refresh"])
+    wait_between_windows(60, 16, 40)
+    app.submit("org.example.Feed.refresh")
+    assert agent.explain("org.example.Feed", "org.example.Feed.refresh")["blocking"] == ["next-window"]
+    return app
+
+
 def submit_refresh_that_waits(agent, app, app_id):
     """`app` submits `{app_id}.refresh`, which waits for the planner's predicted use."""
     app.submit(f"{app_id}.refresh")

@@ -127,6 +127,28 @@ def test_processing_waits_for_no_input(world):
     assert agent.wait_history("completed", task_id=run["task_id"], timeout=10)["result"] == "no-data"
 
 
+def test_the_user_coming_back_opens_an_opportunistic_window(world):
+    """Input after an idle spell: the user is active again, the machine is in use anyway, and a
+    window opens at once for what waits, between two windows of a 1-min grid."""
+    mutter = MutterMock(world, idletime=0)
+    agent = world.start_agent(
+        config=CONFIG + "[windows]\ngrid_on_battery = 1min\ngrid_on_ac = 1min\n[refresh]\nstrategy = every-window\n",
+        planner=True)
+    idle_watch = mutter.wait_watch("idle")
+    wait_conditions(agent, lambda c: c.get("idle") is False, "in use, from mutter")
+    mutter.fire(idle_watch)
+    wait_conditions(agent, lambda c: c.get("idle") is True, "idle once the idle watch fired")
+    active = mutter.wait_watch("active")
+
+    app = th.feed_waiting_for_the_next_window(world, agent)
+    back = time.time()
+    mutter.fire(active)
+    run = app.wait_run_task("org.example.Feed.refresh", timeout=10)
+    assert run["time"] - back < 5, run
+    delivered = agent.wait_history("delivered", app_id="org.example.Feed")
+    assert "wake window opened because the user became active" in delivered["detail"], delivered
+
+
 def test_monitor_that_goes_away_falls_back_and_is_rearmed_when_it_returns(world):
     world.start_logind(locked=False)
     mutter = MutterMock(world, idletime=0)

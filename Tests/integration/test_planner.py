@@ -17,6 +17,7 @@ from gi.repository import GLib
 
 import pytest
 
+import conditions_helpers as ch
 import tasks_helpers as th
 from tasks_helpers import (  # noqa: F401 - the fixture
     every_hour_for_three_weeks, expect_error, laptop, mail_refreshed_after_use, restart_with_usage,
@@ -324,16 +325,61 @@ def test_the_planner_state_is_stored_however_the_agent_ends(world):
 def test_unlocking_opens_an_opportunistic_window(world):
     logind = world.start_logind(locked=True)
     agent = world.start_agent(config=FINE.replace(f"{GRID}s", "1min"), planner=True)
-    app = world.registered_app("org.example.Feed", ["org.example.Feed.refresh"])
-    wait_between_windows(60, 16, 40)  # 20 s or more before the next grid window
-    app.submit("org.example.Feed.refresh")
-    assert agent.explain("org.example.Feed", "org.example.Feed.refresh")["blocking"] == ["next-window"]
+    app = th.feed_waiting_for_the_next_window(world, agent)
     unlocked = time.time()
     logind.call("org.freedesktop.login1.Session", "SetLockedHint", "b", (False,), path=logind.session_path)
     run = app.wait_run_task("org.example.Feed.refresh", timeout=10)
     assert run["time"] - unlocked < 5, run
     delivered = agent.wait_history("delivered", app_id="org.example.Feed")
     assert "wake window opened because the session was unlocked" in delivered["detail"], delivered
+
+
+def test_plugging_in_the_charger_opens_an_opportunistic_window(laptop):
+    """The charger plugged in (the kernel's uevents, followed through udev: no UPower here)
+    opens a window at once, between two grid windows."""
+    world = laptop
+    agent = world.start_agent(config=FINE.replace(f"{GRID}s", "1min"), planner=True)
+    app = th.feed_waiting_for_the_next_window(world, agent)
+    plugged = time.time()
+    ch.set_charger(world.testbed, world.ac, world.bat, True)
+    run = app.wait_run_task("org.example.Feed.refresh", timeout=10)
+    assert run["time"] - plugged < 5, run
+    delivered = agent.wait_history("delivered", app_id="org.example.Feed")
+    assert "wake window opened because the charger was plugged in" in delivered["detail"], delivered
+
+
+def test_an_unmetered_network_opens_an_opportunistic_window_and_the_agent_start_does_not(world):
+    """NetworkManager (dbusmock) says the network is no longer metered: a window opens at once.
+    Its facts arriving at the agent's start, connectivity then metered, are no network
+    appearing, and open none; nor does a metered network."""
+    system = world.start_system_bus()
+    env = ch.system_env(world.system_address, world.testbed, world.tmp / "upower")
+    nm = ch.start_networkmanager(world.stack, system, env, metered=GLib.Variant("u", 2),
+                                 primary_type="802-11-wireless")
+    # The agent starts, and learns the network, well clear of the grid's windows.
+    wait_between_windows(60, 16, 30)
+    agent = world.start_agent(config=FINE.replace(f"{GRID}s", "1min"), planner=True)
+    th.wait_until(lambda: agent.status()["conditions"].get("metered") is False, 5, "NetworkManager's facts")
+    app = world.registered_app("org.example.Feed", ["org.example.Feed.refresh"])
+    app.submit("org.example.Feed.refresh")
+    assert agent.explain("org.example.Feed", "org.example.Feed.refresh")["blocking"] == ["next-window"]
+    # It runs in the grid's window; then the network becomes metered: no window either.
+    run = app.wait_run_task("org.example.Feed.refresh", timeout=60)
+    delivered = agent.wait_history("delivered", app_id="org.example.Feed")
+    assert "in the planned wake window" in delivered["detail"], delivered
+    app.complete(run["task_id"])
+    wait_between_windows(60, 16, 40)
+    ch.nm_set(nm, "Metered", GLib.Variant("u", 1))
+    th.wait_until(lambda: agent.status()["conditions"].get("metered") is True, 5, "metered")
+    app.submit("org.example.Feed.refresh")
+    assert agent.explain("org.example.Feed", "org.example.Feed.refresh")["blocking"] == ["next-window"]
+    # Unmetered again: a window opens at once.
+    unmetered = time.time()
+    ch.nm_set(nm, "Metered", GLib.Variant("u", 2))
+    (run,) = th.wait_until(lambda: app.events_of("RunTask")[1:], 10, "the second refresh")
+    assert run["time"] - unmetered < 5, run
+    deliveries = th.wait_until(lambda: agent.events("delivered", app_id="org.example.Feed")[1:], 5, "the delivery's entry")
+    assert "wake window opened because an unmetered network appeared" in deliveries[0]["detail"], deliveries
 
 
 def test_content_available_is_newest_only_and_delivered_in_the_next_window(world):
