@@ -5,6 +5,7 @@ public enum AgentError: Error, CustomStringConvertible, Sendable {
     case busLost
     case noSessionBus(String)
     case stateDirectory(path: String, reason: String)
+    case stateInUse(path: String, pid: Int32?)
     case configuration(String)
     case store(path: String, reason: String)
 
@@ -22,6 +23,10 @@ public enum AgentError: Error, CustomStringConvertible, Sendable {
             return "cannot reach the session bus: \(detail)"
         case .stateDirectory(let path, let reason):
             return "cannot use the state directory \(path): \(reason). Fix its ownership or permissions, or pass --state-dir DIR."
+        case .stateInUse(let path, let pid):
+            let who = pid.map { "bgpolicyd process \($0)" } ?? "another bgpolicyd"
+            return "the state directory \(path) is in use by \(who). Only one agent may use a state directory: "
+                + "stop the other one (systemctl --user stop bgpolicyd), or give this one its own with --state-dir DIR."
         case .configuration(let message):
             return "invalid configuration: \(message)"
         case .store(let path, let reason):

@@ -42,6 +42,9 @@ public struct AgentService: Service {
         defer { connection.close() }
 
         connection.objects.errorNames = Self.errorNames
+        // Before the store is read: a second agent on this directory must not touch it.
+        let lock = try StateLock(directory: environment.stateDirectory)
+        defer { withExtendedLifetime(lock) {} }
         let store: TaskStore
         do {
             store = try TaskStore(path: environment.databasePath)

@@ -65,6 +65,36 @@ def test_a_slice_running_at_sigkill_is_interrupted_and_not_delivered_again(world
     th.expect_error("UnknownTask", app.set_task_completed, run["task_id"], True, "new-data")
 
 
+
+def test_a_second_agent_on_the_same_state_refuses_before_touching_it(world):
+    """A second bgpolicyd started on the state directory of one that runs, on the same session
+    bus or on another, refuses at once and names the first. It reads and writes nothing: its
+    start-up clean-up would have recorded the first one's running task as interrupted."""
+    agent = world.start_agent()
+    app_id, identifier = "org.example.Busy", "org.example.Busy.refresh"
+    app = world.registered_app(app_id, [identifier])
+    app.submit(identifier, "refresh")
+    run = app.wait_run_task(identifier, timeout=15)
+
+    other_bus = world.stack.push(th.PrivateBus(world.tmp))
+    for address in (world.address, other_bus.address):
+        second = world.stack.push(th.ch.Proc([world.bin_dir / "bgpolicyd"], dict(agent.env, DBUS_SESSION_BUS_ADDRESS=address),
+                                             name="second bgpolicyd"))
+        assert second.popen.wait(timeout=10) != 0
+        message = f"the state directory {world.tmp / 'state' / 'bgpolicy'} is in use by bgpolicyd process {agent.pid}"
+        assert message in second.stderr(), second.stderr()
+        assert "Tasks loaded" not in second.stderr(), second.stderr()
+
+    assert [r["task_ids"] for r in agent.status()["running"]] == [[run["task_id"]]], agent.status()
+    assert agent.events("interrupted") == []
+    app.set_task_completed(run["task_id"], True, "new-data")
+    assert agent.wait_history("completed", task_id=run["task_id"])["result"] == "new-data"
+    # The lock goes with the first agent: after it, an agent starts on the directory again.
+    agent.stop()
+    agent.restart()
+    assert agent.events("interrupted") == []
+
+
 def test_switches_survive_restart(world):
     agent = world.start_agent()
     off = world.registered_app("org.example.Off", ["org.example.Off.refresh"])
