@@ -94,7 +94,9 @@ extension AgentInterfaces {
                     SetTaskCompleted:
                     Ends a task. When every task of a slice is completed the slice closes. A task not
                     completed by its deadline is recorded as a violation, which delays the app's
-                    future slices. UnknownTask if the caller's app has no such running task.
+                    future slices. UnknownTask if the caller's app has no such running task; Failed
+                    if the agent could not store the end (a full disk): the task stays running, and
+                    the app may call again.
                     """),
             .init(
                 "BeginBackgroundTask",

@@ -672,13 +672,19 @@ extension TaskEngine {
     func endSlice(_ sliceID: String, as event: HistoryEvent, detail: String) async {
         guard let slice = slices[sliceID] else { return }
         for member in slice.openMembers {
-            finish(member, in: sliceID, event: event, result: .failed, detail: detail)
+            // Never throws without `mustStore`.
+            try? finish(member, in: sliceID, event: event, result: .failed, detail: detail)
         }
         await closeSlice(sliceID)
     }
 
     /// Records one task's end: the running row goes and its history entry is written together.
-    func finish(_ member: Slice.Member, in sliceID: String, event: HistoryEvent, result: TaskResult, detail: String) {
+    /// When that write fails: with `mustStore` (the app's own `SetTaskCompleted`, which it can
+    /// call again) it throws and nothing changes, store first and memory second; without (a
+    /// deadline, an app gone, the agent's stop: the slice is ending whatever the disk says) it is
+    /// logged and the task ends in memory, and the next start records its row as interrupted.
+    func finish(_ member: Slice.Member, in sliceID: String, event: HistoryEvent, result: TaskResult, detail: String,
+                mustStore: Bool = false) throws(StoreError) {
         guard var slice = slices[sliceID] else { return }
         var cpuSeconds: Double?
         if let pid = slice.pid, let first = slice.firstCPUSeconds,
@@ -694,6 +700,7 @@ extension TaskEngine {
             try store.finishTask(taskID: member.taskID, history: entry)
         } catch {
             logger.error("Could not record a task's end", metadata: ["task.id": "\(member.taskID)", "error": "\(error)"])
+            if mustStore { throw error }
         }
         if event.isViolation { noteViolation(of: slice.appID, at: entry.time) }
         if let index = slice.members.firstIndex(where: { $0.taskID == member.taskID }) {
@@ -732,9 +739,14 @@ extension TaskEngine {
                 "\(appID) has no running task '\(SchedulerError.shown(taskID))'; it may have ended already ('bgpolicy history \(appID)' shows how)")
         }
         let effective: TaskResult = success ? result : .failed
+        do {
+            try finish(member, in: sliceID, event: .completed, result: effective,
+                       detail: success ? "completed" + (result == .unspecified ? "" : " with \(result.rawValue)") : "completed unsuccessfully",
+                       mustStore: true)
+        } catch {
+            throw storeFailed(error, "a task's completion")
+        }
         if member.kind == .refresh { noteRefreshResult(appID, effective) }
-        finish(member, in: sliceID, event: .completed, result: effective,
-               detail: success ? "completed" + (result == .unspecified ? "" : " with \(result.rawValue)") : "completed unsuccessfully")
         if slices[sliceID]?.openMembers.isEmpty ?? true {
             await closeSlice(sliceID)
         }

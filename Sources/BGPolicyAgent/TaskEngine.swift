@@ -275,6 +275,15 @@ actor TaskEngine {
         if apps[appID]?.connections.isEmpty ?? true { lastConnectionClosed(appID) }
     }
 
+    // MARK: Store failures
+
+    /// A write (or read) the store refused, for a caller's request: logged, since the caller is
+    /// told to look in the journal, and worded for the caller (`SchedulerError.storage`).
+    func storeFailed(_ error: StoreError, _ what: String) -> SchedulerError {
+        logger.error("The database failed on \(what); the caller was told nothing changed", metadata: ["error": "\(error)"])
+        return .storage(error)
+    }
+
     // MARK: Registration
 
     struct RegisterOptions {
@@ -357,7 +366,7 @@ actor TaskEngine {
         do {
             try store.saveApp(record)
         } catch {
-            throw .storage(error)
+            throw storeFailed(error, "a registration")
         }
         var runtime = apps[appID] ?? AppRuntime(record: record)
         runtime.record = record
@@ -457,7 +466,7 @@ actor TaskEngine {
             try await writer.run { () throws(StoreError) in try store.savePending(request, history: entry) }
         } catch {
             if pending[appID]?[identifier] == request { pending[appID]?[identifier] = previous }
-            throw .storage(error)
+            throw storeFailed(error, "a request")
         }
     }
 
@@ -476,7 +485,7 @@ actor TaskEngine {
             }
         } catch {
             if pending[appID]?[identifier] == nil { pending[appID, default: [:]][identifier] = removed }
-            throw .storage(error)
+            throw storeFailed(error, "a cancellation")
         }
     }
 
@@ -500,7 +509,7 @@ actor TaskEngine {
         do {
             try store.deleteAllPending(appID: appID)
         } catch {
-            throw .storage(error)
+            throw storeFailed(error, "a cancellation of all requests")
         }
         pending[appID] = nil
         appendHistory(HistoryEntry(time: Self.wallNow(), appID: appID, event: .cancelled, detail: "all \(count) pending requests cancelled by the app"))
@@ -528,7 +537,7 @@ actor TaskEngine {
                 noteLeft(appID, at: now)
             }
         } catch {
-            throw .storage(error)
+            throw storeFailed(error, "a usage report")
         }
     }
 
@@ -547,7 +556,7 @@ actor TaskEngine {
         do {
             try store.saveApp(record)
         } catch {
-            throw .storage(error)
+            throw storeFailed(error, "an app's switch")
         }
         apps[appID]?.record = record
         appendHistory(HistoryEntry(
@@ -562,7 +571,7 @@ actor TaskEngine {
         do {
             try store.setGlobalEnabled(enabled)
         } catch {
-            throw .storage(error)
+            throw storeFailed(error, "the global switch")
         }
         globalEnabled = enabled
         appendHistory(HistoryEntry(
@@ -598,7 +607,7 @@ actor TaskEngine {
         do {
             return try store.history(since: UnixTime(since), limit: count)
         } catch {
-            throw .storage(error)
+            throw storeFailed(error, "reading the history")
         }
     }
 

@@ -219,6 +219,9 @@ def test_full_disk_loses_no_pending_request_and_the_agent_keeps_serving(world):
     assert "nothing was changed" in message and ("full" in message or not disk.exact), message
     message = expect_error("Failed", app.cancel, IDENTIFIERS[0])
     assert "nothing was changed" in message, message
+    # The journal, where the message sends a person, says what failed.
+    for what in ("a request", "a cancellation"):
+        assert f"The database failed on {what}; the caller was told nothing changed" in agent.stderr(), agent.stderr_tail()
     # Nothing changed indeed, and the agent still answers everyone.
     assert pending_identifiers(agent) == [IDENTIFIERS[0]]
     assert [p["identifier"] for p in app.pending()] == [IDENTIFIERS[0]]
@@ -246,3 +249,30 @@ def test_full_disk_loses_no_pending_request_and_the_agent_keeps_serving(world):
     app = world.registered_app(APP, IDENTIFIERS, name="again")
     app.submit(IDENTIFIERS[2], "processing", earliest_begin=later(3600))
     assert pending_identifiers(agent) == IDENTIFIERS
+
+
+def test_a_completion_on_a_full_disk_is_refused_and_can_be_sent_again(world):
+    """Store first, memory second, for `SetTaskCompleted` too: on a full disk the app is told
+    `Failed` and its task stays running, so that it can tell the agent again once there is room.
+    (It was answered OK and ended in memory only, and the next start recorded it interrupted.)"""
+    disk = simulated_full_disk(world)
+    agent = disk.start_agent(world)
+    app = world.registered_app(APP, IDENTIFIERS)
+    app.submit(IDENTIFIERS[0], "refresh")
+    run = app.wait_run_task(IDENTIFIERS[0], timeout=15)
+
+    disk.fill(agent)
+    message = expect_error("Failed", app.set_task_completed, run["task_id"], True, "new-data")
+    assert "nothing was changed" in message, message
+    assert [r["task_ids"] for r in agent.status()["running"]] == [[run["task_id"]]], agent.status()
+    assert "The database failed on a task's completion" in agent.stderr(), agent.stderr_tail()
+
+    disk.free(agent)
+    app.set_task_completed(run["task_id"], True, "new-data")
+    assert agent.wait_history("completed", task_id=run["task_id"])["result"] == "new-data"
+    assert agent.status()["running"] == []
+    # It is stored: after a crash, the task is completed, not interrupted.
+    agent.sigkill()
+    agent.restart()
+    assert agent.events("interrupted") == []
+    assert [e["result"] for e in agent.events("completed", task_id=run["task_id"])] == ["new-data"]
