@@ -8,6 +8,7 @@ public enum AgentError: Error, CustomStringConvertible, Sendable {
     case stateInUse(path: String, pid: Int32?)
     case configuration(String)
     case store(path: String, reason: String)
+    case storeFromNewerVersion(path: String, reason: String)
 
     public var description: String {
         switch self {
@@ -31,6 +32,9 @@ public enum AgentError: Error, CustomStringConvertible, Sendable {
             return "invalid configuration: \(message)"
         case .store(let path, let reason):
             return "cannot open the database \(path): \(reason). Check the disk and the directory's permissions."
+        case .storeFromNewerVersion(let path, let reason):
+            return "cannot use the database \(path): \(reason). Run the newer bgpolicyd again, or move the file "
+                + "aside to start afresh (registrations, pending requests and history stay in it)."
         }
     }
 }

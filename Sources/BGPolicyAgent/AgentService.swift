@@ -49,11 +49,14 @@ public struct AgentService: Service {
         do {
             store = try TaskStore(path: environment.databasePath)
         } catch {
+            if case .newerVersion = error {
+                throw AgentError.storeFromNewerVersion(path: environment.databasePath, reason: "\(error)")
+            }
             throw AgentError.store(path: environment.databasePath, reason: "\(error)")
         }
         if let moved = store.recoveredFromCorruption {
             logger.critical(
-                "The database was corrupt: moved aside and started afresh; registrations, pending requests and history are lost",
+                "The database was corrupt (or not a bgpolicy database): moved aside and started afresh; registrations, pending requests and history are lost",
                 metadata: ["db.path": "\(environment.databasePath)", "db.moved_to": "\(moved)"])
         }
         let engine = TaskEngine(

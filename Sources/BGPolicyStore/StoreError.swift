@@ -13,6 +13,9 @@ public enum StoreError: Error, CustomStringConvertible, Sendable, Equatable {
     case readOnly(String)
     /// Everything else. The message names the file and gives SQLite's message.
     case io(String)
+    /// At open: the file has `migrations` this build does not know. A newer bgpolicyd wrote
+    /// it; it is left as it is.
+    case newerVersion(path: String, migrations: [String])
 
     public var description: String {
         switch self {
@@ -20,6 +23,9 @@ public enum StoreError: Error, CustomStringConvertible, Sendable, Equatable {
         case .corrupt(let message): "the database is corrupt: \(message)"
         case .readOnly(let message): "the database cannot be written: \(message)"
         case .io(let message): message
+        case .newerVersion(let path, let migrations):
+            "\(path) was written by a newer bgpolicyd (it has the schema changes \(migrations.joined(separator: ", ")), "
+                + "which this one does not know)"
         }
     }
 

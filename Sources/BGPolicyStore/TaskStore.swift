@@ -94,12 +94,35 @@ public final class TaskStore: Sendable {
             throw .corrupt("\(path): quick_check: \(problems.prefix(3).joined(separator: "; "))")
         }
         do {
+            try checkSchema(queue, path: path)
             try migrator.migrate(queue)
+        } catch let error as StoreError {
+            try? queue.close()
+            throw error
         } catch {
             try? queue.close()
             throw StoreError(error, file: path)
         }
         return queue
+    }
+
+    /// The schema changes this build knows, in order.
+    static var migrationNames: [String] { migrator.migrations }
+
+    /// Before migrating, that the file is ours and not newer than this build: a database with
+    /// migrations this build does not know was written by a newer bgpolicyd (`.newerVersion`:
+    /// kept as it is, for that version); one with tables but no migration record was never
+    /// ours (`.corrupt`: moved aside like a broken file, rather than migrated into).
+    private static func checkSchema(_ queue: DatabaseQueue, path: String) throws {
+        let (applied, tables) = try queue.read { db in
+            (try migrator.appliedIdentifiers(db),
+             try String.fetchAll(db, sql: "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name"))
+        }
+        let unknown = applied.subtracting(migrator.migrations).sorted()
+        guard unknown.isEmpty else { throw StoreError.newerVersion(path: path, migrations: unknown) }
+        if applied.isEmpty, !tables.isEmpty {
+            throw StoreError.corrupt("\(path): not a bgpolicy database (tables: \(tables.prefix(5).joined(separator: ", ")))")
+        }
     }
 
     /// What error messages call the database.

@@ -136,6 +136,43 @@ struct TaskStoreFileTests {
         #expect(try store.apps().map(\.appID) == [Sample.feeds])
     }
 
+    @Test("a SQLite file that is not bgpolicy's (tables, no migration record) is moved aside, not migrated into")
+    func foreignDatabase() throws {
+        let scratch = try ScratchDirectory()
+        defer { scratch.remove() }
+        let path = scratch.path + "/tasks.db"
+        try TaskStore.createFile(path: path, migratedUpTo: "v1", sql: """
+            DROP TABLE grdb_migrations;
+            CREATE TABLE notes (id INTEGER PRIMARY KEY, text TEXT);
+            INSERT INTO notes (text) VALUES ('keep me');
+            """)
+        let store = try TaskStore(path: path)
+        let movedTo = try #require(store.recoveredFromCorruption)
+        #expect(movedTo.hasPrefix(path + ".corrupt-"))
+        // No migration record was added to the foreign file: opened again, it is still not ours.
+        let aside = try TaskStore(path: movedTo)
+        #expect(aside.recoveredFromCorruption != nil)
+        try store.saveApp(Sample.app(Sample.maps))
+        #expect(try store.apps().map(\.appID) == [Sample.maps])
+    }
+
+    @Test("a database a newer bgpolicyd migrated is refused as it is, naming the unknown changes")
+    func newerVersion() throws {
+        let scratch = try ScratchDirectory()
+        defer { scratch.remove() }
+        let path = scratch.path + "/tasks.db"
+        let latest = try #require(TaskStore.migrationNames.last)
+        try TaskStore.createFile(path: path, migratedUpTo: latest, sql: """
+            INSERT INTO grdb_migrations (identifier) VALUES ('v99-priority');
+            ALTER TABLE pending ADD COLUMN priority INTEGER NOT NULL DEFAULT 0;
+            """)
+        let refusal = StoreError.newerVersion(path: path, migrations: ["v99-priority"])
+        #expect(throws: refusal) { try TaskStore(path: path) }
+        // Left as it is, for the newer agent: not moved aside, and refused the same way again.
+        #expect(scratch.names().allSatisfy { !$0.contains(".corrupt-") }, "\(scratch.names())")
+        #expect(throws: refusal) { try TaskStore(path: path) }
+    }
+
     @Test("two corrupt files moved aside in the same second get different names")
     func moveAsideTwice() throws {
         let scratch = try ScratchDirectory()
