@@ -136,7 +136,8 @@ struct ReplayCommand: ParsableCommand {
     }
 
     static func printError(_ message: String) {
-        var bytes = Array(("bgpolicy: " + message + "\n").utf8)[...]
+        // The trace's text and the path are quoted in messages: no control character reaches the terminal.
+        var bytes = Array(("bgpolicy: " + TableText.cell(message) + "\n").utf8)[...]
         while !bytes.isEmpty {
             let n = bytes.withUnsafeBytes { write(STDERR_FILENO, $0.baseAddress, $0.count) }
             if n < 0 && errno == EINTR { continue }

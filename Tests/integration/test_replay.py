@@ -129,6 +129,11 @@ def test_table_names_every_figure(synthetic):
     ("time,app,event\n", 65, "line 1: expected the header"),
     ("timestamp,app_id,event\n5,a,open\n4,a,close\n", 65, "line 3: "),
     ("timestamp,app_id,event\n5,a,launch\n", 65, "line 2: event \"launch\""),
+    # A digit too many in a trace's last line: an error at once, not a replay of 3,000 years.
+    ("timestamp,app_id,event\n1700000000,a,open\n99999999999,a,close\n", 65, "line 3: timestamp \"99999999999\""),
+    ("timestamp,app_id,event\n0x10,a,open\n", 65, "line 2: timestamp \"0x10\" is not Unix time in decimal seconds"),
+    # The trace's text is quoted without its control characters: it cannot restyle the terminal.
+    ("timestamp,app_id,event\n5,a,\x1b[2J\x1b[31mopen\n", 65, "line 2: event \"?[2J?[31mopen\""),
 ])
 def test_bad_trace_names_the_line(tmp_path, text, status, message):
     path = tmp_path / "bad.csv"
@@ -136,6 +141,7 @@ def test_bad_trace_names_the_line(tmp_path, text, status, message):
     r = subprocess.run([str(bgpolicy()), "replay", "--trace", str(path)], capture_output=True, text=True, timeout=20)
     assert r.returncode == status
     assert message in r.stderr, r.stderr
+    assert "\x1b" not in r.stderr
 
 
 def test_missing_trace_and_bad_policy(tmp_path):

@@ -16,6 +16,24 @@ public struct UsageTrace: Sendable, Equatable {
     /// Every app that appears in the trace, sorted.
     public var appIDs: [String] { Set(events.map(\.appID)).sorted() }
 
+    /// The latest timestamp accepted: 2100-01-01 UTC. A replay walks the trace's whole span, so
+    /// a typo (a digit too many) must be an error, not a run of centuries.
+    public static let latest: Double = 4_102_444_800
+    /// The longest span accepted: 10 years (of 366 days).
+    public static let maxSpan: Double = 3_660 * 86_400
+
+    /// Unix seconds as SPEC §4 writes them: decimal digits, with an optional fraction (no sign,
+    /// exponent, hexadecimal, `inf` or `nan`, which `Double.init` would take).
+    static func isDecimal(_ field: Substring) -> Bool {
+        let parts = field.split(separator: ".", maxSplits: 1, omittingEmptySubsequences: false)
+        return !parts[0].isEmpty && parts.allSatisfy { part in part.utf8.allSatisfy { $0 >= 0x30 && $0 <= 0x39 } }
+            && (parts.count == 1 || !parts[1].isEmpty)
+    }
+
+    static func shown(_ time: Double) -> String {
+        time == time.rounded() ? String(Int64(time)) : String(time)
+    }
+
     public static func parse(_ text: String) throws(UsageTraceError) -> UsageTrace {
         var events: [UsageEvent] = []
         var sawHeader = false
@@ -35,8 +53,16 @@ public struct UsageTrace: Sendable, Equatable {
             guard fields.count == 3 else {
                 throw UsageTraceError(line: lineNumber, "expected 3 fields (timestamp,app_id,event), found \(fields.count)")
             }
-            guard let time = Double(fields[0]), time.isFinite else {
-                throw UsageTraceError(line: lineNumber, "timestamp \"\(fields[0])\" is not a number of seconds")
+            guard Self.isDecimal(fields[0]), let time = Double(fields[0]), time <= latest else {
+                throw UsageTraceError(
+                    line: lineNumber,
+                    "timestamp \"\(fields[0])\" is not Unix time in decimal seconds up to \(Int(latest)) (the year 2100)")
+            }
+            if let first = events.first, time - first.time > maxSpan {
+                throw UsageTraceError(
+                    line: lineNumber,
+                    "timestamp \(fields[0]) is more than 10 years after the trace's first, \(Self.shown(first.time)): "
+                        + "a trace may span at most 10 years (a digit too many?)")
             }
             let appID = String(fields[1])
             guard !appID.isEmpty else { throw UsageTraceError(line: lineNumber, "app_id is empty") }
