@@ -55,9 +55,21 @@ public struct AgentService: Service {
             throw AgentError.store(path: environment.databasePath, reason: "\(error)")
         }
         if let moved = store.recoveredFromCorruption {
-            logger.critical(
-                "The database was corrupt (or not a bgpolicy database): moved aside and started afresh; registrations, pending requests and history are lost",
-                metadata: ["db.path": "\(environment.databasePath)", "db.moved_to": "\(moved)"])
+            var metadata: Logger.Metadata = ["db.path": "\(environment.databasePath)", "db.moved_to": "\(moved)"]
+            if let salvaged = store.salvaged {
+                metadata["db.kept"] = "\(salvaged.kept.joined(separator: ","))"
+                metadata["db.lost"] = "\(salvaged.lost.joined(separator: ","))"
+                let lost = salvaged.lost.joined(separator: ", ")
+                logger.critical(
+                    salvaged.lost.isEmpty
+                        ? "The database was corrupt: moved aside, and all its tables were read back into a fresh one"
+                        : "The database was corrupt: moved aside; its readable tables were read back into a fresh one, and these are lost: \(lost)",
+                    metadata: metadata)
+            } else {
+                logger.critical(
+                    "The database was corrupt (or not a bgpolicy database): moved aside and started afresh; registrations, pending requests and history are lost",
+                    metadata: metadata)
+            }
         }
         let engine = TaskEngine(
             store: store, policy: WindowPlanner(), configuration: environment.configuration,

@@ -20,6 +20,9 @@ public final class TaskStore: Sendable {
     /// `-wal` and `-shm` files beside it, with the same suffixes). The store is then a fresh,
     /// empty one, and the agent should say so loudly.
     public let recoveredFromCorruption: String?
+    /// When the file was moved aside: the tables whose rows were copied back from it (each
+    /// whole or not at all, `salvage`), and those that could not be.
+    public let salvaged: (kept: [String], lost: [String])?
 
     /// One connection: the agent is the single writer and reads are cheap.
     let queue: DatabaseQueue
@@ -28,7 +31,9 @@ public final class TaskStore: Sendable {
     /// the history says what the user ran) when needed, checks it, and migrates it.
     ///
     /// A file that is corrupt (`PRAGMA quick_check` fails) or is not a database is renamed
-    /// `<path>.corrupt-<unix time>` and a fresh one is created in its place. Any other failure
+    /// `<path>.corrupt-<unix time>` and a fresh one is created in its place, into which every
+    /// table still readable in the old one is copied back (`salvage`: a damaged index loses
+    /// nothing, since its table is read without it). Any other failure
     /// (permissions, a locked file, a full disk) throws and leaves the file alone: only a file
     /// SQLite itself calls broken is worth giving up.
     public init(path: String) throws(StoreError) {
@@ -36,10 +41,12 @@ public final class TaskStore: Sendable {
         do {
             queue = try Self.open(path: path)
             recoveredFromCorruption = nil
+            salvaged = nil
         } catch .corrupt(_) {
             let movedTo = try Self.moveAside(path)
             queue = try Self.open(path: path)
             recoveredFromCorruption = movedTo
+            salvaged = Self.salvage(from: movedTo, into: queue)
         }
         self.path = path
     }
@@ -48,6 +55,7 @@ public final class TaskStore: Sendable {
         self.queue = memoryQueue
         self.path = nil
         self.recoveredFromCorruption = nil
+        self.salvaged = nil
     }
 
     /// A private, empty store in memory, for tests and `--no-store` runs.
@@ -104,6 +112,41 @@ public final class TaskStore: Sendable {
             throw StoreError(error, file: path)
         }
         return queue
+    }
+
+    /// Copies back into the fresh store at `queue` every table of the file moved aside at
+    /// `aside` that can still be read whole: one statement a table, in creation order (parents
+    /// before the tables that refer to them), so a table is kept whole or not at all, and a row
+    /// whose parent was lost fails its table's foreign key. Only from a file of this build's
+    /// schema. Nil when nothing could be tried (the file is no database, or another schema).
+    static func salvage(from aside: String, into queue: DatabaseQueue) -> (kept: [String], lost: [String])? {
+        try? queue.writeWithoutTransaction { db -> (kept: [String], lost: [String])? in
+            try db.execute(sql: "ATTACH DATABASE ? AS aside", arguments: [aside])
+            defer { try? db.execute(sql: "DETACH DATABASE aside") }
+            let theirs = try? String.fetchSet(db, sql: "SELECT identifier FROM aside.grdb_migrations")
+            guard let theirs, theirs == Set(migrator.migrations) else { return nil }
+            let tables = try String.fetchAll(db, sql: """
+                SELECT name FROM main.sqlite_master
+                WHERE type = 'table' AND name NOT LIKE 'sqlite_%' AND name != 'grdb_migrations' ORDER BY rowid
+                """)
+            var kept: [String] = []
+            var lost: [String] = []
+            for table in tables {
+                do {
+                    try db.inSavepoint {
+                        // `WHERE 1`: not SQLite's transfer optimisation, which would copy the
+                        // old indexes' pages too, damaged ones included; rows only, read by a
+                        // scan of the table, and the fresh indexes built from them.
+                        try db.execute(sql: "INSERT INTO main.\"\(table)\" SELECT * FROM aside.\"\(table)\" WHERE 1")
+                        return .commit
+                    }
+                    kept.append(table)
+                } catch {
+                    lost.append(table)
+                }
+            }
+            return (kept, lost)
+        } ?? nil
     }
 
     /// The schema changes this build knows, in order.
@@ -232,6 +275,11 @@ public final class TaskStore: Sendable {
     /// Runs raw SQL, so that tests can write what a newer agent would.
     func execute(sql: String) throws(StoreError) {
         try write { db in try db.execute(sql: sql) }
+    }
+
+    /// The first page of a table or index, for tests that damage one.
+    func rootPage(of name: String) throws(StoreError) -> Int? {
+        try read { db in try Int.fetchOne(db, sql: "SELECT rootpage FROM sqlite_master WHERE name = ?", arguments: [name]) }
     }
 
     /// The value of a pragma on this connection, as text, for tests.

@@ -173,6 +173,62 @@ struct TaskStoreFileTests {
         #expect(throws: refusal) { try TaskStore(path: path) }
     }
 
+    /// A store with two apps, a pending request and 200 history entries (about ten pages), closed
+    /// (the WAL is checkpointed into the file), then `damage`d: the named table's or index's first
+    /// page overwritten.
+    func damagedStore(at path: String, damage name: String) throws {
+        do {
+            let store = try TaskStore(path: path)
+            try store.saveApp(Sample.app(Sample.maps))
+            try store.saveApp(Sample.app(Sample.feeds))
+            try store.savePending(Sample.request(Sample.maps, "a"))
+            for time in 0..<200 {
+                try store.append(Sample.entry(.submitted, at: Double(time), detail: String(repeating: "x", count: 200)))
+            }
+        }
+        let page = try #require(try TaskStore(path: path).rootPage(of: name))
+        let handle = try FileHandle(forUpdating: URL(fileURLWithPath: path))
+        try handle.seek(toOffset: UInt64((page - 1) * 4096))
+        try handle.write(contentsOf: Data(repeating: 0xA5, count: 4096))
+        try handle.close()
+    }
+
+    @Test("a damaged index: the file is moved aside, and every table is copied back whole")
+    func damagedIndex() throws {
+        let scratch = try ScratchDirectory()
+        defer { scratch.remove() }
+        let path = scratch.path + "/tasks.db"
+        try damagedStore(at: path, damage: "history_time")
+        let store = try TaskStore(path: path)
+        #expect(store.recoveredFromCorruption != nil)
+        let salvaged = try #require(store.salvaged)
+        #expect(salvaged.lost == [])
+        #expect(salvaged.kept.contains("history"), "\(salvaged)")
+        #expect(try store.apps().map(\.appID) == [Sample.feeds, Sample.maps])
+        #expect(try store.pendingRequests().map(\.identifier) == ["a"])
+        #expect(try store.history(since: 0, limit: 1_000).count == 200)
+        #expect(try store.pragma("quick_check") == "ok")
+    }
+
+    @Test("a damaged table: the file is moved aside, and every table still readable is copied back")
+    func damagedTableSalvaged() throws {
+        let scratch = try ScratchDirectory()
+        defer { scratch.remove() }
+        let path = scratch.path + "/tasks.db"
+        try damagedStore(at: path, damage: "history")
+        let store = try TaskStore(path: path)
+        #expect(store.recoveredFromCorruption != nil)
+        let salvaged = try #require(store.salvaged)
+        #expect(salvaged.lost == ["history"])
+        #expect(salvaged.kept.contains("apps") && salvaged.kept.contains("pending"), "\(salvaged)")
+        #expect(try store.apps().map(\.appID) == [Sample.feeds, Sample.maps])
+        #expect(try store.pendingRequests().map(\.identifier) == ["a"])
+        #expect(try store.history(since: 0, limit: 1_000).isEmpty)
+        #expect(try store.pragma("quick_check") == "ok")
+        try store.append(Sample.entry(.submitted, at: 300))
+        #expect(try store.history(since: 0, limit: 10).count == 1)
+    }
+
     @Test("two corrupt files moved aside in the same second get different names")
     func moveAsideTwice() throws {
         let scratch = try ScratchDirectory()

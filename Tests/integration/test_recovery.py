@@ -116,6 +116,35 @@ def test_corrupt_database_is_moved_aside_and_the_agent_works(world, damage):
     assert pending_identifiers(agent) == [IDENTIFIERS[0]]
 
 
+
+def test_a_damaged_table_loses_that_table_only(world):
+    """A real database of this agent whose history table's first page is damaged: the file is
+    moved aside, and every table still readable (the app, its pending request, its switch) is
+    read back into the fresh one; the log says what was lost."""
+    agent = world.start_agent()
+    app = world.registered_app(APP, IDENTIFIERS)
+    app.submit(IDENTIFIERS[0], "refresh", earliest_begin=later(3600))
+    agent.cli("disable", APP)
+    app.quit()
+    agent.stop()
+    db = sqlite3.connect(database(world))
+    db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    (page,) = db.execute("SELECT rootpage FROM sqlite_master WHERE name = 'history'").fetchone()
+    (size,) = db.execute("PRAGMA page_size").fetchone()
+    db.close()
+    with open(database(world), "r+b") as f:
+        f.seek((page - 1) * size)
+        f.write(b"\xa5" * size)
+
+    agent.restart()
+    loud = critical_lines(agent.stderr())
+    assert len(loud) == 1 and "these are lost: history" in loud[0], agent.stderr()
+    assert len(moved_aside(world)) == 1
+    assert [a["app_id"] for a in agent.list_apps()] == [APP]
+    assert agent.app_record(APP)["enabled"] is False
+    assert pending_identifiers(agent) == [IDENTIFIERS[0]]
+
+
 # MARK: A full disk
 
 
