@@ -188,6 +188,41 @@ struct WindowPlannerTests {
         #expect(atWindow.refreshed.map(\.rawValue) == [mail])
     }
 
+    /// A refresh held by its `earliest_begin` runs no earlier than the refresh planner's first
+    /// window after that: the agent's timer and `Explain` name that window, not the grid point
+    /// after the lift, at which the planner would not choose it (a wake-up for nothing, and a
+    /// promise not kept). With no window planned after it, neither sets a time.
+    @Test func aRefreshHeldByItsEarliestBeginWaitsForThePlannersWindowAfterIt() {
+        var refresh = Self.routinePlanner()
+        let now = Clock.at(day: 21, 6, 0)
+        refresh.advance(to: now)
+        let facts = PlanningFacts(refresh: refresh)
+        let apps = [AppID(rawValue: mail)!: appState(mail, lastUsed: now - 75_000)]
+        let held = request(mail, .refresh, at: now, earliest: Clock.at(day: 21, 7, 2))
+        let ctx = context(now, strategy: .predicted, planning: facts)
+        let planned = try! #require(refresh.nextWindow(
+            after: Clock.at(day: 21, 7, 2), among: [RefreshPlanner.Candidate(appID: mail, weight: 1)])?.time)
+        #expect(planned > Clock.at(day: 21, 8, 0), "the window before the 09:05 open, not 07:15")
+        let decision = planner.decide(pending: [held], apps: apps, context: ctx)
+        #expect(decision.launches.isEmpty)
+        #expect(decision.nextEvaluation == planned)
+        let explanation = planner.explain(held, app: apps.first!.value, context: ctx)
+        #expect(explanation.blocking.map(\.rule) == [.earliestBegin])
+        #expect(explanation.earliestRun == planned)
+
+        // The same request to a planner that has learned nothing and has no budget.
+        let cold = PlanningFacts(refresh: RefreshPlanner(registeredAppCount: 1))
+        let coldContext = context(now, strategy: .predicted, planning: cold)
+        #expect(planner.decide(pending: [held], apps: apps, context: coldContext).nextEvaluation == nil)
+        let waiting = planner.explain(held, app: apps.first!.value, context: coldContext)
+        #expect(waiting.blocking.map(\.rule) == [.earliestBegin, .predictedUse])
+        #expect(waiting.earliestRun == nil)
+
+        // Processing work of the app still wakes at the grid point after its lift.
+        let clean = request(mail, .processing, at: now, earliest: Clock.at(day: 21, 7, 2))
+        #expect(planner.decide(pending: [held, clean], apps: apps, context: ctx).nextEvaluation == Clock.at(day: 21, 7, 15))
+    }
+
     /// `[refresh] lead` moves the window by whole 15-min slots: the opens at 09:05 are served by
     /// the 09:00 window with the default 10 min, by 08:45 with 20 or 25 min, by 08:30 with 40 min.
     @Test(arguments: [(10, 0, 9, 0), (14, 0, 9, 0), (20, 900, 8, 45), (25, 900, 8, 45), (40, 1800, 8, 30), (60, 3600, 8, 0)])

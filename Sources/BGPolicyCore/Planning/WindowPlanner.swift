@@ -178,8 +178,18 @@ public struct WindowPlanner: SchedulingPolicy {
         work.withUnsafeBufferPointer { work in
             for index in work.indices {
                 let (runnable, lifts) = rules.runnableRequests(of: work[index], context: context)
-                // A time rule lifts at the window on or after it: work due close together batches.
-                if let lifts { wake(at: Self.gridPoint(atOrAfter: lifts, grid: grid)) }
+                if let lifts {
+                    let appID = work[index].app.record.appID
+                    if let planner = predicted, !content.contains(appID), work[index].requests.allSatisfy({ $0.kind == .refresh }) {
+                        // A refresh alone runs when the refresh planner chooses it: from its first
+                        // window after the lift, not the grid's (a wake-up for nothing).
+                        let candidate = RefreshPlanner.Candidate(appID: appID.rawValue, weight: weights[appID] ?? 1)
+                        if let next = planner.nextWindow(after: lifts, among: [candidate]) { wake(at: next.time) }
+                    } else {
+                        // A time rule lifts at the window on or after it: work due close together batches.
+                        wake(at: Self.gridPoint(atOrAfter: lifts, grid: grid))
+                    }
+                }
                 var requests = runnable
                 var refresh: Int?
                 // In launch order a refresh comes first; it waits for the refresh planner's choice.
@@ -300,12 +310,25 @@ public struct WindowPlanner: SchedulingPolicy {
         var reasons = rules.blockingReasons(for: request, app: app, context: context)
         let grid = Self.grid(context)
         let window = Self.openWindow(context)
-        if !reasons.isEmpty {
-            // The request runs no earlier than the window after its last time rule lifts.
-            let earliest = RunWhenEligiblePolicy.timeAllLift(reasons).map { Self.gridPoint(atOrAfter: $0, grid: grid) }
-            return .waiting(reasons, earliestRun: earliest)
-        }
         let predicted = context.configuration.refresh.strategy == .predicted ? context.planning.refresh : nil
+        if !reasons.isEmpty {
+            // The request runs no earlier than the window after its last time rule lifts; a
+            // refresh, no earlier than the refresh planner's first window after it (`decide`).
+            guard let lift = RunWhenEligiblePolicy.timeAllLift(reasons) else { return .waiting(reasons, earliestRun: nil) }
+            guard request.kind == .refresh, let planner = predicted else {
+                return .waiting(reasons, earliestRun: Self.gridPoint(atOrAfter: lift, grid: grid))
+            }
+            let candidate = RefreshPlanner.Candidate(
+                appID: request.appID.rawValue, weight: context.planning.refreshWeights[request.appID] ?? 1)
+            if let next = planner.nextWindow(after: lift, among: [candidate]) {
+                return .waiting(reasons, earliestRun: next.time)
+            }
+            reasons.append(BlockingReason(
+                rule: .predictedUse,
+                words: "then no open of \(request.appID.rawValue) likely enough is predicted in the 24 hours after, "
+                    + "or the refresh budget is spent: it waits for the app's next use"))
+            return .waiting(reasons, earliestRun: nil)
+        }
         if request.kind == .refresh, let planner = predicted {
             let appID = request.appID.rawValue
             let candidate = RefreshPlanner.Candidate(appID: appID, weight: context.planning.refreshWeights[request.appID] ?? 1)
