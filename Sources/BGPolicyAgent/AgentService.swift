@@ -186,10 +186,23 @@ public struct AgentService: Service {
         } catch {
             await engine.stop()
             await engine.savePlannerState(advancing: true)
+            checkpoint(store)
             throw error
         }
         await engine.stop()
         await engine.savePlannerState(advancing: true)
+        checkpoint(store)
         logger.info("Agent stopped")
+    }
+
+    /// The WAL folded into the database file on the way out, so that the file alone holds
+    /// everything (a copy of it, or a `-wal` lost beside it, loses nothing). Logged on failure
+    /// only: the WAL still holds it all, and SQLite replays it at the next open.
+    private func checkpoint(_ store: TaskStore) {
+        do {
+            try store.checkpoint()
+        } catch {
+            logger.warning("Could not fold the WAL into the database at stop", metadata: ["error": "\(error)"])
+        }
     }
 }

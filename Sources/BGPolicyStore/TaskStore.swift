@@ -168,6 +168,15 @@ public final class TaskStore: Sendable {
         }
     }
 
+    /// Folds the WAL into the database file and truncates it (`wal_checkpoint(TRUNCATE)`).
+    public func checkpoint() throws(StoreError) {
+        do {
+            _ = try queue.writeWithoutTransaction { db in try Row.fetchOne(db, sql: "PRAGMA wal_checkpoint(TRUNCATE)") }
+        } catch {
+            throw StoreError(error, file: fileLabel)
+        }
+    }
+
     /// What error messages call the database.
     var fileLabel: String { path ?? ":memory:" }
 

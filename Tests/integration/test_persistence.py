@@ -1,6 +1,8 @@
 """What the agent keeps across a crash (SIGKILL) and a restart on the same state dir: pending
 requests with their options, the trace of a slice that was running, and the user's switches."""
 
+import shutil
+import sqlite3
 import time
 
 import tasks_helpers as th
@@ -93,6 +95,27 @@ def test_a_second_agent_on_the_same_state_refuses_before_touching_it(world):
     agent.stop()
     agent.restart()
     assert agent.events("interrupted") == []
+
+
+
+def test_a_clean_stop_leaves_everything_in_the_database_file(world, tmp_path):
+    """At a clean stop the WAL is folded into the database file: a copy of the file alone (a
+    backup, or a `-wal` lost beside it) holds the pending request and the app's switch."""
+    agent = world.start_agent()
+    app_id = "org.example.Kept"
+    app = world.registered_app(app_id, [f"{app_id}.refresh"])
+    app.submit(f"{app_id}.refresh", "refresh", earliest_begin=later(3600))
+    agent.cli("disable", app_id)
+    agent.stop()
+    state = world.tmp / "state" / "bgpolicy"
+    wal = state / "bgpolicy.sqlite-wal"
+    assert not wal.exists() or wal.stat().st_size == 0, wal.stat().st_size
+    copy = tmp_path / "copy.sqlite"
+    shutil.copy(state / "bgpolicy.sqlite", copy)
+    db = sqlite3.connect(copy)
+    assert db.execute("SELECT identifier FROM pending WHERE app_id = ?", (app_id,)).fetchall() == [(f"{app_id}.refresh",)]
+    assert db.execute("SELECT enabled FROM apps WHERE app_id = ?", (app_id,)).fetchall() == [(0,)]
+    db.close()
 
 
 def test_switches_survive_restart(world):
