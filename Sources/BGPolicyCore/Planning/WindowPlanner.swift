@@ -311,6 +311,9 @@ public struct WindowPlanner: SchedulingPolicy {
         let grid = Self.grid(context)
         let window = Self.openWindow(context)
         let predicted = context.configuration.refresh.strategy == .predicted ? context.planning.refresh : nil
+        // The request as the refresh planner weighs it (only asked of a refresh).
+        let candidate = RefreshPlanner.Candidate(
+            appID: request.appID.rawValue, weight: context.planning.refreshWeights[request.appID] ?? 1)
         if !reasons.isEmpty {
             // The request runs no earlier than the window after its last time rule lifts; a
             // refresh, no earlier than the refresh planner's first window after it (`decide`).
@@ -318,8 +321,6 @@ public struct WindowPlanner: SchedulingPolicy {
             guard request.kind == .refresh, let planner = predicted else {
                 return .waiting(reasons, earliestRun: Self.gridPoint(atOrAfter: lift, grid: grid))
             }
-            let candidate = RefreshPlanner.Candidate(
-                appID: request.appID.rawValue, weight: context.planning.refreshWeights[request.appID] ?? 1)
             if let next = planner.nextWindow(after: lift, among: [candidate]) {
                 return .waiting(reasons, earliestRun: next.time)
             }
@@ -331,7 +332,6 @@ public struct WindowPlanner: SchedulingPolicy {
         }
         if request.kind == .refresh, let planner = predicted {
             let appID = request.appID.rawValue
-            let candidate = RefreshPlanner.Candidate(appID: appID, weight: context.planning.refreshWeights[request.appID] ?? 1)
             let runsNow = if let left = Self.afterUseWindow(context), left.appID == request.appID,
                 planner.choosesAfterUse(candidate, at: context.now)
             {
