@@ -70,4 +70,59 @@ struct WakeUpCountTests {
         alone.advance(to: at + 900)
         #expect(joined.windowThreshold == alone.windowThreshold)
     }
+
+    /// The window threshold falls after each slot without a wake-up, so that the wake-ups keep
+    /// up with the target, but not while the user is away: from 48 hours after the last open of
+    /// any app it holds, until the next open. Two weeks away used to take it down some 6 log
+    /// units, and the machine then woke at nearly every chance for days after the return, while
+    /// it climbed back a step per wake-up.
+    @Test func theThresholdDoesNotFallWhileTheUserIsAway() {
+        var planner = Self.planner()
+        // The last open: News on day 20 at 19:35.
+        let last = Self.monday + 20 * 86_400 + 19 * 3600 + 2100
+        planner.advance(to: last + 86_400)
+        let dayAfter = planner.windowThreshold
+        planner.advance(to: last + 2 * 86_400 + 900)
+        let twoDaysAfter = planner.windowThreshold
+        // With two apps the target is their budget, 4.4 wake-ups a day: about 8 % a day down.
+        #expect(twoDaysAfter < dayAfter * 0.95, "still falling in the second day: \(dayAfter) → \(twoDaysAfter)")
+        planner.advance(to: last + 6 * 86_400)
+        #expect(planner.windowThreshold == twoDaysAfter)
+        // The wall clock set forward a day, an hour after the last open: the open is still an
+        // hour ago, so the threshold falls for two days more, not one.
+        var stepped = Self.planner()
+        stepped.advance(to: last + 3600)
+        stepped.wallClockStepped(by: 86_400)
+        stepped.advance(to: last + 86_400 + 3 * 86_400)
+        var unstepped = Self.planner()
+        unstepped.advance(to: last + 86_400 + 3 * 86_400)
+        #expect(stepped.windowThreshold < unstepped.windowThreshold * 0.95,
+                "stepped \(stepped.windowThreshold), not \(unstepped.windowThreshold)")
+        // Back: the next open lets it fall again.
+        planner.recordOpen(of: Self.mail, at: last + 6 * 86_400 + 60)
+        planner.advance(to: last + 6 * 86_400 + 12 * 3600)
+        #expect(planner.windowThreshold < twoDaysAfter * 0.97)
+    }
+
+    /// Nor while the pool holds less than one refresh: no window could open then, whatever the
+    /// threshold, and the threshold it fell to would wake the machine more once the pool refills.
+    @Test func theThresholdDoesNotFallWhileThePoolIsEmpty() {
+        var planner = Self.planner()
+        // The pool holds a day's worth, 2.2 × 2 apps: two windows of both apps leave 0.4, and it
+        // gains 4.4 / 96 a slot, so it holds less than one for the next 13 slots.
+        let start = Self.monday + 21 * 86_400 + 10 * 3600
+        planner.advance(to: start)
+        #expect(planner.budgetLeft > 4.3)
+        planner.recordWindow(at: start, refreshed: [Self.mail, Self.news])
+        planner.recordWindow(at: start + 120, refreshed: [Self.mail, Self.news])
+        planner.advance(to: start + 900)
+        let afterWindows = planner.windowThreshold
+        planner.advance(to: start + 12 * 900)
+        #expect(planner.budgetLeft < 1)
+        #expect(planner.windowThreshold == afterWindows)
+        // Refilled, the slots without a wake-up lower it again.
+        planner.advance(to: start + 24 * 900)
+        #expect(planner.budgetLeft >= 1)
+        #expect(planner.windowThreshold < afterWindows)
+    }
 }

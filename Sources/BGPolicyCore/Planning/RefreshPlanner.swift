@@ -12,7 +12,12 @@
 ///   threshold that adapts online so that about `targetWakesPerDay` wake-ups carry refreshes per
 ///   day, or fewer when the budget could not fill them (an online quantile: raised a step for
 ///   each wake-up, lowered a little after each slot), and never more than `maxWakesPerDay` in
-///   any 24 hours. Every wake-up counts, whatever window it came in, refreshes within 60 s of a
+///   any 24 hours. It is not lowered after a slot in which the pool held less than one refresh,
+///   or that ended `awaySeconds` or more after the user's last open of any app: then the empty
+///   budget or the user's absence kept the machine asleep, not the threshold, and every step
+///   it fell would cost a wake-up over the target to climb back (on one trace, two weeks away
+///   cost 260 wake-ups in the first week back, 48 on the first day). It starts at
+///   `initialWindowThreshold`, for the same reason. Every wake-up counts, whatever window it came in, refreshes within 60 s of a
 ///   wake-up's first being that wake-up (as replay's figure counts them): several in a slot
 ///   count several. So refresh windows go to the moments after recent use, the
 ///   times of day and the days when opens are likeliest, and likeliest to be of apps the budget
@@ -116,7 +121,17 @@ public struct RefreshPlanner: Sendable {
     private var reuse = ReuseEstimator()
     private var follow = FollowEstimator()
     private var recentWakes: [Double] = []
-    private var logThreshold = ReplayMath.log(0.2)
+    private var logThreshold = ReplayMath.log(RefreshPlanner.initialWindowThreshold)
+    /// Where the window threshold starts. The thresholds the replay traces settle at lie
+    /// between 0.1 and 0.6 (near 0 where the budget binds); every step of 0.02 in log units
+    /// that it must climb costs one wake-up over the target. From 0.2, a trace whose models grow
+    /// confident over a busy fortnight woke up to 26 times a day on 21-day traces, over
+    /// `periodic:60m`'s 24 (Docs/Replay.md).
+    static let initialWindowThreshold = 0.4
+    /// How long after the user's last open of any app the window threshold stops falling.
+    static let awaySeconds: Double = 2 * 86_400
+    /// The latest open of any app, for `awaySeconds`.
+    private var lastOpenOfAnyApp: Double?
     /// The threshold a window's worth must reach now (see "Whether to refresh in a window").
     var windowThreshold: Double { ReplayMath.exp(logThreshold) }
     /// The least score an app must have to be refreshed (see "Which apps").
@@ -156,6 +171,7 @@ public struct RefreshPlanner: Sendable {
     /// Records an open. Opens must arrive in time order; slots before it are closed first.
     public mutating func recordOpen(of appID: String, at time: Double) {
         advance(to: time)
+        lastOpenOfAnyApp = max(lastOpenOfAnyApp ?? time, time)
         reuse.recordOpen(of: appID, at: time)
         follow.recordOpen(of: appID, at: time)
         predictor.recordOpen(of: appID, at: time)
@@ -256,7 +272,7 @@ public struct RefreshPlanner: Sendable {
     }
 
     private mutating func closeSlot() {
-        guard currentSlot != nil else { return }
+        guard let closing = currentSlot else { return }
         defer {
             wokeInSlot = false
             wakesInSlot = 0
@@ -264,7 +280,12 @@ public struct RefreshPlanner: Sendable {
         guard adaptsThresholds else { return }
         let known = Double(knownApps)
         let q = min(targetWakesPerDay, refreshesPerAppPerDay * known) * slotSeconds / 86_400
-        logThreshold += Self.thresholdStep * (Double(wakesInSlot) - q)
+        let lowering = Double(wakesInSlot) < q
+        let away = lastOpenOfAnyApp.map { closing + slotSeconds - $0 >= Self.awaySeconds } ?? true
+        // See "Whether to refresh in a window": what kept the machine asleep was not the threshold.
+        if !(lowering && (tokens < 1 || away)) {
+            logThreshold += Self.thresholdStep * (Double(wakesInSlot) - q)
+        }
         let daily = refreshesPerAppPerDay * known
         if daily > 0 { logAppThreshold += Self.appThresholdStep * (Self.poolTarget - tokens / daily) }
     }
@@ -550,9 +571,9 @@ public struct RefreshPlanner: Sendable {
     /// The wall clock was set, `step` seconds forward (or back, when negative): an NTP client
     /// stepped it, or the user changed the time. The times that measure how long ago something
     /// happened (each app's last refresh, for its interval; the wake-ups, for the bound on a
-    /// day's) move with it, so that they stay as long ago as they were: a clock set back an
-    /// hour does not hold an app's next refresh for an hour more, nor one set forward free it.
-    /// What was learned stays as it was.
+    /// day's; the last open of any app, for the user's absence) move with it, so that they stay
+    /// as long ago as they were: a clock set back an hour does not hold an app's next refresh for
+    /// an hour more, nor one set forward free it. What was learned stays as it was.
     public mutating func wallClockStepped(by step: Double) {
         guard step.isFinite, step != 0 else { return }
         for (app, time) in lastRefresh { setLastRefresh(of: app, to: time + step) }
@@ -560,6 +581,7 @@ public struct RefreshPlanner: Sendable {
             if let time = before { refreshBefore.updateValue(time + step, forKey: app) }
         }
         recentWakes = recentWakes.map { $0 + step }
+        lastOpenOfAnyApp = lastOpenOfAnyApp.map { $0 + step }
     }
 
     /// The first slot start after `time`, within `horizon` seconds, at which `choose` would pick
