@@ -71,6 +71,26 @@ struct WakeUpCountTests {
         #expect(joined.windowThreshold == alone.windowThreshold)
     }
 
+    /// Where the threshold starts: 0.4 where the wake-up target binds (ten apps' budget, 22
+    /// refreshes a day, could fill more than 21 windows), 0.2 where the budget does (one app's
+    /// 2.2 a day): there the threshold falls so slowly (its step times 2.2 a day) that from 0.4
+    /// it would refuse for weeks the slots the budget is for. Restored values still win.
+    @Test func theThresholdStartsLowWhereTheBudgetBinds() throws {
+        for (apps, start) in [(1, 0.2), (9, 0.2), (10, 0.4), (87, 0.4)] {
+            var planner = RefreshPlanner(registeredAppCount: apps)
+            planner.advance(to: Self.monday)
+            #expect(abs(planner.windowThreshold - start) < 1e-12, "\(apps) apps: \(planner.windowThreshold)")
+        }
+        var ten = RefreshPlanner(registeredAppCount: 10)
+        ten.advance(to: Self.monday)
+        ten.advance(to: Self.monday + 8 * 3600)
+        let snapshot = try #require(ten.snapshot())
+        var one = RefreshPlanner(registeredAppCount: 1)
+        one.advance(to: Self.monday + 8 * 3600)
+        one.restore(snapshot, at: Self.monday + 8 * 3600)
+        #expect(one.windowThreshold == ten.windowThreshold)
+    }
+
     /// The window threshold falls after each slot without a wake-up, so that the wake-ups keep
     /// up with the target, but not while the user is away: from 48 hours after the last open of
     /// any app it holds, until the next open. Two weeks away used to take it down some 6 log

@@ -17,7 +17,7 @@
 ///   budget or the user's absence kept the machine asleep, not the threshold, and every step
 ///   it fell would cost a wake-up over the target to climb back (on one trace, two weeks away
 ///   cost 260 wake-ups in the first week back, 48 on the first day). It starts at
-///   `initialWindowThreshold`, for the same reason. Every wake-up counts, whatever window it came in, refreshes within 60 s of a
+///   `initialWindowThreshold(budgetPerDay:targetWakesPerDay:)`, for the same reason. Every wake-up counts, whatever window it came in, refreshes within 60 s of a
 ///   wake-up's first being that wake-up (as replay's figure counts them): several in a slot
 ///   count several. So refresh windows go to the moments after recent use, the
 ///   times of day and the days when opens are likeliest, and likeliest to be of apps the budget
@@ -121,13 +121,22 @@ public struct RefreshPlanner: Sendable {
     private var reuse = ReuseEstimator()
     private var follow = FollowEstimator()
     private var recentWakes: [Double] = []
-    private var logThreshold = ReplayMath.log(RefreshPlanner.initialWindowThreshold)
-    /// Where the window threshold starts. The thresholds the replay traces settle at lie
-    /// between 0.1 and 0.6 (near 0 where the budget binds); every step of 0.02 in log units
-    /// that it must climb costs one wake-up over the target. From 0.2, a trace whose models grow
-    /// confident over a busy fortnight woke up to 26 times a day on 21-day traces, over
-    /// `periodic:60m`'s 24 (Docs/Replay.md).
-    static let initialWindowThreshold = 0.4
+    /// Set at the first slot (`initialWindowThreshold`), or by `restore`.
+    private var logThreshold = ReplayMath.log(0.4)
+    /// Where the window threshold starts, at the planner's first slot, with the apps known then.
+    /// - Where the wake-up target binds (the budget could fill more windows a day than
+    ///   `targetWakesPerDay`): 0.4. The thresholds the replay traces settle at lie between 0.1
+    ///   and 0.6; every step of 0.02 in log units that it must climb costs one wake-up over the
+    ///   target. From 0.2, a trace whose models grow confident over a busy fortnight woke up to
+    ///   26 times a day on 21-day traces, over `periodic:60m`'s 24 (Docs/Replay.md).
+    /// - Where the budget binds (fewer than ten apps): 0.2. The budget alone then holds the
+    ///   wake-ups under the target, and the threshold only picks the slots it goes to; but it
+    ///   falls by its step times the target per slot, which with one app's 2.2 a day takes some
+    ///   two weeks from 0.4 to 0.2; meanwhile every slot whose chance of an open is under 0.4
+    ///   is refused, while the pool fills up and what it would gain is lost.
+    static func initialWindowThreshold(budgetPerDay: Double, targetWakesPerDay: Double) -> Double {
+        budgetPerDay < targetWakesPerDay ? 0.2 : 0.4
+    }
     /// How long after the user's last open of any app the window threshold stops falling.
     static let awaySeconds: Double = 2 * 86_400
     /// The latest open of any app, for `awaySeconds`.
@@ -253,6 +262,8 @@ public struct RefreshPlanner: Sendable {
     public mutating func advance(to time: Double) {
         let target = slot(containing: time)
         guard let current = currentSlot else {
+            logThreshold = ReplayMath.log(
+                Self.initialWindowThreshold(budgetPerDay: budgetPerDay, targetWakesPerDay: targetWakesPerDay))
             startSlot(at: target)
             return
         }
