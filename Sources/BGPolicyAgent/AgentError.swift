@@ -9,6 +9,7 @@ public enum AgentError: Error, CustomStringConvertible, Sendable {
     case configuration(String)
     case store(path: String, reason: String)
     case storeFromNewerVersion(path: String, reason: String)
+    case storeCorrupt(path: String, reason: String)
 
     public var description: String {
         switch self {
@@ -32,6 +33,9 @@ public enum AgentError: Error, CustomStringConvertible, Sendable {
             return "invalid configuration: \(message)"
         case .store(let path, let reason):
             return "cannot open the database \(path): \(reason). Check the disk and the directory's permissions."
+        case .storeCorrupt(let path, let reason):
+            return "damage was found in the database while the agent ran (\(reason)); stopping so that the next start "
+                + "moves \(path) aside and reads back what is still readable (systemd starts the agent again at once)."
         case .storeFromNewerVersion(let path, let reason):
             return "cannot use the database \(path): \(reason). Run the newer bgpolicyd again, or move the file "
                 + "aside to start afresh (registrations, pending requests and history stay in it)."

@@ -87,7 +87,7 @@ public enum AgentInterfaces {
                     expiration-warned, completed, expired, vanished, interrupted, sleep-expired,
                     cpu-warned, cpu-throttled, cpu-frozen, cpu-stopped, cpu-observed, cpu-released,
                     background-task-began, background-task-ended, background-task-expired, app-enabled,
-                    app-disabled, global-enabled, global-disabled, content-queued.
+                    app-disabled, global-enabled, global-disabled, content-queued, database-recovered.
                     """)],
                 documentation: "GetHistory:\nEverything the agent did, so that \"it never ran\" always has an answer."),
             .init(

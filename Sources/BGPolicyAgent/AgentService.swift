@@ -54,22 +54,24 @@ public struct AgentService: Service {
             }
             throw AgentError.store(path: environment.databasePath, reason: "\(error)")
         }
+        // What a start-up recovery did, in words: logged at critical now, and kept in the
+        // history once the engine runs, where `bgpolicy history` shows it.
+        var recovery: String?
         if let moved = store.recoveredFromCorruption {
             var metadata: Logger.Metadata = ["db.path": "\(environment.databasePath)", "db.moved_to": "\(moved)"]
+            let words: String
             if let salvaged = store.salvaged {
                 metadata["db.kept"] = "\(salvaged.kept.joined(separator: ","))"
                 metadata["db.lost"] = "\(salvaged.lost.joined(separator: ","))"
                 let lost = salvaged.lost.joined(separator: ", ")
-                logger.critical(
-                    salvaged.lost.isEmpty
-                        ? "The database was corrupt: moved aside, and all its tables were read back into a fresh one"
-                        : "The database was corrupt: moved aside; its readable tables were read back into a fresh one, and these are lost: \(lost)",
-                    metadata: metadata)
+                words = salvaged.lost.isEmpty
+                    ? "The database was corrupt: moved aside, and all its tables were read back into a fresh one"
+                    : "The database was corrupt: moved aside; its readable tables were read back into a fresh one, and these are lost: \(lost)"
             } else {
-                logger.critical(
-                    "The database was corrupt (or not a bgpolicy database): moved aside and started afresh; registrations, pending requests and history are lost",
-                    metadata: metadata)
+                words = "The database was corrupt (or not a bgpolicy database): moved aside and started afresh; registrations, pending requests and history are lost"
             }
+            logger.critical("\(words)", metadata: metadata)
+            recovery = "\(words). The old file is kept as \(moved)"
         }
         let engine = TaskEngine(
             store: store, policy: WindowPlanner(), configuration: environment.configuration,
@@ -78,6 +80,9 @@ public struct AgentService: Service {
             try await engine.load()
         } catch {
             throw AgentError.store(path: environment.databasePath, reason: "\(error)")
+        }
+        if let recovery {
+            await engine.appendHistory(HistoryEntry(time: TaskEngine.wallNow(), appID: nil, event: .databaseRecovered, detail: recovery))
         }
         // A process left stopped, or a unit left frozen or throttled, by an agent that crashed.
         await engine.undoLeftEnforcement()
@@ -164,6 +169,18 @@ public struct AgentService: Service {
                                 await engine.connectionVanished(name)
                             }
                         }
+                    }
+                    // Damage found after the check at start-up: only a new start can move the
+                    // file aside and salvage it, so the agent ends, and systemd starts it again.
+                    let path = environment.databasePath
+                    group.addTask {
+                        for await error in store.corruptionFound {
+                            log.critical(
+                                "The database was found damaged while the agent ran; stopping so that the next start recovers it",
+                                metadata: ["db.path": "\(path)", "error": "\(error)"])
+                            throw AgentError.storeCorrupt(path: path, reason: "\(error)")
+                        }
+                        // Without damage, the loop ends only when the group is cancelled.
                     }
                     group.addTask {
                         for try await signal in nameLost {

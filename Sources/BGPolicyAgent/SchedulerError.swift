@@ -54,6 +54,9 @@ struct SchedulerError: DBusErrorConvertible, CustomStringConvertible {
         switch error {
         case .full:
             SchedulerError(.failed, "the agent's database is full (no space left on its disk); nothing was changed. Free some space and try again")
+        case .corrupt:
+            SchedulerError(.failed, "the agent's database is damaged; nothing was changed. The agent restarts to recover it "
+                + "(moving the file aside and keeping what is readable): try again in a few seconds")
         default:
             SchedulerError(.failed, "the agent could not write its database (\(error)); nothing was changed. See 'journalctl --user -u bgpolicyd'")
         }

@@ -229,6 +229,9 @@ public enum HistoryEvent: String, Sendable, CaseIterable, Codable {
     case usage
     /// `NotifyContentAvailable` queued a wake for the app's next window.
     case contentQueued = "content-queued"
+    /// At start the database was found damaged (or not bgpolicy's): it was moved aside and what
+    /// could be read was copied into a fresh one; the detail says where it went and what was lost.
+    case databaseRecovered = "database-recovered"
 
     /// Whether this event counts against the app's future opportunities.
     public var isViolation: Bool {

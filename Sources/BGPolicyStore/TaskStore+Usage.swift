@@ -156,7 +156,7 @@ extension TaskStore {
                 }
             }
         } catch {
-            throw StoreError(error, file: fileLabel)
+            throw failure(error)
         }
     }
 

@@ -27,6 +27,13 @@ public final class TaskStore: Sendable {
     /// One connection: the agent is the single writer and reads are cheap.
     let queue: DatabaseQueue
 
+    /// Yields once, the first time SQLite calls the open file corrupt (`StoreError.corrupt`):
+    /// the damage came after the check at open, and only a new open can move the file aside
+    /// and read back what is still readable. The agent stops on it, so that systemd starts it
+    /// again and the start-up recovery runs (`AgentError.storeCorrupt`).
+    public let corruptionFound: AsyncStream<StoreError>
+    private let corruptionContinuation: AsyncStream<StoreError>.Continuation
+
     /// Opens the database at `path`, creating it (and any missing directory above it, as 0700:
     /// the history says what the user ran) when needed, checks it, and migrates it.
     ///
@@ -38,6 +45,7 @@ public final class TaskStore: Sendable {
     /// SQLite itself calls broken is worth giving up.
     public init(path: String) throws(StoreError) {
         try Self.makeParentDirectories(of: path)
+        (corruptionFound, corruptionContinuation) = AsyncStream.makeStream(bufferingPolicy: .bufferingOldest(1))
         do {
             queue = try Self.open(path: path)
             recoveredFromCorruption = nil
@@ -52,6 +60,7 @@ public final class TaskStore: Sendable {
     }
 
     private init(memoryQueue: DatabaseQueue) {
+        (corruptionFound, corruptionContinuation) = AsyncStream.makeStream(bufferingPolicy: .bufferingOldest(1))
         self.queue = memoryQueue
         self.path = nil
         self.recoveredFromCorruption = nil
@@ -173,19 +182,30 @@ public final class TaskStore: Sendable {
         do {
             _ = try queue.writeWithoutTransaction { db in try Row.fetchOne(db, sql: "PRAGMA wal_checkpoint(TRUNCATE)") }
         } catch {
-            throw StoreError(error, file: fileLabel)
+            throw failure(error)
         }
     }
 
     /// What error messages call the database.
     var fileLabel: String { path ?? ":memory:" }
 
+    /// `error`, thrown by GRDB on the open store, as a `StoreError`; a corrupt file is also
+    /// announced on `corruptionFound` (once: later ones are dropped).
+    func failure(_ error: any Error) -> StoreError {
+        let mapped = StoreError(error, file: fileLabel)
+        if case .corrupt = mapped {
+            corruptionContinuation.yield(mapped)
+            corruptionContinuation.finish()
+        }
+        return mapped
+    }
+
     /// Reads in one transaction, mapping SQLite's errors.
     func read<T>(_ body: (Database) throws -> T) throws(StoreError) -> T {
         do {
             return try queue.read(body)
         } catch {
-            throw StoreError(error, file: fileLabel)
+            throw failure(error)
         }
     }
 
@@ -194,7 +214,7 @@ public final class TaskStore: Sendable {
         do {
             return try queue.write(body)
         } catch {
-            throw StoreError(error, file: fileLabel)
+            throw failure(error)
         }
     }
 
@@ -277,7 +297,7 @@ public final class TaskStore: Sendable {
                 return try Int.fetchOne(db, sql: "PRAGMA max_page_count = \(pages + extraPages)") ?? 0
             }
         } catch {
-            throw StoreError(error, file: fileLabel)
+            throw failure(error)
         }
     }
 
@@ -296,7 +316,7 @@ public final class TaskStore: Sendable {
         do {
             return try queue.inDatabase { db in try String.fetchOne(db, sql: "PRAGMA \(name)") }
         } catch {
-            throw StoreError(error, file: fileLabel)
+            throw failure(error)
         }
     }
 }

@@ -3,6 +3,8 @@
 - a corrupt database file at start-up (garbage where the file should be, or a real database
   with a damaged page): the agent starts, logs it at critical, moves the file aside (kept for the
   user, beside the new one) and works on a fresh database;
+- damage found while the agent runs: the caller is told, and the agent exits so that its next
+  start (systemd's Restart=on-failure) recovers the file as above;
 - a full disk: the state directory on a small tmpfs, filled up while the agent runs. Submit and
   Cancel fail with org.bgpolicy.Error.Failed saying nothing was changed, the requests that were
   pending before stay pending (after the disk frees up, and after a restart), and the agent keeps
@@ -47,6 +49,15 @@ def critical_lines(stderr):
 
 def moved_aside(world):
     return sorted(p for p in state_dir(world).iterdir() if p.name.startswith("bgpolicy.sqlite.corrupt-"))
+
+
+def assert_recovery_in_history(agent, moved, words):
+    """One machine-wide `database-recovered` entry, naming the file kept and saying `words`;
+    `bgpolicy history` prints it."""
+    entries = agent.events("database-recovered")
+    assert len(entries) == 1, agent.history()
+    assert "app_id" not in entries[0] and str(moved) in entries[0]["detail"] and words in entries[0]["detail"], entries
+    assert "database-recovered" in agent.cli("history").stdout
 
 
 # MARK: A corrupt file at start-up
@@ -99,6 +110,8 @@ def test_corrupt_database_is_moved_aside_and_the_agent_works(world, damage):
         assert kept == broken
     assert str(moved[0]) in loud[0], "the log says where the file went"
     assert database(world).exists()
+    # The history, where `bgpolicy history` shows it, says so too.
+    assert_recovery_in_history(agent, moved[0], "The database was corrupt")
 
     # A fresh, working database: nothing of the old one, and the agent registers and submits.
     assert agent.list_apps() == []
@@ -140,8 +153,50 @@ def test_a_damaged_table_loses_that_table_only(world):
     loud = critical_lines(agent.stderr())
     assert len(loud) == 1 and "these are lost: history" in loud[0], agent.stderr()
     assert len(moved_aside(world)) == 1
+    assert_recovery_in_history(agent, moved_aside(world)[0], "these are lost: history")
     assert [a["app_id"] for a in agent.list_apps()] == [APP]
     assert agent.app_record(APP)["enabled"] is False
+    assert pending_identifiers(agent) == [IDENTIFIERS[0]]
+
+
+def test_damage_found_while_the_agent_runs_stops_it_and_the_next_start_recovers(world):
+    """The history table's first page damaged under a running agent (after the check at start):
+    the next write that reads it fails with org.bgpolicy.Error.Failed saying the database is
+    damaged; the agent logs it at critical and exits with a failure status, so that systemd
+    starts it again (Restart=on-failure); that start moves the file aside and keeps every
+    table still readable."""
+    agent = world.start_agent()
+    app = world.registered_app(APP, IDENTIFIERS)
+    app.submit(IDENTIFIERS[0], "refresh", earliest_begin=later(3600))
+    db = sqlite3.connect(database(world))
+    db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    (page,) = db.execute("SELECT rootpage FROM sqlite_master WHERE name = 'history'").fetchone()
+    (size,) = db.execute("PRAGMA page_size").fetchone()
+    with open(database(world), "r+b") as f:
+        f.seek((page - 1) * size)
+        f.write(b"\xa5" * size)
+    # A write from another connection: the agent's next transaction sees the database changed,
+    # drops the pages it had cached, and reads the damaged one from the file.
+    (version,) = db.execute("PRAGMA user_version").fetchone()
+    db.execute(f"PRAGMA user_version = {version}")
+    db.close()
+
+    message = expect_error("Failed", app.submit, IDENTIFIERS[1], "processing", earliest_begin=later(3600))
+    assert "damaged" in message and "nothing was changed" in message and "try again" in message, message
+    th.wait_until(lambda: not agent.alive(), 10, "the agent to exit")
+    assert agent.proc.popen.returncode not in (0, None), agent.proc.popen.returncode
+    loud = critical_lines(agent.stderr())
+    assert len(loud) == 1 and "found damaged while the agent ran" in loud[0], agent.stderr_tail()
+    assert moved_aside(world) == [], "the running agent leaves the file where it is"
+
+    # What systemd does next: the agent starts again, and its start-up recovery runs.
+    agent.previous.append(agent.proc)
+    agent.restart()
+    loud = critical_lines(agent.proc.stderr())
+    assert len(loud) == 1 and "these are lost: history" in loud[0], agent.stderr_tail()
+    assert len(moved_aside(world)) == 1
+    assert_recovery_in_history(agent, moved_aside(world)[0], "these are lost: history")
+    assert [a["app_id"] for a in agent.list_apps()] == [APP]
     assert pending_identifiers(agent) == [IDENTIFIERS[0]]
 
 
