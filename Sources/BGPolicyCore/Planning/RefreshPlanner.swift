@@ -88,8 +88,14 @@ public struct RefreshPlanner: Sendable {
     /// (the opens come 0–15 min after the refresh).
     public var leadSeconds: Double = 600
     /// Apps registered with the agent (in replay, the apps of the trace): the budget is per app
-    /// known, registered or seen opened, whichever is more.
-    public var registeredAppCount: Int
+    /// known, registered or seen opened, whichever is more. An app that becomes known after the
+    /// planner was made brings half a day of its budget into the pool (`fundNewApps`).
+    public var registeredAppCount: Int {
+        didSet { fundNewApps() }
+    }
+    /// The apps known whose share is in the pool: those known when the planner was made (a
+    /// replay's, with the pool empty), and each one known since (`fundNewApps`).
+    private var fundedApps: Int
 
     public static let minimumWeight = 0.125
     /// Step of the threshold's online quantile, in log units.
@@ -167,6 +173,7 @@ public struct RefreshPlanner: Sendable {
     public init(slotSeconds: Double = 900, utcOffsetSeconds: Double = 0, registeredAppCount: Int = 0) {
         self.slotSeconds = slotSeconds
         self.registeredAppCount = registeredAppCount
+        fundedApps = registeredAppCount
         predictor = UsagePredictor(slotSeconds: slotSeconds, utcOffsetSeconds: utcOffsetSeconds)
         reuse = ReuseEstimator(span: slotSeconds)
         follow = FollowEstimator(span: slotSeconds)
@@ -187,6 +194,7 @@ public struct RefreshPlanner: Sendable {
         // A new model takes the next position.
         if predictor.appIDs.count > lastRefreshByPosition.count {
             lastRefreshByPosition.append(lastRefresh[appID])
+            fundNewApps()
         }
     }
 
@@ -314,6 +322,19 @@ public struct RefreshPlanner: Sendable {
     }
 
     private var knownApps: Int { max(predictor.appIDs.count, registeredAppCount) }
+
+    /// Each app known since the last call (registered, or first seen opened) brings
+    /// `poolTarget` of a day of its budget into the pool at once, up to the pool's cap: without
+    /// it a first start, with an empty pool, waited 24 / 2.2 hours for one app's first refresh,
+    /// and the pool gained nothing for an app added to many. A restart gives its apps nothing:
+    /// `restore` puts back the pool as it was.
+    private mutating func fundNewApps() {
+        let known = knownApps
+        guard known > fundedApps else { return }
+        let share = Double(known - fundedApps) * refreshesPerAppPerDay * Self.poolTarget
+        tokens = min(refreshesPerAppPerDay * Double(known), tokens + share)
+        fundedApps = known
+    }
 
     /// Refreshes left in the pool, as at the start of the slot under way.
     public var budgetLeft: Double { tokens }
@@ -714,6 +735,7 @@ public struct RefreshPlanner: Sendable {
             logAppThreshold = ReplayMath.log(snapshot.appThreshold)
         }
         let daily = refreshesPerAppPerDay * Double(knownApps)
+        fundedApps = max(fundedApps, knownApps)
         if snapshot.tokens.isFinite {
             let accrued = daily * max(slot(containing: now) - snapshot.slotStart, 0) / 86_400
             tokens = min(daily, max(snapshot.tokens, 0) + accrued)
