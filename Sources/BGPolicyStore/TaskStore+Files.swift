@@ -15,6 +15,20 @@ extension TaskStore {
         }
     }
 
+    /// The file beside the database that says SQLite found it damaged while the agent ran
+    /// (`TaskStore.failure`): the next open moves the database aside without asking
+    /// `quick_check`, which does not look at everything a read can trip on (an index that no
+    /// longer matches its table), so that a file that fails only in use cannot make the agent
+    /// stop at every start.
+    static func damageMarker(of path: String) -> String { "\(path).damaged" }
+
+    /// Leaves `damageMarker(of: path)`; best effort (a full disk may refuse even that, and then
+    /// the next start has only `quick_check` to go by).
+    static func markDamaged(_ path: String) {
+        let fd = Glibc.open(damageMarker(of: path), O_WRONLY | O_CREAT | O_CLOEXEC, 0o600)
+        if fd >= 0 { close(fd) }
+    }
+
     /// Renames a broken database and its `-wal` and `-shm` to `<path>.corrupt-<unix time>`
     /// (`.1`, `.2`… appended if that name is taken) and returns the new name of the main file.
     ///
@@ -39,7 +53,7 @@ extension TaskStore {
         return target
     }
 
-    private static func exists(_ path: String) -> Bool {
+    static func exists(_ path: String) -> Bool {
         access(path, F_OK) == 0
     }
 

@@ -1,5 +1,6 @@
 public import BGPolicyCore
 import GRDB
+import Glibc
 
 /// What the agent keeps across restarts: registered apps, the switches, pending requests, the
 /// tasks running right now, the history, and the usage log. SQLite through GRDB.
@@ -37,7 +38,8 @@ public final class TaskStore: Sendable {
     /// Opens the database at `path`, creating it (and any missing directory above it, as 0700:
     /// the history says what the user ran) when needed, checks it, and migrates it.
     ///
-    /// A file that is corrupt (`PRAGMA quick_check` fails) or is not a database is renamed
+    /// A file that is corrupt (`PRAGMA quick_check` fails, or it was found damaged while the
+    /// agent ran: `damageMarker(of:)`) or is not a database is renamed
     /// `<path>.corrupt-<unix time>` and a fresh one is created in its place, into which every
     /// table still readable in the old one is copied back (`salvage`: a damaged index loses
     /// nothing, since its table is read without it). Any other failure
@@ -46,7 +48,9 @@ public final class TaskStore: Sendable {
     public init(path: String) throws(StoreError) {
         try Self.makeParentDirectories(of: path)
         (corruptionFound, corruptionContinuation) = AsyncStream.makeStream(bufferingPolicy: .bufferingOldest(1))
-        do {
+        let marker = Self.damageMarker(of: path)
+        do throws(StoreError) {
+            if Self.exists(marker) { throw StoreError.corrupt("\(path): found damaged while the agent last ran") }
             queue = try Self.open(path: path)
             recoveredFromCorruption = nil
             salvaged = nil
@@ -56,6 +60,7 @@ public final class TaskStore: Sendable {
             recoveredFromCorruption = movedTo
             salvaged = Self.salvage(from: movedTo, into: queue)
         }
+        unlink(marker)
         self.path = path
     }
 
@@ -194,6 +199,7 @@ public final class TaskStore: Sendable {
     func failure(_ error: any Error) -> StoreError {
         let mapped = StoreError(error, file: fileLabel)
         if case .corrupt = mapped {
+            if let path { Self.markDamaged(path) }
             corruptionContinuation.yield(mapped)
             corruptionContinuation.finish()
         }

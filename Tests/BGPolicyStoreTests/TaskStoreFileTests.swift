@@ -193,6 +193,46 @@ struct TaskStoreFileTests {
         try handle.close()
     }
 
+    @Test("damage met after the open throws .corrupt, is announced once, marks the file, and the next open moves it aside")
+    func damageFoundInUse() async throws {
+        let scratch = try ScratchDirectory()
+        defer { scratch.remove() }
+        let path = scratch.path + "/tasks.db"
+        do {
+            let store = try TaskStore(path: path)
+            try store.saveApp(Sample.app(Sample.maps))
+            try store.savePending(Sample.request(Sample.maps, "a"))
+            for time in 0..<200 {
+                try store.append(Sample.entry(.submitted, at: Double(time), detail: String(repeating: "x", count: 200)))
+            }
+            try store.checkpoint()
+            let page = try #require(try store.rootPage(of: "history"))
+            let handle = try FileHandle(forUpdating: URL(fileURLWithPath: path))
+            try handle.seek(toOffset: UInt64((page - 1) * 4096))
+            try handle.write(contentsOf: Data(repeating: 0xA5, count: 4096))
+            try handle.close()
+            // The connection's cached pages go, so that the next read meets the damage.
+            _ = try store.pragma("shrink_memory")
+            #expect(!FileManager.default.fileExists(atPath: path + ".damaged"))
+            #expect(throws: StoreError.self) { try store.append(Sample.entry(.submitted, at: 300, detail: "x")) }
+            do {
+                try store.append(Sample.entry(.submitted, at: 301, detail: "x"))
+            } catch {
+                guard case .corrupt = error else { Issue.record("\(error)"); return }
+            }
+            #expect(FileManager.default.fileExists(atPath: path + ".damaged"))
+            var announced = store.corruptionFound.makeAsyncIterator()
+            let first = await announced.next()
+            guard case .corrupt? = first else { Issue.record("announced: \(String(describing: first))"); return }
+            #expect(await announced.next() == nil, "announced once")
+        }
+        let store = try TaskStore(path: path)
+        #expect(store.recoveredFromCorruption != nil)
+        #expect(store.salvaged?.lost == ["history"])
+        #expect(try store.pendingRequests().map(\.identifier) == ["a"])
+        #expect(!FileManager.default.fileExists(atPath: path + ".damaged"))
+    }
+
     @Test("a damaged index: the file is moved aside, and every table is copied back whole")
     func damagedIndex() throws {
         let scratch = try ScratchDirectory()

@@ -188,6 +188,9 @@ def test_damage_found_while_the_agent_runs_stops_it_and_the_next_start_recovers(
     loud = critical_lines(agent.stderr())
     assert len(loud) == 1 and "found damaged while the agent ran" in loud[0], agent.stderr_tail()
     assert moved_aside(world) == [], "the running agent leaves the file where it is"
+    # ... and says the file is damaged, so that the next start does not trust quick_check alone.
+    marker = state_dir(world) / "bgpolicy.sqlite.damaged"
+    assert marker.exists()
 
     # What systemd does next: the agent starts again, and its start-up recovery runs.
     agent.previous.append(agent.proc)
@@ -196,6 +199,29 @@ def test_damage_found_while_the_agent_runs_stops_it_and_the_next_start_recovers(
     assert len(loud) == 1 and "these are lost: history" in loud[0], agent.stderr_tail()
     assert len(moved_aside(world)) == 1
     assert_recovery_in_history(agent, moved_aside(world)[0], "these are lost: history")
+    assert [a["app_id"] for a in agent.list_apps()] == [APP]
+    assert pending_identifiers(agent) == [IDENTIFIERS[0]]
+    assert not marker.exists()
+
+
+def test_a_file_marked_damaged_is_moved_aside_even_if_quick_check_passes(world):
+    """A sound file with the marker a running agent leaves when SQLite calls the file damaged
+    (`bgpolicy.sqlite.damaged`): quick_check does not see all that a read can trip on, so the
+    next start moves the file aside and reads every table back, whatever it says, rather than
+    stop at every start. Nothing readable is lost, and the marker goes."""
+    agent = world.start_agent()
+    app = world.registered_app(APP, IDENTIFIERS)
+    app.submit(IDENTIFIERS[0], "refresh", earliest_begin=later(3600))
+    app.quit()
+    agent.stop()
+    marker = state_dir(world) / "bgpolicy.sqlite.damaged"
+    marker.touch()
+
+    agent.previous.clear()
+    agent.restart()
+    loud = critical_lines(agent.stderr())
+    assert len(loud) == 1 and "all its tables were read back" in loud[0], agent.stderr()
+    assert len(moved_aside(world)) == 1 and not marker.exists()
     assert [a["app_id"] for a in agent.list_apps()] == [APP]
     assert pending_identifiers(agent) == [IDENTIFIERS[0]]
 
