@@ -50,7 +50,10 @@ public final class TaskStore: Sendable {
         (corruptionFound, corruptionContinuation) = AsyncStream.makeStream(bufferingPolicy: .bufferingOldest(1))
         let marker = Self.damageMarker(of: path)
         do throws(StoreError) {
-            if Self.exists(marker) { throw StoreError.corrupt("\(path): found damaged while the agent last ran") }
+            // (A marker without its database, which someone removed, has nothing left to say.)
+            if Self.exists(marker), Self.exists(path) {
+                throw StoreError.corrupt("\(path): found damaged while the agent last ran")
+            }
             queue = try Self.open(path: path)
             recoveredFromCorruption = nil
             salvaged = nil

@@ -233,6 +233,18 @@ struct TaskStoreFileTests {
         #expect(!FileManager.default.fileExists(atPath: path + ".damaged"))
     }
 
+    @Test("a damage marker left without its database (removed since) is dropped, and a fresh store opens")
+    func damageMarkerWithoutDatabase() throws {
+        let scratch = try ScratchDirectory()
+        defer { scratch.remove() }
+        let path = scratch.path + "/tasks.db"
+        #expect(FileManager.default.createFile(atPath: path + ".damaged", contents: nil))
+        let store = try TaskStore(path: path)
+        #expect(store.recoveredFromCorruption == nil)
+        #expect(try store.apps().isEmpty)
+        #expect(!FileManager.default.fileExists(atPath: path + ".damaged"))
+    }
+
     @Test("a damaged index: the file is moved aside, and every table is copied back whole")
     func damagedIndex() throws {
         let scratch = try ScratchDirectory()

@@ -17,7 +17,8 @@
 ///   budget or the user's absence kept the machine asleep, not the threshold, and every step
 ///   it fell would cost a wake-up over the target to climb back (on one trace, two weeks away
 ///   cost 260 wake-ups in the first week back, 48 on the first day). It starts at
-///   `initialWindowThreshold(budgetPerDay:targetWakesPerDay:)`, for the same reason. Every wake-up counts, whatever window it came in, refreshes within 60 s of a
+///   `initialWindowThreshold(budgetPerDay:targetWakesPerDay:)`, for the same reason. Every
+///   wake-up counts, whatever window it came in, refreshes within 60 s of a
 ///   wake-up's first being that wake-up (as replay's figure counts them): several in a slot
 ///   count several. So refresh windows go to the moments after recent use, the
 ///   times of day and the days when opens are likeliest, and likeliest to be of apps the budget
