@@ -173,24 +173,29 @@ struct TaskStoreFileTests {
         #expect(throws: refusal) { try TaskStore(path: path) }
     }
 
-    /// A store with two apps, a pending request and 200 history entries (about ten pages), closed
-    /// (the WAL is checkpointed into the file), then `damage`d: the named table's or index's first
-    /// page overwritten.
-    func damagedStore(at path: String, damage name: String) throws {
-        do {
-            let store = try TaskStore(path: path)
-            try store.saveApp(Sample.app(Sample.maps))
-            try store.saveApp(Sample.app(Sample.feeds))
-            try store.savePending(Sample.request(Sample.maps, "a"))
-            for time in 0..<200 {
-                try store.append(Sample.entry(.submitted, at: Double(time), detail: String(repeating: "x", count: 200)))
-            }
+    /// Two apps, a pending request and 200 history entries (about ten pages).
+    func fill(_ store: TaskStore) throws {
+        try store.saveApp(Sample.app(Sample.maps))
+        try store.saveApp(Sample.app(Sample.feeds))
+        try store.savePending(Sample.request(Sample.maps, "a"))
+        for time in 0..<200 {
+            try store.append(Sample.entry(.submitted, at: Double(time), detail: String(repeating: "x", count: 200)))
         }
-        let page = try #require(try TaskStore(path: path).rootPage(of: name))
+    }
+
+    /// Overwrites page `page` (counted from 1) of the file at `path`.
+    func overwrite(page: Int, of path: String) throws {
         let handle = try FileHandle(forUpdating: URL(fileURLWithPath: path))
         try handle.seek(toOffset: UInt64((page - 1) * 4096))
         try handle.write(contentsOf: Data(repeating: 0xA5, count: 4096))
         try handle.close()
+    }
+
+    /// A store `fill`ed, closed (the WAL is checkpointed into the file), then `damage`d: the
+    /// named table's or index's first page overwritten.
+    func damagedStore(at path: String, damage name: String) throws {
+        do { try fill(TaskStore(path: path)) }
+        try overwrite(page: try #require(try TaskStore(path: path).rootPage(of: name)), of: path)
     }
 
     @Test("damage met after the open throws .corrupt, is announced once, marks the file, and the next open moves it aside")
@@ -200,23 +205,15 @@ struct TaskStoreFileTests {
         let path = scratch.path + "/tasks.db"
         do {
             let store = try TaskStore(path: path)
-            try store.saveApp(Sample.app(Sample.maps))
-            try store.savePending(Sample.request(Sample.maps, "a"))
-            for time in 0..<200 {
-                try store.append(Sample.entry(.submitted, at: Double(time), detail: String(repeating: "x", count: 200)))
-            }
+            try fill(store)
             try store.checkpoint()
-            let page = try #require(try store.rootPage(of: "history"))
-            let handle = try FileHandle(forUpdating: URL(fileURLWithPath: path))
-            try handle.seek(toOffset: UInt64((page - 1) * 4096))
-            try handle.write(contentsOf: Data(repeating: 0xA5, count: 4096))
-            try handle.close()
+            try overwrite(page: try #require(try store.rootPage(of: "history")), of: path)
             // The connection's cached pages go, so that the next read meets the damage.
             _ = try store.pragma("shrink_memory")
             #expect(!FileManager.default.fileExists(atPath: path + ".damaged"))
-            #expect(throws: StoreError.self) { try store.append(Sample.entry(.submitted, at: 300, detail: "x")) }
             do {
-                try store.append(Sample.entry(.submitted, at: 301, detail: "x"))
+                try store.append(Sample.entry(.submitted, at: 300, detail: "x"))
+                Issue.record("the damaged history took a row")
             } catch {
                 guard case .corrupt = error else { Issue.record("\(error)"); return }
             }
