@@ -333,7 +333,7 @@ public struct RefreshPlanner: Sendable {
         let known = knownApps
         guard known > fundedApps else { return }
         let share = Double(known - fundedApps) * refreshesPerAppPerDay * Self.poolTarget
-        tokens = min(refreshesPerAppPerDay * Double(known), tokens + share)
+        tokens = min(budgetPerDay, tokens + share)
         fundedApps = known
     }
 
