@@ -31,6 +31,7 @@ public struct RunWhenEligiblePolicy: SchedulingPolicy {
 
     /// The app's requests that nothing blocks, in launch order, and the earliest time at which a
     /// blocked one is freed by time alone. The app's own rules are judged once.
+    @inline(__always)
     func runnableRequests(of work: AppWork, context: SchedulingContext) -> (runnable: ArraySlice<TaskRequest>, lifts: UnixTime?) {
         let appBlocks = appReasonsBefore(work.app, context, words: false)
             + appReasonsAfter(work.app, nil, context, words: false)

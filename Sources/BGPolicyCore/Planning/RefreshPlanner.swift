@@ -558,7 +558,9 @@ public struct RefreshPlanner: Sendable {
     /// `nextWindow`, so that one decision and its look-ahead hash each app's id twice, not twice
     /// per slot tried.
     func locate(_ candidates: [Candidate]) -> [Located?] {
-        candidates.map(locate)
+        predictor.positions(of: candidates.lazy.map(\.appID)).map { position in
+            position.map { Located(position: $0, refreshed: lastRefreshByPosition[$0]) }
+        }
     }
 
     private func locate(_ candidate: Candidate) -> Located? {

@@ -160,6 +160,8 @@ public struct WindowPlanner: SchedulingPolicy {
         let hasPredicted = predicted != nil
         // Read once: reading a field of `context.planning` in the loop copied all of it per app.
         let weights = context.planning.refreshWeights
+        // Only apps in poor standing have a weight: most often none has, and then no id is hashed.
+        func weight(of appID: AppID) -> Double { weights.isEmpty ? 1 : weights[appID] ?? 1 }
         let content = context.planning.contentAvailable
         var nextEvaluation: UnixTime?
         func wake(at time: UnixTime) { nextEvaluation = min(nextEvaluation ?? time, time) }
@@ -183,7 +185,7 @@ public struct WindowPlanner: SchedulingPolicy {
                     if let planner = predicted, !content.contains(appID), work[index].requests.allSatisfy({ $0.kind == .refresh }) {
                         // A refresh alone runs when the refresh planner chooses it: from its first
                         // window after the lift, not the grid's (a wake-up for nothing).
-                        let candidate = RefreshPlanner.Candidate(appID: appID.rawValue, weight: weights[appID] ?? 1)
+                        let candidate = RefreshPlanner.Candidate(appID: appID.rawValue, weight: weight(of: appID))
                         if let next = planner.nextWindow(after: lifts, among: [candidate]) { wake(at: next.time) }
                     } else {
                         // A time rule lifts at the window on or after it: work due close together batches.
@@ -193,11 +195,12 @@ public struct WindowPlanner: SchedulingPolicy {
                 var requests = runnable
                 var refresh: Int?
                 // In launch order a refresh comes first; it waits for the refresh planner's choice.
-                if hasPredicted, let first = requests.first, first.kind == .refresh {
+                // The kind read in place: taking `first` copied the whole request.
+                if hasPredicted, !requests.isEmpty, requests[requests.startIndex].kind == .refresh {
                     refresh = candidates.count
                     requests = runnable.dropFirst()
                     let appID = work[index].app.record.appID
-                    candidates.append(RefreshPlanner.Candidate(appID: appID.rawValue, weight: weights[appID] ?? 1))
+                    candidates.append(RefreshPlanner.Candidate(appID: appID.rawValue, weight: weight(of: appID)))
                 }
                 let wakes = !content.isEmpty && content.contains(work[index].app.record.appID)
                     && contentReasons(app: work[index].app, context: context, words: false).isEmpty
@@ -282,17 +285,22 @@ public struct WindowPlanner: SchedulingPolicy {
 
         var launches: [Launch] = []
         var refreshed: [AppID] = []
-        for entry in ready {
-            let appID = work[entry.work].app.record.appID
+        // By index: iterating `ready` copied each entry, its requests retained and released.
+        for i in ready.indices {
             // `requests` holds the refresh first when there is one: it goes only if chosen.
-            var requests = entry.requests
-            if let refresh = entry.refresh {
-                if chosen[refresh] { refreshed.append(appID) } else { requests = requests.dropFirst() }
+            let content = ready[i].content
+            var dropRefresh = false
+            if let refresh = ready[i].refresh {
+                if chosen[refresh] { refreshed.append(work[ready[i].work].app.record.appID) } else { dropRefresh = true }
             }
-            guard !requests.isEmpty || entry.content else { continue }
+            let count = ready[i].requests.count - (dropRefresh ? 1 : 0)
+            guard count > 0 || content else { continue }
+            let requests = dropRefresh ? ready[i].requests.dropFirst() : ready[i].requests
             var sliceLength = RunWhenEligiblePolicy.sliceLength(for: requests, context.configuration)
-            if entry.content { sliceLength = max(sliceLength, context.configuration.slices.contentAvailable) }
-            launches.append(Launch(appID: appID, requests: requests, sliceLength: sliceLength, contentAvailable: entry.content))
+            if content { sliceLength = max(sliceLength, context.configuration.slices.contentAvailable) }
+            launches.append(Launch(
+                appID: work[ready[i].work].app.record.appID, requests: requests, sliceLength: sliceLength,
+                contentAvailable: content))
         }
         // In windows for refreshes only, the app left's launch is in the window after use, any
         // other in the one after an open, or alongside in the one that opened.
