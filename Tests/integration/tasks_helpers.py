@@ -32,6 +32,7 @@ import json
 import os
 import random
 import signal
+import statistics
 import sqlite3
 import subprocess
 import sys
@@ -1141,12 +1142,15 @@ def main_flood(args):
             state["next"] += 1
             state["outstanding"] += 1
             conn.call(AGENT_NAME, AGENT_PATH, SCHEDULER, method, params, None, Gio.DBusCallFlags.NO_AUTO_START,
-                      60000, None, done, (method, n))
+                      60000, None, done, (method, n, time.monotonic()))
         if state["outstanding"] == 0 and state["next"] >= len(calls):
             loop.quit()
 
+    latencies = []
+
     def done(c, res, data):
-        method, n = data
+        method, n, sent = data
+        latencies.append(time.monotonic() - sent)
         state["outstanding"] -= 1
         try:
             c.call_finish(res)
@@ -1170,6 +1174,9 @@ def main_flood(args):
     GLib.timeout_add_seconds(args.limit, loop.quit)
     loop.run()
     summary["seconds"] = time.monotonic() - started
+    # From send to the reply's callback: the wait in the agent's queue, and in this client's.
+    # Its median, since the calls in flight while the test stops this process wait that long.
+    summary["latency_median"] = statistics.median(latencies) if latencies else None
     summary["unanswered"] = state["outstanding"] + (len(calls) - state["next"])
     print("SUMMARY " + json.dumps(summary), flush=True)
     return 0

@@ -88,10 +88,13 @@ def test_a_flood_from_one_app_does_not_hurt_another(world):
 
     base, calm = statistics.median(unloaded), statistics.median(quiet)
     busy = statistics.median(loaded) if loaded else float("inf")
+    busy_p90 = sorted(loaded)[len(loaded) * 9 // 10] if loaded else float("inf")
+    flooder = summary["latency_median"]
     th.ch.log(f"\nflood: {summary['calls']} calls in {summary['seconds']:.2f}s ({agent_cpu:.2f}s of agent CPU), "
               f"{summary['ok']} ok, {summary['limited']} LimitsExceeded; observer median {base * 1e6:.0f} us "
               f"before, {calm * 1e6:.0f} us with the flooder stopped, {busy * 1e6:.0f} us under the flood "
-              f"({len(loaded)} calls); VmRSS {rss_before / MIB:.1f} -> {rss_after / MIB:.1f} MiB")
+              f"({len(loaded)} calls, p90 {busy_p90 * 1e6:.0f} us); the flooder's own calls: median "
+              f"{flooder * 1e6:.0f} us; VmRSS {rss_before / MIB:.1f} -> {rss_after / MIB:.1f} MiB")
 
     # Every call was answered: success, or LimitsExceeded (and then its Cancel found nothing).
     assert summary["other"] == [] and summary["unanswered"] == 0, summary
@@ -105,10 +108,18 @@ def test_a_flood_from_one_app_does_not_hurt_another(world):
     # 1.9-2.2x on a slow day (the bound was 2x, and failed five runs in eight). 3x leaves room
     # for that and still fails when a flood slows everyone down. It does not tell whether each
     # caller has a lane of its own: with every caller put in one lane the median stayed under
-    # 1.5x, since this flooder (Python) keeps few calls queued in the agent at a time.
+    # 1.5x. The next check does.
     assert busy <= 3 * max(base, calm), (
         f"the other app's median latency went from {base * 1e6:.0f} us ({calm * 1e6:.0f} us with the flooder "
         f"paused) to {busy * 1e6:.0f} us under the flood (more than 3x)")
+    # Each caller has a lane of its own, served in turn: the other app's call waits for the one
+    # flood call being served, not behind the flooder's 64. Its slow calls (p90) are compared
+    # with the flooder's typical call, measured at the same time on the same machine, so the
+    # machine's pace cancels out. Measured: 0.08-0.09 with lanes; 0.74-0.76 with every caller
+    # in one lane (a sabotage of ObjectServer.enqueue), while the medians above barely moved.
+    assert busy_p90 <= 0.3 * flooder, (
+        f"the other app's slowest tenth of calls under the flood took {busy_p90 * 1e6:.0f} us or more, against "
+        f"{flooder * 1e6:.0f} us for the flooder's median call: it waits in the flooder's queue (over 0.3x)")
     assert rss_after < 64 * MIB and rss_after < rss_before + 16 * MIB, \
         f"VmRSS {rss_before / MIB:.1f} MiB before the flood, {rss_after / MIB:.1f} MiB after"
     # The agent still answers, and the flood left no more than its ten identifiers pending.
