@@ -82,6 +82,10 @@ enum ConfigurationSchema {
     /// on them far from overflow.
     static let positiveDuration: ClosedRange<Duration> = .nanoseconds(1) ... .seconds(365 * 86_400)
 
+    /// The window grid: at least a second (a finer grid would wake the machine several times a
+    /// second while work waits), at most a day (work would wait a day for its window).
+    static let gridDuration: ClosedRange<Duration> = .seconds(1) ... .seconds(86_400)
+
     static let sections: [Section] = [
         Section(name: "slices", summary: "How long each kind of grant lasts (SPEC §1 \"Slice\"), and how many apps start for them at once.", knobs: [
             Knob(section: "slices", key: "refresh",
@@ -156,10 +160,10 @@ enum ConfigurationSchema {
         Section(name: "windows", summary: "The grid planned wake windows fall on.", knobs: [
             Knob(section: "windows", key: "grid_on_battery",
                  summary: "Planned wake windows fall on this grid on battery (SPEC §2 window grid).",
-                 kind: .duration(\.windows.gridOnBattery, positiveDuration)),
+                 kind: .duration(\.windows.gridOnBattery, gridDuration)),
             Knob(section: "windows", key: "grid_on_ac",
                  summary: "Planned wake windows fall on this grid on AC (SPEC §2 window grid).",
-                 kind: .duration(\.windows.gridOnAC, positiveDuration)),
+                 kind: .duration(\.windows.gridOnAC, gridDuration)),
         ]),
         Section(name: "refresh", summary: "Refreshing just before predicted use.", knobs: [
             Knob(section: "refresh", key: "lead",
