@@ -61,6 +61,13 @@ struct HistoryCommand: AsyncParsableCommand {
         guard (1...Self.maximumLimit).contains(limit) else {
             throw ValidationError("--limit must be between 1 and \(Self.maximumLimit), not \(limit).")
         }
+        // A time ahead lists nothing, and is most often milliseconds given for seconds. A
+        // minute of slack lets a script compute the time before it runs this.
+        if case .unix(let unix) = since, unix > TimeText.now() + 60 {
+            throw ValidationError(
+                "--since \(unix) is a Unix time in the future: give one in seconds (not milliseconds) in the past, "
+                    + "or a duration such as 24h.")
+        }
     }
 
     func run() async throws {

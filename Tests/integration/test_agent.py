@@ -280,6 +280,8 @@ def test_global_switch_round_trips(agent):
     (["history", "--since", "yesterday"], "use a duration such as 90m"),
     (["history", "--limit", "-5"], "--limit must be between 1 and 10000, not -5"),
     (["history", "--since", "-5"], "use a duration such as 90m"),
+    (["history", "--since", "99999999999999"], "--since 99999999999999 is a Unix time in the future"),
+    (["history", "--since", str(int(time.time()) * 1000)], "in seconds (not milliseconds)"),
     (["bogus"], "'bogus' is not a bgpolicy command; the commands are: status, apps"),
     (["explain", "org.example.Feeds"], "Missing expected argument '<identifier>'"),
     (["simulate", "launch", "org.example.Feeds"], "Missing expected argument '<identifier>'"),
