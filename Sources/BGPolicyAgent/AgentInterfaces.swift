@@ -122,10 +122,12 @@ public enum AgentInterfaces {
                     The next 24 hours as the planner sees them now: "now" (x); "start" (x) the start
                     of the first slot; "slot_seconds" (u) 900; "slots" (u) 96; "grid_seconds" (u) the
                     window grid now (900 on battery, 300 on AC); "windows" (ax) the planned wake
-                    windows; "apps" (aa{sv}) per app "app_id" (s), "probabilities" (ad) the predicted
-                    probability of an open in each slot, "refreshes" (ax) its planned refresh windows
-                    (if it resubmits after each, as apps do), "pending" (as) its pending identifiers,
-                    "inactive" (b) unused for 7 days, so nothing is planned.
+                    windows; "strategy" (s) the refresh strategy, "predicted" or "every-window"; "apps"
+                    (aa{sv}) per app "app_id" (s), "probabilities" (ad) the predicted probability of an
+                    open in each slot (none with "every-window", which predicts nothing), "refreshes"
+                    (ax) its planned refresh windows (if it resubmits after each, as apps do),
+                    "pending" (as) its pending identifiers, "inactive" (b) unused for 7 days, so
+                    nothing is planned.
                     """)],
                 documentation: """
                     GetTimeline:

@@ -312,9 +312,12 @@ extension TaskEngine {
         let rows: [[String: Variant]] = shown.map { appID in
             let record = apps[appID]?.record
             let lastUsed = max(record?.lastUsedAt ?? record?.registeredAt ?? now, record?.registeredAt ?? now)
-            let probabilities = (0..<Self.timelineSlots).map { index in
-                refreshPlanner?.predictor.probability(of: appID.rawValue, inSlotAt: start + Double(index) * slotSeconds) ?? 0
-            }
+            // None without a refresh planner (`every-window`): nothing is predicted, not zero.
+            let probabilities = refreshPlanner.map { planner in
+                (0..<Self.timelineSlots).map { index in
+                    planner.predictor.probability(of: appID.rawValue, inSlotAt: start + Double(index) * slotSeconds)
+                }
+            } ?? []
             return [
                 "app_id": Variant(appID.rawValue),
                 "probabilities": Variant(probabilities),
@@ -331,6 +334,7 @@ extension TaskEngine {
             "grid_seconds": Variant(UInt32(WindowPlanner.grid(context))),
             "windows": Variant(windows.sorted().map { Int64($0.rounded()) }),
             "apps": Variant(rows),
+            "strategy": Variant(configuration.refresh.strategy.rawValue),
         ]
     }
 }

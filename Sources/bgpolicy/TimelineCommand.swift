@@ -123,11 +123,16 @@ enum TimelineReply {
         guard (1...UInt32(maximumSlots)).contains(slots), slotSeconds > 0 else {
             throw unexpected("\(slots) slots of \(slotSeconds) s")
         }
+        let strategyName = try required(reply, "strategy", as: String.self)
+        guard let strategy = RefreshStrategy(rawValue: strategyName) else {
+            throw unexpected("the refresh strategy \"\(TableText.cell(strategyName))\"")
+        }
         var apps: [Timeline.App] = []
         for entry in try required(reply, "apps", as: [VariantDictionary].self) {
             let id = try required(entry, "app_id", as: String.self, in: "an app")
             let probabilities = try required(entry, "probabilities", as: [Double].self, in: id)
-            guard probabilities.count == Int(slots) else {
+            // With every-window the agent predicts nothing, and sends none.
+            guard probabilities.count == (strategy == .everyWindow ? 0 : Int(slots)) else {
                 throw unexpected("\(probabilities.count) probabilities for \(TableText.cell(id)), not \(slots)")
             }
             apps.append(
@@ -143,7 +148,7 @@ enum TimelineReply {
             slotSeconds: Int(slotSeconds), slots: Int(slots),
             gridSeconds: Int(try required(reply, "grid_seconds", as: UInt32.self)),
             windows: try required(reply, "windows", as: [Int64].self).map(Double.init),
-            apps: apps)
+            apps: apps, strategy: strategy)
     }
 
     private static func required<T: DBusRepresentable>(

@@ -148,6 +148,25 @@ struct TimelineRenderTests {
         #expect(!text.contains("█"))
     }
 
+    /// With `every-window` the agent predicts nothing: every strip says so, rather than "no use
+    /// predicted", and the windows row still shows the next window.
+    @Test func everyWindowPredictsNothing() {
+        var timeline = TimelineFixture.day([
+            .init(appID: "org.example.Backup", probabilities: [], pending: ["nightly"], inactive: true),
+            .init(appID: "org.example.Mail", probabilities: [], pending: ["fetch"]),
+        ], windows: [TimelineFixture.start + 900])
+        timeline.strategy = .everyWindow
+        let text = TimelineText.render(timeline, utcOffsetSeconds: 0, width: nil, color: false)
+        let lines = text.split(separator: "\n")
+        #expect(lines.contains("org.example.Backup  inactive: unused for 7 days, nothing planned"))
+        #expect(lines.contains("org.example.Mail    " + Timeline.everyWindowWords))
+        #expect(!text.contains("no usage data yet") && !text.contains("no use predicted"))
+        #expect(lines.contains { $0.hasPrefix("windows  ") && $0.contains("│") })
+        let svg = TimelineSVG.render(timeline, utcOffsetSeconds: 0)
+        #expect(svg.contains(Timeline.everyWindowWords))
+        #expect(!svg.contains("no usage data yet"))
+    }
+
     @Test func noApps() {
         let timeline = TimelineFixture.day([], windows: [TimelineFixture.start + 900])
         let lines = TimelineText.render(timeline, utcOffsetSeconds: 0, width: 80, color: false).split(separator: "\n")

@@ -78,6 +78,7 @@ def test_a_refresh_waits_for_predicted_use_and_explain_and_timeline_agree(laptop
 
     (timeline,) = agent.admin("GetTimeline", "s", ("org.example.Maps",), "(a{sv})")
     assert timeline["slots"] == 96 and timeline["slot_seconds"] == 900
+    assert timeline["strategy"] == "predicted"
     assert timeline["start"] % 900 == 0 and timeline["start"] <= timeline["now"] < timeline["start"] + 900
     assert timeline["grid_seconds"] == 900  # on battery
     (row,) = timeline["apps"]
@@ -495,6 +496,22 @@ def test_bgpolicy_timeline_draws_the_agents_plan(laptop, tmp_path):
 
     r = agent.cli("timeline", "org.example.Nobody", check=False)
     assert r.returncode == 1 and "org.example.Nobody" in r.stderr, (r.returncode, r.stderr)
+
+
+def test_the_timeline_under_every_window_predicts_nothing(world):
+    """With `[refresh] strategy = every-window` the agent has no predictor: GetTimeline sends no
+    probabilities (not 96 zeros, which would read as "no use predicted"), and says why."""
+    agent = world.start_agent(config="[refresh]\nstrategy = every-window\n", planner=True)
+    app = world.registered_app("org.example.Maps", ["org.example.Maps.refresh"])
+    app.submit("org.example.Maps.refresh", "refresh", earliest_begin=th.later(3600))
+    (timeline,) = agent.admin("GetTimeline", "s", ("",), "(a{sv})")
+    assert timeline["strategy"] == "every-window"
+    (row,) = timeline["apps"]
+    assert row["probabilities"] == [] and row["refreshes"] == [], row
+    assert row["pending"] == ["org.example.Maps.refresh"]
+    out = agent.cli("timeline").stdout
+    assert "nothing predicted ([refresh] strategy = every-window)" in out, out
+    assert "no use predicted" not in out, out
 
 
 def test_learned_hours_follow_a_change_of_time_zone(laptop):

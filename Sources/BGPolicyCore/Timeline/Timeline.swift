@@ -34,10 +34,14 @@ public struct Timeline: Sendable, Equatable {
     /// The agent's planned wake windows in the span.
     public var windows: [UnixTime]
     public var apps: [App]
+    /// How the agent places refreshes (`[refresh] strategy`). With `every-window` it predicts
+    /// nothing: the apps come without probabilities, and a pending refresh runs in the next
+    /// wake window.
+    public var strategy: RefreshStrategy
 
     public init(
         now: UnixTime, start: UnixTime, slotSeconds: Int = 900, slots: Int = 96, gridSeconds: Int = 900,
-        windows: [UnixTime] = [], apps: [App] = []
+        windows: [UnixTime] = [], apps: [App] = [], strategy: RefreshStrategy = .predicted
     ) {
         self.now = now
         self.start = start
@@ -46,7 +50,12 @@ public struct Timeline: Sendable, Equatable {
         self.gridSeconds = gridSeconds
         self.windows = windows
         self.apps = apps
+        self.strategy = strategy
     }
+
+    /// What an app's strip says when the agent predicts nothing (`strategy` `every-window`).
+    public static let everyWindowWords = "nothing predicted ([refresh] strategy = every-window): "
+        + "a pending refresh runs in the next wake window"
 
     /// The end of the last slot.
     public var end: UnixTime { start + Double(max(0, slots)) * Double(max(1, slotSeconds)) }

@@ -82,7 +82,9 @@ public enum TimelineSVG {
             out.append(
                 ##"<rect x="\##(num(left))" y="\##(num(y))" width="\##(num(stripWidth))" height="\##(num(stripHeight))" "##
                     + ##"fill="#f6f8fa" stroke="#d0d7de" stroke-width="0.5"/>"##)
-            if !Timeline.hasData(app) {
+            if t.strategy == .everyWindow {
+                out.append(text(left + 4, y + 12, Timeline.everyWindowWords, attributes: ##"fill="#57606a""##))
+            } else if !Timeline.hasData(app) {
                 out.append(text(left + 4, y + 12, "no usage data yet", attributes: ##"fill="#57606a""##))
             }
             for (slot, p) in t.slotProbabilities(app).enumerated() where p >= TimelineText.visible && scale > 0 {

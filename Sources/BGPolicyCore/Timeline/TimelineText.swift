@@ -155,7 +155,9 @@ public enum TimelineText {
                 return [row(label, [paint("inactive: unused for 7 days, nothing planned", "2")])]
             }
             var strip: [String]
-            if !Timeline.hasData(app) {
+            if t.strategy == .everyWindow {
+                strip = [paint(Timeline.everyWindowWords, "2")]
+            } else if !Timeline.hasData(app) {
                 strip = [paint("no usage data yet", "2")]
             } else {
                 strip = probabilities.map { p in
