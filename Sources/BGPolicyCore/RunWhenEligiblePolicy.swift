@@ -31,6 +31,8 @@ public struct RunWhenEligiblePolicy: SchedulingPolicy {
 
     /// The app's requests that nothing blocks, in launch order, and the earliest time at which a
     /// blocked one is freed by time alone. The app's own rules are judged once.
+    /// Inlined into each policy's loop over the apps: the 1,000-app planning decision of
+    /// `make bench` measured about a tenth faster so.
     @inline(__always)
     func runnableRequests(of work: AppWork, context: SchedulingContext) -> (runnable: ArraySlice<TaskRequest>, lifts: UnixTime?) {
         let appBlocks = appReasonsBefore(work.app, context, words: false)

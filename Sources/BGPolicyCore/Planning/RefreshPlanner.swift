@@ -555,8 +555,9 @@ public struct RefreshPlanner: Sendable {
     }
 
     /// Each candidate located (nil for an app never opened): for `chooseIndices` and
-    /// `nextWindow`, so that one decision and its look-ahead hash each app's id twice, not twice
-    /// per slot tried.
+    /// `nextWindow`, so that one decision and its look-ahead find each app once, not once per
+    /// slot tried. Candidates in id order, as a decision has them, are found without hashing
+    /// (`UsagePredictor.positions(of:)`).
     func locate(_ candidates: [Candidate]) -> [Located?] {
         predictor.positions(of: candidates.lazy.map(\.appID)).map { position in
             position.map { Located(position: $0, refreshed: lastRefreshByPosition[$0]) }
