@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `make bench`: release builds, on private buses; prints five tables.
+# `make bench`: release builds, on private buses; prints six tables.
 #   1. The D-Bus layer and the agent: GetStatus against the bus daemon's GetId, 64 in
 #      flight, RSS over 100,000 calls, idle wake-ups (Tests/Tools/Bench).
 #   2. Tasks: Submit against GetId with no other request pending and with 1,000 apps ×
@@ -11,7 +11,9 @@
 #   4. The usage log: ingest through TaskStore against a bare table, and the per-app
 #      summary query with 10,000,000 events against a count(*) of the app's rows
 #      (Tests/Tools/Bench/UsageBench.swift; the log is kept in .build-release between runs).
-#   5. Replay: `bgpolicy replay` of the StudentLife users 00–02 under bgpolicy, periodic
+#   5. Planning: WindowPlanner's decision for one window with 1,000 apps × 11 requests
+#      against RunWhenEligiblePolicy's on the same facts (Tests/Tools/Bench/PlanningBench.swift).
+#   6. Replay: `bgpolicy replay` of the StudentLife users 00–02 under bgpolicy, periodic
 #      and oracle policies, and bgpolicy's ratios to periodic:60m and oracle:10m
 #      (scripts/replay-table.py).
 # Arguments go to bgpolicy-bench (--quick for a smoke test, --json, --help); with --quick

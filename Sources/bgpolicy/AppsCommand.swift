@@ -6,8 +6,9 @@ struct AppsCommand: AsyncParsableCommand {
         commandName: "apps",
         abstract: "List the apps that have registered for background work.",
         discussion: """
-            VIOLATIONS counts the slices of the last 7 days that the app overran; LAST USED \
-            is when the user last had the app in the foreground.
+            VIOLATIONS counts the app's overruns (slices and background tasks) and CPU \
+            enforcements of the last 7 days; LAST USED is when the user last had the app in \
+            the foreground.
             """)
 
     @Flag(name: .long, help: "Print the agent's app records as a JSON array, for scripts.")
