@@ -71,29 +71,3 @@ struct UsagePredictorTests {
         #expect(weekday > 2 * saturday, "weekday \(weekday), saturday \(saturday)")
     }
 }
-
-@Suite("UsagePredictor.positions")
-struct UsagePredictorPositionsTests {
-    /// Apps opened out of id order, so that their models' positions are not their id order.
-    static func predictor() -> UsagePredictor {
-        var predictor = UsagePredictor()
-        for (offset, app) in ["org.c", "org.a", "org.e", "org.b"].enumerated() {
-            predictor.recordOpen(of: app, at: UsagePredictorTests.monday + Double(offset))
-        }
-        return predictor
-    }
-
-    /// Whatever the order and whatever is unknown, each id is found where `position(of:)` finds it.
-    @Test(arguments: [
-        ["org.a", "org.b", "org.c", "org.e"],
-        ["org.0", "org.a", "org.d", "org.e", "org.f"],
-        ["org.e", "org.c", "org.a", "org.d", "org.b"],
-        ["org.b", "org.b", "org.a", "org.e", "org.c", "org.x", "org.a"],
-        [],
-    ])
-    func findsEachIdInAnyOrder(_ ids: [String]) {
-        let predictor = Self.predictor()
-        #expect(predictor.positions(of: ids) == ids.map { predictor.position(of: $0) })
-        #expect(predictor.position(of: "org.a") == 1)
-    }
-}

@@ -559,9 +559,27 @@ public struct RefreshPlanner: Sendable {
     /// slot tried. Candidates in id order, as a decision has them, are found without hashing
     /// (`UsagePredictor.positions(of:)`).
     func locate(_ candidates: [Candidate]) -> [Located?] {
-        predictor.positions(of: candidates.lazy.map(\.appID)).map { position in
-            position.map { Located(position: $0, refreshed: lastRefreshByPosition[$0]) }
+        // A walk beside the predictor's ids in the same order: every id before `cursor` is less
+        // than a candidate in increasing order, which is found at or after it. Any other is
+        // looked up by its id.
+        let ids = predictor.idsInAppOrder
+        let positions = predictor.positionsInAppOrder
+        var found: [Located?] = []
+        found.reserveCapacity(candidates.count)
+        var cursor = 0
+        for i in candidates.indices {
+            guard cursor == 0 || ids[cursor - 1] < candidates[i].appID else {
+                found.append(locate(candidates[i]))
+                continue
+            }
+            while cursor < ids.count, ids[cursor] < candidates[i].appID { cursor += 1 }
+            guard cursor < ids.count, ids[cursor] == candidates[i].appID else {
+                found.append(nil)
+                continue
+            }
+            found.append(Located(position: positions[cursor], refreshed: lastRefreshByPosition[positions[cursor]]))
         }
+        return found
     }
 
     private func locate(_ candidate: Candidate) -> Located? {

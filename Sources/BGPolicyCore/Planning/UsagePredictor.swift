@@ -156,25 +156,8 @@ public struct UsagePredictor: Sendable {
     /// Where the app's model is: an index into `probabilitiesOfActiveApps`.
     func position(of appID: String) -> Int? { index[appID] }
 
-    /// `position(of:)` of each of `appIDs`, in their order. Ids that come in increasing order
-    /// (the engine hands apps over in id order) are found in one pass beside the apps in id
-    /// order, with no id hashed; any other is looked up.
-    func positions<IDs: Sequence<String>>(of appIDs: IDs) -> [Int?] {
-        var found: [Int?] = []
-        found.reserveCapacity(appIDs.underestimatedCount)
-        var cursor = 0
-        var previous: String?
-        for appID in appIDs {
-            guard previous.map({ $0 < appID }) ?? true else {
-                found.append(index[appID])
-                continue
-            }
-            previous = appID
-            while cursor < order.count, order[cursor] < appID { cursor += 1 }
-            found.append(cursor < order.count && order[cursor] == appID ? sorted[cursor] : nil)
-        }
-        return found
-    }
+    /// The apps' ids in id order: `positionsInAppOrder[i]` is the position of `idsInAppOrder[i]`.
+    var idsInAppOrder: [String] { order }
 
     /// The positions in app-id order: sums over all apps run in it, so that they do not depend
     /// on the order apps arrived in.
