@@ -182,6 +182,35 @@ public struct AgentService: Service {
                         }
                         // Without damage, the loop ends only when the group is cancelled.
                     }
+                    // The file removed (and written again) or replaced under the running agent.
+                    group.addTask {
+                        for await event in store.fileEvents {
+                            switch event {
+                            case .restored(let path):
+                                log.error(
+                                    """
+                                    The database was removed while the agent ran; it was written again from what the agent \
+                                    holds, and nothing was lost. To start afresh, stop the agent first \
+                                    (systemctl --user stop bgpolicyd), then remove the file
+                                    """,
+                                    metadata: ["db.path": "\(path)"])
+                            case .replaced(let path):
+                                log.warning(
+                                    """
+                                    Another file took the database's path while the agent ran; the agent goes on with the \
+                                    file it opened, and its next start reads the new one
+                                    """,
+                                    metadata: ["db.path": "\(path)"])
+                            case .restoreFailed(let path, let reason):
+                                log.error(
+                                    """
+                                    The database was removed while the agent ran, and could not be written again: what the \
+                                    agent holds is lost at its next start unless a later try succeeds
+                                    """,
+                                    metadata: ["db.path": "\(path)", "error": "\(reason)"])
+                            }
+                        }
+                    }
                     group.addTask {
                         for try await signal in nameLost {
                             if case .string(BGPolicyNames.busName)? = signal.body.first {

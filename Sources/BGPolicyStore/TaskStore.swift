@@ -1,6 +1,7 @@
 public import BGPolicyCore
 import GRDB
 import Glibc
+import Synchronization
 
 /// What the agent keeps across restarts: registered apps, the switches, pending requests, the
 /// tasks running right now, the history, and the usage log. SQLite through GRDB.
@@ -25,8 +26,40 @@ public final class TaskStore: Sendable {
     /// whole or not at all, `salvage`), and those that could not be.
     public let salvaged: (kept: [String], lost: [String])?
 
-    /// One connection: the agent is the single writer and reads are cheap.
-    let queue: DatabaseQueue
+    /// One connection: the agent is the single writer and reads are cheap. It changes only
+    /// when the file was removed under it and written again (`restoreIfRemoved`).
+    var queue: DatabaseQueue { file.withLock { $0.queue } }
+
+    /// The connection, and which file it opened (device and inode; nil in memory).
+    struct OpenFile {
+        var queue: DatabaseQueue
+        var identity: FileIdentity?
+        /// Another file took the path, and `FileEvent.replaced` said so (once).
+        var replacementAnnounced = false
+        /// When the last try to write the removed file again failed: the next comes a minute
+        /// or more later (`restoreIfRemoved`).
+        var restoreFailedAt: Double?
+    }
+
+    let file: Mutex<OpenFile>
+
+    /// What happened to the database file under the running agent (`fileEvents`).
+    public enum FileEvent: Sendable, Equatable {
+        /// It was removed (with its directory, maybe), and written again at its path from what
+        /// the agent held: nothing was lost.
+        case restored(path: String)
+        /// Another file took its path (`mv`): the agent goes on with the file it opened, and
+        /// the next start reads the new one (the checkpoint at stop empties the agent's log,
+        /// which is still `<path>-wal`).
+        case replaced(path: String)
+        /// It was removed, and could not be written again (the message says why); tried again
+        /// at the next write a minute or more later.
+        case restoreFailed(path: String, reason: String)
+    }
+
+    /// Each `FileEvent`, for the agent to log.
+    public let fileEvents: AsyncStream<FileEvent>
+    let fileEventContinuation: AsyncStream<FileEvent>.Continuation
 
     /// Yields once, the first time SQLite calls the open file corrupt (`StoreError.corrupt`):
     /// the damage came after the check at open, and only a new open can move the file aside
@@ -48,7 +81,9 @@ public final class TaskStore: Sendable {
     public init(path: String) throws(StoreError) {
         try Self.makeParentDirectories(of: path)
         (corruptionFound, corruptionContinuation) = AsyncStream.makeStream(bufferingPolicy: .bufferingOldest(1))
+        (fileEvents, fileEventContinuation) = AsyncStream.makeStream(bufferingPolicy: .bufferingNewest(16))
         let marker = Self.damageMarker(of: path)
+        let queue: DatabaseQueue
         do throws(StoreError) {
             // (A marker without its database, which someone removed, has nothing left to say.)
             if Self.exists(marker), Self.exists(path) {
@@ -64,12 +99,14 @@ public final class TaskStore: Sendable {
             salvaged = Self.salvage(from: movedTo, into: queue)
         }
         unlink(marker)
+        file = Mutex(OpenFile(queue: queue, identity: FileIdentity(of: path)))
         self.path = path
     }
 
     private init(memoryQueue: DatabaseQueue) {
         (corruptionFound, corruptionContinuation) = AsyncStream.makeStream(bufferingPolicy: .bufferingOldest(1))
-        self.queue = memoryQueue
+        (fileEvents, fileEventContinuation) = AsyncStream.makeStream(bufferingPolicy: .bufferingNewest(16))
+        file = Mutex(OpenFile(queue: memoryQueue, identity: nil))
         self.path = nil
         self.recoveredFromCorruption = nil
         self.salvaged = nil
@@ -100,7 +137,7 @@ public final class TaskStore: Sendable {
     }
 
     /// Opens, checks and migrates the file, closing it again on failure so that it can be moved.
-    private static func open(path: String) throws(StoreError) -> DatabaseQueue {
+    static func open(path: String) throws(StoreError) -> DatabaseQueue {
         let queue: DatabaseQueue
         do {
             queue = try DatabaseQueue(path: path, configuration: configuration)
@@ -219,12 +256,16 @@ public final class TaskStore: Sendable {
     }
 
     /// Writes in one transaction, mapping SQLite's errors. A throwing `body` rolls it all back.
+    /// Then, if the file was removed meanwhile, writes it again (`restoreIfRemoved`).
     func write<T>(_ body: (Database) throws -> T) throws(StoreError) -> T {
+        let result: T
         do {
-            return try queue.write(body)
+            result = try queue.write(body)
         } catch {
             throw failure(error)
         }
+        restoreIfRemoved()
+        return result
     }
 
     // MARK: - Apps

@@ -295,6 +295,86 @@ struct TaskStoreFileTests {
         #expect(!scratch.exists("tasks.db") && !scratch.exists("tasks.db-wal"))
     }
 
+    /// Removed with its directory, or alone (its `-wal` and `-shm` left behind), under an
+    /// open store: the next write puts it back whole, later writes go to it, and a new open
+    /// finds everything.
+    @Test("a database removed under the open store is written again at the next write", arguments: [true, false])
+    func removedUnderTheStore(withItsDirectory: Bool) async throws {
+        let scratch = try ScratchDirectory()
+        defer { scratch.remove() }
+        let directory = scratch.path + "/state"
+        let path = directory + "/tasks.db"
+        do {
+            let store = try TaskStore(path: path)
+            try fill(store)
+            // Free pages, so that the copy's pages are laid out unlike the file's, whose log
+            // must then not be read into it.
+            try store.pruneHistory(before: 150)
+            if withItsDirectory {
+                try FileManager.default.removeItem(atPath: directory)
+            } else {
+                #expect(unlink(path) == 0)
+                #expect(scratch.exists("state/tasks.db-wal"))
+            }
+            #expect(!scratch.exists("state/tasks.db"))
+            // A read does not notice; the next write does.
+            #expect(try store.apps().count == 2)
+            try store.savePending(Sample.request(Sample.feeds, "b"))
+            #expect(scratch.exists("state/tasks.db"))
+            #expect(!scratch.exists("state/tasks.db.restoring"))
+            #expect(await Self.firstEvent(of: store) == .restored(path: path))
+            // Later writes go to the file now at the path.
+            try store.savePending(Sample.request(Sample.maps, "c"))
+            try store.setGlobalEnabled(false)
+        }
+        let reopened = try TaskStore(path: path)
+        #expect(reopened.recoveredFromCorruption == nil)
+        #expect(try reopened.apps().map(\.appID) == [Sample.feeds, Sample.maps].sorted())
+        #expect(try Set(reopened.pendingRequests().map(\.identifier)) == ["a", "b", "c"])
+        #expect(try reopened.globalEnabled() == false)
+        #expect(try reopened.history(since: 0, limit: 1000).count == 50)
+    }
+
+    /// The first of `store.fileEvents`, or nil when none comes within 5 s.
+    static func firstEvent(of store: TaskStore) async -> TaskStore.FileEvent? {
+        await withTaskGroup(of: TaskStore.FileEvent?.self) { group in
+            group.addTask {
+                var events = store.fileEvents.makeAsyncIterator()
+                return await events.next()
+            }
+            group.addTask {
+                try? await Task.sleep(for: .seconds(5))
+                return nil
+            }
+            let first = await group.next() ?? nil
+            group.cancelAll()
+            return first
+        }
+    }
+
+    /// Another file put at the path (`mv`) is left alone, and said once; the next open (after
+    /// this store is closed: its WAL, still at `<path>-wal`, goes with it) reads the new file.
+    @Test("a database replaced under the open store is left alone")
+    func replacedUnderTheStore() async throws {
+        let scratch = try ScratchDirectory()
+        defer { scratch.remove() }
+        let path = scratch.path + "/tasks.db"
+        do {
+            let store = try TaskStore(path: path)
+            try store.saveApp(Sample.app(Sample.maps))
+            let other = scratch.path + "/other.db"
+            do { try TaskStore(path: other).saveApp(Sample.app(Sample.feeds)) }
+            #expect(rename(other, path) == 0)
+            try store.saveApp(Sample.app(Sample.maps))
+            try store.saveApp(Sample.app(Sample.maps))
+            #expect(await Self.firstEvent(of: store) == .replaced(path: path))
+            // As the agent does at stop: its log, still at `<path>-wal`, is emptied.
+            try store.checkpoint()
+        }
+        let found = try TaskStore(path: path).apps().map(\.appID)
+        #expect(found == [Sample.feeds], "\(found) \(scratch.names())")
+    }
+
     @Test("a full disk throws .full, writes nothing, and keeps what was there")
     func fullDisk() throws {
         let scratch = try ScratchDirectory()

@@ -5,6 +5,8 @@
   user, beside the new one) and works on a fresh database;
 - damage found while the agent runs: the caller is told, and the agent exits so that its next
   start (systemd's Restart=on-failure) recovers the file as above;
+- the file removed while the agent runs (with its directory, or alone): the next write puts it
+  back from what the agent holds, and nothing is lost;
 - a full disk: the state directory on a small tmpfs, filled up while the agent runs. Submit and
   Cancel fail with org.bgpolicy.Error.Failed saying nothing was changed, the requests that were
   pending before stay pending (after the disk frees up, and after a restart), and the agent keeps
@@ -202,6 +204,40 @@ def test_damage_found_while_the_agent_runs_stops_it_and_the_next_start_recovers(
     assert [a["app_id"] for a in agent.list_apps()] == [APP]
     assert pending_identifiers(agent) == [IDENTIFIERS[0]]
     assert not marker.exists()
+
+
+@pytest.mark.parametrize("what", ["the state directory", "the database file alone"])
+def test_a_database_removed_under_the_running_agent_is_written_again(world, what):
+    """Someone removes the agent's state (the whole directory, or the file and not its -wal)
+    while it runs: the next write puts the database back at its path from what the agent holds,
+    later writes go to it, and a crash after that (SIGKILL: no checkpoint at stop) loses
+    nothing; the journal says what happened and how to start afresh."""
+    import shutil
+    agent = world.start_agent()
+    app = world.registered_app(APP, IDENTIFIERS)
+    app.submit(IDENTIFIERS[0], "refresh", earliest_begin=later(3600))
+    if what == "the state directory":
+        shutil.rmtree(state_dir(world))
+    else:
+        database(world).unlink()
+        assert (state_dir(world) / "bgpolicy.sqlite-wal").exists()
+    assert not database(world).exists()
+
+    app.submit(IDENTIFIERS[1], "processing", earliest_begin=later(3600))
+    assert database(world).exists()
+    th.wait_until(lambda: "The database was removed while the agent ran; it was written again" in agent.stderr(),
+                  5, "the agent to log the restored file")
+    assert "stop the agent first (systemctl --user stop bgpolicyd), then remove the file" in agent.stderr()
+    app.submit(IDENTIFIERS[2], "processing", earliest_begin=later(3600))
+    assert agent.alive() and critical_lines(agent.stderr()) == [], agent.stderr_tail()
+
+    agent.sigkill()
+    agent.restart()
+    assert critical_lines(agent.proc.stderr()) == [], agent.stderr_tail()
+    assert [a["app_id"] for a in agent.list_apps()] == [APP]
+    assert pending_identifiers(agent) == IDENTIFIERS
+    submitted = [e for e in agent.history() if e.get("event") == "submitted"]
+    assert len(submitted) == 3, agent.history()
 
 
 def test_a_file_marked_damaged_is_moved_aside_even_if_quick_check_passes(world):
