@@ -352,8 +352,9 @@ struct TaskStoreFileTests {
         }
     }
 
-    /// Another file put at the path (`mv`) is left alone, and said once; the next open (after
-    /// this store is closed: its WAL, still at `<path>-wal`, goes with it) reads the new file.
+    /// Another file put at the path (`mv`) is left alone, and said once; the next open, after
+    /// the checkpoint at stop has emptied this store's log (still `<path>-wal`), reads the new
+    /// file alone.
     @Test("a database replaced under the open store is left alone")
     func replacedUnderTheStore() async throws {
         let scratch = try ScratchDirectory()
