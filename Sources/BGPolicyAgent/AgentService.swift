@@ -208,6 +208,14 @@ public struct AgentService: Service {
                                     agent holds is lost at its next start unless a later try succeeds
                                     """,
                                     metadata: ["db.path": "\(path)", "error": "\(reason)"])
+                            case .reopenFailed(let path, let reason):
+                                log.critical(
+                                    """
+                                    The database was removed while the agent ran and written again, but could not be \
+                                    opened again; stopping so that the next start opens it
+                                    """,
+                                    metadata: ["db.path": "\(path)", "error": "\(reason)"])
+                                throw AgentError.storeReopen(path: path, reason: reason)
                             }
                         }
                     }

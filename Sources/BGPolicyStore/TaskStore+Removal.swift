@@ -66,21 +66,37 @@ extension TaskStore {
             if let failedAt = open.restoreFailedAt, now - failedAt < Self.restoreRetrySeconds, now >= failedAt {
                 return nil
             }
-            do throws(StoreError) {
+            do throws(RestoreFailure) {
                 let reopened = try Self.writeAgain(path: path, from: open.queue)
                 open = OpenFile(queue: reopened, identity: FileIdentity(of: path))
                 return .restored(path: path)
             } catch {
-                open.restoreFailedAt = now
-                return .restoreFailed(path: path, reason: "\(error)")
+                switch error {
+                case .copy(let error):
+                    open.restoreFailedAt = now
+                    return .restoreFailed(path: path, reason: "\(error)")
+                case .reopen(let error):
+                    return .reopenFailed(path: path, reason: "\(error)")
+                }
             }
         }
         if let event { fileEventContinuation.yield(event) }
     }
 
+    /// Why `writeAgain` failed: before the copy was in place (`queue` still serves), or after,
+    /// when `queue` was closed and the copy could not be opened.
+    enum RestoreFailure: Error {
+        case copy(StoreError)
+        case reopen(StoreError)
+    }
+
     /// Writes what `queue` holds to `path` (see `restoreIfRemoved`) and opens it.
-    private static func writeAgain(path: String, from queue: DatabaseQueue) throws(StoreError) -> DatabaseQueue {
-        try makeParentDirectories(of: path)
+    private static func writeAgain(path: String, from queue: DatabaseQueue) throws(RestoreFailure) -> DatabaseQueue {
+        do {
+            try makeParentDirectories(of: path)
+        } catch {
+            throw .copy(error)
+        }
         let temporary = "\(path).restoring"
         unlink(temporary)
         do {
@@ -88,7 +104,7 @@ extension TaskStore {
             try queue.inDatabase { db in try db.execute(sql: "VACUUM INTO ?", arguments: [temporary]) }
         } catch {
             unlink(temporary)
-            throw StoreError(error, file: temporary)
+            throw .copy(StoreError(error, file: temporary))
         }
         // Whatever `-wal` and `-shm` are left at the path are the removed file's: SQLite would
         // read that log into the copy (its pages are the old file's), so they go first.
@@ -96,9 +112,13 @@ extension TaskStore {
         guard rename(temporary, path) == 0 else {
             let reason = String(cString: strerror(errno))
             unlink(temporary)
-            throw .io("\(path): cannot put the copy in place: \(reason)")
+            throw .copy(.io("\(path): cannot put the copy in place: \(reason)"))
         }
         try? queue.close()
-        return try open(path: path)
+        do {
+            return try open(path: path)
+        } catch {
+            throw .reopen(error)
+        }
     }
 }

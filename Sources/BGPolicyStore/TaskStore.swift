@@ -55,6 +55,9 @@ public final class TaskStore: Sendable {
         /// It was removed, and could not be written again (the message says why); tried again
         /// at the next write a minute or more later.
         case restoreFailed(path: String, reason: String)
+        /// It was written again, but the copy could not be opened: the store cannot work on
+        /// (its old connection is closed), and only a new start opens the copy.
+        case reopenFailed(path: String, reason: String)
     }
 
     /// Each `FileEvent`, for the agent to log.
