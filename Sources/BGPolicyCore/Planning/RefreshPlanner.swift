@@ -556,8 +556,8 @@ public struct RefreshPlanner: Sendable {
 
     /// Each candidate located (nil for an app never opened): for `chooseIndices` and
     /// `nextWindow`, so that one decision and its look-ahead find each app once, not once per
-    /// slot tried. Candidates in id order, as a decision has them, are found without hashing
-    /// (`UsagePredictor.positions(of:)`).
+    /// slot tried. Candidates in id order, as a decision has them, are found without hashing,
+    /// beside `UsagePredictor.idsInAppOrder`.
     func locate(_ candidates: [Candidate]) -> [Located?] {
         // A walk beside the predictor's ids in the same order: every id before `cursor` is less
         // than a candidate in increasing order, which is found at or after it. Any other is
