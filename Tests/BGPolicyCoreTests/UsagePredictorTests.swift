@@ -39,6 +39,29 @@ struct UsagePredictorTests {
         #expect(morning > UsagePredictor.priorPerSlot)
     }
 
+    @Test func learnsTheQuarterHourOfARoutine() {
+        // Opened every day at 08:40 for three weeks: of the four slots of that hour, the one
+        // holding 08:40 (08:30–08:45) stands out. The hour's features and the app's recency are
+        // the same in all four (the last open is 23 to 24 hours before each), so only the slot
+        // of the day tells them apart.
+        var predictor = UsagePredictor()
+        let opens = (0..<21).map { (Self.monday + Double($0) * Self.day + 8 * 3600 + 2400, "org.example.Mail") }
+        let hour = Self.monday + 21 * Self.day + 8 * 3600
+        Self.feed(&predictor, opens: opens, from: Self.monday, to: hour - 900)
+        let slots = (0..<4).map { predictor.probability(of: "org.example.Mail", inSlotAt: hour + Double($0) * 900) }
+        for other in [0, 1, 3] {
+            #expect(slots[2] > 2 * slots[other], "08:30 \(slots[2]) against \(slots[other]) in slot \(other)")
+        }
+        // In another time zone the routine keeps its local minutes.
+        var east = UsagePredictor(utcOffsetSeconds: 3600)
+        let local = opens.map { ($0.0 - 3600, $0.1) }
+        Self.feed(&east, opens: local, from: Self.monday, to: hour - 3600 - 900)
+        let shifted = (0..<4).map { east.probability(of: "org.example.Mail", inSlotAt: hour - 3600 + Double($0) * 900) }
+        for other in [0, 1, 3] {
+            #expect(shifted[2] > 2 * shifted[other], "08:30 local \(shifted[2]) against \(shifted[other]) in slot \(other)")
+        }
+    }
+
     @Test func learnsThatOneOpenFollowsAnother() {
         // Sessions: every day at 09:00, 13:00 and 19:00 an open, and another 20 minutes later.
         var opens: [(Double, String)] = []

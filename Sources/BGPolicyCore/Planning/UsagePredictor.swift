@@ -8,7 +8,10 @@
 ///   first hour, then growing), and whether the app was ever opened;
 /// - **recency of the user:** the time since the last open of any app (is the user active now?);
 /// - **the open rate:** the app's opens in the last 24 hours, in bins;
-/// - **time of week:** hour of day, day of week (weekday/weekend patterns) and hour of week.
+/// - **time of week:** hour of day, day of week (weekday/weekend patterns) and hour of week;
+/// - **slot of the day:** which of the day's slots it is, so that a routine at the same minutes
+///   each day (the mail read at 08:40) stands out from the rest of its hour, which the hour
+///   alone smears it over.
 /// Time of day is in UTC offset by `utcOffsetSeconds`; a trace carries no time zone.
 ///
 /// Besides the per-app models, `probabilityOfAnyOpen` answers whether the user opens *some*
@@ -31,7 +34,8 @@ public struct UsagePredictor: Sendable {
                                      43_200, 64_800, 86_400, 129_600, 172_800, 259_200, 432_000, 604_800]
     static let rateEdges: [Double] = [1, 2, 3, 5, 8, 13, 21]
 
-    // Feature layout: [bias | app age (bins + never) | user age (bins + never) | rate | hour | day | hour of week].
+    // Feature layout: [bias | app age (bins + never) | user age (bins + never) | rate | hour | day | hour of week
+    // | slot of day].
     static let ageCount = ageEdges.count + 2
     static let rateCount = rateEdges.count + 1
     static let appAgeBase = 1
@@ -40,7 +44,10 @@ public struct UsagePredictor: Sendable {
     static let hourBase = rateBase + rateCount
     static let dayBase = hourBase + 24
     static let weekHourBase = dayBase + 7
-    static let featureCount = weekHourBase + 168
+    static let slotOfDayBase = weekHourBase + 168
+    /// Slots in a day, the last one short if `slotSeconds` does not divide a day.
+    let slotsPerDay: Int
+    var featureCount: Int { Self.slotOfDayBase + slotsPerDay }
 
     struct Model: Sendable {
         var logistic: OnlineLogistic
@@ -77,7 +84,9 @@ public struct UsagePredictor: Sendable {
     public init(slotSeconds: Double = 900, utcOffsetSeconds: Double = 0) {
         self.slotSeconds = slotSeconds
         self.utcOffsetSeconds = utcOffsetSeconds
-        shared = Model(logistic: OnlineLogistic(count: Self.featureCount, bias: OnlineLogistic.logit(Self.priorPerSlot)))
+        slotsPerDay = max(1, Int((86_400 / slotSeconds).rounded(.up)))
+        shared = Model(logistic: OnlineLogistic(count: Self.slotOfDayBase + slotsPerDay,
+                                                bias: OnlineLogistic.logit(Self.priorPerSlot)))
         activity = ActivityEstimator(slotSeconds: slotSeconds)
     }
 
@@ -184,6 +193,7 @@ public struct UsagePredictor: Sendable {
             score += w[f.4]
             score += w[f.5]
             score += w[f.6]
+            score += w[f.7]
             return score
         }
         return OnlineLogistic.sigmoid(score)
@@ -197,10 +207,14 @@ public struct UsagePredictor: Sendable {
     /// What the user-level model sees of the slot starting at `time`.
     func situation(at time: Double) -> ActivityEstimator.Situation {
         let (hour, day) = clock(time)
+        return .init(age: lastAnyOpen.map { time - $0 }, hour: hour, day: day, slotOfDay: slotOfDay(at: time))
+    }
+
+    /// Which slot of the local day `time` falls in, from 0 at midnight.
+    func slotOfDay(at time: Double) -> Int {
         let local = time + utcOffsetSeconds
         let intoDay = local - (local / 86_400).rounded(.down) * 86_400
-        return .init(age: lastAnyOpen.map { time - $0 }, hour: hour, day: day,
-                     slotOfDay: Int((intoDay / slotSeconds).rounded(.down)))
+        return min(max(Int((intoDay / slotSeconds).rounded(.down)), 0), slotsPerDay - 1)
     }
 
     static let dormantAfter: Double = 7 * 86_400
@@ -216,12 +230,12 @@ public struct UsagePredictor: Sendable {
 
     func features(of model: Model, at time: Double) -> [Int] {
         let f = featureIndices(of: model, at: time)
-        return [f.0, f.1, f.2, f.3, f.4, f.5, f.6]
+        return [f.0, f.1, f.2, f.3, f.4, f.5, f.6, f.7]
     }
 
     /// The features of `features(of:at:)` without building an array: ranking a thousand apps
     /// in a window allocates nothing per app.
-    private func featureIndices(of model: Model, at time: Double) -> (Int, Int, Int, Int, Int, Int, Int) {
+    private func featureIndices(of model: Model, at time: Double) -> (Int, Int, Int, Int, Int, Int, Int, Int) {
         Self.featureIndices(lastOpen: model.lastOpen, recentOpens: model.recentOpens, at: time,
                             shared: sharedFeatures(at: time))
     }
@@ -234,6 +248,7 @@ public struct UsagePredictor: Sendable {
         let hour: Int
         let day: Int
         let weekHour: Int
+        let slotOfDay: Int
         let rateBase: Int
         let ageEdges: [Double]
         let rateEdges: [Double]
@@ -243,12 +258,13 @@ public struct UsagePredictor: Sendable {
         let (hour, day) = clock(time)
         return SharedFeatures(userAge: Self.userAgeBase + Self.ageBin(lastAnyOpen.map { time - $0 }),
                               hour: Self.hourBase + hour, day: Self.dayBase + day,
-                              weekHour: Self.weekHourBase + day * 24 + hour, rateBase: Self.rateBase,
+                              weekHour: Self.weekHourBase + day * 24 + hour,
+                              slotOfDay: Self.slotOfDayBase + slotOfDay(at: time), rateBase: Self.rateBase,
                               ageEdges: Self.ageEdges, rateEdges: Self.rateEdges)
     }
 
     private static func featureIndices(lastOpen: Double?, recentOpens: borrowing [Double], at time: Double,
-                                       shared: SharedFeatures) -> (Int, Int, Int, Int, Int, Int, Int) {
+                                       shared: SharedFeatures) -> (Int, Int, Int, Int, Int, Int, Int, Int) {
         let recent = recentOpens.withUnsafeBufferPointer { opens in
             var count = 0
             for open in opens where open > time - 86_400 { count += 1 }
@@ -260,7 +276,8 @@ public struct UsagePredictor: Sendable {
                 shared.rateBase + Self.bin(Double(recent), shared.rateEdges),
                 shared.hour,
                 shared.day,
-                shared.weekHour)
+                shared.weekHour,
+                shared.slotOfDay)
     }
 
     static func ageBin(_ age: Double?, edges: [Double] = ageEdges) -> Int {
