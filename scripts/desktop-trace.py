@@ -1,5 +1,6 @@
 #!/usr/bin/python3
-"""Write a synthetic desktop usage trace (SPEC.md §4) of work sessions, for `bgpolicy replay`.
+"""Write a synthetic desktop usage trace (SPEC.md §4) of work sessions or of daily routines, for
+`bgpolicy replay`.
 
 Usage: desktop-trace.py [--sparse] [--rare N] SEED [DAYS]   (the trace goes to standard output;
        desktop-trace.py --routines [--jitter MIN] [--strays P] SEED [DAYS]   DAYS defaults to 35)

@@ -45,9 +45,9 @@ public struct UsagePredictor: Sendable {
     static let dayBase = hourBase + 24
     static let weekHourBase = dayBase + 7
     static let slotOfDayBase = weekHourBase + 168
-    /// Slots in a day, the last one short if `slotSeconds` does not divide a day.
+    /// Slots in a day, the last one short if `slotSeconds` does not divide a day: the slot of
+    /// the day's features, the last in the layout.
     let slotsPerDay: Int
-    var featureCount: Int { Self.slotOfDayBase + slotsPerDay }
 
     struct Model: Sendable {
         var logistic: OnlineLogistic
