@@ -1,5 +1,6 @@
-/// A small online logistic regression over sparse one-hot features: the model behind both the
-/// per-app predictions (`UsagePredictor`) and the user-level one (`ActivityEstimator`).
+/// A small online logistic regression over sparse one-hot features: the model behind the
+/// user-level prediction (`ActivityEstimator`) and the prior all apps share in `UsagePredictor`;
+/// `LogisticTable` holds the per-app ones, each learning exactly as this does.
 ///
 /// A feature vector is a list of indices of the features that are on (each worth 1); the score
 /// is the sum of their weights, the probability its sigmoid. Learning takes one AdaGrad step per

@@ -49,8 +49,9 @@ public struct UsagePredictor: Sendable {
     /// the day's features, the last in the layout.
     let slotsPerDay: Int
 
+    /// What the predictor keeps of each app besides its weights (which are `weights`' column of
+    /// the same index).
     struct Model: Sendable {
-        var logistic: OnlineLogistic
         var lastOpen: Double?
         var recentOpens: [Double] = []
         /// Features of the slot being watched, and whether the app opened in it.
@@ -66,9 +67,11 @@ public struct UsagePredictor: Sendable {
     private var order: [String] = []
     private var sorted: [Int] = []
     private var models: [Model] = []
+    /// Each app's logistic model: column `i` is `models[i]`'s.
+    private var weights: LogisticTable
     private var index: [String: Int] = [:]
     /// Shared weights learned by every app: the prior of a cold app.
-    private var shared: Model
+    private var shared: OnlineLogistic
     private var lastAnyOpen: Double?
     private var slotStart: Double?
     /// The user-level estimate: is any app opened in the slot? It sees every slot, so it learns
@@ -85,8 +88,8 @@ public struct UsagePredictor: Sendable {
         self.slotSeconds = slotSeconds
         self.utcOffsetSeconds = utcOffsetSeconds
         slotsPerDay = max(1, Int((86_400 / slotSeconds).rounded(.up)))
-        shared = Model(logistic: OnlineLogistic(count: Self.slotOfDayBase + slotsPerDay,
-                                                bias: OnlineLogistic.logit(Self.priorPerSlot)))
+        shared = OnlineLogistic(count: Self.slotOfDayBase + slotsPerDay, bias: OnlineLogistic.logit(Self.priorPerSlot))
+        weights = LogisticTable(featureCount: Self.slotOfDayBase + slotsPerDay)
         activity = ActivityEstimator(slotSeconds: slotSeconds)
     }
 
@@ -102,8 +105,8 @@ public struct UsagePredictor: Sendable {
         if let known = index[appID] {
             i = known
         } else {
-            i = models.count
-            models.append(Model(logistic: OnlineLogistic(startingFrom: shared.logistic.weights)))
+            i = weights.append(startingFrom: shared.weights)
+            models.append(Model())
             index[appID] = i
             let place = Self.upperBound(of: appID, in: order)
             order.insert(appID, at: place)
@@ -130,8 +133,8 @@ public struct UsagePredictor: Sendable {
             }
             if let features = models[i].pending {
                 let y: Double = models[i].openedInSlot ? 1 : 0
-                models[i].logistic.train(features, y, rate: Self.learningRate, l2: Self.l2)
-                shared.logistic.train(features, y, rate: sharedRate, l2: Self.l2)
+                weights.train(features, y, column: i, rate: Self.learningRate, l2: Self.l2)
+                shared.train(features, y, rate: sharedRate, l2: Self.l2)
             }
             models[i].recentOpens.removeAll { $0 <= time - 86_400 }
             models[i].pending = features(of: models[i], at: time)
@@ -153,11 +156,14 @@ public struct UsagePredictor: Sendable {
         let shared = sharedFeatures(at: time)
         // Read in place through a pointer: a thousand models are looked at, none is copied or
         // retained (passing a model by value retained its four arrays).
-        return models.withUnsafeBufferPointer { models in
-            models.indices.map { i in
-                let model = models.baseAddress! + i
-                guard let last = model.pointee.lastOpen, time - last < inactiveAfter else { return nil }
-                return Self.probability(of: model, inSlotAt: time, shared: shared)
+        return weights.withWeights { weights, stride in
+            models.withUnsafeBufferPointer { models in
+                models.indices.map { i in
+                    let model = models.baseAddress! + i
+                    guard let last = model.pointee.lastOpen, time - last < inactiveAfter else { return nil }
+                    return Self.probability(of: model, column: i, weights: weights, stride: stride, inSlotAt: time,
+                                            shared: shared)
+                }
             }
         }
     }
@@ -177,25 +183,28 @@ public struct UsagePredictor: Sendable {
 
     private func probability(ofModelAt i: Int, inSlotAt time: Double) -> Double {
         let shared = sharedFeatures(at: time)
-        return models.withUnsafeBufferPointer { Self.probability(of: $0.baseAddress! + i, inSlotAt: time, shared: shared) }
+        return weights.withWeights { weights, stride in
+            models.withUnsafeBufferPointer {
+                Self.probability(of: $0.baseAddress! + i, column: i, weights: weights, stride: stride, inSlotAt: time,
+                                 shared: shared)
+            }
+        }
     }
 
-    private static func probability(of model: UnsafePointer<Model>, inSlotAt time: Double, shared: SharedFeatures) -> Double {
+    private static func probability(of model: UnsafePointer<Model>, column: Int, weights w: UnsafeBufferPointer<Double>,
+                                    stride: Int, inSlotAt time: Double, shared: SharedFeatures) -> Double {
         let f = featureIndices(lastOpen: model.pointee.lastOpen, recentOpens: model.pointee.recentOpens, at: time,
                                shared: shared)
-        // Summed in the order `OnlineLogistic.score` sums `features(of:at:)`.
-        let score = model.pointee.logistic.weights.withUnsafeBufferPointer { w in
-            var score = 0.0
-            score += w[f.0]
-            score += w[f.1]
-            score += w[f.2]
-            score += w[f.3]
-            score += w[f.4]
-            score += w[f.5]
-            score += w[f.6]
-            score += w[f.7]
-            return score
-        }
+        // Summed in the order `LogisticTable.score` sums `features(of:at:)`.
+        var score = 0.0
+        score += w[f.0 * stride + column]
+        score += w[f.1 * stride + column]
+        score += w[f.2 * stride + column]
+        score += w[f.3 * stride + column]
+        score += w[f.4 * stride + column]
+        score += w[f.5 * stride + column]
+        score += w[f.6 * stride + column]
+        score += w[f.7 * stride + column]
         return OnlineLogistic.sigmoid(score)
     }
 
