@@ -41,9 +41,9 @@ struct UsagePredictorTests {
 
     @Test func learnsTheQuarterHourOfARoutine() {
         // Opened every day at 08:40 for three weeks: of the four slots of that hour, the one
-        // holding 08:40 (08:30–08:45) stands out. The hour's features and the app's recency are
-        // the same in all four (the last open is 23 to 24 hours before each), so only the slot
-        // of the day tells them apart.
+        // holding 08:40 (08:30–08:45) stands out. The hour's features are the same in all four,
+        // and so is the app's recency in the first three (the last open 23 to 24 hours before),
+        // so only the slot of the day tells those apart (08:45 is just over a day after it).
         var predictor = UsagePredictor()
         let opens = (0..<21).map { (Self.monday + Double($0) * Self.day + 8 * 3600 + 2400, "org.example.Mail") }
         let hour = Self.monday + 21 * Self.day + 8 * 3600
