@@ -125,6 +125,8 @@ public struct UsagePredictor: Sendable {
         activity.startSlot(situation(at: time), previousOpened: openedInUserSlot)
         openedInUserSlot = false
         let sharedRate = Self.learningRate / Double(max(models.count, 1)).squareRoot()
+        // The same for every app in the slot: worked out once, not once per app.
+        let common = sharedFeatures(at: time)
         for i in sorted {
             // Apps unused for 7 days are not refreshed (SPEC §2); they need no training until used.
             if let last = models[i].lastOpen, time - last > Self.dormantAfter {
@@ -137,7 +139,8 @@ public struct UsagePredictor: Sendable {
                 shared.train(features, y, rate: sharedRate, l2: Self.l2)
             }
             models[i].recentOpens.removeAll { $0 <= time - 86_400 }
-            models[i].pending = features(of: models[i], at: time)
+            models[i].pending = features(lastOpen: models[i].lastOpen, recentOpens: models[i].recentOpens, at: time,
+                                         shared: common)
             models[i].openedInSlot = false
         }
         slotStart = time
@@ -195,7 +198,7 @@ public struct UsagePredictor: Sendable {
                                     stride: Int, inSlotAt time: Double, shared: SharedFeatures) -> Double {
         let f = featureIndices(lastOpen: model.pointee.lastOpen, recentOpens: model.pointee.recentOpens, at: time,
                                shared: shared)
-        // Summed in the order `LogisticTable.score` sums `features(of:at:)`.
+        // Summed in the order `LogisticTable.score` sums `features(lastOpen:recentOpens:at:shared:)`.
         var score = 0.0
         score += w[f.0 * stride + column]
         score += w[f.1 * stride + column]
@@ -237,16 +240,12 @@ public struct UsagePredictor: Sendable {
         return (hour, (((dayIndex + 3) % 7) + 7) % 7)
     }
 
-    func features(of model: Model, at time: Double) -> [Int] {
-        let f = featureIndices(of: model, at: time)
+    /// An app's features at `time`, as the model trains on them; `shared` is
+    /// `sharedFeatures(at: time)`. `featureIndices` gives the same without building an array:
+    /// ranking a thousand apps in a window allocates nothing per app.
+    private func features(lastOpen: Double?, recentOpens: [Double], at time: Double, shared: SharedFeatures) -> [Int] {
+        let f = Self.featureIndices(lastOpen: lastOpen, recentOpens: recentOpens, at: time, shared: shared)
         return [f.0, f.1, f.2, f.3, f.4, f.5, f.6, f.7]
-    }
-
-    /// The features of `features(of:at:)` without building an array: ranking a thousand apps
-    /// in a window allocates nothing per app.
-    private func featureIndices(of model: Model, at time: Double) -> (Int, Int, Int, Int, Int, Int, Int, Int) {
-        Self.featureIndices(lastOpen: model.lastOpen, recentOpens: model.recentOpens, at: time,
-                            shared: sharedFeatures(at: time))
     }
 
     /// The features every app has in common at `time`, as indices, and the bin edges the app's
