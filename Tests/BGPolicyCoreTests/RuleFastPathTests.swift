@@ -1,9 +1,10 @@
 @testable import BGPolicyCore
 import Testing
 
-/// Decisions test a request's own conditions on its fields (`ownConditionsHold`) before
-/// building any reason; `Explain` builds the reasons (`requestReasons`). Both must agree on
-/// every combination, or the agent would run what `Explain` says waits, or the reverse.
+/// Decisions test a request's own conditions on its fields (`ownConditionsHold`), and the app's
+/// (`appConditionsHold`), before building any reason; `Explain` builds the reasons
+/// (`requestReasons`, `appReasonsBefore`, `appReasonsAfter`). Both must agree on every
+/// combination, or the agent would run what `Explain` says waits, or the reverse.
 @Suite("The decision's fast path agrees with the rules")
 struct RuleFastPathTests {
     @Test func fastPathAndReasonsAgreeOnEveryCombination() {
@@ -40,5 +41,52 @@ struct RuleFastPathTests {
             }
         }
         #expect(checked == 2 * 4 * 2 * 2 * 4 * 3 * 4)
+    }
+
+    @Test func appFastPathAndReasonsAgreeOnEveryCombination() {
+        let now: UnixTime = 1_700_000_000
+        let day = 86_400.0
+        let policy = RunWhenEligiblePolicy()
+        var checked = 0
+        var held = 0
+        // Each field on both sides of its rule's edge; the machine-wide rules on and off.
+        for (sleeping, globalEnabled) in [(false, true), (true, true), (false, false)] {
+            for (onBattery, percentage) in [(nil, nil), (true, 70.0), (true, 15.0), (true, 4.0), (false, 4.0)] as [(Bool?, Double?)] {
+                for profile in [PowerProfile.balanced, .powerSaver] {
+                    var conditions = Conditions()
+                    conditions.onBattery = onBattery
+                    conditions.percentage = percentage
+                    conditions.powerProfile = profile
+                    let context = SchedulingContext(now: now, conditions: conditions, globalEnabled: globalEnabled, sleeping: sleeping)
+                    for enabled in [true, false] {
+                        for lastUsedAt in [nil, now - 3600, now - 8 * day] as [UnixTime?] {
+                            for registeredAt in [now - 9 * day, now - 60] {
+                                for (violations, lastViolation) in [(0, nil), (1, now - 60), (1, now - day), (3, now - 3600)] as [(Int, UnixTime?)] {
+                                    for (reachable, failure) in [(true, nil), (false, nil), (true, now - 60), (true, now - 3600)] as [(Bool, UnixTime?)] {
+                                        for busy in [false, true] {
+                                            let app = AppSchedulingState(
+                                                record: AppRecord(
+                                                    appID: AppID(rawValue: "org.example.App")!, identifiers: ["org.example.App.x"],
+                                                    identity: .flatpak, enabled: enabled, registeredAt: registeredAt, lastUsedAt: lastUsedAt),
+                                                reachable: reachable, lastDeliveryFailureAt: failure, busy: busy,
+                                                recentViolations: violations, lastViolationAt: lastViolation)
+                                            let fast = RunWhenEligiblePolicy.appConditionsHold(app, context)
+                                            let reasons = policy.appReasonsBefore(app, context, words: false)
+                                                + policy.appReasonsAfter(app, nil, context, words: false)
+                                            #expect(fast == reasons.isEmpty, "\(app) \(conditions) sleeping \(sleeping) global \(globalEnabled)")
+                                            checked += 1
+                                            if !fast { held += 1 }
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        #expect(checked == 3 * 5 * 2 * 2 * 3 * 2 * 4 * 4 * 2)
+        // Both answers occur, so agreement is not agreement on one constant.
+        #expect(held > 0 && held < checked)
     }
 }

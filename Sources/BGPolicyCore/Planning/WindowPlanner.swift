@@ -176,52 +176,50 @@ public struct WindowPlanner: SchedulingPolicy {
         var leftCandidate: Int?
         var notRefreshOnly: [Bool] = []
 
-        // Read in place: each app's work is lent to the rules, not copied.
-        work.withUnsafeBufferPointer { work in
-            for index in work.indices {
-                let (runnable, lifts) = rules.runnableRequests(of: work[index], context: context)
-                if let lifts {
-                    let appID = work[index].app.record.appID
-                    if let planner = predicted, !content.contains(appID), work[index].requests.allSatisfy({ $0.kind == .refresh }) {
-                        // A refresh alone runs when the refresh planner chooses it: from its first
-                        // window after the lift, not the grid's (a wake-up for nothing).
-                        let candidate = RefreshPlanner.Candidate(appID: appID.rawValue, weight: weight(of: appID))
-                        if let next = planner.nextWindow(after: lifts, among: [candidate]) { wake(at: next.time) }
-                    } else {
-                        // A time rule lifts at the window on or after it: work due close together batches.
-                        wake(at: Self.gridPoint(atOrAfter: lifts, grid: grid))
-                    }
+        // Each app's work is read in place, by index: the rules take the array and the index.
+        for index in work.indices {
+            let (runnable, lifts) = rules.runnableRequests(of: work, at: index, context: context)
+            if let lifts {
+                let appID = work[index].app.record.appID
+                if let planner = predicted, !content.contains(appID), work[index].requests.allSatisfy({ $0.kind == .refresh }) {
+                    // A refresh alone runs when the refresh planner chooses it: from its first
+                    // window after the lift, not the grid's (a wake-up for nothing).
+                    let candidate = RefreshPlanner.Candidate(appID: appID.rawValue, weight: weight(of: appID))
+                    if let next = planner.nextWindow(after: lifts, among: [candidate]) { wake(at: next.time) }
+                } else {
+                    // A time rule lifts at the window on or after it: work due close together batches.
+                    wake(at: Self.gridPoint(atOrAfter: lifts, grid: grid))
                 }
-                var requests = runnable
-                var refresh: Int?
-                // In launch order a refresh comes first; it waits for the refresh planner's choice.
-                // The kind read in place: taking `first` copied the whole request.
-                if hasPredicted, !requests.isEmpty, requests[requests.startIndex].kind == .refresh {
-                    refresh = candidates.count
-                    requests = runnable.dropFirst()
-                    let appID = work[index].app.record.appID
-                    candidates.append(RefreshPlanner.Candidate(appID: appID.rawValue, weight: weight(of: appID)))
-                }
-                let wakes = !content.isEmpty && content.contains(work[index].app.record.appID)
-                    && contentReasons(app: work[index].app, context: context, words: false).isEmpty
-                // The app just left has its say in any window.
-                let left = refresh != nil && afterUse?.appID == work[index].app.record.appID
-                if left { leftCandidate = refresh }
-                if window == nil {
-                    if !requests.isEmpty || wakes { waitsForWindow = true }
-                    // In a window for refreshes only, an app's refresh alone may go, if the
-                    // planner chooses it: the app just left's, and any app's not in use (after
-                    // an open, or alongside either window's refreshes).
-                    guard let refresh, afterOpen != nil || afterUse != nil || opened != nil else { continue }
-                    let open = !inUse.contains(work[index].app.record.appID)
-                    // Every candidate passes here when no window is open, in order.
-                    notRefreshOnly.append(!open)
-                    if left || open { ready.append(Ready(work: index, requests: runnable.prefix(1), refresh: refresh, content: false)) }
-                    continue
-                }
-                if !requests.isEmpty || wakes || refresh != nil {
-                    ready.append(Ready(work: index, requests: runnable, refresh: refresh, content: wakes))
-                }
+            }
+            var requests = runnable
+            var refresh: Int?
+            // In launch order a refresh comes first; it waits for the refresh planner's choice.
+            // The kind read in place: taking `first` copied the whole request.
+            if hasPredicted, !requests.isEmpty, requests[requests.startIndex].kind == .refresh {
+                refresh = candidates.count
+                requests = runnable.dropFirst()
+                let appID = work[index].app.record.appID
+                candidates.append(RefreshPlanner.Candidate(appID: appID.rawValue, weight: weight(of: appID)))
+            }
+            let wakes = !content.isEmpty && content.contains(work[index].app.record.appID)
+                && contentReasons(app: work[index].app, context: context, words: false).isEmpty
+            // The app just left has its say in any window.
+            let left = refresh != nil && afterUse?.appID == work[index].app.record.appID
+            if left { leftCandidate = refresh }
+            if window == nil {
+                if !requests.isEmpty || wakes { waitsForWindow = true }
+                // In a window for refreshes only, an app's refresh alone may go, if the
+                // planner chooses it: the app just left's, and any app's not in use (after
+                // an open, or alongside either window's refreshes).
+                guard let refresh, afterOpen != nil || afterUse != nil || opened != nil else { continue }
+                let open = !inUse.contains(work[index].app.record.appID)
+                // Every candidate passes here when no window is open, in order.
+                notRefreshOnly.append(!open)
+                if left || open { ready.append(Ready(work: index, requests: runnable.prefix(1), refresh: refresh, content: false)) }
+                continue
+            }
+            if !requests.isEmpty || wakes || refresh != nil {
+                ready.append(Ready(work: index, requests: runnable, refresh: refresh, content: wakes))
             }
         }
 
