@@ -10,7 +10,6 @@ public enum AgentError: Error, CustomStringConvertible, Sendable {
     case store(path: String, reason: String)
     case storeFromNewerVersion(path: String, reason: String)
     case storeCorrupt(path: String, reason: String)
-    case storeReopen(path: String, reason: String)
 
     public var description: String {
         switch self {
@@ -37,9 +36,6 @@ public enum AgentError: Error, CustomStringConvertible, Sendable {
         case .storeCorrupt(let path, let reason):
             return "damage was found in the database while the agent ran (\(reason)); stopping so that the next start "
                 + "moves \(path) aside and reads back what is still readable (systemd starts the agent again at once)."
-        case .storeReopen(let path, let reason):
-            return "the database \(path) was removed while the agent ran and written again, but could not be opened "
-                + "again (\(reason)); stopping so that the next start opens it (systemd starts the agent again at once)."
         case .storeFromNewerVersion(let path, let reason):
             return "cannot use the database \(path): \(reason). Run the newer bgpolicyd again, or move the file "
                 + "aside to start afresh (registrations, pending requests and history stay in it)."

@@ -204,18 +204,10 @@ public struct AgentService: Service {
                             case .restoreFailed(let path, let reason):
                                 log.error(
                                     """
-                                    The database was removed while the agent ran, and could not be written again: what the \
-                                    agent holds is lost at its next start unless a later try succeeds
+                                    The database was removed while the agent ran, and could not be written again; the agent \
+                                    goes on with what it holds and tries again a minute after its next write, and at its stop
                                     """,
                                     metadata: ["db.path": "\(path)", "error": "\(reason)"])
-                            case .reopenFailed(let path, let reason):
-                                log.critical(
-                                    """
-                                    The database was removed while the agent ran and written again, but could not be \
-                                    opened again; stopping so that the next start opens it
-                                    """,
-                                    metadata: ["db.path": "\(path)", "error": "\(reason)"])
-                                throw AgentError.storeReopen(path: path, reason: reason)
                             }
                         }
                     }

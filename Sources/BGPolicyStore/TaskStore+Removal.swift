@@ -34,7 +34,15 @@ extension TaskStore {
     ///   removed before the copy takes its place: a new connection would read that log into the
     ///   copy, whose pages are laid out anew (SQLite itself, closing a connection whose file was
     ///   removed, leaves its log where it is);
-    /// - then the old connection is closed, and the new file opened as at start (checked, WAL).
+    /// - then the copy is opened as at start (checked, WAL), and only once it is open is the
+    ///   old connection closed. A copy that cannot be opened is taken away again, so that the
+    ///   path is as the user left it, and the old connection goes on serving: a store is never
+    ///   left without an open connection (a closed one crashes SQLite's readers, not only
+    ///   fails them).
+    ///
+    /// A copy that fails, or cannot be opened, is said (`FileEvent.restoreFailed`) and tried
+    /// again at a write a minute or more later, and at `checkpoint` (the agent's stop) at once:
+    /// what the agent holds is lost only if no try succeeds before it stops.
     ///
     /// A file another one replaced (`mv`) is left alone (`FileEvent.replaced`, once): whoever
     /// put it there meant it. The agent's log is still `<path>-wal`; the checkpoint at stop
@@ -44,7 +52,7 @@ extension TaskStore {
     /// may stall): the copy is made holding the lock on the connection, so that it is made once,
     /// and no call takes the old connection once it is closed. (One that took it just before
     /// fails, and its caller is told so: nothing of it was written.)
-    func restoreIfRemoved() {
+    func restoreIfRemoved(retryingAtOnce: Bool = false) {
         guard let path else { return }
         var info = stat()
         if stat(path, &info) == 0 {
@@ -63,40 +71,28 @@ extension TaskStore {
             // Another thread's write may have put it back meanwhile.
             guard !Self.exists(path) else { return nil }
             let now = Double(time(nil))
-            if let failedAt = open.restoreFailedAt, now - failedAt < Self.restoreRetrySeconds, now >= failedAt {
+            if !retryingAtOnce, let failedAt = open.restoreFailedAt, now - failedAt < Self.restoreRetrySeconds, now >= failedAt {
                 return nil
             }
-            do throws(RestoreFailure) {
-                let reopened = try Self.writeAgain(path: path, from: open.queue)
+            do throws(StoreError) {
+                let reopened = try Self.writeAgain(path: path, from: open.queue, reopen: reopen)
                 open = OpenFile(queue: reopened, identity: FileIdentity(of: path))
                 return .restored(path: path)
             } catch {
-                switch error {
-                case .copy(let error):
-                    open.restoreFailedAt = now
-                    return .restoreFailed(path: path, reason: "\(error)")
-                case .reopen(let error):
-                    return .reopenFailed(path: path, reason: "\(error)")
-                }
+                open.restoreFailedAt = now
+                return .restoreFailed(path: path, reason: "\(error)")
             }
         }
         if let event { fileEventContinuation.yield(event) }
     }
 
-    /// Why `writeAgain` failed: before the copy was in place (`queue` still serves), or after,
-    /// when `queue` was closed and the copy could not be opened.
-    enum RestoreFailure: Error {
-        case copy(StoreError)
-        case reopen(StoreError)
-    }
-
-    /// Writes what `queue` holds to `path` (see `restoreIfRemoved`) and opens it.
-    private static func writeAgain(path: String, from queue: DatabaseQueue) throws(RestoreFailure) -> DatabaseQueue {
-        do {
-            try makeParentDirectories(of: path)
-        } catch {
-            throw .copy(error)
-        }
+    /// Writes what `queue` holds to `path` (see `restoreIfRemoved`), opens it with `reopen`,
+    /// and only then closes `queue`. On any failure `queue` is untouched and nothing is left at
+    /// the path.
+    private static func writeAgain(
+        path: String, from queue: DatabaseQueue, reopen: (String) throws(StoreError) -> DatabaseQueue
+    ) throws(StoreError) -> DatabaseQueue {
+        try makeParentDirectories(of: path)
         let temporary = "\(path).restoring"
         unlink(temporary)
         do {
@@ -104,7 +100,7 @@ extension TaskStore {
             try queue.inDatabase { db in try db.execute(sql: "VACUUM INTO ?", arguments: [temporary]) }
         } catch {
             unlink(temporary)
-            throw .copy(StoreError(error, file: temporary))
+            throw StoreError(error, file: temporary)
         }
         // Whatever `-wal` and `-shm` are left at the path are the removed file's: SQLite would
         // read that log into the copy (its pages are the old file's), so they go first.
@@ -112,13 +108,17 @@ extension TaskStore {
         guard rename(temporary, path) == 0 else {
             let reason = String(cString: strerror(errno))
             unlink(temporary)
-            throw .copy(.io("\(path): cannot put the copy in place: \(reason)"))
+            throw .io("\(path): cannot put the copy in place: \(reason)")
+        }
+        let reopened: DatabaseQueue
+        do {
+            reopened = try reopen(path)
+        } catch {
+            // The old connection still holds everything: the next try copies it again.
+            for suffix in ["", "-wal", "-shm"] { unlink(path + suffix) }
+            throw .io("\(path): the copy was made but could not be opened, so it was taken away again: \(error)")
         }
         try? queue.close()
-        do {
-            return try open(path: path)
-        } catch {
-            throw .reopen(error)
-        }
+        return reopened
     }
 }

@@ -52,12 +52,10 @@ public final class TaskStore: Sendable {
         /// the next start reads the new one (the checkpoint at stop empties the agent's log,
         /// which is still `<path>-wal`).
         case replaced(path: String)
-        /// It was removed, and could not be written again (the message says why); tried again
-        /// at the next write a minute or more later.
+        /// It was removed, and could not be written again, or the copy could not be opened (the
+        /// message says why): the store goes on with the removed file, and tries again at a
+        /// write a minute or more later, and at `checkpoint`.
         case restoreFailed(path: String, reason: String)
-        /// It was written again, but the copy could not be opened: the store cannot work on
-        /// (its old connection is closed), and only a new start opens the copy.
-        case reopenFailed(path: String, reason: String)
     }
 
     /// Each `FileEvent`, for the agent to log.
@@ -81,7 +79,17 @@ public final class TaskStore: Sendable {
     /// nothing, since its table is read without it). Any other failure
     /// (permissions, a locked file, a full disk) throws and leaves the file alone: only a file
     /// SQLite itself calls broken is worth giving up.
-    public init(path: String) throws(StoreError) {
+    public convenience init(path: String) throws(StoreError) {
+        try self.init(path: path, reopen: { path throws(StoreError) in try TaskStore.open(path: path) })
+    }
+
+    /// How a file written again under the store is opened (`restoreIfRemoved`): `open(path:)`.
+    /// The tests' seam for an open that fails after the copy is in place.
+    let reopen: @Sendable (String) throws(StoreError) -> DatabaseQueue
+
+    /// `init(path:)`, with the opener `restoreIfRemoved` uses after the copy.
+    init(path: String, reopen: @escaping @Sendable (String) throws(StoreError) -> DatabaseQueue) throws(StoreError) {
+        self.reopen = reopen
         try Self.makeParentDirectories(of: path)
         (corruptionFound, corruptionContinuation) = AsyncStream.makeStream(bufferingPolicy: .bufferingOldest(1))
         (fileEvents, fileEventContinuation) = AsyncStream.makeStream(bufferingPolicy: .bufferingNewest(16))
@@ -107,6 +115,7 @@ public final class TaskStore: Sendable {
     }
 
     private init(memoryQueue: DatabaseQueue) {
+        reopen = { path throws(StoreError) in try TaskStore.open(path: path) }
         (corruptionFound, corruptionContinuation) = AsyncStream.makeStream(bufferingPolicy: .bufferingOldest(1))
         (fileEvents, fileEventContinuation) = AsyncStream.makeStream(bufferingPolicy: .bufferingNewest(16))
         file = Mutex(OpenFile(queue: memoryQueue, identity: nil))
@@ -225,8 +234,12 @@ public final class TaskStore: Sendable {
         }
     }
 
-    /// Folds the WAL into the database file and truncates it (`wal_checkpoint(TRUNCATE)`).
+    /// Folds the WAL into the database file and truncates it (`wal_checkpoint(TRUNCATE)`). The
+    /// agent calls it at stop, so it first writes the file again if it was removed and the last
+    /// try failed (`restoreIfRemoved`), without waiting out the minute between tries: it is the
+    /// last chance to keep what the connection holds.
     public func checkpoint() throws(StoreError) {
+        restoreIfRemoved(retryingAtOnce: true)
         do {
             _ = try queue.writeWithoutTransaction { db in try Row.fetchOne(db, sql: "PRAGMA wal_checkpoint(TRUNCATE)") }
         } catch {

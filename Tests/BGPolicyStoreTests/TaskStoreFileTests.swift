@@ -1,6 +1,7 @@
 import BGPolicyCore
 @testable import BGPolicyStore
 import Foundation
+import Synchronization
 import Testing
 
 @Suite("TaskStore on disk: persistence, crashes, corruption, a full disk")
@@ -333,6 +334,57 @@ struct TaskStoreFileTests {
         #expect(try Set(reopened.pendingRequests().map(\.identifier)) == ["a", "b", "c"])
         #expect(try reopened.globalEnabled() == false)
         #expect(try reopened.history(since: 0, limit: 1000).count == 50)
+    }
+
+    /// The copy is put in place, then cannot be opened (here an opener that fails; in life a
+    /// disk that fails or fills at that moment). The store says so, takes the copy away, and
+    /// goes on serving from its connection, which still holds everything (a closed one crashed
+    /// SQLite's readers); the stop's checkpoint tries again at once, and then nothing is lost:
+    /// not the write that found the file gone, nor those made after the failure.
+    @Test("a copy that cannot be opened is taken away, the store serves on, and the stop writes it again")
+    func reopenFailsAfterTheCopy() async throws {
+        let scratch = try ScratchDirectory()
+        defer { scratch.remove() }
+        let path = scratch.path + "/tasks.db"
+        let opens = Mutex(0)
+        do {
+            let store = try TaskStore(path: path) { path throws(StoreError) in
+                let first = opens.withLock { count in
+                    count += 1
+                    return count == 1
+                }
+                if first { throw .io("\(path): cannot be opened (injected by the test)") }
+                return try TaskStore.open(path: path)
+            }
+            var events = store.fileEvents.makeAsyncIterator()
+            try fill(store)
+            #expect(unlink(path) == 0)
+            try store.savePending(Sample.request(Sample.feeds, "b"))
+            #expect(opens.withLock { $0 } == 1)
+            guard case .restoreFailed(let eventPath, let reason) = await events.next() else {
+                Issue.record("no restoreFailed event")
+                return
+            }
+            #expect(eventPath == path)
+            #expect(reason.contains("could not be opened") && reason.contains("injected by the test"), "\(reason)")
+            // The copy is gone again, nothing of it left beside the path.
+            #expect(scratch.names().filter { $0.hasPrefix("tasks.db") }.isEmpty, "\(scratch.names())")
+            // The store serves on, reads and writes alike; within the minute no new copy is tried.
+            #expect(try store.apps().count == 2)
+            try store.savePending(Sample.request(Sample.maps, "c"))
+            #expect(opens.withLock { $0 } == 1)
+            #expect(!scratch.exists("tasks.db"))
+            // The stop: written again at once, then checkpointed.
+            try store.checkpoint()
+            #expect(opens.withLock { $0 } == 2)
+            #expect(await events.next() == .restored(path: path))
+            #expect(scratch.exists("tasks.db"))
+        }
+        let reopened = try TaskStore(path: path)
+        #expect(reopened.recoveredFromCorruption == nil)
+        #expect(try reopened.apps().map(\.appID) == [Sample.feeds, Sample.maps].sorted())
+        #expect(try Set(reopened.pendingRequests().map(\.identifier)) == ["a", "b", "c"])
+        #expect(try reopened.history(since: 0, limit: 1000).count == 200)
     }
 
     /// The first of `store.fileEvents`, or nil when none comes within 5 s.
