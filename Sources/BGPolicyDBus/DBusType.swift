@@ -107,6 +107,17 @@ public indirect enum DBusType: Sendable, Hashable {
         }
     }
 
+    /// Whether a signature parser accepts this type, its limits (length, nesting) aside: no
+    /// empty struct, and only basic dictionary keys, anywhere in it.
+    var isWellFormed: Bool {
+        switch self {
+        case .array(let element): element.isWellFormed
+        case .dictionary(let key, let value): key.isBasic && value.isWellFormed
+        case .structure(let fields): !fields.isEmpty && fields.allSatisfy(\.isWellFormed)
+        default: true
+        }
+    }
+
     /// Array and struct nesting of this type, for the specification's limits.
     var nesting: (arrays: Int, structs: Int) {
         switch self {

@@ -57,9 +57,31 @@ extension Message {
         }
     }
 
-    /// Builds a new libdbus message from this value, validating everything first.
+    /// Builds a new libdbus message from this value, validating everything first: written in
+    /// the wire format (`WireWriter`) and loaded by libdbus, which checks it whole, or, for a
+    /// body with Unix file descriptors, through libdbus's iterators.
     func encode() throws(DBusError) -> RawMessage {
         try validateHeaders()
+        try MessageCodec.checkBody(body)
+        guard let bytes = try WireWriter.message(self) else { return try encodeThroughIterators() }
+        let (loaded, error) = bytes.withUnsafeBufferPointer { buffer in
+            withCError { err in
+                buffer.withMemoryRebound(to: CChar.self) { chars in
+                    dbus_message_demarshal(chars.baseAddress, Int32(clamping: chars.count), err)
+                }
+            }
+        }
+        if let error { throw .invalidValue("libdbus refused the message as written: \(error.name): \(error.message)") }
+        guard let loaded else { throw .outOfMemory }
+        // A copy has serial 0, so that sending gives it the connection's next one.
+        let copy = dbus_message_copy(loaded)
+        dbus_message_unref(loaded)
+        guard let copy else { throw .outOfMemory }
+        return RawMessage(taking: copy)
+    }
+
+    /// `encode` through libdbus's iterators, for bodies that carry Unix file descriptors.
+    func encodeThroughIterators() throws(DBusError) -> RawMessage {
         let type: Int32 =
             switch kind {
             case .methodCall: 1
@@ -91,14 +113,7 @@ extension Message {
 
     /// The message in wire format (for tests and the fuzzer).
     public func marshal() throws(DBusError) -> [UInt8] {
-        let raw = try encode()
-        // libdbus refuses to marshal a message without a serial; give it one.
-        if dbus_message_get_serial(raw.pointer) == 0 { dbus_message_set_serial(raw.pointer, max(serial, 1)) }
-        var buffer: UnsafeMutablePointer<CChar>? = nil
-        var length: Int32 = 0
-        guard dbus_message_marshal(raw.pointer, &buffer, &length) != 0, let buffer else { throw .outOfMemory }
-        defer { dbus_free(buffer) }
-        return UnsafeRawBufferPointer(start: buffer, count: Int(length)).map { $0 }
+        try encode().marshalled(serial: max(serial, 1))
     }
 
     /// Parses a message in wire format. Hostile bytes produce an error, never a trap.
@@ -123,5 +138,18 @@ extension Message {
             buffer.withMemoryRebound(to: CChar.self) { dbus_message_demarshal_bytes_needed($0.baseAddress, Int32(clamping: $0.count)) }
         }
         return n < 0 ? nil : Int(n)
+    }
+}
+
+extension RawMessage {
+    /// The message in wire format, as libdbus writes it; a message without a serial is given
+    /// `serial` first (libdbus refuses to marshal one without).
+    func marshalled(serial: UInt32 = 1) throws(DBusError) -> [UInt8] {
+        if dbus_message_get_serial(pointer) == 0 { dbus_message_set_serial(pointer, max(serial, 1)) }
+        var buffer: UnsafeMutablePointer<CChar>? = nil
+        var length: Int32 = 0
+        guard dbus_message_marshal(pointer, &buffer, &length) != 0, let buffer else { throw .outOfMemory }
+        defer { dbus_free(buffer) }
+        return UnsafeRawBufferPointer(start: buffer, count: Int(length)).map { $0 }
     }
 }

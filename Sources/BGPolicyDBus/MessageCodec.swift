@@ -155,7 +155,9 @@ enum MessageCodec {
 
     // MARK: Writing
 
-    static func append(_ values: [DBusValue], to message: OpaquePointer) throws(DBusError) {
+    /// Validates a body before it is written, by either writer: every value (`validate`), and
+    /// the body's signature length.
+    static func checkBody(_ values: [DBusValue]) throws(DBusError) {
         var signatureLength = 0
         for value in values {
             try value.validate()
@@ -166,6 +168,12 @@ enum MessageCodec {
         guard signatureLength <= Signature.maximumLength else {
             throw .invalidValue("the body's signature is longer than \(Signature.maximumLength) bytes")
         }
+    }
+
+    /// Appends `values` through libdbus's iterators (the writer for bodies that carry Unix
+    /// file descriptors; `WireWriter` writes the others).
+    static func append(_ values: [DBusValue], to message: OpaquePointer) throws(DBusError) {
+        try checkBody(values)
         var iter = DBusMessageIter()
         dbus_message_iter_init_append(message, &iter)
         for value in values {

@@ -133,6 +133,43 @@ struct SignatureTests {
     }
 }
 
+extension SignatureTests {
+    /// Every type of up to three levels built from a few of each kind, with empty structs and
+    /// container keys among them.
+    static func types(depth: Int) -> [DBusType] {
+        let leaves: [DBusType] = [.byte, .string, .unixFD, .variant]
+        guard depth > 0 else { return leaves }
+        let inner = types(depth: depth - 1)
+        let some = Array(inner.prefix(6)) + [.structure([]), .array(.structure([]))]
+        var out = leaves
+        for t in some {
+            out.append(.array(t))
+            out.append(.structure([t]))
+            out.append(.structure([.int32, t]))
+            for key in [DBusType.string, .int32, .variant, .array(.byte), .structure([.byte])] {
+                out.append(.dictionary(key: key, value: t))
+            }
+        }
+        out.append(.structure([]))
+        return out
+    }
+
+    /// `validate` tests types on themselves (`isWellFormed`) and asks the parser only for the
+    /// words of a refusal: the two must agree on every type within the limits.
+    @Test("isWellFormed agrees with the signature parser")
+    func wellFormedAgreesWithTheParser() {
+        var accepted = 0
+        var refused = 0
+        for type in Self.types(depth: 3) {
+            let parsed = (try? Signature(types: [type])) != nil
+            #expect(type.isWellFormed == parsed, "\(type.signature)")
+            if parsed { accepted += 1 } else { refused += 1 }
+        }
+        // 69 types: 34 accepted, 35 refused.
+        #expect(accepted >= 30 && refused >= 30, "\(accepted) accepted, \(refused) refused")
+    }
+}
+
 @Suite("Bus, interface, member and error names, and object paths")
 struct NameValidationTests {
     static let element255 = "a" + String(repeating: "b", count: 252) + ".c"  // 255 bytes

@@ -1,0 +1,83 @@
+import Glibc
+import Testing
+
+@testable import BGPolicyDBus
+
+/// `Message.encode` writes bodies itself (`WireWriter`) and has libdbus load them; libdbus's
+/// own iterators write the same values too (`encodeThroughIterators`, kept for file
+/// descriptors). Both must give the same bytes, value for value: the iterators are the
+/// reference implementation of the wire format here.
+@Suite("The wire writer writes what libdbus's iterators write")
+struct WireWriterTests {
+    /// The body of a message in wire format: after the 16 fixed bytes and the header fields'
+    /// array (its length at offset 12, little-endian), padded to 8.
+    static func body(of bytes: [UInt8]) -> ArraySlice<UInt8> {
+        let fields = Int(bytes[12]) | Int(bytes[13]) << 8 | Int(bytes[14]) << 16 | Int(bytes[15]) << 24
+        let start = (16 + fields + 7) / 8 * 8
+        return bytes[start...]
+    }
+
+    static func both(_ message: Message) throws -> (ours: [UInt8], libdbus: [UInt8]) {
+        (try message.encode().marshalled(), try message.encodeThroughIterators().marshalled())
+    }
+
+    @Test("every value of the round-trip table, byte for byte", arguments: RoundTripTable.marshalCases)
+    func sameBody(_ testCase: RoundTripCase) throws {
+        // Also after a byte, so that every value is written at an odd offset and must pad, and
+        // in a variant, whose signature is written in place (when the limits leave room).
+        let room = testCase.value.type.signatureLength < 255
+        let bodies: [[DBusValue]] = [[testCase.value]] + (room ? [[.byte(7), testCase.value]] : [])
+            + (room && testCase.viaBus ? [[.int16(-2), .variant(testCase.value)]] : [])
+        for body in bodies {
+            let (ours, theirs) = try Self.both(TypeRoundTripTests.call(body))
+            #expect(Self.body(of: ours) == Self.body(of: theirs), "\(body)")
+            // The fixed header too: byte order, type, flags, version, body length, serial.
+            #expect(ours.prefix(12) == theirs.prefix(12))
+        }
+    }
+
+    @Test("headers and flags of every message kind: the same message, whatever the fields' order")
+    func sameHeaders() throws {
+        var call = TypeRoundTripTests.call([.string("x"), .uint32(3)])
+        call.sender = ":1.7"
+        call.noReplyExpected = true
+        call.noAutoStart = true
+        call.allowInteractiveAuthorization = true
+        var reply = call.makeReply([.dictionary(key: .string, value: .variant, [DBusDictEntry(key: .string("a"), value: .variant(.double(1)))])])
+        reply.replySerial = 42
+        var error = call.makeError(name: "org.bgpolicy.Error.Denied", message: "no")
+        error.replySerial = 43
+        let signal = Message.signal(path: ObjectPath(checked: "/a"), interface: "org.bgpolicy.Test1", member: "Changed")
+        for message in [call, reply, error, signal, TypeRoundTripTests.call([])] {
+            let (ours, theirs) = try Self.both(message)
+            #expect(ours.count == theirs.count, "\(message)")
+            #expect(ours.prefix(12) == theirs.prefix(12), "\(message)")
+            #expect(Self.body(of: ours) == Self.body(of: theirs), "\(message)")
+            let a = try Message.demarshal(ours)
+            let b = try Message.demarshal(theirs)
+            #expect(a.kind == b.kind && a.path == b.path && a.interface == b.interface && a.member == b.member)
+            #expect(a.errorName == b.errorName && a.replySerial == b.replySerial && a.destination == b.destination)
+            #expect(a.sender == b.sender && a.signature == b.signature)
+            #expect(a.noReplyExpected == b.noReplyExpected && a.noAutoStart == b.noAutoStart)
+            #expect(a.allowInteractiveAuthorization == b.allowInteractiveAuthorization)
+        }
+    }
+
+    @Test("a body with a file descriptor goes through libdbus's iterators")
+    func fileDescriptorsFallBack() throws {
+        let fd = UnixFD(taking: dup(0))
+        #expect(try WireWriter.message(TypeRoundTripTests.call([.string("a"), .variant(.unixFD(fd))])) == nil)
+        #expect(try WireWriter.message(TypeRoundTripTests.call([.string("a")])) != nil)
+        // And it is still encoded.
+        _ = try TypeRoundTripTests.call([.unixFD(fd)]).encode()
+    }
+
+    @Test("an array over 64 MiB is refused in words, not handed to libdbus")
+    func arrayTooLong() throws {
+        // One string of 64 MiB: its length, its bytes and a NUL make the array's data 5 bytes too long.
+        let big = DBusValue.array(element: .string, [.string(String(repeating: "a", count: WireWriter.maximumArrayLength))])
+        #expect(throws: DBusError.invalidValue("an array's data is \(WireWriter.maximumArrayLength + 5) bytes, over the \(WireWriter.maximumArrayLength) D-Bus allows")) {
+            try TypeRoundTripTests.call([big]).encode()
+        }
+    }
+}
