@@ -30,7 +30,11 @@ extension Message {
         noReplyExpected = dbus_message_get_no_reply(raw) != 0
         noAutoStart = dbus_message_get_auto_start(raw) == 0
         allowInteractiveAuthorization = dbus_message_get_allow_interactive_authorization(raw) != 0
-        body = try MessageCodec.readAll(from: raw)
+        if let values = try WireReader.body(of: raw) {
+            body = values
+        } else {
+            body = try MessageCodec.readAll(from: raw)
+        }
     }
 
     /// Checks every header the message kind requires, so libdbus never sees invalid input.
@@ -64,19 +68,14 @@ extension Message {
         try validateHeaders()
         try MessageCodec.checkBody(body)
         guard let bytes = try WireWriter.message(self) else { return try encodeThroughIterators() }
-        let (loaded, error) = bytes.withUnsafeBufferPointer { buffer in
-            withCError { err in
-                buffer.withMemoryRebound(to: CChar.self) { chars in
-                    dbus_message_demarshal(chars.baseAddress, Int32(clamping: chars.count), err)
-                }
-            }
+        let loaded: RawMessage
+        do {
+            loaded = try RawMessage.loading(bytes)
+        } catch {
+            throw .invalidValue("libdbus refused the message as written: \(error.message)")
         }
-        if let error { throw .invalidValue("libdbus refused the message as written: \(error.name): \(error.message)") }
-        guard let loaded else { throw .outOfMemory }
         // A copy has serial 0, so that sending gives it the connection's next one.
-        let copy = dbus_message_copy(loaded)
-        dbus_message_unref(loaded)
-        guard let copy else { throw .outOfMemory }
+        guard let copy = withExtendedLifetime(loaded, { dbus_message_copy(loaded.pointer) }) else { throw .outOfMemory }
         return RawMessage(taking: copy)
     }
 
@@ -118,18 +117,9 @@ extension Message {
 
     /// Parses a message in wire format. Hostile bytes produce an error, never a trap.
     public static func demarshal(_ bytes: [UInt8]) throws(DBusError) -> Message {
-        // libdbus rejects messages with unix fds here (it cannot carry them in a buffer).
-        let (pointer, error) = bytes.withUnsafeBufferPointer { buffer in
-            withCError { err in
-                buffer.withMemoryRebound(to: CChar.self) { chars in
-                    dbus_message_demarshal(chars.baseAddress, Int32(clamping: chars.count), err)
-                }
-            }
-        }
-        if let error { throw .malformedMessage("\(error.name): \(error.message)") }
-        guard let pointer else { throw .malformedMessage("libdbus could not parse the bytes") }
-        let raw = RawMessage(taking: pointer)
-        return try Message(decoding: raw.pointer)
+        let raw = try RawMessage.loading(bytes)
+        // The message must outlive the read: a temporary would be released once its pointer is read.
+        return try withExtendedLifetime(raw) { () throws(DBusError) -> Message in try Message(decoding: raw.pointer) }
     }
 
     /// How many bytes of `bytes` form a complete message, 0 if more are needed, or an error.
@@ -142,14 +132,35 @@ extension Message {
 }
 
 extension RawMessage {
+    /// The libdbus message in `bytes`, validated whole by libdbus. Hostile bytes produce an
+    /// error, never a trap.
+    static func loading(_ bytes: [UInt8]) throws(DBusError) -> RawMessage {
+        // libdbus rejects messages with unix fds here (it cannot carry them in a buffer).
+        let (pointer, error) = bytes.withUnsafeBufferPointer { buffer in
+            withCError { err in
+                buffer.withMemoryRebound(to: CChar.self) { chars in
+                    dbus_message_demarshal(chars.baseAddress, Int32(clamping: chars.count), err)
+                }
+            }
+        }
+        if let error { throw .malformedMessage("\(error.name): \(error.message)") }
+        guard let pointer else { throw .malformedMessage("libdbus could not parse the bytes") }
+        return RawMessage(taking: pointer)
+    }
+
     /// The message in wire format, as libdbus writes it; a message without a serial is given
     /// `serial` first (libdbus refuses to marshal one without).
     func marshalled(serial: UInt32 = 1) throws(DBusError) -> [UInt8] {
-        if dbus_message_get_serial(pointer) == 0 { dbus_message_set_serial(pointer, max(serial, 1)) }
+        giveSerial(serial)
         var buffer: UnsafeMutablePointer<CChar>? = nil
         var length: Int32 = 0
         guard dbus_message_marshal(pointer, &buffer, &length) != 0, let buffer else { throw .outOfMemory }
         defer { dbus_free(buffer) }
         return UnsafeRawBufferPointer(start: buffer, count: Int(length)).map { $0 }
+    }
+
+    /// Gives a message without a serial `serial` (at least 1), as sending would.
+    func giveSerial(_ serial: UInt32) {
+        if dbus_message_get_serial(pointer) == 0 { dbus_message_set_serial(pointer, max(serial, 1)) }
     }
 }
