@@ -21,7 +21,8 @@ import Glibc
 struct WireReader {
     private let bytes: UnsafeRawBufferPointer
     private let bigEndian: Bool
-    private let end: Int
+    /// Where reading stops: the message's end while the header is read, then the body's.
+    private var end: Int
     private var offset: Int
 
     static func body(of message: OpaquePointer) throws(DBusError) -> [DBusValue]? {
@@ -62,6 +63,7 @@ struct WireReader {
             throw .malformedMessage("the header's lengths run past the message")
         }
         reader.offset = bodyStart
+        reader.end = bodyStart + bodyLength
         var values: [DBusValue] = []
         values.reserveCapacity(types.count)
         for type in types { values.append(try reader.read(type, depth: 0)) }
