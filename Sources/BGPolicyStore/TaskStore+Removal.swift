@@ -49,9 +49,9 @@ extension TaskStore {
     /// empties it, so the next start reads the new file alone. The cost is one `stat` per write.
     ///
     /// The agent writes from two threads (its executor, and `StoreWriter` for the writes that
-    /// may stall): the copy is made holding the lock on the connection, so that it is made once,
-    /// and no call takes the old connection once it is closed. (One that took it just before
-    /// fails, and its caller is told so: nothing of it was written.)
+    /// may stall): the copy is made holding the lock on the connection, which every call holds
+    /// while it uses the connection (`withQueue`), so that the copy is made once and no call
+    /// uses the old connection once it is closed.
     func restoreIfRemoved(retryingAtOnce: Bool = false) {
         guard let path else { return }
         var info = stat()

@@ -147,12 +147,14 @@ extension TaskStore {
     public func compact() throws(StoreError) {
         do {
             // Outside a transaction: a checkpoint cannot run inside one.
-            try queue.inDatabase { db in
-                // Its row (busy, log pages, checkpointed pages) is not an error: busy = 1 only
-                // when another process (a user's `sqlite3`) reads, and the next call catches up.
-                _ = try Row.fetchOne(db, sql: "PRAGMA wal_checkpoint(TRUNCATE)")
-                if try Int.fetchOne(db, sql: "PRAGMA auto_vacuum") == 2 {
-                    try db.execute(sql: "PRAGMA incremental_vacuum")
+            try withQueue { queue in
+                try queue.inDatabase { db in
+                    // Its row (busy, log pages, checkpointed pages) is not an error: busy = 1 only
+                    // when another process (a user's `sqlite3`) reads, and the next call catches up.
+                    _ = try Row.fetchOne(db, sql: "PRAGMA wal_checkpoint(TRUNCATE)")
+                    if try Int.fetchOne(db, sql: "PRAGMA auto_vacuum") == 2 {
+                        try db.execute(sql: "PRAGMA incremental_vacuum")
+                    }
                 }
             }
         } catch {

@@ -26,9 +26,14 @@ public final class TaskStore: Sendable {
     /// whole or not at all, `salvage`), and those that could not be.
     public let salvaged: (kept: [String], lost: [String])?
 
-    /// One connection: the agent is the single writer and reads are cheap. It changes only
-    /// when the file was removed under it and written again (`restoreIfRemoved`).
-    var queue: DatabaseQueue { file.withLock { $0.queue } }
+    /// Runs `body` on the connection, holding the lock on it throughout: the connection
+    /// changes only when the file was removed under it and written again
+    /// (`restoreIfRemoved`), which takes the same lock, so no call ever uses a connection it
+    /// closed (GRDB hands a closed connection's reads to SQLite, which crashes on them). The
+    /// agent is the single writer, and `DatabaseQueue` serialises its calls anyway.
+    func withQueue<T>(_ body: (DatabaseQueue) throws -> T) throws -> T {
+        try file.withLock { open throws -> sending T in try body(open.queue) }
+    }
 
     /// The connection, and which file it opened (device and inode; nil in memory).
     struct OpenFile {
@@ -241,7 +246,9 @@ public final class TaskStore: Sendable {
     public func checkpoint() throws(StoreError) {
         restoreIfRemoved(retryingAtOnce: true)
         do {
-            _ = try queue.writeWithoutTransaction { db in try Row.fetchOne(db, sql: "PRAGMA wal_checkpoint(TRUNCATE)") }
+            _ = try withQueue { queue in
+                try queue.writeWithoutTransaction { db in try Row.fetchOne(db, sql: "PRAGMA wal_checkpoint(TRUNCATE)") }
+            }
         } catch {
             throw failure(error)
         }
@@ -265,7 +272,7 @@ public final class TaskStore: Sendable {
     /// Reads in one transaction, mapping SQLite's errors.
     func read<T>(_ body: (Database) throws -> T) throws(StoreError) -> T {
         do {
-            return try queue.read(body)
+            return try withQueue { queue in try queue.read(body) }
         } catch {
             throw failure(error)
         }
@@ -276,7 +283,7 @@ public final class TaskStore: Sendable {
     func write<T>(_ body: (Database) throws -> T) throws(StoreError) -> T {
         let result: T
         do {
-            result = try queue.write(body)
+            result = try withQueue { queue in try queue.write(body) }
         } catch {
             throw failure(error)
         }
@@ -358,9 +365,11 @@ public final class TaskStore: Sendable {
     @discardableResult
     func capFileSize(extraPages: Int) throws(StoreError) -> Int {
         do {
-            return try queue.inDatabase { db in
-                let pages = try Int.fetchOne(db, sql: "PRAGMA page_count") ?? 0
-                return try Int.fetchOne(db, sql: "PRAGMA max_page_count = \(pages + extraPages)") ?? 0
+            return try withQueue { queue in
+                try queue.inDatabase { db in
+                    let pages = try Int.fetchOne(db, sql: "PRAGMA page_count") ?? 0
+                    return try Int.fetchOne(db, sql: "PRAGMA max_page_count = \(pages + extraPages)") ?? 0
+                }
             }
         } catch {
             throw failure(error)
@@ -380,7 +389,7 @@ public final class TaskStore: Sendable {
     /// The value of a pragma on this connection, as text, for tests.
     func pragma(_ name: String) throws(StoreError) -> String? {
         do {
-            return try queue.inDatabase { db in try String.fetchOne(db, sql: "PRAGMA \(name)") }
+            return try withQueue { queue in try queue.inDatabase { db in try String.fetchOne(db, sql: "PRAGMA \(name)") } }
         } catch {
             throw failure(error)
         }
