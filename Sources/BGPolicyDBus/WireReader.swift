@@ -192,23 +192,21 @@ struct WireReader {
         return value
     }
 
-    /// A string or object path: its length, its UTF-8 and a NUL. Invalid UTF-8 is repaired,
-    /// never trapped on (libdbus has already refused it).
+    /// A string or object path: its length, its UTF-8 and a NUL.
     private mutating func readString() throws(DBusError) -> String {
-        let length = Int(try read(UInt32.self))
-        guard length < end - offset, bytes[offset + length] == 0 else {
-            throw .malformedMessage("a string runs past the message or is not terminated")
-        }
-        let text = String(decoding: UnsafeRawBufferPointer(rebasing: bytes[offset..<offset + length]), as: UTF8.self)
-        offset += length + 1
-        return text
+        try readText(length: Int(try read(UInt32.self)), what: "a string")
     }
 
     /// A signature's text: its length in one byte, the text and a NUL.
     private mutating func readSignatureText() throws(DBusError) -> String {
-        let length = Int(try read(UInt8.self))
+        try readText(length: Int(try read(UInt8.self)), what: "a signature")
+    }
+
+    /// `length` bytes of text and the NUL after them. Invalid UTF-8 is repaired, never trapped
+    /// on (libdbus has already refused it).
+    private mutating func readText(length: Int, what: String) throws(DBusError) -> String {
         guard length < end - offset, bytes[offset + length] == 0 else {
-            throw .malformedMessage("a signature runs past the message or is not terminated")
+            throw .malformedMessage("\(what) runs past the message or is not terminated")
         }
         let text = String(decoding: UnsafeRawBufferPointer(rebasing: bytes[offset..<offset + length]), as: UTF8.self)
         offset += length + 1

@@ -194,6 +194,15 @@ enum RoundTripTable {
     }()
 
     static let marshalCases = cases.filter { !$0.value.containsFileDescriptor }
+
+    /// The bodies the wire writer's and reader's tests try a case in: alone; after a byte, so
+    /// that it starts at an odd offset and must pad; and in a variant, whose signature is
+    /// written in place (these two when the limits leave room).
+    static func bodies(for testCase: RoundTripCase) -> [[DBusValue]] {
+        let room = testCase.value.type.signatureLength < 255
+        return [[testCase.value]] + (room ? [[.byte(7), testCase.value]] : [])
+            + (room && testCase.viaBus ? [[.int16(-2), .variant(testCase.value)]] : [])
+    }
 }
 
 extension DBusValue {
