@@ -28,9 +28,9 @@ public final class TaskStore: Sendable {
 
     /// Runs `body` on the connection, holding the lock on it throughout: the connection
     /// changes only when the file was removed under it and written again
-    /// (`restoreIfRemoved`), which takes the same lock, so no call ever uses a connection it
-    /// closed (GRDB hands a closed connection's reads to SQLite, which crashes on them). The
-    /// agent is the single writer, and `DatabaseQueue` serialises its calls anyway.
+    /// (`restoreIfRemoved`), which takes the same lock, so no call ever uses a connection the
+    /// swap closed (GRDB hands a closed connection's reads to SQLite, which crashes on them).
+    /// The agent is the single writer, and `DatabaseQueue` serialises its calls anyway.
     func withQueue<T>(_ body: (DatabaseQueue) throws -> T) throws -> T {
         try file.withLock { open throws -> sending T in try body(open.queue) }
     }
@@ -240,9 +240,9 @@ public final class TaskStore: Sendable {
     }
 
     /// Folds the WAL into the database file and truncates it (`wal_checkpoint(TRUNCATE)`). The
-    /// agent calls it at stop, so it first writes the file again if it was removed and the last
-    /// try failed (`restoreIfRemoved`), without waiting out the minute between tries: it is the
-    /// last chance to keep what the connection holds.
+    /// agent calls it at stop, so it first writes the file again if it was removed and is not
+    /// back yet (`restoreIfRemoved`), without waiting out the minute after a failed try: it is
+    /// the last chance to keep what the connection holds.
     public func checkpoint() throws(StoreError) {
         restoreIfRemoved(retryingAtOnce: true)
         do {
