@@ -67,7 +67,7 @@ extension Message {
     func encode() throws(DBusError) -> RawMessage {
         try validateHeaders()
         try MessageCodec.checkBody(body)
-        guard let bytes = try WireWriter.message(self) else { return try encodeThroughIterators() }
+        guard let bytes = try WireWriter.message(self) else { return try buildThroughIterators() }
         let loaded: RawMessage
         do {
             loaded = try RawMessage.loading(bytes)
@@ -79,8 +79,10 @@ extension Message {
         return RawMessage(taking: copy)
     }
 
-    /// `encode` through libdbus's iterators, for bodies that carry Unix file descriptors.
-    func encodeThroughIterators() throws(DBusError) -> RawMessage {
+    /// The message built through libdbus's iterators, for bodies that carry Unix file
+    /// descriptors: only for headers and values `encode` has validated (libdbus aborts the
+    /// process on invalid ones).
+    func buildThroughIterators() throws(DBusError) -> RawMessage {
         let type: Int32 =
             switch kind {
             case .methodCall: 1
@@ -152,15 +154,23 @@ extension RawMessage {
     /// `serial` first (libdbus refuses to marshal one without).
     func marshalled(serial: UInt32 = 1) throws(DBusError) -> [UInt8] {
         giveSerial(serial)
-        var buffer: UnsafeMutablePointer<CChar>? = nil
-        var length: Int32 = 0
-        guard dbus_message_marshal(pointer, &buffer, &length) != 0, let buffer else { throw .outOfMemory }
-        defer { dbus_free(buffer) }
-        return UnsafeRawBufferPointer(start: buffer, count: Int(length)).map { $0 }
+        return try withMarshalledBytes(of: pointer) { bytes throws(DBusError) in Array(bytes) }
     }
 
     /// Gives a message without a serial `serial` (at least 1), as sending would.
     func giveSerial(_ serial: UInt32) {
         if dbus_message_get_serial(pointer) == 0 { dbus_message_set_serial(pointer, max(serial, 1)) }
     }
+}
+
+/// Runs `body` on the bytes of `message` in wire format (`dbus_message_marshal`'s copy, freed
+/// afterwards). The message needs a serial: libdbus refuses to marshal one without.
+func withMarshalledBytes<R>(
+    of message: OpaquePointer, _ body: (UnsafeRawBufferPointer) throws(DBusError) -> R
+) throws(DBusError) -> R {
+    var buffer: UnsafeMutablePointer<CChar>? = nil
+    var length: Int32 = 0
+    guard dbus_message_marshal(message, &buffer, &length) != 0, let buffer else { throw .outOfMemory }
+    defer { dbus_free(buffer) }
+    return try body(UnsafeRawBufferPointer(start: buffer, count: Int(length)))
 }

@@ -170,10 +170,9 @@ enum MessageCodec {
         }
     }
 
-    /// Appends `values` through libdbus's iterators (the writer for bodies that carry Unix
-    /// file descriptors; `WireWriter` writes the others).
+    /// Appends `values`, which `checkBody` has passed, through libdbus's iterators (the writer
+    /// for bodies that carry Unix file descriptors; `WireWriter` writes the others).
     static func append(_ values: [DBusValue], to message: OpaquePointer) throws(DBusError) {
-        try checkBody(values)
         var iter = DBusMessageIter()
         dbus_message_iter_init_append(message, &iter)
         for value in values {

@@ -42,11 +42,11 @@ struct WireReader {
             }
         }
         guard dbus_message_get_serial(message) != 0 else { return nil }
-        var buffer: UnsafeMutablePointer<CChar>? = nil
-        var length: Int32 = 0
-        guard dbus_message_marshal(message, &buffer, &length) != 0, let buffer else { throw .outOfMemory }
-        defer { dbus_free(buffer) }
-        let bytes = UnsafeRawBufferPointer(start: buffer, count: Int(length))
+        return try withMarshalledBytes(of: message) { bytes throws(DBusError) in try body(of: bytes, types: types) }
+    }
+
+    /// The body of the message in `bytes`, values of `types` (its signature's).
+    private static func body(of bytes: UnsafeRawBufferPointer, types: [DBusType]) throws(DBusError) -> [DBusValue] {
         guard bytes.count >= 16 else { throw .malformedMessage("a message shorter than its fixed header") }
         let bigEndian: Bool
         switch bytes[0] {

@@ -85,12 +85,17 @@ public final class TaskStore: Sendable {
     /// (permissions, a locked file, a full disk) throws and leaves the file alone: only a file
     /// SQLite itself calls broken is worth giving up.
     public convenience init(path: String) throws(StoreError) {
-        try self.init(path: path, reopen: { path throws(StoreError) in try TaskStore.open(path: path) })
+        try self.init(path: path, reopen: Self.openFile)
     }
 
-    /// How a file written again under the store is opened (`restoreIfRemoved`): `open(path:)`.
-    /// The tests' seam for an open that fails after the copy is in place.
+    /// How a file written again under the store is opened (`restoreIfRemoved`): `open(path:)`
+    /// (`openFile`). The tests' seam for an open that fails after the copy is in place.
     let reopen: @Sendable (String) throws(StoreError) -> DatabaseQueue
+
+    /// `open(path:)` as the store's default `reopen`.
+    static let openFile: @Sendable (String) throws(StoreError) -> DatabaseQueue = { path throws(StoreError) in
+        try TaskStore.open(path: path)
+    }
 
     /// `init(path:)`, with the opener `restoreIfRemoved` uses after the copy.
     init(path: String, reopen: @escaping @Sendable (String) throws(StoreError) -> DatabaseQueue) throws(StoreError) {
@@ -120,7 +125,7 @@ public final class TaskStore: Sendable {
     }
 
     private init(memoryQueue: DatabaseQueue) {
-        reopen = { path throws(StoreError) in try TaskStore.open(path: path) }
+        reopen = Self.openFile
         (corruptionFound, corruptionContinuation) = AsyncStream.makeStream(bufferingPolicy: .bufferingOldest(1))
         (fileEvents, fileEventContinuation) = AsyncStream.makeStream(bufferingPolicy: .bufferingNewest(16))
         file = Mutex(OpenFile(queue: memoryQueue, identity: nil))

@@ -4,7 +4,7 @@ import Testing
 @testable import BGPolicyDBus
 
 /// `Message.encode` writes bodies itself (`WireWriter`) and has libdbus load them; libdbus's
-/// own iterators write the same values too (`encodeThroughIterators`, kept for file
+/// own iterators write the same values too (`buildThroughIterators`, kept for file
 /// descriptors). Both must give the same bytes, value for value: the iterators are the
 /// reference implementation of the wire format here.
 @Suite("The wire writer writes what libdbus's iterators write")
@@ -18,7 +18,7 @@ struct WireWriterTests {
     }
 
     static func both(_ message: Message) throws -> (ours: [UInt8], libdbus: [UInt8]) {
-        (try message.encode().marshalled(), try message.encodeThroughIterators().marshalled())
+        (try message.encode().marshalled(), try message.buildThroughIterators().marshalled())
     }
 
     @Test("every value of the round-trip table, byte for byte", arguments: RoundTripTable.marshalCases)
