@@ -94,3 +94,77 @@ struct UsagePredictorTests {
         #expect(weekday > 2 * saturday, "weekday \(weekday), saturday \(saturday)")
     }
 }
+
+@Suite("UsagePredictor: the same slot on past days")
+struct UsagePredictorHistoryTests {
+    static let day = UsagePredictorTests.day, monday = UsagePredictorTests.monday
+
+    /// The table's arithmetic: each day's outcome counts 0.9 as much a day later, a cell is "no
+    /// day seen" until it learns, and apps and slots keep their own cells as the table grows.
+    @Test func theTableDecaysByDayAndKeepsEachCellApart() {
+        var table = SlotHistoryTable(slotsPerDay: 96)
+        let first = table.append()
+        #expect(table.rate(column: first, slot: 50) == nil)
+        #expect(table.bin(column: first, slot: 50) == 0)
+        // Opened, opened, not: (0.81 + 0.9 + 0) / (0.81 + 0.9 + 1).
+        for opened in [true, true, false] { table.learn(column: first, slot: 50, opened: opened) }
+        let rate = try! #require(table.rate(column: first, slot: 50))
+        #expect(abs(rate - 1.71 / 2.71) < 1e-5, "\(rate)")
+        // 0.63 lies between the edges 0.6 and 0.8: the seventh interval, bin 1 + 7.
+        #expect(table.bin(column: first, slot: 50) == 8)
+        // Twenty more apps grow the table past its first 16 columns; the first app's cell stays.
+        var columns = [first]
+        for _ in 0..<20 { columns.append(table.append()) }
+        #expect(columns == Array(0...20))
+        table.learn(column: 20, slot: 50, opened: false)
+        table.learn(column: 20, slot: 51, opened: true)
+        #expect(abs(try! #require(table.rate(column: first, slot: 50)) - 1.71 / 2.71) < 1e-5)
+        #expect(table.bin(column: first, slot: 50) == 8)
+        #expect(table.rate(column: first, slot: 51) == nil)
+        #expect(table.rate(column: 20, slot: 50) == 0 && table.bin(column: 20, slot: 50) == 1)
+        #expect(table.rate(column: 20, slot: 51) == 1 && table.bin(column: 20, slot: 51) == SlotHistoryTable.binCount - 1)
+        table.withBins { bins, stride in
+            #expect(bins[50 * stride + first] == 8)
+            #expect(bins[51 * stride + 20] == UInt8(SlotHistoryTable.binCount - 1))
+        }
+    }
+
+    /// The predictor fills the table from the slots it closes: an app opened at 12:35 on three
+    /// days has a rate of 1 in the slot holding 12:35 (12:30–12:45) and 0 in the next, in local
+    /// time, and nothing before its first open.
+    @Test func thePredictorLearnsEachSlotOfTheDayFromTheSlotsItCloses() {
+        var predictor = UsagePredictor(utcOffsetSeconds: 3600)
+        // 12:35 local is 11:35 UTC.
+        let opens = (0..<3).map { (Self.monday + Double($0) * Self.day + 11 * 3600 + 2100, "org.example.News") }
+        UsagePredictorTests.feed(&predictor, opens: opens, from: Self.monday, to: Self.monday + 3 * Self.day + 6 * 3600)
+        let slot = (12 * 3600 + 1800) / 900
+        #expect(predictor.historyRate(of: "org.example.News", slotOfDay: slot) == 1)
+        #expect(predictor.historyRate(of: "org.example.News", slotOfDay: slot + 1) == 0)
+        // 06:00 local on the first day came before the app was known: two days seen, both without.
+        #expect(predictor.historyRate(of: "org.example.News", slotOfDay: 24) == 0)
+        #expect(predictor.historyRate(of: "org.example.Unknown", slotOfDay: slot) == nil)
+    }
+
+    /// What all apps have learned carries over to a new one: after three weeks of two apps'
+    /// habits (08:05 and 20:05), an app first opened three days ago, each day at 12:35, is
+    /// expected at 12:30–12:45 on the fourth as surely as a habit of weeks. The shared prior's
+    /// weight for "opened in this slot on most past days" is learned from every app's slots;
+    /// the slot of the day's weights, one per quarter hour, carry nothing from 08:05 to 12:35,
+    /// and three steps from the prior do not get the new app's far.
+    @Test func aNewAppsHabitIsKnownFromWhatOtherAppsTaught() {
+        var opens: [(Double, String)] = []
+        for d in 0..<21 {
+            let day = Self.monday + Double(d) * Self.day
+            opens += [(day + 8 * 3600 + 300, "org.example.Mail"), (day + 20 * 3600 + 300, "org.example.News")]
+            if d >= 18 { opens.append((day + 12 * 3600 + 2100, "org.example.Photos")) }
+        }
+        opens.sort { $0.0 < $1.0 }
+        var predictor = UsagePredictor()
+        let half = Self.monday + 21 * Self.day + 12 * 3600 + 1800
+        UsagePredictorTests.feed(&predictor, opens: opens, from: Self.monday, to: half)
+        let photos = predictor.probability(of: "org.example.Photos", inSlotAt: half)
+        let mail = predictor.probability(of: "org.example.Mail", inSlotAt: Self.monday + 22 * Self.day + 8 * 3600)
+        // 0.54 against Mail's 0.51 when written; 0.02 with the feature left out.
+        #expect(photos > 0.3 && photos > mail / 2, "Photos \(photos), Mail at 08:00 \(mail)")
+    }
+}

@@ -636,22 +636,25 @@ struct WindowPlannerTests {
     }
 
     @Test func anAppWithAPoorRecordRanksBelowOneInGoodStanding() throws {
-        // Two apps with the same history, opened together every day at 09:05: equally likely
-        // to be opened. A window takes one refresh for two apps (2.2 a day each over 22
-        // windows, rounded up), so the weight decides which.
-        var refresh = RefreshPlanner(registeredAppCount: 2)
+        // Three apps with the same history, opened together every day at 09:05: equally likely
+        // to be opened. A window takes two refreshes for three apps (its share, 2.2 a day each
+        // over 21 windows, rounded up, is one; it takes at least two), so the weight decides
+        // which two.
+        let third = "org.example.Third"
+        var refresh = RefreshPlanner(registeredAppCount: 3)
+        #expect(refresh.refreshesPerWindow == 2)
         for day in 0..<21 {
-            refresh.recordOpen(of: mail, at: Clock.at(day: day, 9, 5))
-            refresh.recordOpen(of: news, at: Clock.at(day: day, 9, 5))
+            for app in [mail, news, third] { refresh.recordOpen(of: app, at: Clock.at(day: day, 9, 5)) }
         }
         let noon = Clock.at(day: 21, 0, 0)
         refresh.advance(to: noon + 1)
-        let poorMail = try #require(refresh.nextWindow(
-            after: noon, among: [.init(appID: mail, weight: 0.125), .init(appID: news, weight: 1)]))
-        #expect(poorMail.apps == [news])
-        let poorNews = try #require(refresh.nextWindow(
-            after: noon, among: [.init(appID: mail, weight: 1), .init(appID: news, weight: 0.125)]))
-        #expect(poorNews.apps == [mail])
+        func window(poor: String) throws -> [String] {
+            try #require(refresh.nextWindow(
+                after: noon, among: [mail, news, third].map { .init(appID: $0, weight: $0 == poor ? 0.125 : 1) })).apps
+        }
+        #expect(try window(poor: mail) == [news, third])
+        #expect(try window(poor: news) == [mail, third])
+        #expect(try window(poor: third) == [mail, news])
     }
 
     // MARK: Content-available

@@ -162,7 +162,7 @@ def test_opening_an_app_opens_a_window_for_the_refreshes_of_the_apps_the_user_go
     # since the user goes on to Mail after Notes (WindowPlannerTests shows News, opened at a set
     # time and never soon after another app, is not chosen there). The window opens, so it also
     # takes what a grid window would take now among the rest (`chooseAlongside`): News', within
-    # a window's share of the budget (one refresh, with three apps). Both go in the same wake-up.
+    # a window's share of the budget (two refreshes at least). Both go in the same wake-up.
     notes.scheduler("ReportUsage", "s", ("foreground",))
     wait_refresh_delivered(agent, mail, "org.example.Mail", "in a refresh window opened because an app was opened")
     wait_refresh_delivered(agent, news, "org.example.News", "in a refresh window opened because an app was opened")

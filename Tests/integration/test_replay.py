@@ -348,8 +348,10 @@ def routines(tmp_path_factory):
 
 
 def test_routines_are_learned_to_the_quarter_hour(routines):
-    # Seed 5: each app opened at its own times of day, give or take 5 minutes. 2.86×
-    # periodic:60m (0.536 against 0.187). Before each app's model had the slot of the day, its
-    # hour smeared a routine over four slots and the budget went to the wrong ones: 1.88×.
+    # Seed 5: each app opened at its own times of day, give or take 5 minutes. 3.14×
+    # periodic:60m (0.587 against 0.187). Before each app's model had the slot of the day, its
+    # hour smeared a routine over four slots and the budget went to the wrong ones: 1.88×; before
+    # it had the same slot on past days, and a window could take two refreshes with fewer than
+    # ten apps, 2.86× (0.536).
     ours, hourly = replay_within_hourly_timers_budget(routines)
-    assert ours["freshness_15m"] >= 2.5 * hourly["freshness_15m"], (ours, hourly)
+    assert ours["freshness_15m"] >= 3.0 * hourly["freshness_15m"], (ours, hourly)

@@ -11,7 +11,12 @@
 /// - **time of week:** hour of day, day of week (weekday/weekend patterns) and hour of week;
 /// - **slot of the day:** which of the day's slots it is, so that a routine at the same minutes
 ///   each day (the mail read at 08:40) stands out from the rest of its hour, which the hour
-///   alone smears it over.
+///   alone smears it over;
+/// - **the same slot on past days:** how often the app was opened in this slot of the day on the
+///   days before, decayed by day (`SlotHistoryTable`), in bins of the rate. A habit shows here
+///   after two or three days; the slot of the day's own weight, learned once a day in small
+///   steps, takes a week or more to stand out, and one habit kept and one dropped look alike
+///   to it for as long.
 /// Time of day is in UTC offset by `utcOffsetSeconds`; a trace carries no time zone.
 ///
 /// Besides the per-app models, `probabilityOfAnyOpen` answers whether the user opens *some*
@@ -35,7 +40,7 @@ public struct UsagePredictor: Sendable {
     static let rateEdges: [Double] = [1, 2, 3, 5, 8, 13, 21]
 
     // Feature layout: [bias | app age (bins + never) | user age (bins + never) | rate | hour | day | hour of week
-    // | slot of day].
+    // | slot of day | the same slot on past days].
     static let ageCount = ageEdges.count + 2
     static let rateCount = rateEdges.count + 1
     static let appAgeBase = 1
@@ -46,8 +51,10 @@ public struct UsagePredictor: Sendable {
     static let weekHourBase = dayBase + 7
     static let slotOfDayBase = weekHourBase + 168
     /// Slots in a day, the last one short if `slotSeconds` does not divide a day: the slot of
-    /// the day's features, the last in the layout.
+    /// the day's features, after the hour of week.
     let slotsPerDay: Int
+    /// Where the bins of "the same slot on past days" start: after the slot of the day's features.
+    var historyBase: Int { Self.slotOfDayBase + slotsPerDay }
 
     /// What the predictor keeps of each app besides its weights (which are `weights`' column of
     /// the same index).
@@ -69,6 +76,8 @@ public struct UsagePredictor: Sendable {
     private var models: [Model] = []
     /// Each app's logistic model: column `i` is `models[i]`'s.
     private var weights: LogisticTable
+    /// Each app's opens in each slot of the day on past days: column `i` is `models[i]`'s.
+    private var history: SlotHistoryTable
     private var index: [String: Int] = [:]
     /// Shared weights learned by every app: the prior of a cold app.
     private var shared: OnlineLogistic
@@ -88,8 +97,10 @@ public struct UsagePredictor: Sendable {
         self.slotSeconds = slotSeconds
         self.utcOffsetSeconds = utcOffsetSeconds
         slotsPerDay = max(1, Int((86_400 / slotSeconds).rounded(.up)))
-        shared = OnlineLogistic(count: Self.slotOfDayBase + slotsPerDay, bias: OnlineLogistic.logit(Self.priorPerSlot))
-        weights = LogisticTable(featureCount: Self.slotOfDayBase + slotsPerDay)
+        let featureCount = Self.slotOfDayBase + slotsPerDay + SlotHistoryTable.binCount
+        shared = OnlineLogistic(count: featureCount, bias: OnlineLogistic.logit(Self.priorPerSlot))
+        weights = LogisticTable(featureCount: featureCount)
+        history = SlotHistoryTable(slotsPerDay: slotsPerDay)
         activity = ActivityEstimator(slotSeconds: slotSeconds)
     }
 
@@ -106,6 +117,8 @@ public struct UsagePredictor: Sendable {
             i = known
         } else {
             i = weights.append(startingFrom: shared.weights)
+            let column = history.append()
+            precondition(column == i, "an app's history and weights share a column")
             models.append(Model())
             index[appID] = i
             let place = Self.upperBound(of: appID, in: order)
@@ -127,6 +140,7 @@ public struct UsagePredictor: Sendable {
         let sharedRate = Self.learningRate / Double(max(models.count, 1)).squareRoot()
         // The same for every app in the slot: worked out once, not once per app.
         let common = sharedFeatures(at: time)
+        let closing = slotStart.map { slotOfDay(at: $0) }
         for i in sorted {
             // Apps unused for 7 days are not refreshed (SPEC §2); they need no training until used.
             if let last = models[i].lastOpen, time - last > Self.dormantAfter {
@@ -137,9 +151,11 @@ public struct UsagePredictor: Sendable {
                 let y: Double = models[i].openedInSlot ? 1 : 0
                 weights.train(features, y, column: i, rate: Self.learningRate, l2: Self.l2)
                 shared.train(features, y, rate: sharedRate, l2: Self.l2)
+                if let closing { history.learn(column: i, slot: closing, opened: y == 1) }
             }
             models[i].recentOpens.removeAll { $0 <= time - 86_400 }
-            models[i].pending = features(lastOpen: models[i].lastOpen, recentOpens: models[i].recentOpens, at: time,
+            models[i].pending = features(lastOpen: models[i].lastOpen, recentOpens: models[i].recentOpens,
+                                         historyBin: history.bin(column: i, slot: common.slot), at: time,
                                          shared: common)
             models[i].openedInSlot = false
         }
@@ -160,15 +176,25 @@ public struct UsagePredictor: Sendable {
         // Read in place through a pointer: a thousand models are looked at, none is copied or
         // retained (passing a model by value retained its four arrays).
         return weights.withWeights { weights, stride in
-            models.withUnsafeBufferPointer { models in
-                models.indices.map { i in
-                    let model = models.baseAddress! + i
-                    guard let last = model.pointee.lastOpen, time - last < inactiveAfter else { return nil }
-                    return Self.probability(of: model, column: i, weights: weights, stride: stride, inSlotAt: time,
-                                            shared: shared)
+            history.withBins { bins, binStride in
+                models.withUnsafeBufferPointer { models in
+                    models.indices.map { i in
+                        let model = models.baseAddress! + i
+                        guard let last = model.pointee.lastOpen, time - last < inactiveAfter else { return nil }
+                        return Self.probability(of: model, column: i, weights: weights, stride: stride,
+                                                historyBin: Int(bins[shared.slot * binStride + i]), inSlotAt: time,
+                                                shared: shared)
+                    }
                 }
             }
         }
+    }
+
+    /// The decayed share of past days on which `appID` was opened in the slot of the day
+    /// `slotOfDay` (0 at midnight): what its "same slot on past days" feature is binned from;
+    /// nil for an unknown app, or a slot that has not yet been watched for it.
+    func historyRate(of appID: String, slotOfDay: Int) -> Double? {
+        index[appID].flatMap { history.rate(column: $0, slot: slotOfDay) }
     }
 
     /// Where the app's model is: an index into `probabilitiesOfActiveApps`.
@@ -186,19 +212,22 @@ public struct UsagePredictor: Sendable {
 
     private func probability(ofModelAt i: Int, inSlotAt time: Double) -> Double {
         let shared = sharedFeatures(at: time)
+        let historyBin = history.bin(column: i, slot: shared.slot)
         return weights.withWeights { weights, stride in
             models.withUnsafeBufferPointer {
-                Self.probability(of: $0.baseAddress! + i, column: i, weights: weights, stride: stride, inSlotAt: time,
-                                 shared: shared)
+                Self.probability(of: $0.baseAddress! + i, column: i, weights: weights, stride: stride,
+                                 historyBin: historyBin, inSlotAt: time, shared: shared)
             }
         }
     }
 
+    /// `historyBin` is the app's bin in `history` at the slot of the day of `time`.
     private static func probability(of model: UnsafePointer<Model>, column: Int, weights w: UnsafeBufferPointer<Double>,
-                                    stride: Int, inSlotAt time: Double, shared: SharedFeatures) -> Double {
-        let f = featureIndices(lastOpen: model.pointee.lastOpen, recentOpens: model.pointee.recentOpens, at: time,
-                               shared: shared)
-        // Summed in the order `LogisticTable.score` sums `features(lastOpen:recentOpens:at:shared:)`.
+                                    stride: Int, historyBin: Int, inSlotAt time: Double,
+                                    shared: SharedFeatures) -> Double {
+        let f = featureIndices(lastOpen: model.pointee.lastOpen, recentOpens: model.pointee.recentOpens,
+                               historyBin: historyBin, at: time, shared: shared)
+        // Summed in the order `LogisticTable.score` sums `features(lastOpen:recentOpens:historyBin:at:shared:)`.
         var score = 0.0
         score += w[f.0 * stride + column]
         score += w[f.1 * stride + column]
@@ -208,6 +237,7 @@ public struct UsagePredictor: Sendable {
         score += w[f.5 * stride + column]
         score += w[f.6 * stride + column]
         score += w[f.7 * stride + column]
+        score += w[f.8 * stride + column]
         return OnlineLogistic.sigmoid(score)
     }
 
@@ -243,9 +273,11 @@ public struct UsagePredictor: Sendable {
     /// An app's features at `time`, as the model trains on them; `shared` is
     /// `sharedFeatures(at: time)`. `featureIndices` gives the same without building an array:
     /// ranking a thousand apps in a window allocates nothing per app.
-    private func features(lastOpen: Double?, recentOpens: [Double], at time: Double, shared: SharedFeatures) -> [Int] {
-        let f = Self.featureIndices(lastOpen: lastOpen, recentOpens: recentOpens, at: time, shared: shared)
-        return [f.0, f.1, f.2, f.3, f.4, f.5, f.6, f.7]
+    private func features(lastOpen: Double?, recentOpens: [Double], historyBin: Int, at time: Double,
+                          shared: SharedFeatures) -> [Int] {
+        let f = Self.featureIndices(lastOpen: lastOpen, recentOpens: recentOpens, historyBin: historyBin, at: time,
+                                    shared: shared)
+        return [f.0, f.1, f.2, f.3, f.4, f.5, f.6, f.7, f.8]
     }
 
     /// The features every app has in common at `time`, as indices, and the bin edges the app's
@@ -257,6 +289,9 @@ public struct UsagePredictor: Sendable {
         let day: Int
         let weekHour: Int
         let slotOfDay: Int
+        /// The slot of the day itself (0 at midnight), and where the history's bins start.
+        let slot: Int
+        let historyBase: Int
         let rateBase: Int
         let ageEdges: [Double]
         let rateEdges: [Double]
@@ -264,15 +299,19 @@ public struct UsagePredictor: Sendable {
 
     func sharedFeatures(at time: Double) -> SharedFeatures {
         let (hour, day) = clock(time)
+        let slot = slotOfDay(at: time)
         return SharedFeatures(userAge: Self.userAgeBase + Self.ageBin(lastAnyOpen.map { time - $0 }),
                               hour: Self.hourBase + hour, day: Self.dayBase + day,
                               weekHour: Self.weekHourBase + day * 24 + hour,
-                              slotOfDay: Self.slotOfDayBase + slotOfDay(at: time), rateBase: Self.rateBase,
+                              slotOfDay: Self.slotOfDayBase + slot, slot: slot, historyBase: historyBase,
+                              rateBase: Self.rateBase,
                               ageEdges: Self.ageEdges, rateEdges: Self.rateEdges)
     }
 
-    private static func featureIndices(lastOpen: Double?, recentOpens: borrowing [Double], at time: Double,
-                                       shared: SharedFeatures) -> (Int, Int, Int, Int, Int, Int, Int, Int) {
+    private static func featureIndices(lastOpen: Double?, recentOpens: borrowing [Double], historyBin: Int,
+                                       at time: Double, shared: SharedFeatures)
+        -> (Int, Int, Int, Int, Int, Int, Int, Int, Int)
+    {
         let recent = recentOpens.withUnsafeBufferPointer { opens in
             var count = 0
             for open in opens where open > time - 86_400 { count += 1 }
@@ -285,7 +324,8 @@ public struct UsagePredictor: Sendable {
                 shared.hour,
                 shared.day,
                 shared.weekHour,
-                shared.slotOfDay)
+                shared.slotOfDay,
+                shared.historyBase + historyBin)
     }
 
     static func ageBin(_ age: Double?, edges: [Double] = ageEdges) -> Int {
