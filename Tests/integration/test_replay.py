@@ -348,7 +348,7 @@ def routines(tmp_path_factory):
 
 
 def test_routines_are_learned_to_the_quarter_hour(routines):
-    # Seed 5: each app opened at its own times of day, give or take 5 minutes. 3.14×
+    # Seed 5: each app opened at its own times of day, give or take 5 minutes. 3.13×
     # periodic:60m (0.587 against 0.187). Before each app's model had the slot of the day, its
     # hour smeared a routine over four slots and the budget went to the wrong ones: 1.88×; before
     # it had the same slot on past days, and a window could take two refreshes with fewer than
