@@ -168,3 +168,92 @@ struct UsagePredictorHistoryTests {
         #expect(photos > 0.3 && photos > mail / 2, "Photos \(photos), Mail at 08:00 \(mail)")
     }
 }
+
+@Suite("UsagePredictor: in use")
+struct UsagePredictorInUseTests {
+    static let day = UsagePredictorTests.day, monday = UsagePredictorTests.monday
+    static let chat = "org.example.Chat"
+
+    /// Three weeks of sessions at 10:00, 14:00 and 19:00: Chat glanced at (10:02–10:03), then
+    /// opened again at 10:10. On even days it is left a minute later and opened once more at
+    /// 10:20; on odd days it stays open past the hour. At 10:15 the two kinds of day look the
+    /// same in every other feature (last open five minutes before, the same slot, the same
+    /// opens in the day), so only whether Chat is still in use tells them apart.
+    static func trained() -> (UsagePredictor, hour: Double) {
+        var opens: [(Double, String)] = []
+        var closes: [Double] = []
+        for d in 0..<21 {
+            for hour in [10.0, 14, 19] {
+                let t = monday + Double(d) * day + hour * 3600
+                opens += [(t + 120, chat), (t + 600, chat)]
+                closes.append(t + 180)
+                if d % 2 == 0 {
+                    closes += [t + 660, t + 1260]
+                    opens.append((t + 1200, chat))
+                } else {
+                    closes.append(t + 4200)
+                }
+            }
+        }
+        var predictor = UsagePredictor()
+        let hour = monday + 21 * day + 10 * 3600
+        var slot = monday
+        var o = 0, c = 0
+        opens.sort { $0.0 < $1.0 }
+        closes.sort()
+        while slot <= hour {
+            while true {
+                let nextOpen = o < opens.count && opens[o].0 < slot ? opens[o].0 : .infinity
+                let nextClose = c < closes.count && closes[c] < slot ? closes[c] : .infinity
+                if nextOpen == .infinity && nextClose == .infinity { break }
+                if nextClose <= nextOpen {
+                    predictor.recordClose(of: chat)
+                    c += 1
+                } else {
+                    predictor.recordOpen(of: chat, at: nextOpen)
+                    o += 1
+                }
+            }
+            predictor.startSlot(at: slot)
+            slot += 900
+        }
+        return (predictor, hour)
+    }
+
+    @Test func anAppLeftIsLikelierOpenedAgainThanOneStillInUse() {
+        var (predictor, hour) = Self.trained()
+        predictor.recordOpen(of: Self.chat, at: hour + 120)
+        predictor.recordClose(of: Self.chat)
+        predictor.recordOpen(of: Self.chat, at: hour + 600)
+        #expect(predictor.isInUse(Self.chat))
+        let inUse = predictor.probability(of: Self.chat, inSlotAt: hour + 900)
+        // An hour ahead, use now is not assumed to last: the same either way.
+        let laterInUse = predictor.probability(of: Self.chat, inSlotAt: hour + 4500)
+        predictor.recordClose(of: Self.chat)
+        #expect(!predictor.isInUse(Self.chat))
+        let left = predictor.probability(of: Self.chat, inSlotAt: hour + 900)
+        let laterLeft = predictor.probability(of: Self.chat, inSlotAt: hour + 4500)
+        #expect(left > 3 * inUse, "left \(left), in use \(inUse)")
+        #expect(laterInUse == laterLeft)
+        // Found open (after a restart, say): in use again, nothing learned.
+        predictor.recordOpenedUnseen(of: Self.chat)
+        #expect(predictor.isInUse(Self.chat))
+        #expect(predictor.probability(of: Self.chat, inSlotAt: hour + 900) == inUse)
+        predictor.recordOpenedUnseen(of: "org.example.Unknown")
+        #expect(!predictor.isInUse("org.example.Unknown"))
+    }
+
+    /// The refresh planner passes the user's leaves on to the predictor, seen or not.
+    @Test func thePlannerTellsThePredictorWhatIsInUse() {
+        var planner = RefreshPlanner()
+        let t = Self.monday + 10 * 3600
+        planner.recordOpen(of: Self.chat, at: t)
+        #expect(planner.predictor.isInUse(Self.chat))
+        planner.recordClose(of: Self.chat, at: t + 60)
+        #expect(!planner.predictor.isInUse(Self.chat))
+        planner.recordOpenedUnseen(Self.chat)
+        #expect(planner.predictor.isInUse(Self.chat))
+        planner.recordLeftUnseen(Self.chat)
+        #expect(!planner.predictor.isInUse(Self.chat))
+    }
+}

@@ -205,18 +205,21 @@ public struct RefreshPlanner: Sendable {
         advance(to: time)
         reuse.recordClose(of: appID, at: time)
         follow.recordClose(of: appID, at: time)
+        predictor.recordClose(of: appID)
     }
 
     /// Records that the user left an app at a time not known (it was closed while the caller
     /// was not watching): it is no longer in use, and nothing is learned of the leave.
     public mutating func recordLeftUnseen(_ appID: String) {
         follow.recordLeftUnseen(appID)
+        predictor.recordClose(of: appID)
     }
 
     /// Records that the user opened an app at a time not known (it was found open): it is in
     /// use, and nothing is learned of the open.
     public mutating func recordOpenedUnseen(_ appID: String) {
         follow.recordOpenedUnseen(appID)
+        predictor.recordOpenedUnseen(of: appID)
     }
 
     /// Whether to refresh `candidate` alone in a window at `time` just after the user left it:

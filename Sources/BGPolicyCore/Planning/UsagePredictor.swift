@@ -16,7 +16,14 @@
 ///   days before, decayed by day (`SlotHistoryTable`), in bins of the rate. A habit shows here
 ///   after two or three days; the slot of the day's own weight, learned once a day in small
 ///   steps, takes a week or more to stand out, and one habit kept and one dropped look alike
-///   to it for as long.
+///   to it for as long;
+/// - **in use:** whether the app is open (opened and not yet left) when the slot starts. An app
+///   in use is opened again in the slot only if the user leaves it and comes back, which the
+///   app's recency alone cannot tell from a first open; learned, so that a user who switches
+///   back and forth keeps the chance high and one who keeps an app open for an hour does not.
+///   It is known for the slot under way and the next one; later slots are predicted as if the
+///   app were not in use (most uses end within the hour, and the timeline should not show an
+///   app dimmed for a day because it is open now).
 /// Time of day is in UTC offset by `utcOffsetSeconds`; a trace carries no time zone.
 ///
 /// Besides the per-app models, `probabilityOfAnyOpen` answers whether the user opens *some*
@@ -40,7 +47,7 @@ public struct UsagePredictor: Sendable {
     static let rateEdges: [Double] = [1, 2, 3, 5, 8, 13, 21]
 
     // Feature layout: [bias | app age (bins + never) | user age (bins + never) | rate | hour | day | hour of week
-    // | slot of day | the same slot on past days].
+    // | slot of day | the same slot on past days | in use (no, yes)].
     static let ageCount = ageEdges.count + 2
     static let rateCount = rateEdges.count + 1
     static let appAgeBase = 1
@@ -55,6 +62,8 @@ public struct UsagePredictor: Sendable {
     let slotsPerDay: Int
     /// Where the bins of "the same slot on past days" start: after the slot of the day's features.
     var historyBase: Int { Self.slotOfDayBase + slotsPerDay }
+    /// The two "in use" features (not in use, in use): the last in the layout.
+    var inUseBase: Int { historyBase + SlotHistoryTable.binCount }
 
     /// What the predictor keeps of each app besides its weights (which are `weights`' column of
     /// the same index).
@@ -64,6 +73,8 @@ public struct UsagePredictor: Sendable {
         /// Features of the slot being watched, and whether the app opened in it.
         var pending: [Int]?
         var openedInSlot = false
+        /// Opened and not left since (`recordClose`).
+        var inUse = false
     }
 
     /// The apps in a fixed (sorted) order, so that training (and so every replay) is
@@ -97,7 +108,7 @@ public struct UsagePredictor: Sendable {
         self.slotSeconds = slotSeconds
         self.utcOffsetSeconds = utcOffsetSeconds
         slotsPerDay = max(1, Int((86_400 / slotSeconds).rounded(.up)))
-        let featureCount = Self.slotOfDayBase + slotsPerDay + SlotHistoryTable.binCount
+        let featureCount = Self.slotOfDayBase + slotsPerDay + SlotHistoryTable.binCount + 2
         shared = OnlineLogistic(count: featureCount, bias: OnlineLogistic.logit(Self.priorPerSlot))
         weights = LogisticTable(featureCount: featureCount)
         history = SlotHistoryTable(slotsPerDay: slotsPerDay)
@@ -126,11 +137,26 @@ public struct UsagePredictor: Sendable {
             sorted.insert(i, at: place)
         }
         models[i].openedInSlot = true
+        models[i].inUse = true
         models[i].lastOpen = time
         models[i].recentOpens.append(time)
         lastAnyOpen = time
         openedInUserSlot = true
     }
+
+    /// Records that the user left `appID`: it is no longer in use.
+    public mutating func recordClose(of appID: String) {
+        if let i = index[appID] { models[i].inUse = false }
+    }
+
+    /// Records that a known app is in use, opened at a time not known: nothing is learned of
+    /// the open. (An app the predictor has never seen opened has no model to mark.)
+    public mutating func recordOpenedUnseen(of appID: String) {
+        if let i = index[appID] { models[i].inUse = true }
+    }
+
+    /// Whether `appID` is in use as far as the predictor knows.
+    func isInUse(_ appID: String) -> Bool { index[appID].map { models[$0].inUse } ?? false }
 
     /// Closes the slot being watched (training on its outcome) and starts a new one at `time`:
     /// call at each slot boundary, in time order, after recording the opens before it.
@@ -155,8 +181,8 @@ public struct UsagePredictor: Sendable {
             }
             models[i].recentOpens.removeAll { $0 <= time - 86_400 }
             models[i].pending = features(lastOpen: models[i].lastOpen, recentOpens: models[i].recentOpens,
-                                         historyBin: history.bin(column: i, slot: common.slot), at: time,
-                                         shared: common)
+                                         historyBin: history.bin(column: i, slot: common.slot),
+                                         inUse: models[i].inUse, at: time, shared: common)
             models[i].openedInSlot = false
         }
         slotStart = time
@@ -226,7 +252,7 @@ public struct UsagePredictor: Sendable {
                                     stride: Int, historyBin: Int, inSlotAt time: Double,
                                     shared: SharedFeatures) -> Double {
         let f = featureIndices(lastOpen: model.pointee.lastOpen, recentOpens: model.pointee.recentOpens,
-                               historyBin: historyBin, at: time, shared: shared)
+                               historyBin: historyBin, inUse: model.pointee.inUse, at: time, shared: shared)
         // Summed in the order `LogisticTable.score` sums `features(lastOpen:recentOpens:historyBin:at:shared:)`.
         var score = 0.0
         score += w[f.0 * stride + column]
@@ -238,6 +264,7 @@ public struct UsagePredictor: Sendable {
         score += w[f.6 * stride + column]
         score += w[f.7 * stride + column]
         score += w[f.8 * stride + column]
+        score += w[f.9 * stride + column]
         return OnlineLogistic.sigmoid(score)
     }
 
@@ -273,11 +300,11 @@ public struct UsagePredictor: Sendable {
     /// An app's features at `time`, as the model trains on them; `shared` is
     /// `sharedFeatures(at: time)`. `featureIndices` gives the same without building an array:
     /// ranking a thousand apps in a window allocates nothing per app.
-    private func features(lastOpen: Double?, recentOpens: [Double], historyBin: Int, at time: Double,
+    private func features(lastOpen: Double?, recentOpens: [Double], historyBin: Int, inUse: Bool, at time: Double,
                           shared: SharedFeatures) -> [Int] {
-        let f = Self.featureIndices(lastOpen: lastOpen, recentOpens: recentOpens, historyBin: historyBin, at: time,
-                                    shared: shared)
-        return [f.0, f.1, f.2, f.3, f.4, f.5, f.6, f.7, f.8]
+        let f = Self.featureIndices(lastOpen: lastOpen, recentOpens: recentOpens, historyBin: historyBin,
+                                    inUse: inUse, at: time, shared: shared)
+        return [f.0, f.1, f.2, f.3, f.4, f.5, f.6, f.7, f.8, f.9]
     }
 
     /// The features every app has in common at `time`, as indices, and the bin edges the app's
@@ -292,6 +319,10 @@ public struct UsagePredictor: Sendable {
         /// The slot of the day itself (0 at midnight), and where the history's bins start.
         let slot: Int
         let historyBase: Int
+        /// Where the two "in use" features start, and whether an app's use now counts at
+        /// `time` (the slot under way and the next; see "in use" above).
+        let inUseBase: Int
+        let inUseKnown: Bool
         let rateBase: Int
         let ageEdges: [Double]
         let rateEdges: [Double]
@@ -304,13 +335,14 @@ public struct UsagePredictor: Sendable {
                               hour: Self.hourBase + hour, day: Self.dayBase + day,
                               weekHour: Self.weekHourBase + day * 24 + hour,
                               slotOfDay: Self.slotOfDayBase + slot, slot: slot, historyBase: historyBase,
+                              inUseBase: inUseBase, inUseKnown: slotStart.map { time < $0 + 2 * slotSeconds } ?? true,
                               rateBase: Self.rateBase,
                               ageEdges: Self.ageEdges, rateEdges: Self.rateEdges)
     }
 
     private static func featureIndices(lastOpen: Double?, recentOpens: borrowing [Double], historyBin: Int,
-                                       at time: Double, shared: SharedFeatures)
-        -> (Int, Int, Int, Int, Int, Int, Int, Int, Int)
+                                       inUse: Bool, at time: Double, shared: SharedFeatures)
+        -> (Int, Int, Int, Int, Int, Int, Int, Int, Int, Int)
     {
         let recent = recentOpens.withUnsafeBufferPointer { opens in
             var count = 0
@@ -325,7 +357,8 @@ public struct UsagePredictor: Sendable {
                 shared.day,
                 shared.weekHour,
                 shared.slotOfDay,
-                shared.historyBase + historyBin)
+                shared.historyBase + historyBin,
+                shared.inUseBase + (inUse && shared.inUseKnown ? 1 : 0))
     }
 
     static func ageBin(_ age: Double?, edges: [Double] = ageEdges) -> Int {
