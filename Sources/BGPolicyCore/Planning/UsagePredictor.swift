@@ -253,7 +253,7 @@ public struct UsagePredictor: Sendable {
                                     shared: SharedFeatures) -> Double {
         let f = featureIndices(lastOpen: model.pointee.lastOpen, recentOpens: model.pointee.recentOpens,
                                historyBin: historyBin, inUse: model.pointee.inUse, at: time, shared: shared)
-        // Summed in the order `LogisticTable.score` sums `features(lastOpen:recentOpens:historyBin:at:shared:)`.
+        // Summed in the order `LogisticTable.score` sums `features(lastOpen:recentOpens:historyBin:inUse:at:shared:)`.
         var score = 0.0
         score += w[f.0 * stride + column]
         score += w[f.1 * stride + column]
