@@ -32,19 +32,12 @@ struct LogisticTable: Sendable {
         return count - 1
     }
 
-    /// Moves every row to rows of `newCapacity` columns: doubling keeps a thousand appends at
-    /// about two copies of the table in all.
+    /// Moves every row to rows of `newCapacity` columns (`ColumnRows.widened`).
     private mutating func grow(to newCapacity: Int) {
-        var newWeights = [Double](repeating: 0, count: featureCount * newCapacity)
-        var newSquares = [Double](repeating: 1, count: featureCount * newCapacity)
-        for feature in 0..<featureCount {
-            for column in 0..<count {
-                newWeights[feature * newCapacity + column] = weights[feature * capacity + column]
-                newSquares[feature * newCapacity + column] = squares[feature * capacity + column]
-            }
-        }
-        weights = newWeights
-        squares = newSquares
+        weights = ColumnRows.widened(weights, rows: featureCount, capacity: capacity, count: count, to: newCapacity,
+                                     fill: 0)
+        squares = ColumnRows.widened(squares, rows: featureCount, capacity: capacity, count: count, to: newCapacity,
+                                     fill: 1)
         capacity = newCapacity
     }
 

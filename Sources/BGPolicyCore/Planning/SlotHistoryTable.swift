@@ -7,10 +7,11 @@
 /// logistic model's one weight per slot of the day, updated once a day, takes a week or more to
 /// climb; a habit dropped fades within a couple of weeks.
 ///
-/// Cells are stored slot by slot (`cells[slot * capacity + column]`), the column being the app's
-/// column in `UsagePredictor`'s `LogisticTable`, so that a window, which ranks every app at one
-/// slot, reads the apps' bins as one run of memory. Each cell's bin (`bin(column:slot:)`) is
-/// kept with it, worked out when the cell learns rather than at every ranking.
+/// Cells are stored slot by slot (`cells[slot * capacity + column]`, as `ColumnRows` lays
+/// them out), the column being the app's column in `UsagePredictor`'s `LogisticTable`, so that
+/// a window, which ranks every app at one slot, reads the apps' bins as one run of memory. Each
+/// cell's bin (`bin(column:slot:)`) is kept with it, worked out when the cell learns rather than
+/// at every ranking.
 struct SlotHistoryTable: Sendable {
     /// How much a day's outcome counts a day later.
     static let decay: Float = 0.9
@@ -41,20 +42,11 @@ struct SlotHistoryTable: Sendable {
         return count - 1
     }
 
+    /// Moves every slot's row to rows of `newCapacity` columns (`ColumnRows.widened`).
     private mutating func grow(to newCapacity: Int) {
-        var newOpens = [Float](repeating: 0, count: slotsPerDay * newCapacity)
-        var newDays = [Float](repeating: 0, count: slotsPerDay * newCapacity)
-        var newBins = [UInt8](repeating: 0, count: slotsPerDay * newCapacity)
-        for slot in 0..<slotsPerDay {
-            for column in 0..<count {
-                newOpens[slot * newCapacity + column] = opens[slot * capacity + column]
-                newDays[slot * newCapacity + column] = days[slot * capacity + column]
-                newBins[slot * newCapacity + column] = bins[slot * capacity + column]
-            }
-        }
-        opens = newOpens
-        days = newDays
-        bins = newBins
+        opens = ColumnRows.widened(opens, rows: slotsPerDay, capacity: capacity, count: count, to: newCapacity, fill: 0)
+        days = ColumnRows.widened(days, rows: slotsPerDay, capacity: capacity, count: count, to: newCapacity, fill: 0)
+        bins = ColumnRows.widened(bins, rows: slotsPerDay, capacity: capacity, count: count, to: newCapacity, fill: 0)
         capacity = newCapacity
     }
 
