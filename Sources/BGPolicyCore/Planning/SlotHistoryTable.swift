@@ -55,7 +55,7 @@ struct SlotHistoryTable: Sendable {
         let at = slot * capacity + column
         opens[at] = opens[at] * Self.decay + (opened ? 1 : 0)
         days[at] = days[at] * Self.decay + 1
-        bins[at] = UInt8(Self.bin(opens: opens[at], days: days[at]))
+        bins[at] = UInt8(rate(column: column, slot: slot).map { 1 + UsagePredictor.bin($0, Self.rateEdges) } ?? 0)
     }
 
     /// The decayed share of past days on which the app was opened in `slot`; nil before any.
@@ -66,11 +66,6 @@ struct SlotHistoryTable: Sendable {
 
     /// The cell's bin, 0 to `binCount - 1` (see `rateEdges`).
     func bin(column: Int, slot: Int) -> Int { Int(bins[slot * capacity + column]) }
-
-    static func bin(opens: Float, days: Float) -> Int {
-        guard days >= minimumDays else { return 0 }
-        return 1 + UsagePredictor.bin(Double(opens) / Double(days), rateEdges)
-    }
 
     /// Reads the bins in place: `body` finds the bin of the app in column `c` at slot `s` at
     /// `s * stride + c`, where `stride` is the capacity it is handed.
