@@ -148,6 +148,45 @@ struct TimelineRenderTests {
         #expect(!text.contains("█"))
     }
 
+    /// An app whose use the agent has not seen has its prior (about 1 %) in every slot. Drawn
+    /// on the shared scale, a fresh agent's apps, all at their prior, filled every cell: a
+    /// strip that read "certain all day". Such an app says what it is instead, and its
+    /// chance does not set the scale of the apps that have a pattern.
+    @Test func anAppWithTheSameChanceInEverySlotSaysItHasNoPatternYet() {
+        let prior = 1.0 / 96
+        let timeline = TimelineFixture.day([
+            .init(appID: "org.example.New", probabilities: Array(repeating: prior, count: 96), refreshes: [TimelineFixture.start + 1800]),
+            .init(appID: "org.example.Mail", probabilities: TimelineFixture.probabilities([4: 0.4, 5: 0.2])),
+        ])
+        let text = TimelineText.render(timeline, utcOffsetSeconds: 0, width: nil, color: false)
+        let lines = text.split(separator: "\n").map(String.init)
+        #expect(lines.contains("org.example.New   no use seen yet: 1 % in every 15 min slot until it is learned"))
+        // Its planned refresh is still marked, under the words.
+        let new = lines.firstIndex { $0.hasPrefix("org.example.New") }!
+        #expect(lines[new + 1] == String(repeating: " ", count: 18 + 2) + "▲")
+        // Mail's 40 % is the full cell, not the prior's 1 %.
+        #expect(lines.contains("org.example.Mail      █▄"))
+        #expect(text.contains("█ = 40 %"))
+        let svg = TimelineSVG.render(timeline, utcOffsetSeconds: 0)
+        #expect(svg.contains("no use seen yet: 1 % in every 15 min slot"))
+        #expect(svg.contains("solid = 40 %"))
+        #expect(!svg.contains(": 1 %</title>"))
+
+        // Alone, on a fresh agent: words, and no heat legend, since no strip shows a cell.
+        let fresh = TimelineFixture.day([.init(appID: "org.example.New", probabilities: Array(repeating: prior, count: 96))])
+        let freshText = TimelineText.render(fresh, utcOffsetSeconds: 0, width: nil, color: false)
+        #expect(!freshText.contains("█"))
+        #expect(freshText.contains("no use seen yet"))
+
+        // One slot different is a pattern, drawn as one.
+        var almost = Array(repeating: prior, count: 96)
+        almost[10] = 0.02
+        #expect(timeline.flatChance(.init(appID: "a", probabilities: almost)) == nil)
+        // All under 0.5 %, or none sent, is not this case.
+        #expect(timeline.flatChance(.init(appID: "a", probabilities: Array(repeating: 0.001, count: 96))) == nil)
+        #expect(timeline.flatChance(.init(appID: "a", probabilities: [])) == nil)
+    }
+
     /// With `every-window` the agent predicts nothing: every strip says so, rather than "no use
     /// predicted", and the windows row still shows the next window.
     @Test func everyWindowPredictsNothing() {

@@ -486,6 +486,9 @@ def test_bgpolicy_timeline_draws_the_agents_plan(laptop, tmp_path):
     assert lines[0].startswith("Next 24 h from ") and "a column is" in lines[0], out
     assert any(line.startswith("org.example.Maps") for line in lines), out
     assert any(line.startswith("windows") for line in lines), out
+    # A fresh agent has seen no use of Maps: the same prior in every slot, which it says in
+    # words rather than as a strip of full cells.
+    assert "no use seen yet:" in out and "█" not in out, out
 
     as_json = json.loads(agent.cli("timeline", "org.example.Maps", "--json").stdout)
     assert as_json["slots"] == 96 and [a["app_id"] for a in as_json["apps"]] == ["org.example.Maps"]

@@ -73,6 +73,22 @@ public struct Timeline: Sendable, Equatable {
 
     /// Whether the agent sent any prediction for the app.
     public static func hasData(_ app: App) -> Bool { !app.probabilities.isEmpty }
+
+    /// The one chance the app has in every slot, when all its slots have the same (of at least
+    /// 0.5 %): the agent's prior for an app whose use it has not seen, which has no pattern to
+    /// draw. On the shared scale it would fill every cell, and on a fresh agent, where every
+    /// app has it, read as "certain all day". `nil` when the slots differ or show nothing.
+    public func flatChance(_ app: App) -> Double? {
+        guard Self.hasData(app), slots > 1 else { return nil }
+        let p = slotProbabilities(app)
+        guard let first = p.first, first >= TimelineText.visible, p.allSatisfy({ $0 == first }) else { return nil }
+        return first
+    }
+
+    /// What an app's strip says in place of a flat one (`flatChance`).
+    public func flatWords(_ chance: Double) -> String {
+        "no use seen yet: \(TimelineSafeText.percent(chance)) in every \(TimelineSafeText.span(max(1, slotSeconds))) slot until it is learned"
+    }
 }
 
 /// Text made safe to show: control characters (an escape sequence an app put in its id)

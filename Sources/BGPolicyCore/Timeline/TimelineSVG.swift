@@ -30,7 +30,7 @@ public enum TimelineSVG {
         let height = legendY + 44
         let x = { (time: UnixTime) -> Double in left + (time - t.start) / Double(slotSeconds) * cellWidth }
         let inSpan = { (time: UnixTime) -> Bool in time.isFinite && time >= t.start && time < t.end }
-        let drawn = t.apps.filter { !$0.inactive && Timeline.hasData($0) }
+        let drawn = t.apps.filter { !$0.inactive && Timeline.hasData($0) && t.flatChance($0) == nil }
         let scale = drawn.flatMap { t.slotProbabilities($0) }.max() ?? 0
 
         var out: [String] = [
@@ -82,12 +82,15 @@ public enum TimelineSVG {
             out.append(
                 ##"<rect x="\##(num(left))" y="\##(num(y))" width="\##(num(stripWidth))" height="\##(num(stripHeight))" "##
                     + ##"fill="#f6f8fa" stroke="#d0d7de" stroke-width="0.5"/>"##)
+            let flat = t.flatChance(app)
             if t.strategy == .everyWindow {
                 out.append(text(left + 4, y + 12, Timeline.everyWindowWords, attributes: ##"fill="#57606a""##))
             } else if !Timeline.hasData(app) {
                 out.append(text(left + 4, y + 12, "no usage data yet", attributes: ##"fill="#57606a""##))
+            } else if let flat {
+                out.append(text(left + 4, y + 12, t.flatWords(flat), attributes: ##"fill="#57606a""##))
             }
-            for (slot, p) in t.slotProbabilities(app).enumerated() where p >= TimelineText.visible && scale > 0 {
+            for (slot, p) in t.slotProbabilities(app).enumerated() where p >= TimelineText.visible && scale > 0 && flat == nil {
                 let from = t.start + Double(slot * slotSeconds)
                 out.append(
                     ##"<rect x="\##(num(left + Double(slot) * cellWidth))" y="\##(num(y))" width="\##(num(cellWidth))" "##

@@ -87,12 +87,14 @@ public enum TimelineText {
                 let p = t.slotProbabilities(app)
                 return (0..<columns).map { c in p[(c * merge)..<min(slots, (c + 1) * merge)].max() ?? 0 }
             }
-            scale = zip(t.apps, cells).filter { Self.drawsStrip($0.0) }.flatMap(\.1).max() ?? 0
+            scale = zip(t.apps, cells).filter { Self.drawsStrip($0.0, in: t) }.flatMap(\.1).max() ?? 0
         }
 
         static let windowsLabel = "windows"
 
-        static func drawsStrip(_ app: Timeline.App) -> Bool { !app.inactive && Timeline.hasData(app) }
+        static func drawsStrip(_ app: Timeline.App, in t: Timeline) -> Bool {
+            !app.inactive && Timeline.hasData(app) && t.flatChance(app) == nil
+        }
 
         var text: String {
             var lines = [header, ruler]
@@ -159,6 +161,8 @@ public enum TimelineText {
                 strip = [paint(Timeline.everyWindowWords, "2")]
             } else if !Timeline.hasData(app) {
                 strip = [paint("no usage data yet", "2")]
+            } else if let chance = t.flatChance(app) {
+                strip = [paint(t.flatWords(chance), "2")]
             } else {
                 strip = probabilities.map { p in
                     let level = TimelineText.level(p, scale: scale)
