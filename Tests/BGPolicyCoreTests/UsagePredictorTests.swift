@@ -123,9 +123,16 @@ struct UsagePredictorHistoryTests {
         #expect(table.rate(column: first, slot: 51) == nil)
         #expect(table.rate(column: 20, slot: 50) == 0 && table.bin(column: 20, slot: 50) == 1)
         #expect(table.rate(column: 20, slot: 51) == 1 && table.bin(column: 20, slot: 51) == SlotHistoryTable.binCount - 1)
-        table.withBins { bins, stride in
+        // The blend's input: the rate shrunk by a day's worth of the prior; none where nothing
+        // was learned, also in the columns added by growing.
+        #expect(abs(try! #require(table.rateLogit(column: first, slot: 50)) - ForecastBlend.historyLogit(opens: 1.71, days: 2.71)) < 1e-5)
+        #expect(abs(try! #require(table.rateLogit(column: 20, slot: 51)) - ForecastBlend.historyLogit(opens: 1, days: 1)) < 1e-5)
+        #expect(table.rateLogit(column: 20, slot: 52) == nil)
+        #expect(table.rateLogit(column: first, slot: 51) == nil)
+        table.withCells { bins, logits, stride in
             #expect(bins[50 * stride + first] == 8)
             #expect(bins[51 * stride + 20] == UInt8(SlotHistoryTable.binCount - 1))
+            #expect(SlotHistoryTable.rateLogit(logits[50 * stride + first]) == table.rateLogit(column: first, slot: 50))
         }
     }
 

@@ -350,10 +350,11 @@ def routines(tmp_path_factory):
 
 
 def test_routines_are_learned_to_the_quarter_hour(routines):
-    # Seed 5: each app opened at its own times of day, give or take 5 minutes. 3.13×
-    # periodic:60m (0.587 against 0.187). Before each app's model had the slot of the day, its
+    # Seed 5: each app opened at its own times of day, give or take 5 minutes. 3.54×
+    # periodic:60m (0.662 against 0.187). Before each app's model had the slot of the day, its
     # hour smeared a routine over four slots and the budget went to the wrong ones: 1.88×; before
     # it had the same slot on past days, and a window could take two refreshes with fewer than
-    # ten apps, 2.86× (0.536).
+    # ten apps, 2.86× (0.536); before ForecastBlend weighed the rate of past days against the
+    # model, 3.29× (0.617).
     ours, hourly = replay_within_hourly_timers_budget(routines)
-    assert ours["freshness_15m"] >= 3.0 * hourly["freshness_15m"], (ours, hourly)
+    assert ours["freshness_15m"] >= 3.3 * hourly["freshness_15m"], (ours, hourly)

@@ -1,5 +1,6 @@
 /// For each app and each slot of the day, how often the app was opened in that slot on the days
-/// before: the evidence behind `UsagePredictor`'s "opened at this time on past days" feature.
+/// before: the evidence behind `UsagePredictor`'s "opened at this time on past days" feature,
+/// and one of the two inputs of `ForecastBlend`.
 ///
 /// Each cell is a decaying count (`DecayingEvidence`'s rule, kept in `Float` to halve the
 /// table): the slot's outcome on a day counts `decay` times as much a day later. A habit (mail at
@@ -10,8 +11,9 @@
 /// Cells are stored slot by slot (`cells[slot * capacity + column]`, as `ColumnRows` lays
 /// them out), the column being the app's column in `UsagePredictor`'s `LogisticTable`, so that
 /// a window, which ranks every app at one slot, reads the apps' bins as one run of memory. Each
-/// cell's bin (`bin(column:slot:)`) is kept with it, worked out when the cell learns rather than
-/// at every ranking.
+/// cell's bin (`bin(column:slot:)`) and the log-odds of its rate shrunk towards a prior
+/// (`rateLogit(column:slot:)`, for `ForecastBlend`) are kept with it, worked out when the cell
+/// learns rather than at every ranking.
 struct SlotHistoryTable: Sendable {
     /// How much a day's outcome counts a day later.
     static let decay: Float = 0.9
@@ -30,6 +32,8 @@ struct SlotHistoryTable: Sendable {
     private var opens: [Float] = []
     private var days: [Float] = []
     private var bins: [UInt8] = []
+    /// NaN in a cell that has not learned.
+    private var logits: [Float] = []
 
     init(slotsPerDay: Int) {
         self.slotsPerDay = max(1, slotsPerDay)
@@ -47,6 +51,8 @@ struct SlotHistoryTable: Sendable {
         opens = ColumnRows.widened(opens, rows: slotsPerDay, capacity: capacity, count: count, to: newCapacity, fill: 0)
         days = ColumnRows.widened(days, rows: slotsPerDay, capacity: capacity, count: count, to: newCapacity, fill: 0)
         bins = ColumnRows.widened(bins, rows: slotsPerDay, capacity: capacity, count: count, to: newCapacity, fill: 0)
+        logits = ColumnRows.widened(
+            logits, rows: slotsPerDay, capacity: capacity, count: count, to: newCapacity, fill: .nan)
         capacity = newCapacity
     }
 
@@ -56,6 +62,7 @@ struct SlotHistoryTable: Sendable {
         opens[at] = opens[at] * Self.decay + (opened ? 1 : 0)
         days[at] = days[at] * Self.decay + 1
         bins[at] = UInt8(rate(column: column, slot: slot).map { 1 + UsagePredictor.bin($0, Self.rateEdges) } ?? 0)
+        logits[at] = Float(ForecastBlend.historyLogit(opens: Double(opens[at]), days: Double(days[at])))
     }
 
     /// The decayed share of past days on which the app was opened in `slot`; nil before any.
@@ -67,9 +74,19 @@ struct SlotHistoryTable: Sendable {
     /// The cell's bin, 0 to `binCount - 1` (see `rateEdges`).
     func bin(column: Int, slot: Int) -> Int { Int(bins[slot * capacity + column]) }
 
-    /// Reads the bins in place: `body` finds the bin of the app in column `c` at slot `s` at
-    /// `s * stride + c`, where `stride` is the capacity it is handed.
-    func withBins<R>(_ body: (_ bins: UnsafeBufferPointer<UInt8>, _ stride: Int) -> R) -> R {
-        bins.withUnsafeBufferPointer { body($0, capacity) }
+    /// The log-odds of the cell's rate shrunk towards `ForecastBlend.priorRate`; nil before the
+    /// cell learns.
+    func rateLogit(column: Int, slot: Int) -> Double? { Self.rateLogit(logits[slot * capacity + column]) }
+
+    /// A stored log-odds as `rateLogit` gives it.
+    static func rateLogit(_ stored: Float) -> Double? { stored.isNaN ? nil : Double(stored) }
+
+    /// Reads the bins and the rates' log-odds in place: `body` finds those of the app in column
+    /// `c` at slot `s` at `s * stride + c`, where `stride` is the capacity it is handed (a
+    /// log-odds is read through `rateLogit(_:)`).
+    func withCells<R>(
+        _ body: (_ bins: UnsafeBufferPointer<UInt8>, _ logits: UnsafeBufferPointer<Float>, _ stride: Int) -> R
+    ) -> R {
+        bins.withUnsafeBufferPointer { bins in logits.withUnsafeBufferPointer { body(bins, $0, capacity) } }
     }
 }

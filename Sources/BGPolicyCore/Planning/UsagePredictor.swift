@@ -26,6 +26,10 @@
 ///   app dimmed for a day because it is open now).
 /// Time of day is in UTC offset by `utcOffsetSeconds`; a trace carries no time zone.
 ///
+/// An app's forecast is not its model's alone: `ForecastBlend`, one small model for the user,
+/// weighs the model's log-odds against those of the app's rate in the same slot on past days,
+/// and learns from every app's slots how much this user's use follows the clock.
+///
 /// Besides the per-app models, `probabilityOfAnyOpen` answers whether the user opens *some*
 /// app in a slot, from `ActivityEstimator`'s user-level model (recency, slot of the day, hour,
 /// day): that is the signal that decides when a wake window is worth opening.
@@ -70,8 +74,10 @@ public struct UsagePredictor: Sendable {
     struct Model: Sendable {
         var lastOpen: Double?
         var recentOpens: [Double] = []
-        /// Features of the slot being watched, and whether the app opened in it.
+        /// Features of the slot being watched, what the blend weighed in it, and whether the app
+        /// opened in it.
         var pending: [Int]?
+        var pendingBlend: ForecastBlend.Inputs?
         var openedInSlot = false
         /// Opened and not left since (`recordClose`).
         var inUse = false
@@ -92,6 +98,10 @@ public struct UsagePredictor: Sendable {
     private var index: [String: Int] = [:]
     /// Shared weights learned by every app: the prior of a cold app.
     private var shared: OnlineLogistic
+    /// The last step of every app's forecast, learned from every app's slots.
+    private var blend = ForecastBlend()
+    /// The blend as it has learned so far.
+    var forecastBlend: ForecastBlend { blend }
     private var lastAnyOpen: Double?
     private var slotStart: Double?
     /// The user-level estimate: is any app opened in the slot? It sees every slot, so it learns
@@ -175,14 +185,19 @@ public struct UsagePredictor: Sendable {
             }
             if let features = models[i].pending {
                 let y: Double = models[i].openedInSlot ? 1 : 0
+                if let inputs = models[i].pendingBlend { blend.train(inputs, opened: y == 1) }
                 weights.train(features, y, column: i, rate: Self.learningRate, l2: Self.l2)
                 shared.train(features, y, rate: sharedRate, l2: Self.l2)
                 if let closing { history.learn(column: i, slot: closing, opened: y == 1) }
             }
             models[i].recentOpens.removeAll { $0 <= time - 86_400 }
-            models[i].pending = features(lastOpen: models[i].lastOpen, recentOpens: models[i].recentOpens,
-                                         historyBin: history.bin(column: i, slot: common.slot),
-                                         inUse: models[i].inUse, at: time, shared: common)
+            let features = features(lastOpen: models[i].lastOpen, recentOpens: models[i].recentOpens,
+                                    historyBin: history.bin(column: i, slot: common.slot),
+                                    inUse: models[i].inUse, at: time, shared: common)
+            models[i].pending = features
+            models[i].pendingBlend = ForecastBlend.Inputs(
+                modelScore: weights.score(features, column: i),
+                historyLogit: history.rateLogit(column: i, slot: common.slot))
             models[i].openedInSlot = false
         }
         slotStart = time
@@ -202,14 +217,15 @@ public struct UsagePredictor: Sendable {
         // Read in place through a pointer: a thousand models are looked at, none is copied or
         // retained (passing a model by value retained its four arrays).
         return weights.withWeights { weights, stride in
-            history.withBins { bins, binStride in
+            history.withCells { bins, logits, cellStride in
                 models.withUnsafeBufferPointer { models in
                     models.indices.map { i in
                         let model = models.baseAddress! + i
                         guard let last = model.pointee.lastOpen, time - last < inactiveAfter else { return nil }
-                        return Self.probability(of: model, column: i, weights: weights, stride: stride,
-                                                historyBin: Int(bins[shared.slot * binStride + i]), inSlotAt: time,
-                                                shared: shared)
+                        let cell = shared.slot * cellStride + i
+                        let score = Self.score(of: model, column: i, weights: weights, stride: stride,
+                                               historyBin: Int(bins[cell]), inSlotAt: time, shared: shared)
+                        return blend.probability(.init(modelScore: score, historyLogit: SlotHistoryTable.rateLogit(logits[cell])))
                     }
                 }
             }
@@ -237,20 +253,31 @@ public struct UsagePredictor: Sendable {
     func lastOpen(at position: Int) -> Double? { models[position].lastOpen }
 
     private func probability(ofModelAt i: Int, inSlotAt time: Double) -> Double {
-        let shared = sharedFeatures(at: time)
-        let historyBin = history.bin(column: i, slot: shared.slot)
-        return weights.withWeights { weights, stride in
-            models.withUnsafeBufferPointer {
-                Self.probability(of: $0.baseAddress! + i, column: i, weights: weights, stride: stride,
-                                 historyBin: historyBin, inSlotAt: time, shared: shared)
-            }
-        }
+        blend.probability(blendInputs(ofModelAt: i, inSlotAt: time))
     }
 
-    /// `historyBin` is the app's bin in `history` at the slot of the day of `time`.
-    private static func probability(of model: UnsafePointer<Model>, column: Int, weights w: UnsafeBufferPointer<Double>,
-                                    stride: Int, historyBin: Int, inSlotAt time: Double,
-                                    shared: SharedFeatures) -> Double {
+    /// What the blend weighs for `appID` in the slot at `time`; nil for an unknown app.
+    func blendInputs(of appID: String, inSlotAt time: Double) -> ForecastBlend.Inputs? {
+        index[appID].map { blendInputs(ofModelAt: $0, inSlotAt: time) }
+    }
+
+    private func blendInputs(ofModelAt i: Int, inSlotAt time: Double) -> ForecastBlend.Inputs {
+        let shared = sharedFeatures(at: time)
+        let historyBin = history.bin(column: i, slot: shared.slot)
+        let score = weights.withWeights { weights, stride in
+            models.withUnsafeBufferPointer {
+                Self.score(of: $0.baseAddress! + i, column: i, weights: weights, stride: stride,
+                           historyBin: historyBin, inSlotAt: time, shared: shared)
+            }
+        }
+        return .init(modelScore: score, historyLogit: history.rateLogit(column: i, slot: shared.slot))
+    }
+
+    /// The app's model's score (log-odds) before the blend; `historyBin` is the app's bin in
+    /// `history` at the slot of the day of `time`.
+    private static func score(of model: UnsafePointer<Model>, column: Int, weights w: UnsafeBufferPointer<Double>,
+                              stride: Int, historyBin: Int, inSlotAt time: Double,
+                              shared: SharedFeatures) -> Double {
         let f = featureIndices(lastOpen: model.pointee.lastOpen, recentOpens: model.pointee.recentOpens,
                                historyBin: historyBin, inUse: model.pointee.inUse, at: time, shared: shared)
         // Summed in the order `LogisticTable.score` sums `features(lastOpen:recentOpens:historyBin:inUse:at:shared:)`.
@@ -265,7 +292,7 @@ public struct UsagePredictor: Sendable {
         score += w[f.7 * stride + column]
         score += w[f.8 * stride + column]
         score += w[f.9 * stride + column]
-        return OnlineLogistic.sigmoid(score)
+        return score
     }
 
     /// The probability that some app is opened in `[time, time + slotSeconds)`.
