@@ -31,9 +31,12 @@ struct AdminInterface: Sendable {
 
     /// The `a{sv}` `GetStatus` returns. Built from entries encoded when they change (the
     /// constants, the engine's part, the conditions), so a call encodes only the uptime:
-    /// settings panels may call it as often as they redraw.
+    /// settings panels may call it as often as they redraw. The uptime is in whole seconds, so
+    /// that the reply stays the same bytes for a second at a time unless something changes,
+    /// and the object server sends a copy of the last one, which libdbus does not validate
+    /// again (`ReplyTemplates`).
     func status() -> DBusValue {
-        let seconds = (ContinuousClock.now - startedAt).seconds
+        let seconds = (ContinuousClock.now - startedAt).seconds.rounded(.down)
         var entries = constantEntries
         entries.append(StatusEntry("uptime_seconds", .double(seconds)))
         entries.append(StatusEntry("conditions", conditions.snapshotDBusValue))

@@ -24,7 +24,7 @@ public enum AgentInterfaces {
                         A dictionary of facts about the running agent. Keys present in this version:
                         "version" (s) the agent's version; "pid" (u) its process id;
                         "started_at" (x) when it started, in Unix seconds; "uptime_seconds" (d) how long
-                        it has been running, from a monotonic clock; "state_dir" (s) the directory holding
+                        it has been running, in whole seconds, from a monotonic clock; "state_dir" (s) the directory holding
                         its state; "config_source" (s) the configuration file in use, or "defaults" when
                         none exists; "config_path" (s) where the configuration is read from;
                         "conditions" (a{sv}) the same dictionary as the Conditions property;

@@ -68,15 +68,16 @@ extension Message {
         try validateHeaders()
         try MessageCodec.checkBody(body)
         guard let bytes = try WireWriter.message(self) else { return try buildThroughIterators() }
-        let loaded: RawMessage
-        do {
-            loaded = try RawMessage.loading(bytes)
-        } catch {
-            throw .invalidValue("libdbus refused the message as written: \(error.message)")
-        }
-        // A copy has serial 0, so that sending gives it the connection's next one.
-        guard let copy = withExtendedLifetime(loaded, { dbus_message_copy(loaded.pointer) }) else { throw .outOfMemory }
-        return RawMessage(taking: copy)
+        return try RawMessage.loading(written: bytes).unsentCopy()
+    }
+
+    /// `encode` for a reply, through `templates`: a method return whose body is the same as the
+    /// last one of `method` is a copy of that one (see `ReplyTemplates`).
+    func encodeReply(method: String, templates: ReplyTemplates) throws(DBusError) -> RawMessage {
+        if let copy = try templates.copy(for: self, method: method) { return copy }
+        let raw = try encode()
+        templates.keep(raw, for: self, method: method)
+        return try raw.unsentCopy()
     }
 
     /// The message built through libdbus's iterators, for bodies that carry Unix file
@@ -148,6 +149,22 @@ extension RawMessage {
         if let error { throw .malformedMessage("\(error.name): \(error.message)") }
         guard let pointer else { throw .malformedMessage("libdbus could not parse the bytes") }
         return RawMessage(taking: pointer)
+    }
+
+    /// The libdbus message in `bytes` that this layer wrote (`WireWriter`), validated whole: a
+    /// refusal is this layer's fault, and says so.
+    static func loading(written bytes: [UInt8]) throws(DBusError) -> RawMessage {
+        do {
+            return try loading(bytes)
+        } catch {
+            throw .invalidValue("libdbus refused the message as written: \(error.message)")
+        }
+    }
+
+    /// A copy of the message with serial 0, so that sending gives it the connection's next one.
+    func unsentCopy() throws(DBusError) -> RawMessage {
+        guard let copy = withExtendedLifetime(self, { dbus_message_copy(pointer) }) else { throw .outOfMemory }
+        return RawMessage(taking: copy)
     }
 
     /// The message in wire format, as libdbus writes it; a message without a serial is given

@@ -143,6 +143,8 @@ public final class ObjectServer: Sendable {
     }
 
     private let state = Mutex(State())
+    /// The last reply of each immediate method, for `Message.encodeReply`.
+    private let replyTemplates = ReplyTemplates()
     private let logger: Logger
 
     init(logger: Logger) {
@@ -281,13 +283,20 @@ public final class ObjectServer: Sendable {
     }
 
     /// Sends a reply: directly when already on the connection's thread, else through its queue.
-    private func respond(_ reply: Message, to call: Message, loop: ConnectionLoop, onLoopThread: Bool = false) {
+    /// An immediate method's reply goes through `replyTemplates`: such methods read a snapshot,
+    /// often the same one many times over, and their replies are small.
+    private func respond(_ reply: Message, to call: Message, loop: ConnectionLoop, onLoopThread: Bool = false,
+                         immediate: Bool = false) {
         guard !call.noReplyExpected else { return }
         func deliver(_ raw: RawMessage) {
             if onLoopThread { try? loop.send(raw) } else { loop.enqueue { loop in try? loop.send(raw) } }
         }
         do {
-            deliver(try reply.encode())
+            if immediate {
+                deliver(try reply.encodeReply(method: (call.interface ?? "") + "." + (call.member ?? ""), templates: replyTemplates))
+            } else {
+                deliver(try reply.encode())
+            }
         } catch {
             // The handler returned something unsendable: tell the caller rather than nothing.
             logger.error("A reply could not be encoded", metadata: ["member": "\(call.member ?? "")", "error": "\(error)"])
@@ -313,7 +322,7 @@ public final class ObjectServer: Sendable {
             if busy {
                 enqueue(Work(message: message, loop: loop, run: { call in try handler(call) }), loop: loop)
             } else {
-                respond(runImmediate(handler, for: message), to: message, loop: loop, onLoopThread: true)
+                respond(runImmediate(handler, for: message), to: message, loop: loop, onLoopThread: true, immediate: true)
             }
         }
     }

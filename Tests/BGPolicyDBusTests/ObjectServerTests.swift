@@ -606,3 +606,73 @@ struct ServeLifecycleTests {
         await second.value
     }
 }
+
+@Suite("Replies sent again from the last one (ReplyTemplates)")
+struct ReplyTemplateTests {
+    static let status: DBusValue = .dictionary(key: .string, value: .variant, [
+        .init(key: .string("pid"), value: .variant(.uint32(42))),
+        .init(key: .string("summary"), value: .variant(.string("On AC"))),
+        .init(key: .string("sources"), value: .variant(.array(element: .string, [.string("udev"), .string("upower")]))),
+    ])
+
+    /// A reply equal to the last is a copy of it with its own reply serial and destination:
+    /// written again in full, it is the same message to the byte; with another body it is built
+    /// afresh. A reply that is not a plain method return is never a copy.
+    @Test func aCopyIsTheReplyItStandsFor() throws {
+        let templates = ReplyTemplates()
+        func reply(_ body: [DBusValue], serial: UInt32, to destination: String?) -> Message {
+            var call = Message.methodCall(destination: ":1.1", path: try! ObjectPath("/o"), interface: "org.ex.I", member: "Get")
+            call.serial = serial
+            call.sender = destination
+            return call.makeReply(body)
+        }
+        func wire(_ raw: RawMessage) throws -> [UInt8] { try raw.marshalled(serial: 77) }
+        let first = reply([Self.status], serial: 5, to: ":1.9")
+        #expect(try templates.copy(for: first, method: "org.ex.I.Get") == nil)
+        _ = try first.encodeReply(method: "org.ex.I.Get", templates: templates)
+        for (serial, destination) in [(UInt32(6), Optional(":1.9")), (7, ":1.10"), (8, nil)] {
+            let again = reply([Self.status], serial: serial, to: destination)
+            let copy = try #require(try templates.copy(for: again, method: "org.ex.I.Get"))
+            #expect(try wire(copy) == wire(try again.encode()), "serial \(serial), destination \(destination ?? "none")")
+            let read = try Message.demarshal(try wire(copy))
+            #expect(read.replySerial == serial && read.destination == destination && read.body == [Self.status])
+        }
+        // Another body, or another method: no copy.
+        #expect(try templates.copy(for: reply([.uint32(1)], serial: 9, to: ":1.9"), method: "org.ex.I.Get") == nil)
+        #expect(try templates.copy(for: reply([Self.status], serial: 9, to: ":1.9"), method: "org.ex.I.Other") == nil)
+        // An error reply is not a method return.
+        var call = Message.methodCall(destination: ":1.1", path: try ObjectPath("/o"), interface: "org.ex.I", member: "Get")
+        call.serial = 10
+        #expect(try templates.copy(for: call.makeError(name: "org.ex.Error.No", message: "no"), method: "org.ex.I.Get") == nil)
+    }
+
+    /// Through a bus: two callers take turns calling an immediate method, each gets its own
+    /// answer (a reply with the wrong serial or destination would never arrive, and the call
+    /// would time out), and a changed snapshot is answered at once.
+    @Test func callersTakingTurnsGetTheirOwnRepliesAndChangesAtOnce() async throws {
+        let bus = try PrivateBus()
+        let connections = try await connect(3, to: bus)
+        let (server, a, b) = (connections[0], connections[1], connections[2])
+        let snapshot = Mutex<DBusValue>(Self.status)
+        let description = InterfaceDescription(
+            name: "org.bgpolicy.Snapshot1", documentation: "d",
+            methods: [.init("Get", outputs: [.init("status", .dictionary(key: .string, value: .variant))], documentation: "d")])
+        try server.objects.export(
+            [ExportedInterface(description).method("Get", immediate: { _ in [snapshot.withLock { $0 }] })], at: ObjectPath("/s"))
+        let serving = startServing(server)
+        defer { serving.cancel() }
+        func get(_ client: DBusConnection) async throws -> [DBusValue] {
+            try await client.call(destination: server.uniqueName, path: ObjectPath("/s"), interface: "org.bgpolicy.Snapshot1",
+                                  member: "Get", timeout: .seconds(5))
+        }
+        for client in [a, a, b, a, b, b] { #expect(try await get(client) == [Self.status]) }
+        let changed: DBusValue = .dictionary(key: .string, value: .variant, [.init(key: .string("pid"), value: .variant(.uint32(43)))])
+        snapshot.withLock { $0 = changed }
+        for client in [b, a, a] { #expect(try await get(client) == [changed]) }
+        // Many in flight from both at once.
+        try await withThrowingTaskGroup(of: [DBusValue].self) { group in
+            for k in 0..<64 { group.addTask { try await get(k % 2 == 0 ? a : b) } }
+            for try await answer in group { #expect(answer == [changed]) }
+        }
+    }
+}
