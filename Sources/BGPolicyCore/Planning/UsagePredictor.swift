@@ -74,10 +74,8 @@ public struct UsagePredictor: Sendable {
     struct Model: Sendable {
         var lastOpen: Double?
         var recentOpens: [Double] = []
-        /// Features of the slot being watched, what the blend weighed in it, and whether the app
-        /// opened in it.
+        /// Features of the slot being watched, and whether the app opened in it.
         var pending: [Int]?
-        var pendingBlend: ForecastBlend.Inputs?
         var openedInSlot = false
         /// Opened and not left since (`recordClose`).
         var inUse = false
@@ -185,19 +183,21 @@ public struct UsagePredictor: Sendable {
             }
             if let features = models[i].pending {
                 let y: Double = models[i].openedInSlot ? 1 : 0
-                if let inputs = models[i].pendingBlend { blend.train(inputs, opened: y == 1) }
+                // What the blend weighed as the slot began: the app's weights and the slot's
+                // history learn only here, below, so they are as they were then.
+                if let closing {
+                    blend.train(.init(modelScore: weights.score(features, column: i),
+                                      historyLogit: history.rateLogit(column: i, slot: closing)),
+                                opened: y == 1)
+                }
                 weights.train(features, y, column: i, rate: Self.learningRate, l2: Self.l2)
                 shared.train(features, y, rate: sharedRate, l2: Self.l2)
                 if let closing { history.learn(column: i, slot: closing, opened: y == 1) }
             }
             models[i].recentOpens.removeAll { $0 <= time - 86_400 }
-            let features = features(lastOpen: models[i].lastOpen, recentOpens: models[i].recentOpens,
-                                    historyBin: history.bin(column: i, slot: common.slot),
-                                    inUse: models[i].inUse, at: time, shared: common)
-            models[i].pending = features
-            models[i].pendingBlend = ForecastBlend.Inputs(
-                modelScore: weights.score(features, column: i),
-                historyLogit: history.rateLogit(column: i, slot: common.slot))
+            models[i].pending = features(lastOpen: models[i].lastOpen, recentOpens: models[i].recentOpens,
+                                         historyBin: history.bin(column: i, slot: common.slot),
+                                         inUse: models[i].inUse, at: time, shared: common)
             models[i].openedInSlot = false
         }
         slotStart = time
