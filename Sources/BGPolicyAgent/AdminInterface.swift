@@ -32,7 +32,7 @@ struct AdminInterface: Sendable {
     /// The `a{sv}` `GetStatus` returns. Built from entries encoded when they change (the
     /// constants, the engine's part, the conditions), so a call encodes only the uptime:
     /// settings panels may call it as often as they redraw. The uptime is in whole seconds, so
-    /// that the reply stays the same bytes for a second at a time unless something changes,
+    /// that the reply stays the same for a second at a time unless something changes,
     /// and the object server sends a copy of the last one, which libdbus does not validate
     /// again (`ReplyTemplates`).
     func status() -> DBusValue {

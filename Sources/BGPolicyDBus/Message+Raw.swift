@@ -73,7 +73,7 @@ extension Message {
 
     /// `encode` for a reply, through `templates`: a method return whose body is the same as the
     /// last one of `method` is a copy of that one (see `ReplyTemplates`).
-    func encodeReply(method: String, templates: ReplyTemplates) throws(DBusError) -> RawMessage {
+    func encodeReply(method: ReplyTemplates.Method, templates: ReplyTemplates) throws(DBusError) -> RawMessage {
         if let copy = try templates.copy(for: self, method: method) { return copy }
         let raw = try encode()
         templates.keep(raw, for: self, method: method)

@@ -293,7 +293,8 @@ public final class ObjectServer: Sendable {
         }
         do {
             if immediate {
-                deliver(try reply.encodeReply(method: (call.interface ?? "") + "." + (call.member ?? ""), templates: replyTemplates))
+                let method = ReplyTemplates.Method(interface: call.interface, member: call.member)
+                deliver(try reply.encodeReply(method: method, templates: replyTemplates))
             } else {
                 deliver(try reply.encode())
             }

@@ -14,17 +14,23 @@ import Synchronization
 /// Swift compares them, so a -0.0 where the last reply had 0.0 goes as 0.0. One reply is kept
 /// per method, the last one written; it is only ever copied, never sent or changed.
 final class ReplyTemplates: Sendable {
+    /// A method, by the interface and member its call named (no string is built per call).
+    struct Method: Hashable, Sendable {
+        var interface: String?
+        var member: String?
+    }
+
     private struct Template {
         let body: [DBusValue]
         let destination: String?
         let message: RawMessage
     }
 
-    private let templates = Mutex<[String: Template]>([:])
+    private let templates = Mutex<[Method: Template]>([:])
 
     /// A copy of the last reply of `method`, made the answer to `reply`'s call, if its body is
     /// the same; nil if not (or if `reply` is not a plain method return).
-    func copy(for reply: Message, method: String) throws(DBusError) -> RawMessage? {
+    func copy(for reply: Message, method: Method) throws(DBusError) -> RawMessage? {
         guard Self.isPlainReturn(reply),
             let template = templates.withLock({ $0[method].flatMap { $0.body == reply.body ? $0 : nil } })
         else { return nil }
@@ -40,7 +46,7 @@ final class ReplyTemplates: Sendable {
 
     /// Keeps `message`, just encoded from `reply`, as the last reply of `method` (if `reply` is
     /// a plain method return). It must not be sent itself: sending gives a message its serial.
-    func keep(_ message: RawMessage, for reply: Message, method: String) {
+    func keep(_ message: RawMessage, for reply: Message, method: Method) {
         guard Self.isPlainReturn(reply) else { return }
         templates.withLock { $0[method] = Template(body: reply.body, destination: reply.destination, message: message) }
     }

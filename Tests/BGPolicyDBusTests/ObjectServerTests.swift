@@ -620,6 +620,7 @@ struct ReplyTemplateTests {
     /// afresh. A reply that is not a plain method return is never a copy.
     @Test func aCopyIsTheReplyItStandsFor() throws {
         let templates = ReplyTemplates()
+        let get = ReplyTemplates.Method(interface: "org.ex.I", member: "Get")
         func reply(_ body: [DBusValue], serial: UInt32, to destination: String?) -> Message {
             var call = Message.methodCall(destination: ":1.1", path: try! ObjectPath("/o"), interface: "org.ex.I", member: "Get")
             call.serial = serial
@@ -628,22 +629,22 @@ struct ReplyTemplateTests {
         }
         func wire(_ raw: RawMessage) throws -> [UInt8] { try raw.marshalled(serial: 77) }
         let first = reply([Self.status], serial: 5, to: ":1.9")
-        #expect(try templates.copy(for: first, method: "org.ex.I.Get") == nil)
-        _ = try first.encodeReply(method: "org.ex.I.Get", templates: templates)
+        #expect(try templates.copy(for: first, method: get) == nil)
+        _ = try first.encodeReply(method: get, templates: templates)
         for (serial, destination) in [(UInt32(6), Optional(":1.9")), (7, ":1.10"), (8, nil)] {
             let again = reply([Self.status], serial: serial, to: destination)
-            let copy = try #require(try templates.copy(for: again, method: "org.ex.I.Get"))
+            let copy = try #require(try templates.copy(for: again, method: get))
             #expect(try wire(copy) == wire(try again.encode()), "serial \(serial), destination \(destination ?? "none")")
             let read = try Message.demarshal(try wire(copy))
             #expect(read.replySerial == serial && read.destination == destination && read.body == [Self.status])
         }
         // Another body, or another method: no copy.
-        #expect(try templates.copy(for: reply([.uint32(1)], serial: 9, to: ":1.9"), method: "org.ex.I.Get") == nil)
-        #expect(try templates.copy(for: reply([Self.status], serial: 9, to: ":1.9"), method: "org.ex.I.Other") == nil)
+        #expect(try templates.copy(for: reply([.uint32(1)], serial: 9, to: ":1.9"), method: get) == nil)
+        #expect(try templates.copy(for: reply([Self.status], serial: 9, to: ":1.9"), method: .init(interface: "org.ex.I", member: "Other")) == nil)
         // An error reply is not a method return.
         var call = Message.methodCall(destination: ":1.1", path: try ObjectPath("/o"), interface: "org.ex.I", member: "Get")
         call.serial = 10
-        #expect(try templates.copy(for: call.makeError(name: "org.ex.Error.No", message: "no"), method: "org.ex.I.Get") == nil)
+        #expect(try templates.copy(for: call.makeError(name: "org.ex.Error.No", message: "no"), method: get) == nil)
     }
 
     /// Through a bus: two callers take turns calling an immediate method, each gets its own
