@@ -121,7 +121,8 @@ extension TaskEngine {
         noteHolds(of: work, asked: full ? nil : candidates, decision: decision, context: facts)
         let refreshed = decision.refreshed.filter { !delivering.contains($0) }
         if !refreshed.isEmpty {
-            refreshPlanner?.recordWindow(at: now, refreshed: refreshed.map(\.rawValue))
+            refreshPlanner?.recordWindow(
+                at: now, refreshed: refreshed.map(\.rawValue), afterUse: decision.leftRefreshed?.appID.rawValue)
             // Before the launches: a restart, even a crash, must not refresh these again at once.
             savePlannerState()
             // A window for refreshes only that opened takes what a grid window would for the

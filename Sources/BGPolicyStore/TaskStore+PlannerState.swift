@@ -18,7 +18,10 @@ extension TaskStore {
                 slotStart: try row.decode(Double.self, forColumn: "slot_start"),
                 windowThreshold: try row.decode(Double.self, forColumn: "window_threshold"),
                 appThreshold: try row.decode(Double.self, forColumn: "app_threshold"),
-                tokens: try row.decode(Double.self, forColumn: "tokens"), wakes: wakes, lastRefresh: lastRefresh)
+                tokens: try row.decode(Double.self, forColumn: "tokens"), wakes: wakes, lastRefresh: lastRefresh,
+                refreshesPaid: DecayingEvidence(
+                    trials: try row.decode(Double.self, forColumn: "paid_trials"),
+                    successes: try row.decode(Double.self, forColumn: "paid_successes")))
         }
     }
 
@@ -28,10 +31,12 @@ extension TaskStore {
         try write { db in
             try db.execute(
                 sql: """
-                    INSERT OR REPLACE INTO planner_state (id, slot_start, window_threshold, app_threshold, tokens)
-                    VALUES (1, ?, ?, ?, ?)
+                    INSERT OR REPLACE INTO planner_state
+                        (id, slot_start, window_threshold, app_threshold, tokens, paid_trials, paid_successes)
+                    VALUES (1, ?, ?, ?, ?, ?, ?)
                     """,
-                arguments: [snapshot.slotStart, snapshot.windowThreshold, snapshot.appThreshold, snapshot.tokens])
+                arguments: [snapshot.slotStart, snapshot.windowThreshold, snapshot.appThreshold, snapshot.tokens,
+                            snapshot.refreshesPaid.trials, snapshot.refreshesPaid.successes])
             try db.execute(sql: "DELETE FROM planner_wakes")
             for time in Set(snapshot.wakes) {
                 try db.execute(sql: "INSERT INTO planner_wakes (time) VALUES (?)", arguments: [time])

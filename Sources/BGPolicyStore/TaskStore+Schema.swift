@@ -182,6 +182,14 @@ extension TaskStore {
                 ) WITHOUT ROWID;
                 """)
         }
+        // What the refresh planner's refreshes paid (RefreshPlanner.refreshYield): a file from
+        // before starts from none, as a first start does.
+        migrator.registerMigration("v7-refresh-yield") { db in
+            try db.execute(sql: """
+                ALTER TABLE planner_state ADD COLUMN paid_trials REAL NOT NULL DEFAULT 0;
+                ALTER TABLE planner_state ADD COLUMN paid_successes REAL NOT NULL DEFAULT 0;
+                """)
+        }
         return migrator
     }
 }

@@ -10,7 +10,8 @@ struct PlannerStateStoreTests {
     {
         RefreshPlanner.Snapshot(
             slotStart: 1_700_003_700, windowThreshold: 0.123456789012345, appThreshold: 0.0098765432109876,
-            tokens: tokens, wakes: wakes, lastRefresh: lastRefresh)
+            tokens: tokens, wakes: wakes, lastRefresh: lastRefresh,
+            refreshesPaid: DecayingEvidence(trials: 31.0078125, successes: 14.00390625))
     }
 
     @Test("nothing stored reads as nil; a snapshot round-trips exactly")
@@ -58,6 +59,27 @@ struct PlannerStateStoreTests {
         #expect(try store.apps().map(\.appID) == [Sample.maps])
         try store.savePlannerSnapshot(Self.snapshot())
         #expect(try store.plannerSnapshot() == Self.snapshot())
+    }
+
+    @Test("a snapshot stored before what the refreshes paid was kept reads as none paid yet")
+    func migrateFromV6() throws {
+        let scratch = try ScratchDirectory()
+        defer { scratch.remove() }
+        let path = scratch.path + "/state.sqlite"
+        try TaskStore.createFile(path: path, migratedUpTo: "v6-cpu-enforcement", sql: """
+            INSERT INTO planner_state (id, slot_start, window_threshold, app_threshold, tokens)
+                VALUES (1, 1700003700, 0.25, 0.5, 4);
+            INSERT INTO planner_wakes (time) VALUES (1700000000.5);
+            """)
+        let store = try TaskStore(path: path)
+        var expected = RefreshPlanner.Snapshot(
+            slotStart: 1_700_003_700, windowThreshold: 0.25, appThreshold: 0.5, tokens: 4, wakes: [1_700_000_000.5],
+            lastRefresh: [:])
+        #expect(try store.plannerSnapshot() == expected)
+        #expect(expected.refreshesPaid == DecayingEvidence())
+        expected.refreshesPaid = DecayingEvidence(trials: 2, successes: 1)
+        try store.savePlannerSnapshot(expected)
+        #expect(try store.plannerSnapshot() == expected)
     }
 
     @Test("a full disk throws .full and keeps the snapshot stored before")

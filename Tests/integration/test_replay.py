@@ -241,11 +241,12 @@ def desktop(tmp_path_factory):
 
 def test_desktop_sessions_are_fresher_than_hourly_timers_with_a_tenth_of_the_refreshes(desktop):
     ours, hourly = replay_within_hourly_timers_budget(desktop)
-    # 1.58× (0.391 against 0.248; 1.64× before each app's model knew whether the app is in
-    # use, which moved the 14 dense seeds by -0.015 to +0.018 and their mean by nothing). With
-    # windows after opens alone it scored 1.51×; before the app threshold, when it spent its
-    # budget one app at a time all day, 0.93×.
-    assert ours["freshness_15m"] >= 1.5 * hourly["freshness_15m"], (ours, hourly)
+    # 1.82× (0.451 against 0.248). 1.63× (0.405) before the window after use weighed its
+    # refresh against what the planner's other refreshes paid (`refreshYield`) rather than the
+    # app threshold alone, which in sessions climbs out of reach; with windows after opens alone
+    # it scored 1.51×; before the app threshold, when it spent its budget one app at a time all
+    # day, 0.93×.
+    assert ours["freshness_15m"] >= 1.7 * hourly["freshness_15m"], (ours, hourly)
 
 
 @pytest.fixture(scope="module")

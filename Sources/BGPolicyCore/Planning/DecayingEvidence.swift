@@ -1,8 +1,20 @@
 /// Trials and successes in which older evidence counts for less: each new trial multiplies
-/// what came before by `decay`. The evidence behind `ReuseEstimator` and `FollowEstimator`.
-struct DecayingEvidence: Sendable, Equatable {
-    var trials = 0.0
-    var successes = 0.0
+/// what came before by `decay`. The evidence behind `ReuseEstimator` and `FollowEstimator`, and
+/// what a restart keeps of what the refresh planner's refreshes paid
+/// (`RefreshPlanner.Snapshot.refreshesPaid`).
+public struct DecayingEvidence: Sendable, Equatable {
+    public var trials = 0.0
+    public var successes = 0.0
+
+    public init(trials: Double = 0, successes: Double = 0) {
+        self.trials = trials
+        self.successes = successes
+    }
+
+    /// Whether these could have been learned: finite, successes within 0…trials.
+    public var isValid: Bool {
+        trials.isFinite && successes.isFinite && successes >= 0 && successes <= trials
+    }
 
     mutating func learn(_ success: Bool, decay: Double) {
         trials = trials * decay + 1

@@ -36,10 +36,15 @@
 ///   one is not limited to one window per slot, and is weighed the same way.
 /// - **After use.** When the user leaves an app (`recordClose`), the caller may ask whether to
 ///   refresh that app alone, then (`choosesAfterUse`): yes when `ReuseEstimator`'s learned
-///   chance that the user comes back to it within 15 min reaches both thresholds, the app's and
-///   the window's, so such a refresh competes for the same budget and wake-ups as the others.
-///   A user who switches between a few apps keeps them fresh this way; on a trace where apps
-///   are rarely reopened soon, the chance is learned to be small and no such window opens.
+///   chance that the user comes back to it within 15 min reaches the window's threshold, and the
+///   app threshold or what the planner's other refreshes have paid (`refreshYield`), whichever
+///   is lower; so such a refresh competes for the same budget and wake-ups as the others. A
+///   user who switches between a few apps keeps them fresh this way; on a trace where apps are
+///   rarely reopened soon, the chance is learned to be small and no such window opens. The app
+///   threshold alone turned these away where they paid best: in sessions the pool runs low, and
+///   the threshold climbs until nothing passes it (past 1, on the dense traces), while the
+///   refreshes it keeps the pool for, the grid's and those after opens, paid 0.45 and those
+///   after use 0.65 (Docs/Replay.md).
 /// - **After an open.** When the user opens an app, the caller may ask which of the apps not in
 ///   use to refresh then (`chooseAfterOpen`): those whose learned chance of being opened within
 ///   15 min of another app's open (`FollowEstimator`) reaches both thresholds, likeliest first,
@@ -58,8 +63,8 @@
 /// - **Eligible.** The app was opened within the last 7 days (SPEC §2) and was not refreshed in
 ///   the last 15 minutes (SPEC §2), a span that grows as its weight shrinks.
 /// - **Restarts.** The predictor and the estimators learn again from the usage log; what the
-///   log cannot give back (the last refreshes, the day's wake-ups, the pool, the thresholds)
-///   goes through a `Snapshot` the agent stores.
+///   log cannot give back (the last refreshes, the day's wake-ups, the pool, the thresholds,
+///   what the refreshes paid) goes through a `Snapshot` the agent stores.
 public struct RefreshPlanner: Sendable {
     /// A refresh the caller could start in this window, and how much the app's record counts.
     public struct Candidate: Sendable, Equatable {
@@ -127,6 +132,9 @@ public struct RefreshPlanner: Sendable {
     /// Each app's refresh before its latest (nil inside: none), for `refreshDidNotRun`.
     private var refreshBefore: [String: Double?] = [:]
     private var reuse = ReuseEstimator()
+    /// Whether each refresh the planner made, other than those after use, was followed by an
+    /// open of its app within 15 min: what a token spent elsewhere buys (`refreshYield`).
+    private var paid = ReuseEstimator()
     private var follow = FollowEstimator()
     private var recentWakes: [Double] = []
     /// Set at the first slot (`initialWindowThreshold`), or by `restore`.
@@ -178,6 +186,7 @@ public struct RefreshPlanner: Sendable {
         fundedApps = registeredAppCount
         predictor = UsagePredictor(slotSeconds: slotSeconds, utcOffsetSeconds: utcOffsetSeconds)
         reuse = ReuseEstimator(span: slotSeconds)
+        paid = ReuseEstimator(span: slotSeconds)
         follow = FollowEstimator(span: slotSeconds)
     }
 
@@ -191,6 +200,7 @@ public struct RefreshPlanner: Sendable {
         advance(to: time)
         lastOpenOfAnyApp = max(lastOpenOfAnyApp ?? time, time)
         reuse.recordOpen(of: appID, at: time)
+        paid.recordOpen(of: appID, at: time)
         follow.recordOpen(of: appID, at: time)
         predictor.recordOpen(of: appID, at: time)
         // A new model takes the next position.
@@ -224,13 +234,19 @@ public struct RefreshPlanner: Sendable {
 
     /// Whether to refresh `candidate` alone in a window at `time` just after the user left it:
     /// eligible, a token and room for a wake-up left, and the learned chance of a reopen within
-    /// 15 min (`reuseProbability`, weighed by its standing) at both thresholds. Does not change
-    /// the state: call `recordWindow` if it was started.
+    /// 15 min (`reuseProbability`, weighed by its standing) at the window's threshold and at the
+    /// app threshold or `refreshYield`, whichever is lower: a refresh that pays what the pool's
+    /// others do is worth its token, however low the pool. Does not change the state: call
+    /// `recordWindow` (with `afterUse`) if it was started.
     public func choosesAfterUse(_ candidate: Candidate, at time: Double) -> Bool {
         guard mayOpenWindow(opportunistic: true), ineligibility(of: candidate, at: time) == nil else { return false }
         let value = reuseProbability(of: candidate.appID) * candidate.standing
-        return value >= ReplayMath.exp(logAppThreshold) && value >= ReplayMath.exp(logThreshold)
+        return value >= min(ReplayMath.exp(logAppThreshold), refreshYield) && value >= ReplayMath.exp(logThreshold)
     }
+
+    /// The share of the planner's refreshes, other than those after use, that were followed by an
+    /// open of their app within 15 min, recent ones counting more (one half before any).
+    public var refreshYield: Double { paid.overallProbability }
 
     /// The learned chance that the user opens `appID` again within 15 min of leaving it.
     public func reuseProbability(of appID: String) -> Double { reuse.probability(of: appID) }
@@ -316,6 +332,7 @@ public struct RefreshPlanner: Sendable {
 
     private mutating func startSlot(at time: Double) {
         reuse.expire(before: time)
+        paid.expire(before: time)
         follow.expire(before: time)
         predictor.startSlot(at: time)
         if let currentSlot {
@@ -605,12 +622,15 @@ public struct RefreshPlanner: Sendable {
         if let position = predictor.position(of: app) { lastRefreshByPosition[position] = time }
     }
 
-    /// Records the refreshes started in a window at `time`.
-    public mutating func recordWindow(at time: Double, refreshed: [String]) {
+    /// Records the refreshes started in a window at `time`; `afterUse`, the one among them
+    /// that the user's leaving its app chose (`choosesAfterUse`), if any. The others count
+    /// toward `refreshYield`.
+    public mutating func recordWindow(at time: Double, refreshed: [String], afterUse: String? = nil) {
         guard !refreshed.isEmpty else { return }
         for app in refreshed {
             refreshBefore[app] = .some(lastRefresh[app])
             setLastRefresh(of: app, to: time)
+            if app != afterUse { paid.startTrial(of: app, at: time) }
         }
         tokens = max(tokens - Double(refreshed.count), 0)
         if recentWakes.last.map({ time - $0 >= 60 }) ?? true {
@@ -632,6 +652,7 @@ public struct RefreshPlanner: Sendable {
             let before = refreshBefore.removeValue(forKey: appID)
         else { return }
         setLastRefresh(of: appID, to: before)
+        paid.cancelTrial(of: appID, startedAt: time)
         tokens = min(tokens + 1, refreshesPerAppPerDay * Double(knownApps))
     }
 
@@ -712,7 +733,8 @@ public struct RefreshPlanner: Sendable {
 
     /// What the planner must not forget when the agent restarts, and cannot learn again from
     /// the usage log: when each app was last refreshed (its refresh interval), the wake-ups of
-    /// the last 24 hours (the bound on them), the refresh budget left, and the two thresholds.
+    /// the last 24 hours (the bound on them), the refresh budget left, the two thresholds, and
+    /// what its refreshes paid.
     /// The agent stores one after every window and at stop (advanced to then), and hands it
     /// back at start (`restore(_:at:)`), after replaying the usage log.
     public struct Snapshot: Sendable, Equatable {
@@ -728,15 +750,19 @@ public struct RefreshPlanner: Sendable {
         public var wakes: [Double]
         /// Each app's last refresh, for those that can still hold its next (see `snapshot()`).
         public var lastRefresh: [String: Double]
+        /// What the refreshes other than those after use paid (`refreshYield`): those followed
+        /// by an open of their app within 15 min, older ones counting for less. None: one half.
+        public var refreshesPaid: DecayingEvidence
 
         public init(slotStart: Double, windowThreshold: Double, appThreshold: Double, tokens: Double,
-                    wakes: [Double], lastRefresh: [String: Double]) {
+                    wakes: [Double], lastRefresh: [String: Double], refreshesPaid: DecayingEvidence = DecayingEvidence()) {
             self.slotStart = slotStart
             self.windowThreshold = windowThreshold
             self.appThreshold = appThreshold
             self.tokens = tokens
             self.wakes = wakes
             self.lastRefresh = lastRefresh
+            self.refreshesPaid = refreshesPaid
         }
     }
 
@@ -750,7 +776,7 @@ public struct RefreshPlanner: Sendable {
         return Snapshot(
             slotStart: currentSlot, windowThreshold: ReplayMath.exp(logThreshold),
             appThreshold: ReplayMath.exp(logAppThreshold), tokens: tokens, wakes: recentWakes,
-            lastRefresh: lastRefresh.filter { $0.value > currentSlot - kept })
+            lastRefresh: lastRefresh.filter { $0.value > currentSlot - kept }, refreshesPaid: paid.all)
     }
 
     /// Takes back what a `snapshot` kept, at `now`, once the planner has learned from the usage
@@ -762,6 +788,8 @@ public struct RefreshPlanner: Sendable {
     ///   planner that had run throughout would have it.
     /// - The wake-ups of the last 24 hours and the last refreshes count as if this planner had
     ///   made them. One stamped after `now` (the clock was set back since) counts as made now.
+    /// - What the refreshes paid is as it was (trials under way when it was taken are lost); a
+    ///   value that could not have been learned leaves what this planner has.
     public mutating func restore(_ snapshot: Snapshot, at now: Double) {
         if snapshot.windowThreshold.isFinite, snapshot.windowThreshold > 0 {
             logThreshold = ReplayMath.log(snapshot.windowThreshold)
@@ -769,6 +797,7 @@ public struct RefreshPlanner: Sendable {
         if snapshot.appThreshold.isFinite, snapshot.appThreshold > 0 {
             logAppThreshold = ReplayMath.log(snapshot.appThreshold)
         }
+        if snapshot.refreshesPaid.isValid { paid.all = snapshot.refreshesPaid }
         let daily = refreshesPerAppPerDay * Double(knownApps)
         fundedApps = max(fundedApps, knownApps)
         if snapshot.tokens.isFinite {

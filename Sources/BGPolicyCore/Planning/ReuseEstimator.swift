@@ -14,6 +14,10 @@
 ///   `decay` per trial (recent habits count more), shrunk towards the estimate of all apps
 ///   together, which a cold app starts from (and which starts at one half).
 ///
+/// The same measure serves the planner's own refreshes (`RefreshPlanner`): a trial started at a
+/// refresh (`startTrial`) succeeds if the app is opened within `span` of it, and the estimate of
+/// all apps together (`overallProbability`) is then what its refreshes have paid.
+///
 /// Pure: time is passed in.
 public struct ReuseEstimator: Sendable, Equatable {
     /// How soon a reopen must come to count: the span a refresh serves.
@@ -24,7 +28,8 @@ public struct ReuseEstimator: Sendable, Equatable {
     static let priorWeight = 2.0
 
     private var apps: [String: DecayingEvidence] = [:]
-    private var all = DecayingEvidence()
+    /// The evidence of all apps together (`overallProbability`).
+    var all = DecayingEvidence()
     /// Apps left and not yet opened again, with when they were left.
     private var open: [String: Double] = [:]
 
@@ -34,9 +39,21 @@ public struct ReuseEstimator: Sendable, Equatable {
 
     /// The user left `appID` at `time`. Times must not go backwards.
     public mutating func recordClose(of appID: String, at time: Double) {
+        startTrial(of: appID, at: time)
+    }
+
+    /// Starts a trial for `appID` at `time`: it succeeds if the app is opened within `span`.
+    /// Times must not go backwards.
+    public mutating func startTrial(of appID: String, at time: Double) {
         expire(before: time)
-        // A second close without an open between (a lost event) restarts the trial.
+        // A second start without an open between (for a close: a lost event) restarts the trial.
         open[appID] = time
+    }
+
+    /// Ends, without a verdict, the trial `appID` started at `time` (to within a second), if it
+    /// is still under way: the moment it stood for did not happen (a refresh that did not run).
+    public mutating func cancelTrial(of appID: String, startedAt time: Double) {
+        if let start = open[appID], abs(start - time) < 1 { open[appID] = nil }
     }
 
     /// The user opened `appID` at `time`: a trial it was in ends.
@@ -59,6 +76,9 @@ public struct ReuseEstimator: Sendable, Equatable {
         apps[appID, default: DecayingEvidence()].learn(success, decay: Self.decay)
         all.learn(success, decay: Self.decay)
     }
+
+    /// The estimate of all apps together: one half before any trial has ended.
+    public var overallProbability: Double { all.rate }
 
     /// The probability that `appID`, left now, is opened again within `span`.
     public func probability(of appID: String) -> Double {

@@ -67,7 +67,7 @@ public struct PredictivePolicy: ReplayPolicy {
         afterUse.removeFirst(due.count)
         for window in due where window.time == time && pending.contains(window.appID) {
             guard planner.choosesAfterUse(RefreshPlanner.Candidate(appID: window.appID), at: time) else { continue }
-            planner.recordWindow(at: time, refreshed: [window.appID])
+            planner.recordWindow(at: time, refreshed: [window.appID], afterUse: window.appID)
             pending.remove(window.appID)
             chosen.append(window.appID)
         }
