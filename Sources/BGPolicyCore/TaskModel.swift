@@ -64,8 +64,9 @@ public enum IdentitySource: String, Sendable, CaseIterable, Codable {
 /// A desktop app id such as `org.gnome.Maps`: the key of everything the agent keeps.
 ///
 /// Accepts what desktop ids are in practice: one or more elements of `[A-Za-z0-9_-]`
-/// separated by dots, 255 bytes at most. Reverse-DNS is the convention, not a requirement,
-/// because systemd units carry ids like `firefox-esr`.
+/// separated by dots, 255 bytes at most, not beginning with `-` (a command line, as
+/// `bgpolicy explain APP ID` or `systemctl`, would take it for an option). Reverse-DNS is the
+/// convention, not a requirement, because systemd units carry ids like `firefox-esr`.
 public struct AppID: RawRepresentable, Hashable, Sendable, Comparable, CustomStringConvertible, Codable {
     public let rawValue: String
 
@@ -78,6 +79,9 @@ public struct AppID: RawRepresentable, Hashable, Sendable, Comparable, CustomStr
     public static func problem(with text: String) -> String? {
         if text.isEmpty { return "an app id may not be empty" }
         if text.utf8.count > 255 { return "an app id is at most 255 bytes long" }
+        if text.utf8.first == UInt8(ascii: "-") {
+            return "an app id may not begin with '-', which a command line takes for an option"
+        }
         for element in text.split(separator: ".", omittingEmptySubsequences: false) {
             if element.isEmpty { return "an app id may not begin or end with a dot, nor hold two dots in a row" }
             for byte in element.utf8 {
@@ -98,13 +102,17 @@ public struct AppID: RawRepresentable, Hashable, Sendable, Comparable, CustomStr
 }
 
 /// Task identifiers (`org.example.App.refresh`): letters, digits, `_`, `-` and `.`, so that they
-/// print and log safely. Unlike app ids, the dots are not checked for empty elements: an
+/// print and log safely, and not beginning with `-`, so that `bgpolicy explain APP ID` does not
+/// take one for an option. Unlike app ids, the dots are not checked for empty elements: an
 /// identifier is the app's own name for its work, not a name the agent derives anything from.
 public enum TaskIdentifier {
     /// Why `text` is not a task identifier, or `nil` when it is one.
     public static func problem(with text: String) -> String? {
         if text.isEmpty { return "a task identifier may not be empty" }
         if text.utf8.count > 255 { return "a task identifier is at most 255 bytes long" }
+        if text.utf8.first == UInt8(ascii: "-") {
+            return "a task identifier may not begin with '-', which a command line takes for an option"
+        }
         for byte in text.utf8 {
             switch byte {
             case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"),

@@ -67,7 +67,7 @@ struct TaskModelTests {
     // MARK: App ids and task identifiers
 
     @Test("app ids accepted", arguments: [
-        "org.gnome.Maps", "firefox-esr", "a", "A_b-1.c2", "org.example.App_2", "0.1",
+        "org.gnome.Maps", "firefox-esr", "a", "A_b-1.c2", "org.example.App_2", "0.1", "org.-x", "x-",
         String(repeating: "a", count: 255), String(repeating: "ab.", count: 84) + "abc",
     ])
     func appIDAccepted(_ text: String) {
@@ -81,6 +81,8 @@ struct TaskModelTests {
         ("org.example.", "may not begin or end with a dot"),
         ("org..example", "two dots in a row"),
         ("org.example/App", "holds only ASCII letters, digits"),
+        ("-org.example", "may not begin with '-'"),
+        ("--help", "may not begin with '-'"),
         ("org example", "holds only ASCII letters, digits"),
         ("org.exämple", "holds only ASCII letters, digits"),
         ("org.example\n", "holds only ASCII letters, digits"),
@@ -100,13 +102,14 @@ struct TaskModelTests {
     }
 
     @Test("task identifiers accepted", arguments: [
-        "org.example.App.refresh", "refresh", "a-b_c", "a..b", ".hidden", String(repeating: "x", count: 255),
+        "org.example.App.refresh", "refresh", "a-b_c", "a..b", ".hidden", "x-", String(repeating: "x", count: 255),
     ])
     func identifierAccepted(_ text: String) { #expect(TaskIdentifier.problem(with: text) == nil) }
 
     @Test("task identifiers rejected, with the reason", arguments: [
         ("", "may not be empty"),
         ("a b", "holds only ASCII letters, digits"),
+        ("-refresh", "may not begin with '-'"),
         ("org/example", "holds only ASCII letters, digits"),
         ("résumé", "holds only ASCII letters, digits"),
         ("tab\t", "holds only ASCII letters, digits"),

@@ -335,6 +335,11 @@ def test_invalid_register_arguments(world):
     expect_error("InvalidArgument", app.register, ["has space"], app_id="org.example.Bad")
     expect_error("InvalidArgument", app.register, [f"org.example.Bad.t{i}" for i in range(65)], app_id="org.example.Bad")
     expect_error("InvalidArgument", app.register, ["org.example.Bad.t"], app_id="not an id!")
+    # A leading '-' would be an option to `bgpolicy explain APP ID`: refused, saying why.
+    message = expect_error("InvalidArgument", app.register, ["org.example.Bad.t"], app_id="-org.example.Bad")
+    assert "may not begin with '-'" in message, message
+    message = expect_error("InvalidArgument", app.register, ["-refresh"], app_id="org.example.Bad")
+    assert "may not begin with '-'" in message, message
     expect_error("InvalidArgument", app.register, ["org.example.Bad.t"],
                  options={"app_id": th.GLib.Variant("s", "org.example.Bad"), "colour": th.GLib.Variant("s", "red")})
     expect_error("InvalidArgument", app.register, ["org.example.Bad.t"],
