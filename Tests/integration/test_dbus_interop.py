@@ -321,7 +321,11 @@ def test_many_concurrent_calls_from_gdbus(testpeer, gio):
         except GLib.Error as error:
             replies[index] = error
 
-    count = 300
+    # Under the object server's 256 calls waiting per caller (`maximumQueuedCallsPerCaller`):
+    # with 300 sent at once, whether the last ones found room depended on how fast the peer
+    # answered, and a busy machine got LimitsExceeded for call 299. What lies beyond the limit
+    # is test_flood's and ConnectionTests' to check.
+    count = 250
     for i in range(count):
         method, signature, value = [
             ("EchoInt64", "x", -i), ("EchoString", "s", f"{UNICODE} {i}"), ("EchoDict", "a{sv}", {"i": GLib.Variant("u", i)}),
