@@ -43,7 +43,12 @@ public enum AgentInterfaces {
                         budget and wake-ups: "budget_left" (d) refreshes left in the shared pool,
                         "budget_per_day" (d) what it gains a day and holds at most, "wakeups_24h" (u)
                         wake-ups with refreshes in the last 24 hours, "wakeups_target" (d) how many a day
-                        it aims at, "wakeups_max" (u) the most it allows in any 24 hours.
+                        it aims at, "wakeups_max" (u) the most it allows in any 24 hours,
+                        "refresh_yield" (d) the share of its refreshes, other than those in windows
+                        after use, followed by an open of the app within 15 min, recent ones counting
+                        more (one half before any; the window after use weighs its refresh against
+                        it), "refreshes_judged" (d) how many refreshes that share was learned from,
+                        older ones counting for less (0: none yet).
                         Explain gives one request's reasons and earliest window.
                         Later versions add keys; clients must ignore keys they do not know.
                         """)

@@ -147,6 +147,8 @@ extension TaskEngine {
                 "wakeups_24h": Variant(UInt32(clamping: planner.wakeUps(inDayUpTo: Self.wallNow()))),
                 "wakeups_target": Variant(planner.targetWakesPerDay),
                 "wakeups_max": Variant(UInt32(clamping: planner.maxWakesPerDay)),
+                "refresh_yield": Variant(planner.refreshYield),
+                "refreshes_judged": Variant(planner.refreshesJudged),
             ]
             status["refresh"] = Variant(refresh)
         }

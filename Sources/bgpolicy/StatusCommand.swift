@@ -104,9 +104,11 @@ struct StatusReport {
         return lines
     }
 
-    /// The refresh planner's budget and wake-ups: "12 refreshes left of 26.4 a day; 14 wake-ups
-    /// in the last 24 h (aims at 21, at most 48)". Nil when the agent sends neither part, or
-    /// the planner knows no app yet and has woken nothing (all zeros say nothing).
+    /// The refresh planner's budget, wake-ups and yield: "12 refreshes left of 26.4 a day; 14
+    /// wake-ups in the last 24 h (aims at 21, at most 48); 64 % of refreshes followed by an open
+    /// within 15 min". The yield only once some refresh was judged (before, it is its prior).
+    /// Nil when the agent sends none of them, or the planner knows no app yet and has woken
+    /// nothing (all zeros say nothing).
     static func refreshLine(_ refresh: [String: Variant]) -> String? {
         if refresh.double("budget_per_day") == 0, (refresh.integer("wakeups_24h") ?? 0) == 0 { return nil }
         var parts: [String] = []
@@ -122,6 +124,9 @@ struct StatusReport {
             if let max = refresh.integer("wakeups_max") { limits.append("at most \(max)") }
             parts.append("\(wakes) wake-up\(wakes == 1 ? "" : "s") in the last 24 h"
                 + (limits.isEmpty ? "" : " (" + limits.joined(separator: ", ") + ")"))
+        }
+        if let paid = refresh.double("refresh_yield"), paid.isFinite, (refresh.double("refreshes_judged") ?? 0) >= 1 {
+            parts.append("\(Int((100 * min(max(paid, 0), 1)).rounded())) % of refreshes followed by an open within 15 min")
         }
         return parts.isEmpty ? nil : parts.joined(separator: "; ")
     }

@@ -230,6 +230,23 @@ def test_leaving_an_app_opens_a_window_for_its_refresh_and_what_goes_alongside(l
     db.close()
     assert states[-2:] == [("org.example.Notes", "background"), ("org.example.Mail", "background")], states
 
+    # What the refreshes paid (`refresh_yield`): none judged yet, so its prior, one half. Mail's
+    # refresh, after use, is not one of them; News', alongside, is, and the user opens News
+    # within 15 min of it: one refresh judged, which paid.
+    before = agent.status()["refresh"]
+    assert (before["refresh_yield"], before["refreshes_judged"]) == (0.5, 0.0), before
+    assert "followed by an open" not in agent.cli("status").stdout
+    news.scheduler("ReportUsage", "s", ("foreground",))
+    paid = th.wait_until(lambda: (lambda r: r if r["refreshes_judged"] > 0 else None)(agent.status()["refresh"]),
+                         10, "News' open judging its refresh")
+    assert (paid["refresh_yield"], paid["refreshes_judged"]) == (2 / 3, 1.0), paid
+    assert "67 % of refreshes followed by an open within 15 min" in agent.cli("status").stdout
+    # It survives a restart (the planner's stored state), as the budget and wake-ups do.
+    agent.stop()
+    agent.restart()
+    after = agent.status()["refresh"]
+    assert (after["refresh_yield"], after["refreshes_judged"]) == (2 / 3, 1.0), (paid, after)
+
 
 def test_the_refreshes_that_ran_outlive_a_restart_and_a_crash(laptop):
     """The agent restarts at every login, and may crash. It learns the usage log again, and

@@ -248,6 +248,10 @@ public struct RefreshPlanner: Sendable {
     /// open of their app within 15 min, recent ones counting more (one half before any).
     public var refreshYield: Double { paid.overallProbability }
 
+    /// How many refreshes `refreshYield` was learned from, older ones counting for less: 0
+    /// before any (it is then one half, its prior), about 33 at most.
+    public var refreshesJudged: Double { paid.all.trials }
+
     /// The learned chance that the user opens `appID` again within 15 min of leaving it.
     public func reuseProbability(of appID: String) -> Double { reuse.probability(of: appID) }
 
