@@ -246,7 +246,7 @@ public struct RefreshPlanner: Sendable {
 
     /// The share of the planner's refreshes, other than those after use, that were followed by an
     /// open of their app within 15 min, recent ones counting more (one half before any).
-    public var refreshYield: Double { paid.overallProbability }
+    public var refreshYield: Double { paid.all.rate }
 
     /// How many refreshes `refreshYield` was learned from, older ones counting for less: 0
     /// before any (it is then one half, its prior), about 33 at most.

@@ -15,8 +15,8 @@
 ///   together, which a cold app starts from (and which starts at one half).
 ///
 /// The same measure serves the planner's own refreshes (`RefreshPlanner`): a trial started at a
-/// refresh (`startTrial`) succeeds if the app is opened within `span` of it, and the estimate of
-/// all apps together (`overallProbability`) is then what its refreshes have paid.
+/// refresh (`startTrial`) succeeds if the app is opened within `span` of it, and the evidence of
+/// all apps together (`all`) is then what its refreshes have paid.
 ///
 /// Pure: time is passed in.
 public struct ReuseEstimator: Sendable, Equatable {
@@ -28,7 +28,7 @@ public struct ReuseEstimator: Sendable, Equatable {
     static let priorWeight = 2.0
 
     private var apps: [String: DecayingEvidence] = [:]
-    /// The evidence of all apps together (`overallProbability`).
+    /// The evidence of all apps together: the prior every app's estimate is shrunk towards.
     var all = DecayingEvidence()
     /// Apps left and not yet opened again, with when they were left.
     private var open: [String: Double] = [:]
@@ -76,9 +76,6 @@ public struct ReuseEstimator: Sendable, Equatable {
         apps[appID, default: DecayingEvidence()].learn(success, decay: Self.decay)
         all.learn(success, decay: Self.decay)
     }
-
-    /// The estimate of all apps together: one half before any trial has ended.
-    public var overallProbability: Double { all.rate }
 
     /// The probability that `appID`, left now, is opened again within `span`.
     public func probability(of appID: String) -> Double {
