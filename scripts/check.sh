@@ -38,7 +38,8 @@ stage_unit() {
 pristine_make() {
     env -u MAKEFLAGS -u MAKEOVERRIDES -u MFLAGS -u PREFIX -u EXEC_PREFIX -u BINDIR \
         -u LIBEXECDIR -u DATAROOTDIR -u DOCDIR -u SYSTEMDUSERUNITDIR -u DBUSSERVICEDIR \
-        -u DBUSINTERFACEDIR -u DESTDIR make -s -C "$ROOT" "$@"
+        -u DBUSINTERFACEDIR -u MANDIR -u BASHCOMPLETIONDIR -u ZSHCOMPLETIONDIR -u FISHCOMPLETIONDIR \
+        -u DESTDIR make -s -C "$ROOT" "$@"
 }
 
 # Each stage runs in a subshell of its own (see the loop below), so globals and an
@@ -78,6 +79,45 @@ stage_units() {
         /usr/bin/python3 -c 'import sys, xml.etree.ElementTree as E; E.parse(sys.argv[1])' "$xml"
         echo "units: well-formed ${xml##*/}"
     done
+
+    # Manual pages: one per command, each formatted without a warning (groff's mdoc macros
+    # warn about what man would show wrong), and bgpolicyd's lists no subcommand.
+    local man="$tmp/prefix/share/man" page command pages=0
+    for command in "" .status .apps .pending .history .explain .timeline .enable .disable .simulate \
+        .simulate.launch .simulate.expire .replay; do
+        [[ -f $man/man1/bgpolicy$command.1 ]] || { echo "make install wrote no man1/bgpolicy$command.1" >&2; return 1; }
+    done
+    for page in "$man"/man1/*.1 "$man"/man8/bgpolicyd.8; do
+        out=$(groff -mandoc -ww -z "$page" 2>&1) || true
+        [[ -z $out ]] || { printf 'groff warns about %s:\n%s\n' "$page" "$out" >&2; return 1; }
+        pages=$((pages + 1))
+    done
+    out=$(MANWIDTH=100 man -l "$man/man8/bgpolicyd.8" 2>&1)
+    [[ $out == *--state-dir* && $out == *SIGTERM* && $out != *subcommand* ]] || {
+        printf 'man bgpolicyd reads wrong:\n%s\n' "$out" >&2
+        return 1
+    }
+    echo "units: $pages manual pages, one per command, format without warnings"
+
+    # Completions: bash's, sourced as bash-completion sources it, completes a command with the
+    # installed bgpolicy; zsh's and fish's are named and marked as those shells look for them
+    # (and parse, where the shell is installed).
+    local share="$tmp/prefix/share"
+    out=$(PATH="$tmp/prefix/bin:$PATH" bash -c 'source "$1"; COMP_WORDS=(bgpolicy st); COMP_CWORD=1
+        COMP_LINE="bgpolicy st"; COMP_POINT=11; _bgpolicy bgpolicy st bgpolicy; printf "%s\n" "${COMPREPLY[@]}"' \
+        bash "$share/bash-completion/completions/bgpolicy" 2>&1)
+    [[ $out == status ]] || { printf 'bash completes "bgpolicy st" as:\n%s\n' "$out" >&2; return 1; }
+    [[ $(head -1 "$share/zsh/site-functions/_bgpolicy") == "#compdef bgpolicy" ]] || {
+        echo "the zsh completion does not start with '#compdef bgpolicy'" >&2
+        return 1
+    }
+    grep -q "^complete -c 'bgpolicy'" "$share/fish/vendor_completions.d/bgpolicy.fish" || {
+        echo "the fish completion has no 'complete -c bgpolicy'" >&2
+        return 1
+    }
+    if command -v zsh >/dev/null; then zsh -n "$share/zsh/site-functions/_bgpolicy"; fi
+    if command -v fish >/dev/null; then fish --no-execute "$share/fish/vendor_completions.d/bgpolicy.fish"; fi
+    echo "units: the bash completion completes a command; zsh's and fish's are where those shells look"
 
     # The same install staged under DESTDIR, then uninstalled: nothing may be left.
     pristine_make install DESTDIR="$tmp/dest" PREFIX=/usr/local

@@ -5,7 +5,12 @@
 #   PREFIX=/usr/local  BINDIR=$PREFIX/bin  LIBEXECDIR=$PREFIX/libexec
 #   DOCDIR=$PREFIX/share/doc/bgpolicy  SYSTEMDUSERUNITDIR=$PREFIX/lib/systemd/user
 #   DBUSSERVICEDIR=$PREFIX/share/dbus-1/services  DBUSINTERFACEDIR=$PREFIX/share/dbus-1/interfaces
+#   MANDIR=$PREFIX/share/man  BASHCOMPLETIONDIR=$PREFIX/share/bash-completion/completions
+#   ZSHCOMPLETIONDIR=$PREFIX/share/zsh/site-functions
+#   FISHCOMPLETIONDIR=$PREFIX/share/fish/vendor_completions.d
 #   DESTDIR= (staging root for packagers; never written into the installed files)
+#   SOURCE_DATE_EPOCH (optional): the date the manual pages carry, for reproducible builds;
+#   else the last commit's date, else today's.
 #
 # What goes where:
 #   bgpolicy          BINDIR                 the command line, for people
@@ -14,6 +19,11 @@
 #   org.bgpolicy.Agent1.service  DBUSSERVICEDIR     from dbus/org.bgpolicy.Agent1.service.in
 #   dbus/org.bgpolicy.*.xml      DBUSINTERFACEDIR   the documented D-Bus interfaces
 #   README.md, Docs/             DOCDIR
+#   bgpolicy.1, bgpolicy.COMMAND.1, bgpolicyd.8  MANDIR/man1, MANDIR/man8  (generate-manual,
+#                                from the same text as --help)
+#   completions for bash, zsh and fish  BASHCOMPLETIONDIR, ZSHCOMPLETIONDIR, FISHCOMPLETIONDIR
+#                                (bgpolicy --generate-completion-script; app ids and task
+#                                identifiers come from the running agent)
 # shellcheck source=scripts/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
@@ -25,10 +35,15 @@ DOCDIR=${DOCDIR:-$PREFIX/share/doc/bgpolicy}
 SYSTEMDUSERUNITDIR=${SYSTEMDUSERUNITDIR:-$PREFIX/lib/systemd/user}
 DBUSSERVICEDIR=${DBUSSERVICEDIR:-$PREFIX/share/dbus-1/services}
 DBUSINTERFACEDIR=${DBUSINTERFACEDIR:-$PREFIX/share/dbus-1/interfaces}
+MANDIR=${MANDIR:-$PREFIX/share/man}
+BASHCOMPLETIONDIR=${BASHCOMPLETIONDIR:-$PREFIX/share/bash-completion/completions}
+ZSHCOMPLETIONDIR=${ZSHCOMPLETIONDIR:-$PREFIX/share/zsh/site-functions}
+FISHCOMPLETIONDIR=${FISHCOMPLETIONDIR:-$PREFIX/share/fish/vendor_completions.d}
 DESTDIR=${DESTDIR:-}
 
 # Unit and activation files name absolute paths.
-for d in PREFIX BINDIR LIBEXECDIR DOCDIR SYSTEMDUSERUNITDIR DBUSSERVICEDIR DBUSINTERFACEDIR; do
+for d in PREFIX BINDIR LIBEXECDIR DOCDIR SYSTEMDUSERUNITDIR DBUSSERVICEDIR DBUSINTERFACEDIR MANDIR \
+    BASHCOMPLETIONDIR ZSHCOMPLETIONDIR FISHCOMPLETIONDIR; do
     [[ ${!d} == /* ]] || die "$d must be an absolute path, not '${!d}'"
 done
 
@@ -47,6 +62,28 @@ generate() {
     printf '%s\n' "$text"
 }
 
+# The date the manual pages carry: SOURCE_DATE_EPOCH, else the last commit's, else today's.
+manual_date() {
+    if [[ -n ${SOURCE_DATE_EPOCH:-} ]]; then
+        date -u -d "@$SOURCE_DATE_EPOCH" +%F
+    else
+        git -C "$ROOT" log -1 --format=%cs 2>/dev/null || date -u +%F
+    fi
+}
+
+# generate-manual writes a discussion's blank lines as they are, where mdoc wants .Pp; and it
+# gives a command without subcommands ArgumentParser's `help` as if it were one (in the
+# synopsis and the list), which bgpolicyd refuses. `flat` drops those for such a command.
+tidy_manual() { # tidy_manual FILE [flat]
+    awk -v flat="${2:-}" '
+        /^$/ { print ".Pp"; next }
+        flat && /^\.Ar subcommand$/ { next }
+        flat && /^\.It Em help$/ { skip = 1; next }
+        skip { if (/^\.El$/) skip = 0; next }
+        { print }
+    ' "$1" >"$1.tidy" && mv "$1.tidy" "$1"
+}
+
 put() { # put MODE SOURCE TARGET
     install -D -m "$1" "$2" "$DESTDIR$3"
     say "installed $DESTDIR$3"
@@ -55,12 +92,22 @@ put() { # put MODE SOURCE TARGET
 do_install() {
     swift_build_release --product bgpolicyd
     swift_build_release --product bgpolicy
-    local bin f
+    swift_build_release --product generate-manual
+    local bin f day
     bin=$(release_bin)
     gen=$(mktemp -d) # global: the EXIT trap runs after this function has returned
     trap 'rm -rf "$gen"' EXIT
     generate "$ROOT/systemd/$unit.in" >"$gen/$unit"
     generate "$ROOT/dbus/$activation.in" >"$gen/$activation"
+    day=$(manual_date)
+    mkdir "$gen/man1" "$gen/man8"
+    "$bin/generate-manual" "$bin/bgpolicy" --multi-page --section 1 --date "$day" --output-directory "$gen/man1" >/dev/null
+    "$bin/generate-manual" "$bin/bgpolicyd" --section 8 --date "$day" --output-directory "$gen/man8" >/dev/null
+    for f in "$gen"/man1/*.1; do tidy_manual "$f"; done
+    tidy_manual "$gen/man8/bgpolicyd.8" flat
+    "$bin/bgpolicy" --generate-completion-script bash >"$gen/bgpolicy.bash"
+    "$bin/bgpolicy" --generate-completion-script zsh >"$gen/_bgpolicy"
+    "$bin/bgpolicy" --generate-completion-script fish >"$gen/bgpolicy.fish"
 
     put 0755 "$bin/bgpolicy" "$BINDIR/bgpolicy"
     put 0755 "$bin/bgpolicyd" "$LIBEXECDIR/bgpolicyd"
@@ -69,6 +116,12 @@ do_install() {
     for f in "${interfaces[@]}"; do
         put 0644 "$f" "$DBUSINTERFACEDIR/${f##*/}"
     done
+    for f in "$gen"/man1/*.1 "$gen"/man8/*.8; do
+        put 0644 "$f" "$MANDIR/man${f##*.}/${f##*/}"
+    done
+    put 0644 "$gen/bgpolicy.bash" "$BASHCOMPLETIONDIR/bgpolicy"
+    put 0644 "$gen/_bgpolicy" "$ZSHCOMPLETIONDIR/_bgpolicy"
+    put 0644 "$gen/bgpolicy.fish" "$FISHCOMPLETIONDIR/bgpolicy.fish"
     put 0644 "$ROOT/README.md" "$DOCDIR/README.md"
     while IFS= read -r -d '' f; do
         put 0644 "$f" "$DOCDIR/${f#"$ROOT/"}"
@@ -85,12 +138,14 @@ do_uninstall() {
     local f targets=(
         "$DESTDIR$BINDIR/bgpolicy" "$DESTDIR$LIBEXECDIR/bgpolicyd"
         "$DESTDIR$SYSTEMDUSERUNITDIR/$unit" "$DESTDIR$DBUSSERVICEDIR/$activation"
-        "$DESTDIR$DOCDIR/README.md"
+        "$DESTDIR$DOCDIR/README.md" "$DESTDIR$MANDIR/man1/bgpolicy.1" "$DESTDIR$MANDIR/man8/bgpolicyd.8"
+        "$DESTDIR$BASHCOMPLETIONDIR/bgpolicy" "$DESTDIR$ZSHCOMPLETIONDIR/_bgpolicy"
+        "$DESTDIR$FISHCOMPLETIONDIR/bgpolicy.fish"
     )
-    # Interface files are named for bgpolicy alone: all of them go, including ones
-    # that an older version installed and this one no longer has.
+    # Interface files and the commands' manual pages are named for bgpolicy alone: all of
+    # them go, including ones that an older version installed and this one no longer has.
     shopt -s nullglob
-    targets+=("$DESTDIR$DBUSINTERFACEDIR"/org.bgpolicy.*.xml)
+    targets+=("$DESTDIR$DBUSINTERFACEDIR"/org.bgpolicy.*.xml "$DESTDIR$MANDIR"/man1/bgpolicy.*.1)
     shopt -u nullglob
     for f in "${targets[@]}"; do
         if [[ -e $f || -L $f ]]; then

@@ -3,7 +3,7 @@ import BGPolicyDBus
 
 /// What `enable` and `disable` share: one app or all background work, and the change itself.
 struct AppSwitch: ParsableArguments {
-    @Argument(help: "The app's ID, as 'bgpolicy apps' shows it.")
+    @Argument(help: "The app's ID, as 'bgpolicy apps' shows it.", completion: AgentCompletions.apps)
     var app: String?
 
     @Flag(name: .long, help: "Every app: the switch for all background work.")

@@ -6,7 +6,16 @@ struct BGPolicyCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "bgpolicy",
         abstract: "Show and control bgpolicyd, the background-work scheduler of this desktop session.",
-        discussion: "Every command but replay talks to bgpolicyd on the session bus; none reads its files directly.",
+        discussion: """
+            Every command but replay talks to bgpolicyd on the session bus; none reads its files \
+            directly. With no command, bgpolicy runs status.
+
+            Exit status: 0 on success; 1 when bgpolicyd refused the request (no such app or \
+            task, say); 64 for a usage error; 69 when bgpolicyd could not be asked (no session \
+            bus, not running, no answer in time); 65 for an invalid trace and 66 for one that \
+            cannot be read (replay); 73 for a file that cannot be written (replay --refreshes, \
+            timeline --svg). Errors go to standard error, with a line saying what to do.
+            """,
         version: BGPolicyVersion.current,
         subcommands: [
             StatusCommand.self, AppsCommand.self, PendingCommand.self, HistoryCommand.self, ExplainCommand.self,

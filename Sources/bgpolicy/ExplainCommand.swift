@@ -11,10 +11,10 @@ struct ExplainCommand: AsyncParsableCommand {
             window in which it can run, if bgpolicyd can tell.
             """)
 
-    @Argument(help: "The app's ID, as 'bgpolicy apps' shows it.")
+    @Argument(help: "The app's ID, as 'bgpolicy apps' shows it.", completion: AgentCompletions.apps)
     var app: String
 
-    @Argument(help: "The task identifier, as 'bgpolicy pending' shows it.")
+    @Argument(help: "The task identifier, as 'bgpolicy pending' shows it.", completion: AgentCompletions.pendingIdentifiers)
     var identifier: String
 
     @Flag(name: .long, help: "Print the agent's explanation as a JSON object, for scripts.")

@@ -11,7 +11,7 @@ struct HistoryCommand: AsyncParsableCommand {
             of them.
             """)
 
-    @Argument(help: "Only this app's events (an app ID, as 'bgpolicy apps' shows it).")
+    @Argument(help: "Only this app's events (an app ID, as 'bgpolicy apps' shows it).", completion: AgentCompletions.apps)
     var app: String?
 
     // Unconditional: "-5" is a value to refuse in words, not a missing one.

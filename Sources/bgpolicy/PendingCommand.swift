@@ -12,7 +12,7 @@ struct PendingCommand: AsyncParsableCommand {
             says them in words); "—" means it runs in the next window.
             """)
 
-    @Argument(help: "Only this app's requests (an app ID, as 'bgpolicy apps' shows it).")
+    @Argument(help: "Only this app's requests (an app ID, as 'bgpolicy apps' shows it).", completion: AgentCompletions.apps)
     var app: String?
 
     @Flag(name: .long, help: "Print the agent's request records as a JSON array, for scripts.")

@@ -14,12 +14,12 @@ struct ReplayCommand: ParsableCommand {
             after the first 7 days. See Docs/Replay.md for the exact definitions.
             """)
 
-    @Option(name: .long, help: ArgumentHelp("The usage trace to replay.", valueName: "file"))
+    @Option(name: .long, help: ArgumentHelp("The usage trace to replay.", valueName: "file"), completion: .file(extensions: ["csv"]))
     var trace: String
 
     @Option(name: .long, help: ArgumentHelp(
         "bgpolicy, periodic:<period> (every app on one aligned timer, like periodic:60m) or oracle:<lead> (a refresh that long before every open).",
-        valueName: "policy"))
+        valueName: "policy"), completion: AgentCompletions.replayPolicies)
     var policy: String = "bgpolicy"
 
     @Flag(name: .long, help: "Print the figures as a JSON object, for scripts.")
@@ -27,7 +27,7 @@ struct ReplayCommand: ParsableCommand {
 
     @Option(name: .long, help: ArgumentHelp(
         "Also write every refresh the policy made to this CSV file (timestamp,app_id), to score it with another evaluator.",
-        valueName: "file"))
+        valueName: "file"), completion: .file(extensions: ["csv"]))
     var refreshes: String?
 
     /// A trace that cannot be read (EX_NOINPUT) or parsed (EX_DATAERR).

@@ -11,10 +11,12 @@ struct SimulateExpireCommand: AsyncParsableCommand {
             before a slice ends, so that the app's expiration handler can be tested.
             """)
 
-    @Argument(help: "The app's ID, as 'bgpolicy apps' shows it.")
+    @Argument(help: "The app's ID, as 'bgpolicy apps' shows it.", completion: AgentCompletions.apps)
     var app: String
 
-    @Argument(help: "The task identifier of a running task, as 'bgpolicy status' shows it.")
+    @Argument(
+        help: "The task identifier of a running task, as 'bgpolicy status' shows it.",
+        completion: AgentCompletions.runningIdentifiers)
     var identifier: String
 
     @Flag(name: .long, help: "Print what was done as a JSON object, for scripts.")

@@ -11,10 +11,12 @@ struct SimulateLaunchCommand: AsyncParsableCommand {
             must be reachable: running, or D-Bus activatable.
             """)
 
-    @Argument(help: "The app's ID, as 'bgpolicy apps' shows it.")
+    @Argument(help: "The app's ID, as 'bgpolicy apps' shows it.", completion: AgentCompletions.apps)
     var app: String
 
-    @Argument(help: "The task identifier of a pending request, as 'bgpolicy pending' shows it.")
+    @Argument(
+        help: "The task identifier of a pending request, as 'bgpolicy pending' shows it.",
+        completion: AgentCompletions.pendingIdentifiers)
     var identifier: String
 
     @Flag(name: .long, help: "Print what was done as a JSON object, for scripts.")

@@ -15,10 +15,12 @@ struct TimelineCommand: AsyncParsableCommand {
             local. In a narrow terminal each column shows the most likely of several slots.
             """)
 
-    @Argument(help: "Only this app (an app ID, as 'bgpolicy apps' shows it).")
+    @Argument(help: "Only this app (an app ID, as 'bgpolicy apps' shows it).", completion: AgentCompletions.apps)
     var app: String?
 
-    @Option(help: ArgumentHelp("Also write the picture to this file as an SVG image.", valueName: "file"))
+    @Option(
+        help: ArgumentHelp("Also write the picture to this file as an SVG image.", valueName: "file"),
+        completion: .file(extensions: ["svg"]))
     var svg: String?
 
     @Flag(name: .long, help: "Print the agent's timeline as a JSON object, for scripts.")

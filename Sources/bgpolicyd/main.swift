@@ -35,6 +35,19 @@ struct BGPolicyDaemon: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "bgpolicyd",
         abstract: "The bgpolicy agent: schedules background work for desktop apps on the session bus.",
+        discussion: """
+            bgpolicyd owns org.bgpolicy.Agent1 on the session bus and grants the apps that \
+            register with it coalesced slices of background time, when battery, charger, \
+            network, idle state and its model of the user's habits say it is best. It runs as \
+            the systemd user service bgpolicyd.service (systemctl --user enable --now \
+            bgpolicyd), which D-Bus activation also starts once enabled; 'bgpolicy status' \
+            shows what it is doing.
+
+            It keeps its state in SQLite under the state directory, mode 0700, and one agent \
+            at a time may use a state directory. SIGTERM or SIGINT stop it cleanly; requests \
+            and history survive a restart. It logs to standard error, which the user manager \
+            sends to the journal (journalctl --user -u bgpolicyd).
+            """,
         version: BGPolicyVersion.current)
 
     @Option(name: .long, help: "Read the configuration from this file (default: $XDG_CONFIG_HOME/bgpolicy/bgpolicy.conf).")
