@@ -13,12 +13,22 @@
 /// and each refresh) are the candidates, all in good standing (a trace has no slice results).
 /// A refresh at a grid point serves opens in the next 15 minutes, so its lead before a
 /// predicted open is 0–15 min.
+///
+/// A trace need not record closes (SPEC §4 allows a trace of opens alone). An app opened again
+/// with no close since its last open is taken as one whose trace records none: its earlier use
+/// ended at a time not known (`RefreshPlanner.recordLeftUnseen`), and from then on each of its
+/// opens is a use that ends at once, with its window after use a second later, until a close
+/// of it is seen. Without this, such an app would stay in use from its first open to the end,
+/// and neither window after an open nor after use would ever serve it.
 public struct PredictivePolicy: ReplayPolicy {
     public var gridSeconds: Double = 900
     public private(set) var planner: RefreshPlanner
     private var pending: Set<String> = []
     /// Apps opened and not closed since.
     private var inUse: Set<String> = []
+    /// Apps whose closes the trace does not record: opened again while in use, and not closed
+    /// since. Each of their opens is a use that ends at once.
+    private var closesUnrecorded: Set<String> = []
     /// The window a second after the last open, until it has come.
     private var afterOpen: Double?
     /// The windows a second after each close that has not come yet, in time order: when, and
@@ -34,16 +44,28 @@ public struct PredictivePolicy: ReplayPolicy {
     public mutating func observe(_ event: UsageEvent) {
         switch event.kind {
         case .open:
+            if inUse.contains(event.appID) {
+                // Opened again with no close between: the trace records none for this app.
+                closesUnrecorded.insert(event.appID)
+                planner.recordLeftUnseen(event.appID)
+            }
             planner.recordOpen(of: event.appID, at: event.time)
             inUse.insert(event.appID)
             if refreshOnlyWindows { afterOpen = event.time + 1 }
             // Back within the second: there is nothing to refresh it for.
             afterUse.removeAll { $0.appID == event.appID }
+            if closesUnrecorded.contains(event.appID) { left(event.appID, at: event.time) }
         case .close:
-            planner.recordClose(of: event.appID, at: event.time)
-            inUse.remove(event.appID)
-            if refreshOnlyWindows { afterUse.append((event.time + 1, event.appID)) }
+            closesUnrecorded.remove(event.appID)
+            left(event.appID, at: event.time)
         }
+    }
+
+    /// The user left `appID` at `time`.
+    private mutating func left(_ appID: String, at time: Double) {
+        planner.recordClose(of: appID, at: time)
+        inUse.remove(appID)
+        if refreshOnlyWindows { afterUse.append((time + 1, appID)) }
     }
 
     public mutating func resubmitted(appID: String, at time: Double) {
