@@ -68,6 +68,20 @@ struct ReplayMetricsTests {
         #expect(refreshes.count == 2 * (7 * 24 + 24 + 1))
     }
 
+    @Test func theFiguresDoNotDependOnTheOrderTheRefreshesComeIn() throws {
+        // In time order (a replay's), read where they are; in any other, sorted first.
+        let d = SyntheticTrace.d
+        let inOrder = try ReplayPolicyChoice(parsing: "periodic:1h").refreshes(over: SyntheticTrace.trace)
+            + [ReplayRefresh(time: d + 7300, appID: "a"), ReplayRefresh(time: d + 7300, appID: "b")]
+        let sorted = inOrder.sorted { ($0.time, $0.appID) < ($1.time, $1.appID) }
+        let figures = ReplayMetrics.compute(trace: SyntheticTrace.trace, refreshes: sorted)
+        #expect(figures.freshness15m > 0 && figures.wastedFraction > 0)
+        #expect(ReplayMetrics.compute(trace: SyntheticTrace.trace, refreshes: sorted.reversed()) == figures)
+        var swapped = sorted
+        swapped.swapAt(0, swapped.count - 1)
+        #expect(ReplayMetrics.compute(trace: SyntheticTrace.trace, refreshes: swapped) == figures)
+    }
+
     @Test func refreshesWithin60SecondsOfTheFirstAreOneWakeup() {
         let d = SyntheticTrace.d
         let refreshes = [0, 30, 60, 61, 200, 200].enumerated().map { i, t in

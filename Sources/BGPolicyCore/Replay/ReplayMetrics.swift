@@ -59,14 +59,21 @@ public struct ReplayMetrics: Sendable, Equatable {
         guard days > 0 else { return zero }
         func scored(_ t: Double) -> Bool { t >= scoreStart && t <= span.end }
 
-        let ordered = refreshes.sorted { ($0.time, $0.appID) < ($1.time, $1.appID) }
-        let scoredRefreshes = ordered.filter { scored($0.time) }
+        // In time order, then by app (so that the same refreshes in any order give the same
+        // figures). A replay's come in time order; `periodic`'s (millions, on a large trace)
+        // list each wake's apps sorted too, so they are read where they are, not copied.
+        func precedes(_ a: ReplayRefresh, _ b: ReplayRefresh) -> Bool { (a.time, a.appID) < (b.time, b.appID) }
+        let inOrder = zip(refreshes, refreshes.dropFirst()).allSatisfy { !precedes($1, $0) }
+        let ordered = inOrder ? refreshes : refreshes.sorted(by: precedes)
 
-        var wakeups = 0
+        var wakeups = 0, scoredCount = 0
         var groupStart = -Double.infinity
-        for refresh in scoredRefreshes where refresh.time > groupStart + wakeupMergeSeconds {
-            wakeups += 1
-            groupStart = refresh.time
+        for refresh in ordered where scored(refresh.time) {
+            scoredCount += 1
+            if refresh.time > groupStart + wakeupMergeSeconds {
+                wakeups += 1
+                groupStart = refresh.time
+            }
         }
 
         var refreshTimes: [String: [Double]] = [:]
@@ -106,11 +113,11 @@ public struct ReplayMetrics: Sendable, Equatable {
         }
         return ReplayMetrics(
             wakeupsPerDay: Double(wakeups) / days,
-            refreshesPerDay: Double(scoredRefreshes.count) / days,
+            refreshesPerDay: Double(scoredCount) / days,
             freshness5m: opens == 0 ? 0 : Double(fresh5) / Double(opens),
             freshness15m: opens == 0 ? 0 : Double(fresh15) / Double(opens),
             medianStalenessSeconds: median,
-            wastedFraction: scoredRefreshes.isEmpty ? 0 : Double(wasted) / Double(scoredRefreshes.count))
+            wastedFraction: scoredCount == 0 ? 0 : Double(wasted) / Double(scoredCount))
     }
 
     /// The index of the first element `>= value` in a sorted array.
