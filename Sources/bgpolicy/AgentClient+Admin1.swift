@@ -17,6 +17,11 @@ extension AgentClient {
         try await list("GetHistory", [.int64(since), .uint32(limit)])
     }
 
+    /// `GetStatus`'s dictionary (`StatusCommand` reads it itself, to print any reply it can).
+    func status() async throws -> VariantDictionary {
+        try await dictionary("GetStatus", [])
+    }
+
     func explain(app: String, identifier: String) async throws -> VariantDictionary {
         try await dictionary("Explain", [.string(app), .string(identifier)])
     }

@@ -5,6 +5,10 @@ import BGPolicyDBus
 /// The CLI's one way to reach the agent: the session bus, with errors a person can act on.
 struct AgentClient {
     let connection: DBusConnection
+    /// Whether a call may start the agent by D-Bus activation (not for shell completion).
+    var startsAgent = true
+    /// How long a call waits for the agent's answer, unless the method says otherwise.
+    var answerTimeout = Self.defaultAnswerTimeout
 
     /// Connects to the session bus, or fails with a message that says what to do.
     static func connect() async throws -> AgentClient {
@@ -17,18 +21,21 @@ struct AgentClient {
         }
     }
 
-    /// How long a call may wait for the agent's answer, unless the method says otherwise.
-    static let answerTimeout: Duration = .seconds(10)
+    /// `answerTimeout`, unless the caller sets another.
+    static let defaultAnswerTimeout: Duration = .seconds(10)
 
     /// Calls a method of the agent's object and returns its reply body. `timeout`: longer for
-    /// a method whose answer waits on an app (`SimulateLaunch`).
-    func call(_ interface: String, _ member: String, _ body: [DBusValue] = [], timeout: Duration = Self.answerTimeout)
+    /// a method whose answer waits on an app (`SimulateLaunch`); else `answerTimeout`.
+    func call(_ interface: String, _ member: String, _ body: [DBusValue] = [], timeout: Duration? = nil)
         async throws -> [DBusValue]
     {
+        let timeout = timeout ?? answerTimeout
+        var message = Message.methodCall(
+            destination: BGPolicyNames.busName, path: try ObjectPath(BGPolicyNames.objectPath),
+            interface: interface, member: member, body: body)
+        message.noAutoStart = !startsAgent
         do {
-            return try await connection.call(
-                destination: BGPolicyNames.busName, path: try ObjectPath(BGPolicyNames.objectPath),
-                interface: interface, member: member, body, timeout: timeout)
+            return try await connection.call(message, timeout: timeout).body
         } catch DBusError.remote(let name, let message) {
             switch name {
             case DBusError.serviceUnknown, DBusError.nameHasNoOwner, "org.freedesktop.DBus.Error.Spawn.ServiceNotFound":

@@ -14,14 +14,15 @@ enum AgentCompletions {
 
     /// The app ids the agent knows, for `explain APP`, `enable APP`, `pending APP` and the rest.
     static let apps = CompletionKind.custom { (_: [String], _: Int, prefix: String) async -> [String] in
-        await matching(prefix, in: list("ListApps").compactMap { $0.string("app_id") })
+        let apps = await ask { try await $0.listApps() } ?? []
+        return matching(prefix, in: apps.compactMap { $0.string("app_id") })
     }
 
     /// The identifiers of the pending requests of the app named just before, for
     /// `explain APP ID` and `simulate launch APP ID`.
     static let pendingIdentifiers = CompletionKind.custom { (words: [String], index: Int, prefix: String) async -> [String] in
         guard let app = appBefore(index, in: words) else { return [] }
-        let pending = await list("ListPending").filter { $0.string("app_id") == app }
+        let pending = (await ask { try await $0.listPending() } ?? []).filter { $0.string("app_id") == app }
         return matching(prefix, in: pending.compactMap { $0.string("identifier") })
     }
 
@@ -29,7 +30,7 @@ enum AgentCompletions {
     /// `simulate expire APP ID` (`GetStatus`'s `running`).
     static let runningIdentifiers = CompletionKind.custom { (words: [String], index: Int, prefix: String) async -> [String] in
         guard let app = appBefore(index, in: words),
-              let slices = try? await status()?["running"]?.decode([VariantDictionary].self)
+              let slices = try? await ask({ try await $0.status() })?["running"]?.decode([VariantDictionary].self)
         else { return [] }
         let mine = slices.filter { $0.string("app_id") == app }
         return matching(prefix, in: mine.flatMap { $0.strings("identifiers") ?? [] })
@@ -37,8 +38,6 @@ enum AgentCompletions {
 
     /// The policies `replay --policy` takes, with the baselines issue 5 names.
     static let replayPolicies = CompletionKind.list(["bgpolicy", "periodic:15m", "periodic:30m", "periodic:60m", "oracle:10m"])
-
-    // MARK: Asking the agent
 
     /// The word before `index` that is not an option: the APP of `explain APP ID`.
     static func appBefore(_ index: Int, in words: [String]) -> String? {
@@ -51,26 +50,11 @@ enum AgentCompletions {
         Array(Set(candidates.filter { $0.hasPrefix(prefix) })).sorted()
     }
 
-    private static func list(_ member: String) async -> [VariantDictionary] {
-        guard let reply = await call(member), reply.count == 1,
-              let records = try? reply.decode([VariantDictionary].self, at: 0)
-        else { return [] }
-        return records
-    }
-
-    private static func status() async -> VariantDictionary? {
-        guard let reply = await call("GetStatus"), reply.count == 1 else { return nil }
-        return try? reply.decode(VariantDictionary.self, at: 0)
-    }
-
-    /// One Admin1 call without a body, or nil for any failure.
-    private static func call(_ member: String) async -> [DBusValue]? {
+    /// What `question` gets from the agent, asked without starting it and given
+    /// `answerTimeout`; nil for any failure.
+    private static func ask<T>(_ question: (AgentClient) async throws -> T) async -> T? {
         guard let connection = try? await DBusConnection.connect(to: .session) else { return nil }
         defer { connection.close() }
-        guard let path = try? ObjectPath(BGPolicyNames.objectPath) else { return nil }
-        var message = Message.methodCall(
-            destination: BGPolicyNames.busName, path: path, interface: BGPolicyNames.adminInterface, member: member)
-        message.noAutoStart = true
-        return try? await connection.call(message, timeout: answerTimeout).body
+        return try? await question(AgentClient(connection: connection, startsAgent: false, answerTimeout: answerTimeout))
     }
 }
