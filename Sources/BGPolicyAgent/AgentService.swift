@@ -39,8 +39,18 @@ public struct AgentService: Service {
         } catch let error as DBusError {
             throw AgentError.noSessionBus(error.message)
         }
-        defer { connection.close() }
+        // Closed only once what the agent sent last (ExpireTask to the apps of slices it ends
+        // on the way out) is written to the bus: the process exits right after.
+        do {
+            try await run(on: connection)
+        } catch {
+            await connection.closeAndWait()
+            throw error
+        }
+        await connection.closeAndWait()
+    }
 
+    private func run(on connection: DBusConnection) async throws {
         connection.objects.errorNames = Self.errorNames
         // Before the store is read: a second agent on this directory must not touch it.
         let lock = try StateLock(directory: environment.stateDirectory)

@@ -89,7 +89,7 @@ public final class DBusConnection: Sendable {
         let objects = connection.objects
         let subscriptions = connection.subscriptions
         let log = logger
-        loop.enqueue { loop in
+        let installed = loop.enqueue { loop in
             loop.onMethodCall = { [weak loop] message in
                 guard let loop else { return }
                 objects.route(message, loop: loop)
@@ -104,12 +104,28 @@ public final class DBusConnection: Sendable {
                 disconnected.fire()
             }
         }
+        if !installed {
+            // The connection was lost before the callbacks were in place: nothing will say so.
+            subscriptions.finishAll(throwing: DBusError.disconnected)
+            objects.connectionClosed()
+            disconnected.fire()
+        }
         return connection
     }
 
-    /// Closes the connection. Calls in flight fail with `DBusError.disconnected`.
+    /// Closes the connection. Calls in flight fail with `DBusError.disconnected`. This only asks
+    /// the connection's thread to close it: a process that exits next may lose what it sent last.
     public func close() {
         loop.stop()
+    }
+
+    /// Closes the connection and returns once it is closed. What was sent before is written to
+    /// the bus first, for at most a second, so a process that exits next loses none of it (an
+    /// agent that stops tells its apps so). Waits even when the calling task is cancelled.
+    public func closeAndWait() async {
+        loop.stop()
+        let disconnected = disconnected
+        await Task { await disconnected.wait() }.value
     }
 
     /// Waits until the connection is closed or lost, or the task is cancelled.

@@ -53,6 +53,26 @@ struct SignalTests {
         for connection in c { connection.close() }
     }
 
+    @Test("closeAndWait returns once everything sent before it is on the bus, so a process may exit next")
+    func closeAndWaitWritesWhatWasSent() async throws {
+        let bus = try PrivateBus()
+        let c = try await connect(2, to: bus)
+        let (listener, emitter) = (c[0], c[1])
+        let subscription = try await listener.subscribe(MatchRule(sender: emitter.uniqueName, interface: Self.interface))
+        // Big enough that writing them takes the connection's thread a while.
+        let count = 8
+        let texts = (0..<count).map { "\($0)" + String(repeating: "x", count: 1 << 18) }
+        for text in texts { try Self.emit(emitter, text) }
+        await emitter.closeAndWait()
+        // Closed, not only asked to close: close() returns before the connection's own thread
+        // has written them, and a process that exits then loses them.
+        #expect(!emitter.isConnected)
+        let all = try await signals(of: subscription, count: count)
+        #expect(Self.texts(all) == texts)
+        await emitter.closeAndWait()  // again, on a closed connection: returns at once
+        listener.close()
+    }
+
     @Test("a subscription by well-known sender follows the name's owner, and ignores other senders")
     func byWellKnownSender() async throws {
         let bus = try PrivateBus()

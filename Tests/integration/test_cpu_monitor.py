@@ -8,6 +8,8 @@ the template lacks added (TESTBED.md). The burners' units come from their fake c
 identities are verified and the units known. The limit is 20 % rather than 80 %, so that a
 busy two-core machine cannot keep a burner (one thread spinning) under the limit by starving it."""
 
+import time
+
 import tasks_helpers as th
 from tasks_helpers import UINT64_MAX, later, unit_cgroup, world  # noqa: F401 - the fixture
 
@@ -153,10 +155,18 @@ def test_a_process_stopped_by_the_monitor_is_continued_when_the_agent_stops(worl
     assert "SIGSTOP" in stopped["detail"], stopped
     assert process_state(app.pid) == "T"  # (so it cannot be asked anything now)
 
+    began = time.monotonic()
     agent.stop()
+    code = agent.proc.popen.returncode
+    stopped_in = time.monotonic() - began
     assert process_state(app.pid) != "T", "the agent stopped, and left its app stopped"
     # One ExpireTask came with the warning before the stop; the second says the agent stops.
-    th.wait_until(lambda: len(app.events_of("ExpireTask")) >= 2, 5, "the app is told to wrap up")
+    try:
+        th.wait_until(lambda: len(app.events_of("ExpireTask")) >= 2, 5, "the app is told to wrap up")
+    except AssertionError as error:
+        raise AssertionError(f"{error}; the agent exited with {code} after {stopped_in:.2f} s; "
+                             f"the app's events: {app.app_events()}\nagent stderr (tail):\n"
+                             f"{agent.stderr_tail()}") from None
     assert [e["task_id"] for e in app.events_of("ExpireTask")] == [run["task_id"]] * 2
     agent.restart()
     released = agent.wait_history("cpu-released", app_id="org.example.Burner", timeout=5)
