@@ -30,7 +30,7 @@ stage_build() {
 }
 
 stage_unit() {
-    private_bus "$SWIFT" test --package-path "$ROOT" --skip-build
+    with_toolchain_tmp private_bus "$SWIFT" test --package-path "$ROOT" --skip-build
 }
 
 # `make install`/`uninstall` with only the variables given here, whatever the caller's

@@ -1,6 +1,6 @@
 # shellcheck shell=bash
 # Shared by the scripts in this folder; source it, don't run it.
-# Gives: ROOT (the repository), SWIFT, swift_build, swift_build_release, debug_bin,
+# Gives: ROOT (the repository), SWIFT, with_toolchain_tmp, swift_build, swift_build_release, debug_bin,
 # release_bin, private_bus, BUS_CONFIG, say, die.
 
 set -euo pipefail
@@ -24,10 +24,21 @@ if [[ -z ${SWIFT:-} ]]; then
     fi
 fi
 
+# Runs "$@" (the toolchain) with a temporary folder of its own, removed afterwards: the
+# Swift driver leaves a TemporaryDirectory.XXXXXX in $TMPDIR on every run and never removes
+# it (swiftlang/swift-driver#1720, #2049), some fifty for each `make check` stage.
+with_toolchain_tmp() {
+    local tmp rc=0
+    tmp=$(mktemp -d "${TMPDIR:-/tmp}/bgpolicy-swift.XXXXXX")
+    TMPDIR=$tmp "$@" || rc=$?
+    rm -rf "$tmp"
+    return "$rc"
+}
+
 # Every build checks that each target imports only what Package.swift says it
 # depends on, so the module graph stays what it says.
 swift_build() {
-    "$SWIFT" build --package-path "$ROOT" --explicit-target-dependency-import-check error "$@"
+    with_toolchain_tmp "$SWIFT" build --package-path "$ROOT" --explicit-target-dependency-import-check error "$@"
 }
 
 # Release builds keep their own scratch folder so they never evict the debug one, and
