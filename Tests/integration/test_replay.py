@@ -115,6 +115,40 @@ def test_refreshes_file_lists_every_refresh(synthetic, tmp_path):
     assert "cannot write" in r.stderr and "No such file or directory" in r.stderr, r.stderr
 
 
+CEILING = ROOT / "scripts" / "after-use-ceiling.py"
+
+
+def test_after_use_ceiling_script_has_the_worked_answer(tmp_path):
+    """scripts/after-use-ceiling.py (Docs/Replay.md quotes it): every close refreshes its app a
+    second later unless it was refreshed in the last 15 min. Each day the app is opened at
+    10:00, 10:10 and 10:30 and left at 10:05, 10:18 and 10:31: the refresh at 10:05:01 serves
+    10:10; the one at 10:18:01, which would serve 10:30, is refused (13 min after the last), so
+    10:30 is 25 min stale; the one at 10:31:01 is a day old by 10:00. On the scored day (the
+    8th), 1 open in 3 is fresh."""
+    rows = ["timestamp,app_id,event"]
+    for day in range(8):
+        t = day * 86400 + 10 * 3600
+        rows += [f"{t},a,open", f"{t + 300},a,close", f"{t + 600},a,open", f"{t + 1080},a,close",
+                 f"{t + 1800},a,open", f"{t + 1860},a,close"]
+    trace = tmp_path / "day.csv"
+    trace.write_text("\n".join(rows) + "\n")
+
+    def freshness(*options):
+        r = subprocess.run([str(CEILING), str(trace), *options], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.startswith(f"{trace}: freshness_15m "), r.stdout
+        return float(r.stdout.split("freshness_15m ")[1].split(",")[0])
+
+    assert freshness() == pytest.approx(1 / 3, abs=0.001)
+    # With no refresh allowed, nothing is fresh; the baseline comes from bgpolicy itself.
+    assert freshness("--max-wakes-per-day", "0") == 0
+    r = subprocess.run([str(CEILING), str(trace), "--bgpolicy", str(bgpolicy())],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    periodic = replay(trace, "periodic:60m")["freshness_15m"]
+    assert f"periodic:60m {periodic:.3f}, {1 / 3 / periodic:.2f}x" in r.stdout, r.stdout
+
+
 def test_table_names_every_figure(synthetic):
     r = subprocess.run([str(bgpolicy()), "replay", "--trace", str(synthetic), "--policy", "oracle:10m"],
                        capture_output=True, text=True, timeout=20)
