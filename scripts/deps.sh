@@ -12,6 +12,7 @@ packages=(
     libglib2.0-bin                                      # gdbus, one of the real clients in the tests
     valgrind                                            # scripts/leakcheck.sh
     systemd                                             # systemd-analyze, busctl
+    groff-base man-db                                   # the manual pages' lint (check.sh units)
 )
 
 missing() {
