@@ -11,6 +11,19 @@ struct UsageTraceTests {
         #expect(trace.appIDs == ["org.a"])
     }
 
+    @Test func acceptsAByteOrderMarkAndQuotedFields() throws {
+        // R's write.csv quotes every text field; a spreadsheet may put a byte-order mark first.
+        let trace = try UsageTrace.parse(
+            "\u{FEFF}\"timestamp\",\"app_id\",\"event\"\r\n1,\"org.a\",\"open\"\r\n\"2\",\"org.\"\"b\"\", c\",close\r\n")
+        #expect(trace.events == [UsageEvent(time: 1, appID: "org.a", kind: .open),
+                                 UsageEvent(time: 2, appID: "org.\"b\", c", kind: .close)])
+        #expect(try UsageTrace.parse("\u{FEFF}timestamp,app_id,event\n1,a,open\n").events.count == 1)
+        // An empty quoted field is an empty field.
+        #expect(throws: UsageTraceError(line: 2, "app_id is empty")) {
+            try UsageTrace.parse("timestamp,app_id,event\n1,\"\",open\n")
+        }
+    }
+
     @Test func headerOnlyIsAnEmptyTrace() throws {
         #expect(try UsageTrace.parse("timestamp,app_id,event\n").events.isEmpty)
     }
@@ -35,6 +48,11 @@ struct UsageTraceTests {
         ("timestamp,app_id,event\n1,,open\n", 2, "app_id is empty"),
         ("timestamp,app_id,event\n1,a,launch\n", 2, "neither open nor close"),
         ("timestamp,app_id,event\n5,a,open\n\n4,a,close\n", 4, "sorted"),
+        ("timestamp,app_id,event\n1,\"a,open\n", 2, "does not close"),
+        ("timestamp,app_id,event\n1,\"a\"b,open\n", 2, "followed by \"b\" rather than a comma"),
+        ("timestamp,app_id,event\n1,a\"b,open\n", 2, "a double quote inside the unquoted field \"a\"b\""),
+        ("\"timestamp,app_id\",event\n", 1, "header"),
+        ("\u{FEFF}\u{FEFF}timestamp,app_id,event\n", 1, "header"),
     ]
 
     @Test(arguments: errors)

@@ -149,6 +149,40 @@ def test_after_use_ceiling_script_has_the_worked_answer(tmp_path):
     assert f"periodic:60m {periodic:.3f}, {1 / 3 / periodic:.2f}x" in r.stdout, r.stdout
 
 
+@pytest.mark.parametrize("text,note", [
+    ("timestamp,app_id,event\n", "the trace has no events, so every figure is 0"),
+    ("timestamp,app_id,event\n0,a,open\n216000,a,open\n",
+     "no open comes after the trace's first 7 days (it spans 2.5 days), and only those are scored, "
+     "so every figure is 0"),
+])
+def test_a_trace_with_nothing_to_score_says_so(tmp_path, text, note):
+    """Figures of 0 from a trace too short to score say nothing of the policy: a note on stderr
+    says why, and the figures are still printed (exit 0)."""
+    trace = tmp_path / "short.csv"
+    trace.write_text(text)
+    r = subprocess.run([str(bgpolicy()), "replay", "--trace", str(trace), "--json"],
+                       capture_output=True, text=True, timeout=20)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["freshness_15m"] == 0
+    assert r.stderr == f"bgpolicy: note: {trace}: {note}\n"
+
+
+def test_quoted_fields_and_a_byte_order_mark_are_read(synthetic, tmp_path):
+    """The synthetic trace as R's write.csv and a spreadsheet would write it: every text field in
+    double quotes, a byte-order mark first, CRLF line ends. The figures are the same, and
+    nothing is noted (every open after the first week is scored)."""
+    rows = SYNTHETIC.strip().split("\n")
+    quoted = ['"timestamp","app_id","event"'] + [
+        f'{t},"{a}","{e}"' for t, a, e in (row.split(",") for row in rows[1:])]
+    trace = tmp_path / "quoted.csv"
+    trace.write_bytes(b"\xef\xbb\xbf" + "\r\n".join(quoted).encode() + b"\r\n")
+    r = subprocess.run([str(bgpolicy()), "replay", "--trace", str(trace), "--policy", "periodic:60m", "--json"],
+                       capture_output=True, text=True, timeout=20)
+    assert r.returncode == 0, r.stderr
+    assert r.stderr == ""
+    assert json.loads(r.stdout) == replay(synthetic, "periodic:60m")
+
+
 def test_table_names_every_figure(synthetic):
     r = subprocess.run([str(bgpolicy()), "replay", "--trace", str(synthetic), "--policy", "oracle:10m"],
                        capture_output=True, text=True, timeout=20)

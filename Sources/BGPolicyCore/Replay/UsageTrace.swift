@@ -1,6 +1,8 @@
 /// A usage trace in the CSV form of SPEC §4: the header `timestamp,app_id,event`, then one event
-/// a line, sorted by time. Blank lines (and a final newline, and `\r\n` endings) are accepted;
-/// anything else that does not fit is an error naming its line.
+/// a line, sorted by time. Blank lines (and a final newline, and `\r\n` endings) are accepted,
+/// and so are what common CSV writers add: a UTF-8 byte-order mark before the header, and
+/// fields in double quotes (RFC 4180, `""` for a quote inside one; R's `write.csv` quotes every
+/// text field). Anything else that does not fit is an error naming its line.
 public struct UsageTrace: Sendable, Equatable {
     public static let header = "timestamp,app_id,event"
     public let events: [UsageEvent]
@@ -34,22 +36,72 @@ public struct UsageTrace: Sendable, Equatable {
         time == time.rounded() ? String(Int64(time)) : String(time)
     }
 
+    /// The fields of one line: split at commas, except inside double quotes, which are taken
+    /// off (with `""` read as one quote). A line without quotes is only split.
+    static func fields(of line: Substring, lineNumber: Int) throws(UsageTraceError) -> [Substring] {
+        guard line.contains("\"") else { return line.split(separator: ",", omittingEmptySubsequences: false) }
+        var fields: [Substring] = []
+        var rest = line[...]
+        while true {
+            if rest.first == "\"" {
+                var field = ""
+                var i = rest.index(after: rest.startIndex)
+                while true {
+                    guard i < rest.endIndex else {
+                        throw UsageTraceError(line: lineNumber, "a field opens a double quote that the line does not close")
+                    }
+                    if rest[i] == "\"" {
+                        let next = rest.index(after: i)
+                        if next < rest.endIndex, rest[next] == "\"" {
+                            field.append("\"")
+                            i = rest.index(after: next)
+                            continue
+                        }
+                        i = next
+                        break
+                    }
+                    field.append(rest[i])
+                    i = rest.index(after: i)
+                }
+                fields.append(Substring(field))
+                rest = rest[i...]
+                guard let first = rest.first else { return fields }
+                guard first == "," else {
+                    throw UsageTraceError(line: lineNumber, "a quoted field is followed by \"\(first)\" rather than a comma")
+                }
+                rest = rest.dropFirst()
+            } else {
+                let end = rest.firstIndex(of: ",") ?? rest.endIndex
+                let field = rest[..<end]
+                guard !field.contains("\"") else {
+                    throw UsageTraceError(
+                        line: lineNumber, "a double quote inside the unquoted field \"\(field)\": quote the whole field")
+                }
+                fields.append(field)
+                guard end < rest.endIndex else { return fields }
+                rest = rest[rest.index(after: end)...]
+            }
+        }
+    }
+
     public static func parse(_ text: String) throws(UsageTraceError) -> UsageTrace {
         var events: [UsageEvent] = []
         var sawHeader = false
         var lineNumber = 0
+        // A byte-order mark is not text: spreadsheets and some Windows tools put one first.
+        let body = text.first == "\u{FEFF}" ? text.dropFirst() : text[...]
         // "\r\n" is one Character in Swift, so it is a separator of its own.
-        for line in text.split(omittingEmptySubsequences: false, whereSeparator: { $0 == "\n" || $0 == "\r\n" }) {
+        for line in body.split(omittingEmptySubsequences: false, whereSeparator: { $0 == "\n" || $0 == "\r\n" }) {
             lineNumber += 1
             if line.allSatisfy({ $0 == " " || $0 == "\t" }) { continue }
             if !sawHeader {
-                guard line == header else {
+                guard try fields(of: line, lineNumber: lineNumber) == ["timestamp", "app_id", "event"] else {
                     throw UsageTraceError(line: lineNumber, "expected the header \"\(header)\", found \"\(line)\"")
                 }
                 sawHeader = true
                 continue
             }
-            let fields = line.split(separator: ",", omittingEmptySubsequences: false)
+            let fields = try fields(of: line, lineNumber: lineNumber)
             guard fields.count == 3 else {
                 throw UsageTraceError(line: lineNumber, "expected 3 fields (timestamp,app_id,event), found \(fields.count)")
             }
