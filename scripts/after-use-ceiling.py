@@ -33,7 +33,7 @@ MERGE = 60
 
 
 def read(path):
-    with open(path, newline="") as f:
+    with open(path, newline="", encoding="utf-8-sig") as f:
         return [(float(r["timestamp"]), r["app_id"], r["event"]) for r in csv.DictReader(f)]
 
 
