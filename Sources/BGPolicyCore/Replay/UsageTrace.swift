@@ -39,7 +39,7 @@ public struct UsageTrace: Sendable, Equatable {
     /// The fields of one line: split at commas, except inside double quotes, which are taken
     /// off (with `""` read as one quote). A line without quotes is only split.
     static func fields(of line: Substring, lineNumber: Int) throws(UsageTraceError) -> [Substring] {
-        guard line.contains("\"") else { return line.split(separator: ",", omittingEmptySubsequences: false) }
+        guard line.utf8.contains(UInt8(ascii: "\"")) else { return line.split(separator: ",", omittingEmptySubsequences: false) }
         var fields: [Substring] = []
         var rest = line[...]
         while true {
