@@ -35,7 +35,11 @@ struct ConditionsService: Sendable {
             logger: logger.with(source: name), rereads: rereads.stream,
             report: { report in await hub.apply(report, from: name) })
         await source.run(context)
-        // A source that returned is not live, whatever it said last.
+        // A source that returned is not live, whatever it said last; unless it was cancelled:
+        // the agent is stopping, which says nothing about the machine (clients watching
+        // Conditions would see the facts turn unknown as the agent leaves), or the system bus
+        // went, and `runSystemBusSources` says its sources are lost.
+        guard !Task.isCancelled else { return }
         await hub.apply(.lost, from: name)
     }
 
@@ -63,11 +67,12 @@ struct ConditionsService: Sendable {
                     for r in [rereads.upower, rereads.profiles, rereads.network, udevRereads] + sessionRereads { r.poke() }
                 }
             }
+            let sources: [(any ConditionSource, Rereads)] = [
+                (UPowerSource(systemBus: bus), rereads.upower), (PowerProfilesSource(systemBus: bus), rereads.profiles),
+                (NetworkManagerSource(systemBus: bus), rereads.network), (logind, rereads.logind),
+            ]
             await withTaskGroup(of: Void.self) { group in
-                group.addTask { await run(UPowerSource(systemBus: bus), rereads: rereads.upower) }
-                group.addTask { await run(PowerProfilesSource(systemBus: bus), rereads: rereads.profiles) }
-                group.addTask { await run(NetworkManagerSource(systemBus: bus), rereads: rereads.network) }
-                group.addTask { await run(logind, rereads: rereads.logind) }
+                for (source, rereads) in sources { group.addTask { await run(source, rereads: rereads) } }
                 group.addTask {
                     await bus.waitUntilDisconnected()
                     self.logger.warning("Lost the system bus; reconnecting")
@@ -77,6 +82,11 @@ struct ConditionsService: Sendable {
                 group.cancelAll()
             }
             bus.close()
+            // Ended with the bus, not with the agent: what they said no longer holds. (Those the
+            // group's cancelling stopped did not say so themselves; see `run(_:rereads:)`.)
+            if !Task.isCancelled {
+                for (source, _) in sources { await hub.apply(.lost, from: source.name) }
+            }
         }
     }
 }

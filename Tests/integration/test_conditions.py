@@ -180,6 +180,43 @@ def test_charger_plugged_in_by_uevent_reaches_conditions_within_a_second(world):
     assert upowerd.alive() and agent.proc.alive()
 
 
+def test_a_stopping_agent_does_not_report_the_machine_unknown(world):
+    """SIGTERM stops the condition sources, which says nothing about the machine: no Conditions
+    change is signalled or logged on the way out (a panel watching would see the battery and
+    the power turn unknown as the agent leaves)."""
+    laptop_with_upower(world)
+    agent = world.start_agent()
+    agent.wait_conditions(lambda c: "upower" in c["sources"] and on_battery_at_42(c),
+                          what="on battery at 42 % from UPower")
+    time.sleep(0.3)  # whatever the start-up had to say has been said
+    logged = agent.stderr().count("Conditions changed")
+    t0 = time.monotonic()
+    assert agent.proc.stop() == 0, agent.stderr_tail()
+    time.sleep(0.3)  # a signal flushed on the way out has reached the recorder
+    after = [e["args"] for e in agent.changes.snapshot() if e["time"] >= t0]
+    assert after == [], f"Conditions signalled as the agent stopped: {after!r}"
+    assert agent.stderr().count("Conditions changed") == logged, agent.stderr_tail()
+    assert "Agent stopped" in agent.stderr(), agent.stderr_tail()
+
+
+def test_the_system_bus_gone_its_sources_are_lost_and_udev_keeps_the_power_facts(world):
+    """The system bus daemon goes away under the agent: UPower's and logind's facts no longer
+    hold (they leave `sources`), udev's uevents keep the power facts, and the agent goes on
+    serving and trying to reconnect."""
+    laptop_with_upower(world)
+    agent = world.start_agent()
+    agent.wait_conditions(lambda c: {"upower", "logind"} <= set(c["sources"]) and on_battery_at_42(c),
+                          what="on battery at 42 % from UPower, and logind")
+    world.system_daemon.stop()
+    after = agent.wait_conditions(
+        lambda c: not ({"upower", "logind"} & set(c["sources"])) and "udev" in c["sources"],
+        timeout=5, what="UPower and logind lost, udev in their place")
+    assert on_battery_at_42(after), after
+    assert "locked" not in after and "idle" not in after, after  # logind's facts went with it
+    assert wait_for_log(agent, ["Lost the system bus"], timeout=3), agent.stderr_tail()
+    assert agent.proc.alive(), agent.stderr_tail()
+
+
 def test_upower_stopped_udev_takes_over_with_the_same_facts(world):
     tb, ac, bat, _logind, upowerd = laptop_with_upower(world)
     agent = world.start_agent()
