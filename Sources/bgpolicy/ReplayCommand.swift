@@ -73,15 +73,13 @@ struct ReplayCommand: ParsableCommand {
         }
         let metrics = ReplayMetrics.compute(trace: parsed, refreshes: made)
         print(json ? Self.jsonText(metrics) : Self.tableText(metrics, policy: choice))
-        if let note = Self.nothingScored(parsed) { Self.printError("note: \(trace): \(note)") }
+        if metrics.scoredOpens == 0 { Self.printError("note: \(trace): \(Self.nothingScored(parsed))") }
     }
 
-    /// Why no open of `trace` is scored, when none is: every figure is then 0, and that says
-    /// nothing about the policy.
-    static func nothingScored(_ trace: UsageTrace) -> String? {
+    /// Why no open of `trace` was scored (`ReplayMetrics.scoredOpens` is 0): every figure is
+    /// then 0, and that says nothing about the policy.
+    static func nothingScored(_ trace: UsageTrace) -> String {
         guard let span = trace.span else { return "the trace has no events, so every figure is 0" }
-        let scoredFrom = span.start + ReplayMetrics.warmUpSeconds
-        guard !trace.events.contains(where: { $0.kind == .open && $0.time >= scoredFrom }) else { return nil }
         let days = decimal((span.end - span.start) / 86_400, places: 1)
         return "no open comes after the trace's first 7 days (it spans \(days) days), and only those are scored, "
             + "so every figure is 0"

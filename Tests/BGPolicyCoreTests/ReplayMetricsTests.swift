@@ -97,6 +97,7 @@ struct ReplayMetricsTests {
         let m = ReplayMetrics.compute(trace: SyntheticTrace.trace, refreshes: [])
         // Staleness d+1000, d+4000, d+7300: the median is b's.
         Self.check(m, (0, 0, 0, 0, d + 4000, 0))
+        #expect(m.scoredOpens == 3)
         // A refresh after an open does not make it fresh.
         let late = ReplayMetrics.compute(trace: SyntheticTrace.trace, refreshes: [ReplayRefresh(time: d + 1001, appID: "a")])
         #expect(late.freshness15m == 0)
@@ -125,5 +126,7 @@ struct ReplayMetricsTests {
         let trace = try UsageTrace.parse("timestamp,app_id,event\n0,a,open\n\(7 * 86_400),a,open\n")
         let m = try ReplayPolicyChoice(parsing: "periodic:15m").metrics(over: trace)
         #expect(m.values.allSatisfy { $0 == 0 })
+        // The open at exactly 7 days is in no span: none is scored (what replay's note reads).
+        #expect(m.scoredOpens == 0)
     }
 }

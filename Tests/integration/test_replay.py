@@ -154,6 +154,10 @@ def test_after_use_ceiling_script_has_the_worked_answer(tmp_path):
     ("timestamp,app_id,event\n0,a,open\n216000,a,open\n",
      "no open comes after the trace's first 7 days (it spans 2.5 days), and only those are scored, "
      "so every figure is 0"),
+    # An open at exactly 7 days: the scored span is empty, so it is not scored either.
+    ("timestamp,app_id,event\n0,a,open\n604800,a,open\n",
+     "no open comes after the trace's first 7 days (it spans 7.0 days), and only those are scored, "
+     "so every figure is 0"),
 ])
 def test_a_trace_with_nothing_to_score_says_so(tmp_path, text, note):
     """Figures of 0 from a trace too short to score say nothing of the policy: a note on stderr

@@ -26,15 +26,18 @@ public struct ReplayMetrics: Sendable, Equatable {
     public var freshness15m: Double
     public var medianStalenessSeconds: Double
     public var wastedFraction: Double
+    /// How many opens were scored (not one of the figures: 0 says the others say nothing).
+    public var scoredOpens: Int
 
     public init(wakeupsPerDay: Double, refreshesPerDay: Double, freshness5m: Double, freshness15m: Double,
-                medianStalenessSeconds: Double, wastedFraction: Double) {
+                medianStalenessSeconds: Double, wastedFraction: Double, scoredOpens: Int = 0) {
         self.wakeupsPerDay = wakeupsPerDay
         self.refreshesPerDay = refreshesPerDay
         self.freshness5m = freshness5m
         self.freshness15m = freshness15m
         self.medianStalenessSeconds = medianStalenessSeconds
         self.wastedFraction = wastedFraction
+        self.scoredOpens = scoredOpens
     }
 
     /// The keys of `--json`, in the order the table prints them.
@@ -117,7 +120,7 @@ public struct ReplayMetrics: Sendable, Equatable {
             freshness5m: opens == 0 ? 0 : Double(fresh5) / Double(opens),
             freshness15m: opens == 0 ? 0 : Double(fresh15) / Double(opens),
             medianStalenessSeconds: median,
-            wastedFraction: scoredCount == 0 ? 0 : Double(wasted) / Double(scoredCount))
+            wastedFraction: scoredCount == 0 ? 0 : Double(wasted) / Double(scoredCount), scoredOpens: opens)
     }
 
     /// The index of the first element `>= value` in a sorted array.
