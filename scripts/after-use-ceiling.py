@@ -15,7 +15,7 @@ the trace's first 7 days, fresh when a refresh of the app came at most 15 minute
 
 With --bgpolicy, `BIN replay --policy periodic:60m` gives each trace's baseline, and the
 freshness is also printed as a multiple of it (issue 5's target is 2.5x on desktop traces).
-Docs/Replay.md ("What limits the dense traces") quotes this script's figures."""
+Docs/Replay.md ("Desktop-like sessions") quotes this script's figures."""
 
 import argparse
 import bisect
@@ -38,7 +38,8 @@ def read(path):
 
 
 def replay(events, per_app_per_day, max_wakes):
-    start, end = events[0][0], events[-1][0]
+    """Each app's refresh times, in order."""
+    start = events[0][0]
     apps = {app for _, app, _ in events}
     daily = None if per_app_per_day is None else per_app_per_day * len(apps)
     tokens = None if daily is None else daily / 2
@@ -66,10 +67,11 @@ def replay(events, per_app_per_day, max_wakes):
         last_refresh[app] = at
         refreshes[app].append(at)
         recent.append(at)
-    return start, end, refreshes
+    return refreshes
 
 
-def score(events, start, end, refreshes):
+def score(events, refreshes):
+    start, end = events[0][0], events[-1][0]
     scored_from = start + WARM_UP
     days = (end - scored_from) / DAY
     if days <= 0:
@@ -116,7 +118,7 @@ def main():
         events.sort(key=lambda e: e[0])
         if not events:
             sys.exit(f"after-use-ceiling: {trace} has no events")
-        figures = score(events, *replay(events, args.per_app_per_day, args.max_wakes_per_day))
+        figures = score(events, replay(events, args.per_app_per_day, args.max_wakes_per_day))
         line = (f"{trace}: freshness_15m {figures['freshness_15m']:.3f}, "
                 f"{figures['refreshes_per_day']:.1f} refreshes and {figures['wakeups_per_day']:.1f} wake-ups "
                 f"a day, {figures['opens_per_day']:.1f} opens a day")

@@ -95,7 +95,7 @@ public struct UsageTrace: Sendable, Equatable {
             lineNumber += 1
             if line.allSatisfy({ $0 == " " || $0 == "\t" }) { continue }
             if !sawHeader {
-                guard try fields(of: line, lineNumber: lineNumber) == ["timestamp", "app_id", "event"] else {
+                guard try fields(of: line, lineNumber: lineNumber) == header.split(separator: ",") else {
                     throw UsageTraceError(line: lineNumber, "expected the header \"\(header)\", found \"\(line)\"")
                 }
                 sawHeader = true
