@@ -64,14 +64,28 @@ struct ReplayCommand: ParsableCommand {
             Self.printError("\(trace): \(error.description)")
             throw Self.badData
         }
-        let made = choice.refreshes(over: parsed)
+        // Every refresh is scored, and written to --refreshes, as the replay makes it: nothing
+        // holds them all (a `periodic` baseline on a large trace makes millions).
+        var file: OutputFile?
         if let refreshes {
-            if let problem = TimelineCommand.write(Self.refreshesText(made), to: refreshes) {
-                Self.printError("cannot write \(refreshes): \(problem)")
+            do {
+                file = try OutputFile(creating: refreshes)
+            } catch {
+                Self.printError("cannot write \(refreshes): \(error.message)")
                 throw TimelineCommand.cannotCreate
             }
+            file?.write("timestamp,app_id\n")
         }
-        let metrics = ReplayMetrics.compute(trace: parsed, refreshes: made)
+        var scorer = ReplayScorer(trace: parsed)
+        choice.replay(parsed) { refresh in
+            scorer.add(refresh)
+            file?.write(Self.refreshLine(refresh))
+        }
+        if let refreshes, let problem = file?.close() {
+            Self.printError("cannot write \(refreshes): \(problem)")
+            throw TimelineCommand.cannotCreate
+        }
+        let metrics = scorer.finish()
         print(json ? Self.jsonText(metrics) : Self.tableText(metrics, policy: choice))
         if metrics.scoredOpens == 0 { Self.printError("note: \(trace): \(Self.nothingScored(parsed))") }
     }
@@ -85,16 +99,12 @@ struct ReplayCommand: ParsableCommand {
             + "so every figure is 0"
     }
 
-    /// The refreshes as a CSV file: a header, then one `timestamp,app_id` line per refresh in
-    /// time order, timestamps as the trace writes them (whole seconds without a fraction).
-    static func refreshesText(_ refreshes: [ReplayRefresh]) -> String {
-        var text = "timestamp,app_id\n"
-        for refresh in refreshes {
-            let t = refresh.time
-            let stamp = t == t.rounded() && abs(t) < 1e15 ? String(Int64(t)) : "\(t)"
-            text += stamp + "," + refresh.appID + "\n"
-        }
-        return text
+    /// A refresh as a line of the --refreshes file (`timestamp,app_id`, after a header line),
+    /// the timestamp as the trace writes it (whole seconds without a fraction).
+    static func refreshLine(_ refresh: ReplayRefresh) -> String {
+        let t = refresh.time
+        let stamp = t == t.rounded() && abs(t) < 1e15 ? String(Int64(t)) : "\(t)"
+        return stamp + "," + refresh.appID + "\n"
     }
 
     static func jsonText(_ metrics: ReplayMetrics) -> String {

@@ -86,20 +86,13 @@ struct TimelineCommand: AsyncParsableCommand {
 
     /// Writes the file whole; nil when done, else what went wrong.
     static func write(_ text: String, to path: String) -> String? {
-        let fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
-        guard fd >= 0 else { return String(cString: strerror(errno)) }
-        var bytes = Array(text.utf8)[...]
-        while !bytes.isEmpty {
-            let n = bytes.withUnsafeBytes { Glibc.write(fd, $0.baseAddress, $0.count) }
-            if n < 0 && errno == EINTR { continue }
-            guard n > 0 else {
-                let problem = String(cString: strerror(errno))
-                close(fd)
-                return problem
-            }
-            bytes = bytes.dropFirst(n)
+        do {
+            let file = try OutputFile(creating: path)
+            file.write(text)
+            return file.close()
+        } catch {
+            return error.message
         }
-        return close(fd) == 0 ? nil : String(cString: strerror(errno))
     }
 
     static func printError(_ message: String) {

@@ -1,4 +1,4 @@
-import BGPolicyCore
+@testable import BGPolicyCore
 import Testing
 
 /// A small trace whose figures are worked out by hand (Docs/Replay.md, "A worked example").
@@ -128,5 +128,57 @@ struct ReplayMetricsTests {
         #expect(m.values.allSatisfy { $0 == 0 })
         // The open at exactly 7 days is in no span: none is scored (what replay's note reads).
         #expect(m.scoredOpens == 0)
+    }
+
+    @Test(arguments: ["bgpolicy", "periodic:15m", "periodic:1h", "oracle:10m"])
+    func aReplayScoredAsItIsMadeHasTheFiguresOfItsRefreshesHeld(_ policy: String) throws {
+        // metrics(over:) scores each refresh as the driver makes it; compute(trace:refreshes:)
+        // scores the whole list, here in reverse (so sorted first). The routine trace has
+        // opens at the instants of refreshes (oracle's), closes, and five weeks.
+        let choice = try ReplayPolicyChoice(parsing: policy)
+        let trace = PredictivePolicyTests.routine
+        let held = choice.refreshes(over: trace)
+        #expect(held.count > 30)
+        let streamed = choice.metrics(over: trace)
+        #expect(streamed == ReplayMetrics.compute(trace: trace, refreshes: held))
+        #expect(streamed == ReplayMetrics.compute(trace: trace, refreshes: held.reversed()))
+        #expect(streamed.scoredOpens > 0 && streamed.refreshesPerDay > 0)
+    }
+
+    /// A policy whose every wake refreshes the apps it is given, as given.
+    struct Scripted: ReplayPolicy {
+        var wakes: [(time: Double, apps: [String])]
+        var resubmissions: [String] = []
+        mutating func observe(_ event: UsageEvent) {}
+        mutating func resubmitted(appID: String, at time: Double) {
+            if wakes.contains(where: { $0.time == time }) { resubmissions.append(appID) }
+        }
+        mutating func nextWake(after time: Double) -> Double? { wakes.first { $0.time > time }?.time }
+        mutating func wake(at time: Double) -> [String] { wakes.first { $0.time == time }?.apps ?? [] }
+    }
+
+    @Test func aWakeRefreshesEachAppOnceAndResubmitsThemSorted() {
+        let d = SyntheticTrace.d
+        var policy = Scripted(wakes: [(d, ["b", "a", "b", "c", "a"]), (d + 10, ["a", "b", "c"])])
+        let refreshes = ReplayDriver.run(SyntheticTrace.trace, policy: &policy)
+        // Made in the policy's order, each app once; resubmitted in sorted order.
+        #expect(refreshes.map(\.appID) == ["b", "a", "c", "a", "b", "c"])
+        #expect(refreshes.map(\.time) == [d, d, d, d + 10, d + 10, d + 10])
+        #expect(policy.resubmissions == ["a", "b", "c", "a", "b", "c"])
+    }
+
+    @Test func sortedStringsStayASortedSet() {
+        var set = SortedStrings()
+        for s in ["m", "b", "z", "b", "a", "m"] { set.insert(s) }
+        #expect(set.elements == ["a", "b", "m", "z"])
+        set.remove("m")
+        set.remove("q")
+        #expect(set.elements == ["a", "b", "z"])
+        #expect(set.contains("z") && set.contains("a") && !set.contains("m") && !set.contains("c"))
+        // The order of Swift's String comparison, as Set.sorted() gives it.
+        let names = ["org.gnome.Évolution", "org.gnome.Evolution", "Z", "a", "org.kde.kmail2", "org.gnome.Maps"]
+        var more = SortedStrings()
+        for n in names { more.insert(n) }
+        #expect(more.elements == Set(names).sorted())
     }
 }

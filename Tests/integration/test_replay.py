@@ -113,6 +113,11 @@ def test_refreshes_file_lists_every_refresh(synthetic, tmp_path):
                        capture_output=True, text=True, timeout=20)
     assert r.returncode == 73 and r.stdout == "", (r.returncode, r.stdout)
     assert "cannot write" in r.stderr and "No such file or directory" in r.stderr, r.stderr
+    # A file that fills up as it is written (the refreshes go out as they are made): the same.
+    r = subprocess.run([str(bgpolicy()), "replay", "--trace", str(synthetic), "--policy", "periodic:1min",
+                        "--refreshes", "/dev/full"], capture_output=True, text=True, timeout=20)
+    assert r.returncode == 73 and r.stdout == "", (r.returncode, r.stdout)
+    assert "cannot write /dev/full" in r.stderr and "No space left on device" in r.stderr, r.stderr
 
 
 CEILING = ROOT / "scripts" / "after-use-ceiling.py"

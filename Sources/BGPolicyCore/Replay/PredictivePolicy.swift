@@ -23,7 +23,8 @@
 public struct PredictivePolicy: ReplayPolicy {
     public var gridSeconds: Double = 900
     public private(set) var planner: RefreshPlanner
-    private var pending: Set<String> = []
+    /// Apps with a refresh request, sorted (each window lists its candidates in this order).
+    private var pending = SortedStrings()
     /// Apps opened and not closed since.
     private var inUse: Set<String> = []
     /// Apps whose closes the trace does not record: opened again while in use, and not closed
@@ -98,7 +99,7 @@ public struct PredictivePolicy: ReplayPolicy {
         if opened { afterOpen = nil }
         if onGrid || opened {
             // On the grid every app with a request; after an open, the apps not in use.
-            let candidates = (onGrid ? pending : pending.subtracting(inUse)).sorted()
+            let candidates = pending.elements.filter { onGrid || !inUse.contains($0) }
                 .map { RefreshPlanner.Candidate(appID: $0) }
             let more = onGrid
                 ? planner.choose(at: time, among: candidates, opportunistic: opened || !chosen.isEmpty)
@@ -110,12 +111,43 @@ public struct PredictivePolicy: ReplayPolicy {
         // A window after use or after an open that is opening takes what a grid window would
         // take among the apps not in use: the machine is awake for it anyway.
         if !chosen.isEmpty, !onGrid {
-            let candidates = pending.subtracting(inUse).sorted().map { RefreshPlanner.Candidate(appID: $0) }
+            let candidates = pending.elements.filter { !inUse.contains($0) }.map { RefreshPlanner.Candidate(appID: $0) }
             let more = planner.chooseAlongside(at: time, among: candidates)
             planner.recordWindow(at: time, refreshed: more)
             for app in more { pending.remove(app) }
             chosen += more
         }
         return chosen
+    }
+}
+
+/// A set of strings kept sorted, for a replay's pending requests: windows read them in order,
+/// many times more often than an app's request comes or goes.
+struct SortedStrings {
+    private(set) var elements: [String] = []
+
+    func contains(_ element: String) -> Bool {
+        let i = index(of: element)
+        return i < elements.count && elements[i] == element
+    }
+
+    mutating func insert(_ element: String) {
+        let i = index(of: element)
+        if i == elements.count || elements[i] != element { elements.insert(element, at: i) }
+    }
+
+    mutating func remove(_ element: String) {
+        let i = index(of: element)
+        if i < elements.count && elements[i] == element { elements.remove(at: i) }
+    }
+
+    /// The first index whose element is not less than `element`.
+    private func index(of element: String) -> Int {
+        var lo = 0, hi = elements.count
+        while lo < hi {
+            let mid = (lo + hi) / 2
+            if elements[mid] < element { lo = mid + 1 } else { hi = mid }
+        }
+        return lo
     }
 }

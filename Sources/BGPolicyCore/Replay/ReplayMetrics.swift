@@ -52,94 +52,16 @@ public struct ReplayMetrics: Sendable, Equatable {
     public static let warmUpSeconds: Double = 7 * 86_400
     public static let wakeupMergeSeconds: Double = 60
 
+    /// The figures of `refreshes`, in any order, over `trace`: sorted first unless they are
+    /// in time order already, then scored as `ReplayScorer` scores a replay's as they come.
     public static func compute(trace: UsageTrace, refreshes: [ReplayRefresh],
                                warmUp: Double = warmUpSeconds) -> ReplayMetrics {
-        let zero = ReplayMetrics(wakeupsPerDay: 0, refreshesPerDay: 0, freshness5m: 0, freshness15m: 0,
-                                 medianStalenessSeconds: 0, wastedFraction: 0)
-        guard let span = trace.span else { return zero }
-        let scoreStart = span.start + warmUp
-        let days = (span.end - scoreStart) / 86_400
-        guard days > 0 else { return zero }
-        func scored(_ t: Double) -> Bool { t >= scoreStart && t <= span.end }
-
-        // In time order, then by app (so that the same refreshes in any order give the same
-        // figures). A replay's come in time order; `periodic`'s (millions, on a large trace)
-        // list each wake's apps sorted too, so they are read where they are, not copied.
-        func precedes(_ a: ReplayRefresh, _ b: ReplayRefresh) -> Bool { (a.time, a.appID) < (b.time, b.appID) }
-        let inOrder = zip(refreshes, refreshes.dropFirst()).allSatisfy { !precedes($1, $0) }
-        let ordered = inOrder ? refreshes : refreshes.sorted(by: precedes)
-
-        var wakeups = 0, scoredCount = 0
-        var groupStart = -Double.infinity
-        for refresh in ordered where scored(refresh.time) {
-            scoredCount += 1
-            if refresh.time > groupStart + wakeupMergeSeconds {
-                wakeups += 1
-                groupStart = refresh.time
-            }
-        }
-
-        var refreshTimes: [String: [Double]] = [:]
-        for refresh in ordered { refreshTimes[refresh.appID, default: []].append(refresh.time) }
-        var openTimes: [String: [Double]] = [:]
-        for event in trace.events where event.kind == .open { openTimes[event.appID, default: []].append(event.time) }
-
-        var opens = 0, fresh5 = 0, fresh15 = 0
-        var staleness: [Double] = []
-        for event in trace.events where event.kind == .open && scored(event.time) {
-            opens += 1
-            let times = refreshTimes[event.appID] ?? []
-            let after = upperBound(times, event.time)  // first refresh strictly after the open
-            let last = after > 0 ? times[after - 1] : nil
-            if let last, event.time - last <= 300 { fresh5 += 1 }
-            if let last, event.time - last <= 900 { fresh15 += 1 }
-            staleness.append(event.time - (last ?? span.start))
-        }
-
-        var wasted = 0
-        for (app, times) in refreshTimes {
-            let appOpens = openTimes[app] ?? []
-            for (i, r) in times.enumerated() where scored(r) {
-                let next = i + 1 < times.count ? times[i + 1] : Double.infinity
-                let firstOpen = lowerBound(appOpens, r)
-                if !(firstOpen < appOpens.count && appOpens[firstOpen] < next) { wasted += 1 }
-            }
-        }
-
-        staleness.sort()
-        let median: Double = if staleness.isEmpty {
-            0
-        } else if staleness.count % 2 == 1 {
-            staleness[staleness.count / 2]
+        var scorer = ReplayScorer(trace: trace, warmUp: warmUp)
+        if zip(refreshes, refreshes.dropFirst()).allSatisfy({ $0.time <= $1.time }) {
+            for refresh in refreshes { scorer.add(refresh) }
         } else {
-            (staleness[staleness.count / 2 - 1] + staleness[staleness.count / 2]) / 2
+            for refresh in refreshes.sorted(by: { $0.time < $1.time }) { scorer.add(refresh) }
         }
-        return ReplayMetrics(
-            wakeupsPerDay: Double(wakeups) / days,
-            refreshesPerDay: Double(scoredCount) / days,
-            freshness5m: opens == 0 ? 0 : Double(fresh5) / Double(opens),
-            freshness15m: opens == 0 ? 0 : Double(fresh15) / Double(opens),
-            medianStalenessSeconds: median,
-            wastedFraction: scoredCount == 0 ? 0 : Double(wasted) / Double(scoredCount), scoredOpens: opens)
-    }
-
-    /// The index of the first element `>= value` in a sorted array.
-    static func lowerBound(_ a: [Double], _ value: Double) -> Int {
-        var lo = 0, hi = a.count
-        while lo < hi {
-            let mid = (lo + hi) / 2
-            if a[mid] < value { lo = mid + 1 } else { hi = mid }
-        }
-        return lo
-    }
-
-    /// The index of the first element `> value` in a sorted array.
-    static func upperBound(_ a: [Double], _ value: Double) -> Int {
-        var lo = 0, hi = a.count
-        while lo < hi {
-            let mid = (lo + hi) / 2
-            if a[mid] <= value { lo = mid + 1 } else { hi = mid }
-        }
-        return lo
+        return scorer.finish()
     }
 }

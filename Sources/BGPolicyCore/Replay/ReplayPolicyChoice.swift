@@ -40,23 +40,33 @@ public enum ReplayPolicyChoice: Sendable, Equatable, CustomStringConvertible {
         }
     }
 
-    /// Replays `trace` under this policy and returns the refreshes it made.
+    /// Replays `trace` under this policy and returns the refreshes it made, in time order.
     public func refreshes(over trace: UsageTrace) -> [ReplayRefresh] {
+        var refreshes: [ReplayRefresh] = []
+        replay(trace) { refreshes.append($0) }
+        return refreshes
+    }
+
+    /// Replays `trace` under this policy, handing each refresh to `made` as it is made (in time
+    /// order), so that nothing holds them all.
+    public func replay(_ trace: UsageTrace, each made: (ReplayRefresh) -> Void) {
         switch self {
         case .bgpolicy:
             var policy = PredictivePolicy(registeredAppCount: trace.appIDs.count)
-            return ReplayDriver.run(trace, policy: &policy)
+            ReplayDriver.run(trace, policy: &policy, each: made)
         case .periodic(let period):
             var policy = PeriodicPolicy(period: period, appIDs: trace.appIDs)
-            return ReplayDriver.run(trace, policy: &policy)
+            ReplayDriver.run(trace, policy: &policy, each: made)
         case .oracle(let lead):
             var policy = OraclePolicy(trace: trace, lead: lead)
-            return ReplayDriver.run(trace, policy: &policy)
+            ReplayDriver.run(trace, policy: &policy, each: made)
         }
     }
 
-    /// Replays `trace` under this policy and scores it.
+    /// Replays `trace` under this policy and scores it, as the refreshes are made.
     public func metrics(over trace: UsageTrace) -> ReplayMetrics {
-        ReplayMetrics.compute(trace: trace, refreshes: refreshes(over: trace))
+        var scorer = ReplayScorer(trace: trace)
+        replay(trace) { scorer.add($0) }
+        return scorer.finish()
     }
 }
