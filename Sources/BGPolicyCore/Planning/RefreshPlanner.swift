@@ -511,12 +511,14 @@ public struct RefreshPlanner: Sendable {
     /// positions: one pass that finds each candidate's model and tests it.
     private func eligibleCandidates(at time: Double, among candidates: [Candidate], skip: [Bool]?,
                                     located: [Located?]?) -> [(candidate: Int, position: Int)] {
+        let located = located ?? locate(candidates)
         var eligible: [(candidate: Int, position: Int)] = []
         eligible.reserveCapacity(candidates.count)
-        for (i, candidate) in candidates.enumerated() {
+        // By index, not by element: a candidate's id is not needed here, so it is not copied.
+        for i in candidates.indices {
             if let skip, skip[i] { continue }
-            guard let found = if let located { located[i] } else { locate(candidate) },
-                let span = eligibleSpan(of: candidate, lastOpen: predictor.lastOpen(at: found.position),
+            guard let found = located[i],
+                let span = eligibleSpan(of: candidates[i], lastOpen: predictor.lastOpen(at: found.position),
                                         refreshed: found.refreshed),
                 span.from <= time, time < span.until
             else { continue }
@@ -699,10 +701,10 @@ public struct RefreshPlanner: Sendable {
         // candidates and 96 slots stays cheap.
         var spans: [(from: Double, until: Double)] = []
         spans.reserveCapacity(candidates.count)
-        for (i, candidate) in candidates.enumerated() {
+        for i in candidates.indices {
             if let skip, skip[i] { continue }
             guard let found = located[i],
-                let span = eligibleSpan(of: candidate, lastOpen: predictor.lastOpen(at: found.position),
+                let span = eligibleSpan(of: candidates[i], lastOpen: predictor.lastOpen(at: found.position),
                                         refreshed: found.refreshed),
                 span.from < span.until
             else { continue }
