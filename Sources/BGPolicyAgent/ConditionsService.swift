@@ -1,13 +1,15 @@
 import BGPolicyCore
 import BGPolicyDBus
 import BGPolicySystem
+import Glibc
 import Logging
 
 /// Runs every condition source against the system bus, udev and the session bus, feeding the hub.
 ///
 /// The system bus is optional: without it the D-Bus sources are missing and udev alone
-/// reports power. If it is lost, the agent reconnects with a backoff (1 s doubling to
-/// 5 min) — the only timer, and it exists only while the bus is gone.
+/// reports power. While it is missing, the agent connects again when its socket appears
+/// (`SocketPathWatch`: no timer); when there is a socket that refuses it, or the address is
+/// not a path, with a backoff (1 s doubling to 5 min), a timer that exists only then.
 struct ConditionsService: Sendable {
     let hub: ConditionsHub
     let logger: Logger
@@ -45,17 +47,17 @@ struct ConditionsService: Sendable {
 
     private func runSystemBusSources(udevRereads: Rereads, sessionRereads: [Rereads]) async {
         var delay = Duration.seconds(1)
+        var unreachable = false
         while !Task.isCancelled {
             let bus: DBusConnection
             do {
                 bus = try await DBusConnection.connect(to: .system, logger: logger)
                 delay = .seconds(1)
+                if unreachable { logger.info("The system bus is reachable again") }
+                unreachable = false
             } catch {
-                logger.warning(
-                    "The system bus is not reachable; UPower, NetworkManager, logind and power profiles are missing",
-                    metadata: ["error": "\(error)", "retry.seconds": "\(delay.components.seconds)"])
-                do { try await AgentExecutor.sleep(for: delay) } catch { return }
-                delay = min(delay * 2, .seconds(300))
+                guard await waitForSystemBus(after: error, delay: &delay, first: !unreachable) else { return }
+                unreachable = true
                 continue
             }
             let rereads = (upower: Rereads(), profiles: Rereads(), network: Rereads(), logind: Rereads())
@@ -88,6 +90,43 @@ struct ConditionsService: Sendable {
                 for (source, _) in sources { await hub.apply(.lost, from: source.name) }
             }
         }
+    }
+}
+
+extension ConditionsService {
+    /// After a failed connection to the system bus: says so (a warning the first time in a
+    /// row, then at debug level) and waits until it is worth trying again. When the bus's
+    /// socket is a path that does not exist, that is when something is created on its way
+    /// (`SocketPathWatch`): no timer wakes the machine while there is no system bus. Otherwise
+    /// (a socket there that refuses us, an address that is not a path, a path that cannot be
+    /// watched) a backoff from 1 s to 5 minutes. False when the agent is stopping.
+    private func waitForSystemBus(after error: any Error, delay: inout Duration, first: Bool) async -> Bool {
+        let address = try? DBusConnection.address(for: .system)
+        let socket = address.flatMap(SocketPathWatch.socketPath(ofAddress:))
+        let missing = socket.map { access($0, F_OK) != 0 } ?? false
+        let retry = if let socket, missing { "when \(socket) appears" } else { "in \(delay.components.seconds) s" }
+        let metadata: Logger.Metadata = ["error": "\(error)", "retry": "\(retry)"]
+        if first {
+            logger.warning("The system bus is not reachable; UPower, NetworkManager, logind and power profiles are missing",
+                           metadata: metadata)
+        } else {
+            logger.debug("The system bus is still not reachable", metadata: metadata)
+        }
+        if let socket, missing {
+            do {
+                try await SocketPathWatch.waitForPath(socket)
+                return true
+            } catch is CancellationError {
+                return false
+            } catch {
+                logger.log(level: first ? .warning : .debug,
+                           "Cannot watch for the system bus's socket to appear; retrying on a timer instead",
+                           metadata: ["socket": "\(socket)", "error": "\(error)"])
+            }
+        }
+        do { try await AgentExecutor.sleep(for: delay) } catch { return false }
+        delay = min(delay * 2, .seconds(300))
+        return true
     }
 }
 

@@ -62,10 +62,12 @@ TIMEOUT = 20  # seconds, for any one subprocess or wait unless a test says other
 class DBusDaemon:
     """A dbus-daemon of the test's own, started with --fork (ended by its pid)."""
 
-    def __init__(self):
+    def __init__(self, address=None):
+        """`address`: where to listen (`unix:path=…`, say) instead of the configuration's."""
         config = [f"--config-file={BUS_CONFIG}"] if BUS_CONFIG.is_file() else ["--session"]
+        listen = [f"--address={address}"] if address else []
         result = subprocess.run(
-            ["dbus-daemon", *config, "--fork", "--print-address=1", "--print-pid=2"],
+            ["dbus-daemon", *config, *listen, "--fork", "--print-address=1", "--print-pid=2"],
             capture_output=True, text=True, timeout=TIMEOUT, check=False)
         pids = [line for line in result.stderr.splitlines() if line.strip().isdigit()]
         if result.returncode != 0 or not result.stdout.strip() or not pids:

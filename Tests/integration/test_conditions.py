@@ -51,8 +51,8 @@ class World:
         self.testbed = None
         self.battery = None
 
-    def start_system_bus(self):
-        self.system_daemon = self.stack.push(h.DBusDaemon())
+    def start_system_bus(self, address=None):
+        self.system_daemon = self.stack.push(h.DBusDaemon(address))
         self.system = self.stack.push(h.GBus(self.system_daemon.address))
         return self.system
 
@@ -215,6 +215,31 @@ def test_the_system_bus_gone_its_sources_are_lost_and_udev_keeps_the_power_facts
     assert "locked" not in after and "idle" not in after, after  # logind's facts went with it
     assert wait_for_log(agent, ["Lost the system bus"], timeout=3), agent.stderr_tail()
     assert agent.proc.alive(), agent.stderr_tail()
+
+
+def test_a_system_bus_that_comes_later_is_joined_when_its_socket_appears(world):
+    """No system bus at start, its socket's folder not there either: the agent says so once and
+    then waits for the socket with no timer (no attempt while nothing changes on its way, where
+    a retry timer tried again after 1 s and 3 s); a folder created on the way is one attempt,
+    and the socket bound is the connection, at once."""
+    world.use_testbed(h.battery_testbed()[0])
+    (world.tmp / "run").mkdir()
+    path = world.tmp / "run" / "dbus" / "system_bus_socket"
+    agent = world.start_agent(system_address=f"unix:path={path}")
+    assert wait_for_log(agent, ["The system bus is not reachable"], timeout=3), agent.stderr_tail()
+    assert f"when {path} appears" in agent.stderr(), agent.stderr_tail()
+    time.sleep(3.5)
+    log = agent.stderr()
+    assert log.count("system bus is not reachable") == 1 and "still not reachable" not in log, agent.stderr_tail()
+
+    (world.tmp / "run" / "dbus").mkdir()
+    assert wait_for_log(agent, ["The system bus is still not reachable"], timeout=3), agent.stderr_tail()
+    system = world.start_system_bus(address=f"unix:path={path}")
+    h.start_upowerd(world.stack, system, world.env())
+    agent.wait_conditions(lambda c: "upower" in c["sources"] and on_battery_at_42(c), timeout=5,
+                          what="UPower on battery at 42 %, once the system bus came")
+    assert "The system bus is reachable again" in agent.stderr(), agent.stderr_tail()
+    assert agent.stderr().count("still not reachable") == 1, agent.stderr_tail()
 
 
 def test_upower_stopped_udev_takes_over_with_the_same_facts(world):
@@ -481,7 +506,7 @@ def test_without_any_system_bus_the_agent_serves_status(world):
     agent = world.start_agent(system_address="unix:path=/nonexistent")
     status = agent.status()
     assert status["pid"] == agent.proc.pid
-    # Past the first reconnection attempt (after 1 s), the agent still serves.
+    # A while after it said so (it waits for the socket to appear), the agent still serves.
     wait_for_log(agent, ["system bus"], timeout=3)
     time.sleep(1.2)
     status = agent.status()
