@@ -152,7 +152,7 @@ public enum AppIdentityParser {
         var i = 0
         while i < input.count {
             if input[i] == UInt8(ascii: "\\"), i + 3 < input.count, input[i + 1] == UInt8(ascii: "x"),
-                let high = hexValue(input[i + 2]), let low = hexValue(input[i + 3]),
+                let high = HexDigit.value(input[i + 2]), let low = HexDigit.value(input[i + 3]),
                 // A NUL byte would end the text in every C consumer: keep that escape as written.
                 high != 0 || low != 0
             {
@@ -218,15 +218,6 @@ public enum AppIdentityParser {
             return true
         default:
             return false
-        }
-    }
-
-    private static func hexValue(_ byte: UInt8) -> UInt8? {
-        switch byte {
-        case UInt8(ascii: "0")...UInt8(ascii: "9"): byte - UInt8(ascii: "0")
-        case UInt8(ascii: "a")...UInt8(ascii: "f"): byte - UInt8(ascii: "a") + 10
-        case UInt8(ascii: "A")...UInt8(ascii: "F"): byte - UInt8(ascii: "A") + 10
-        default: nil
         }
     }
 

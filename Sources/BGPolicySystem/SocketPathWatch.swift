@@ -1,3 +1,4 @@
+import BGPolicyCore
 internal import CBGPolicyUdev  // <sys/eventfd.h>, which Glibc's module map leaves out
 import Glibc
 
@@ -46,21 +47,12 @@ public enum SocketPathWatch {
                 bytes.append(byte)
                 continue
             }
-            guard utf8.count >= 2, let high = hexValue(utf8.removeFirst()), let low = hexValue(utf8.removeFirst()) else {
+            guard utf8.count >= 2, let high = HexDigit.value(utf8.removeFirst()), let low = HexDigit.value(utf8.removeFirst()) else {
                 return nil
             }
             bytes.append(high << 4 | low)
         }
         return bytes.isEmpty ? nil : String(decoding: bytes, as: UTF8.self)
-    }
-
-    private static func hexValue(_ byte: UInt8) -> UInt8? {
-        switch byte {
-        case UInt8(ascii: "0")...UInt8(ascii: "9"): byte - UInt8(ascii: "0")
-        case UInt8(ascii: "a")...UInt8(ascii: "f"): byte - UInt8(ascii: "a") + 10
-        case UInt8(ascii: "A")...UInt8(ascii: "F"): byte - UInt8(ascii: "A") + 10
-        default: nil
-        }
     }
 
     /// The directory nearest to `path` on its way that exists: the one that holds it, or an

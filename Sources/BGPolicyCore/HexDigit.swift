@@ -1,0 +1,13 @@
+/// ASCII hexadecimal digits, for the escapes of systemd unit names (`\x2d`, `AppIdentityParser`)
+/// and of D-Bus addresses (`%2d`, `SocketPathWatch`).
+package enum HexDigit {
+    /// The value of an ASCII hex digit (either case), or nil for any other byte.
+    package static func value(_ byte: UInt8) -> UInt8? {
+        switch byte {
+        case UInt8(ascii: "0")...UInt8(ascii: "9"): byte - UInt8(ascii: "0")
+        case UInt8(ascii: "a")...UInt8(ascii: "f"): byte - UInt8(ascii: "a") + 10
+        case UInt8(ascii: "A")...UInt8(ascii: "F"): byte - UInt8(ascii: "A") + 10
+        default: nil
+        }
+    }
+}
