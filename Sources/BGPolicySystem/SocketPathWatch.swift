@@ -134,27 +134,10 @@ public enum SocketPathWatch {
         }
 
         func start(_ continuation: CheckedContinuation<Void, any Error>) {
-            final class Job {
-                let waiter: Waiter
-                let continuation: CheckedContinuation<Void, any Error>
-                init(_ waiter: Waiter, _ continuation: CheckedContinuation<Void, any Error>) {
-                    self.waiter = waiter
-                    self.continuation = continuation
-                }
-            }
-            let job = Unmanaged.passRetained(Job(self, continuation))
-            var thread = pthread_t()
-            let rc = pthread_create(&thread, nil, { raw in
-                let job = Unmanaged<Job>.fromOpaque(raw!).takeRetainedValue()
-                job.continuation.resume(with: job.waiter.wait())
-                return nil
-            }, job.toOpaque())
-            guard rc == 0 else {
-                job.release()
+            let rc = DetachedThread.start { continuation.resume(with: self.wait()) }
+            if rc != 0 {
                 continuation.resume(throwing: Failure(description: "pthread_create: \(String(cString: strerror(rc)))"))
-                return
             }
-            pthread_detach(thread)
         }
 
         /// The thread: until the watch or the eventfd has something to read.

@@ -82,18 +82,8 @@ public final class WallClockWatch: Sendable {
     private func launch() {
         guard timerFD >= 0 else { return end(failure: Self.describe("timerfd_create", errno)) }
         guard arm() else { return end(failure: Self.describe("timerfd_settime", errno)) }
-        let box = Unmanaged.passRetained(self)
-        var thread = pthread_t()
-        let rc = pthread_create(&thread, nil, { raw in
-            let watch = Unmanaged<WallClockWatch>.fromOpaque(raw!).takeRetainedValue()
-            watch.end(failure: watch.run())
-            return nil
-        }, box.toOpaque())
-        guard rc == 0 else {
-            box.release()
-            return end(failure: Self.describe("pthread_create", rc))
-        }
-        pthread_detach(thread)
+        let rc = DetachedThread.start { self.end(failure: self.run()) }
+        if rc != 0 { end(failure: Self.describe("pthread_create", rc)) }
     }
 
     /// Arms the timer at the far end of time, to be cancelled when the clock is set.

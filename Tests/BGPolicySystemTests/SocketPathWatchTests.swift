@@ -54,6 +54,14 @@ struct SocketPathWatchTests {
         return fd
     }
 
+    /// A wait for `path` under way; its value is whether the path existed when the wait ended.
+    static func waitForSocket(at path: String) -> Task<Bool, any Error> {
+        Task {
+            try await SocketPathWatch.waitForPath(path)
+            return access(path, F_OK) == 0
+        }
+    }
+
     @Test func theNearestExistingDirectoryOnTheWay() {
         let directory = Self.temporaryDirectory()
         defer { Self.remove(directory) }
@@ -78,10 +86,7 @@ struct SocketPathWatchTests {
         let directory = Self.temporaryDirectory()
         defer { Self.remove(directory) }
         let path = directory + "/bus"
-        let waiting = Task {
-            try await SocketPathWatch.waitForPath(path)
-            return access(path, F_OK) == 0
-        }
+        let waiting = Self.waitForSocket(at: path)
         try await Task.sleep(for: .milliseconds(300))
         let fd = Self.bindSocket(at: path)
         defer { close(fd) }
@@ -100,10 +105,7 @@ struct SocketPathWatchTests {
         #expect(access(path, F_OK) != 0)
         // The next wait watches the new directory, not its parent.
         #expect(SocketPathWatch.nearestExistingDirectory(of: path) == directory + "/dbus")
-        let second = Task {
-            try await SocketPathWatch.waitForPath(path)
-            return access(path, F_OK) == 0
-        }
+        let second = Self.waitForSocket(at: path)
         try await Task.sleep(for: .milliseconds(200))
         // Something else created beside the watched directory does not end the wait.
         close(creat(directory + "/unrelated", 0o600))
