@@ -18,13 +18,15 @@ extension AgentInterfaces {
             process names itself with the app_id option of Register. A connection sees and
             touches only its own app's requests. Errors: org.bgpolicy.Error.NotRegistered,
             NotPermitted, TooManyPendingRequests, Unavailable, InvalidArgument, AccessDenied,
-            UnknownTask, each with a message that says what to do.
+            UnknownTask, LimitsExceeded (too many calls waiting, or content-available wakes
+            over the hour's allowance) and Failed (the database refused a write: nothing was
+            changed), each with a message that says what to do.
             """,
         methods: [
             .init(
                 "Register",
                 inputs: [
-                    .init("identifiers", .array(.string), "Every task identifier the app will submit, 1 to 64 of them, such as org.example.App.refresh. Replaces the list given before."),
+                    .init("identifiers", .array(.string), "Every task identifier the app will submit, 1 to 64 of them, such as org.example.App.refresh. Replaces the list given before: a pending request of an identifier left out is cancelled."),
                     .init("options", asv, """
                         "app_id" (s) the app's id, only for processes the agent cannot identify;
                         "bus_name" (s) a well-known, D-Bus-activatable name at which the agent may start
@@ -38,7 +40,9 @@ extension AgentInterfaces {
                     Register:
                     Binds this connection to an app. Call it once at start-up, before Submit. An id
                     the caller names itself is unverified: one live connection at a time may hold
-                    it, and never one that an identified app uses (AccessDenied). A registration
+                    it, and never one that an identified app uses (AccessDenied); when the app
+                    itself registers, connections that claimed its id unverified lose it
+                    (NotRegistered from then on). A registration
                     counts as the user opening the app, and the app is in use until its last
                     connection closes, unless the agent launched it, it runs in a unit the
                     session's XDG autostart started, or it is background_only (none of these is
@@ -108,8 +112,9 @@ extension AgentInterfaces {
                 documentation: """
                     BeginBackgroundTask:
                     Time to finish work the user started, such as sending a message after the window
-                    closed. Client1.ExpireTask(token) comes 5 s before the end. Unavailable only when
-                    the battery is critical.
+                    closed. Client1.ExpireTask(token) comes 5 s before the end. Unavailable when
+                    the battery is critical or the machine is going to sleep; InvalidArgument for
+                    a name over 255 bytes.
                     """),
             .init(
                 "EndBackgroundTask", inputs: [.init("token", .string, "The token BeginBackgroundTask returned.")],

@@ -664,10 +664,6 @@ extension TaskEngine {
         await endSlice(sliceID, as: .sleepExpired, detail: "expired because the machine went to sleep; not a violation")
     }
 
-    func closeVanished(sliceID: String) async {
-        await endSlice(sliceID, as: .vanished, detail: "the app left the bus during its slice; closed as failed")
-    }
-
     /// Ends a slice before its tasks were all completed: each open task is recorded as `event`
     /// (failed) with `detail`, and the slice closes.
     func endSlice(_ sliceID: String, as event: HistoryEvent, detail: String) async {

@@ -175,6 +175,14 @@ actor TaskEngine {
             apps[record.appID] = runtime
         }
         for request in try store.pendingRequests() {
+            guard apps[request.appID]?.record.identifiers.contains(request.identifier) ?? false else {
+                // Left by a version that kept the requests of identifiers an app withdrew.
+                logger.warning(
+                    "Dropped a pending request whose identifier the app no longer registers",
+                    metadata: ["app.id": "\(request.appID)", "task.identifier": "\(request.identifier)"])
+                try? store.deletePending(appID: request.appID, identifier: request.identifier)
+                continue
+            }
             pending[request.appID, default: [:]][request.identifier] = request
         }
         try loadContentWakes()
@@ -252,7 +260,18 @@ actor TaskEngine {
 
     /// A connection left the bus: unbind it, and close as failed whatever it was running.
     func connectionVanished(_ name: String) async {
-        guard let appID = boundApp.removeValue(forKey: name) else { return }
+        guard let appID = boundApp[name] else { return }
+        await unbind(
+            name, from: appID, slice: "the app left the bus during its slice; closed as failed",
+            backgroundTask: "the app left the bus before ending its background task")
+        logger.info("App connection left", metadata: ["app.id": "\(appID)", "bus.unique": "\(name)"])
+        if apps[appID]?.connections.isEmpty ?? true { lastConnectionClosed(appID) }
+    }
+
+    /// Takes the connection `name` off `appID`, then closes as failed the tasks of its slices
+    /// (`slice`) and its background tasks (`backgroundTask`): the words their history gives.
+    func unbind(_ name: String, from appID: AppID, slice sliceDetail: String, backgroundTask taskDetail: String) async {
+        boundApp[name] = nil
         if var runtime = apps[appID] {
             runtime.connections[name] = nil
             if runtime.latestConnection == name {
@@ -261,18 +280,15 @@ actor TaskEngine {
             apps[appID] = runtime
         }
         for (id, slice) in slices where slice.connection == name {
-            await closeVanished(sliceID: id)
+            await endSlice(id, as: .vanished, detail: sliceDetail)
         }
         for (token, task) in backgroundTasks where task.connection == name {
             task.timer?.cancel()
             backgroundTasks[token] = nil
             appendHistory(HistoryEntry(
                 time: Self.wallNow(), appID: appID, identifier: task.name, taskID: token,
-                event: .backgroundTaskEnded, result: .failed,
-                detail: "the app left the bus before ending its background task"))
+                event: .backgroundTaskEnded, result: .failed, detail: taskDetail))
         }
-        logger.info("App connection left", metadata: ["app.id": "\(appID)", "bus.unique": "\(name)"])
-        if apps[appID]?.connections.isEmpty ?? true { lastConnectionClosed(appID) }
     }
 
     // MARK: Store failures
@@ -326,23 +342,26 @@ actor TaskEngine {
             guard let id = AppID(rawValue: claimed) else {
                 throw .invalid("app_id '\(SchedulerError.shown(claimed))': \(AppID.problem(with: claimed) ?? "invalid")")
             }
-            if let existing = apps[id] {
+            // Checked again after every wait: while the bus answers, other calls run, and the
+            // verified app may register, or another connection take the id.
+            while let existing = apps[id] {
                 if existing.record.identity.isVerified {
                     throw SchedulerError(
                         .accessDenied,
                         "\(id) belongs to an app the agent identified from its \(existing.record.identity.rawValue); an unidentified process cannot claim it")
                 }
-                if let holder = existing.connections.keys.first(where: { $0 != caller }) {
-                    // A connection that left before its Register finished is never seen leaving:
-                    // ask the bus rather than keep the id bound to nobody.
-                    let owner = try? await connection.nameOwner(of: holder)
-                    if owner == nil {
-                        await connectionVanished(holder)
-                    } else {
-                        throw SchedulerError(
-                            .accessDenied,
-                            "\(id) is held by another live connection (\(holder)); an unverified app id binds to one connection at a time. Try again after it exits")
-                    }
+                guard let holder = existing.connections.keys.sorted().first(where: { $0 != caller }) else { break }
+                // A connection that left before its Register finished is never seen leaving:
+                // ask the bus rather than keep the id bound to nobody.
+                guard (try? await connection.nameOwner(of: holder)) == nil else {
+                    throw SchedulerError(
+                        .accessDenied,
+                        "\(id) is held by another live connection (\(holder)); an unverified app id binds to one connection at a time. Try again after it exits")
+                }
+                if boundApp[holder] != nil {
+                    await connectionVanished(holder)
+                } else {
+                    apps[id]?.connections[holder] = nil
                 }
             }
             appID = id
@@ -353,8 +372,9 @@ actor TaskEngine {
 
         let now = Self.wallNow()
         let previous = apps[appID]?.record
+        // Sorted, as the store reads them back, so that a restart does not read as a change.
         var record = AppRecord(
-            appID: appID, identifiers: Array(Set(identifiers)), busName: options.busName ?? previous?.busName,
+            appID: appID, identifiers: Set(identifiers).sorted(), busName: options.busName ?? previous?.busName,
             identity: identity.source, backgroundOnly: options.backgroundOnly,
             enabled: previous?.enabled ?? true, registeredAt: previous?.registeredAt ?? now,
             lastUsedAt: previous?.lastUsedAt)
@@ -363,18 +383,41 @@ actor TaskEngine {
             autostarted: identity.unit.map(sessionStartedUnits.contains(unit:)) ?? false,
             processStart: pid.flatMap(inspector.startTime(pid:)), agentStart: agentStartedAt)
         if meaning == .opened { record.lastUsedAt = now }
+        // The list replaces the one given before: a request of an identifier left out goes with
+        // it, in the same transaction, rather than being delivered for work the app withdrew.
+        let kept = Set(record.identifiers)
+        let withdrawnIdentifiers = (pending[appID] ?? [:]).keys.filter { !kept.contains($0) }.sorted()
+        let withdrawn = withdrawnIdentifiers.map { identifier in
+            HistoryEntry(
+                time: now, appID: appID, identifier: identifier, event: .cancelled,
+                detail: "cancelled: the app registered again without \(identifier)")
+        }
         do {
-            try store.saveApp(record)
+            try store.saveApp(record, cancelling: withdrawn)
         } catch {
             throw storeFailed(error, "a registration")
         }
+        for identifier in withdrawnIdentifiers { pending[appID]?[identifier] = nil }
         var runtime = apps[appID] ?? AppRuntime(record: record)
         runtime.record = record
+        // SPEC §1: an unverified id never holds an app the agent identified. Connections that
+        // claimed it unverified before the app itself registered lose it now.
+        let claimants = identity.source.isVerified
+            ? runtime.connections.filter { $0.key != caller && !$0.value.source.isVerified }.keys.sorted() : []
         runtime.connections[caller] = identity
         runtime.latestConnection = caller
         runtime.lastDeliveryFailureAt = nil
         apps[appID] = runtime
         boundApp[caller] = appID
+        for claimant in claimants {
+            logger.warning(
+                "A connection that had claimed an app id unverified lost it to the app itself",
+                metadata: ["app.id": "\(appID)", "bus.unique": "\(claimant)", "identity": "\(identity.source.rawValue)"])
+            await unbind(
+                claimant, from: appID,
+                slice: "the app registered from its \(identity.source.rawValue); the unverified connection running this slice lost the app id",
+                backgroundTask: "the app registered from its \(identity.source.rawValue); the unverified connection that began this task lost the app id")
+        }
         switch meaning {
         case .opened: noteRegistrationAsOpen(appID, at: now)
         case .alreadyRunning: noteRegistrationOfRunningApp(appID)
@@ -389,7 +432,8 @@ actor TaskEngine {
             "App registered",
             metadata: ["app.id": "\(appID)", "bus.unique": "\(caller)", "identity": "\(identity.source.rawValue)",
                        "unit": "\(identity.unit ?? "-")", "usage": "\(meaning.description)"])
-        requestEvaluation(for: appID)
+        // Work that went may have been what the timer was set for (`endSaving`).
+        if withdrawn.isEmpty { requestEvaluation(for: appID) } else { requestEvaluation() }
         return appID
     }
 

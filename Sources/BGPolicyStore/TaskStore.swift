@@ -312,8 +312,10 @@ public final class TaskStore: Sendable {
         }
     }
 
-    /// Inserts the app, or replaces everything stored about it (its identifier list included).
-    public func saveApp(_ app: AppRecord) throws(StoreError) {
+    /// Inserts the app, or replaces everything stored about it (its identifier list included);
+    /// in the same transaction, removes the pending request of each entry's identifier in
+    /// `cancelling` and appends the entry.
+    public func saveApp(_ app: AppRecord, cancelling: [HistoryEntry] = []) throws(StoreError) {
         try write { db in
             // An upsert, not INSERT OR REPLACE: replacing would delete the row and, through the
             // foreign keys, the app's pending and running tasks with it.
@@ -335,6 +337,12 @@ public final class TaskStore: Sendable {
                 try db.execute(
                     sql: "INSERT INTO app_identifiers (app_id, identifier) VALUES (?, ?)",
                     arguments: [app.appID.rawValue, identifier])
+            }
+            for entry in cancelling {
+                try db.execute(
+                    sql: "DELETE FROM pending WHERE app_id = ? AND identifier = ?",
+                    arguments: [app.appID.rawValue, entry.identifier])
+                _ = try Self.insert(entry, db)
             }
         }
     }

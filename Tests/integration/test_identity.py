@@ -95,6 +95,55 @@ def test_an_unverified_caller_can_never_take_a_verified_id(world):
     assert (record["identity"], record["verified"]) == ("systemd-unit", True), record
 
 
+def test_an_unverified_claim_ends_when_the_verified_app_registers(world):
+    """SPEC §1: an unverified id can never take over an id a verified caller uses. A process
+    that claimed Maps before Maps itself registered loses the id then: it can no longer see,
+    submit or cancel Maps' requests, nor take deliveries or the id back."""
+    agent = world.start_agent()
+    squatter = world.registered_app("org.example.Maps", ["org.example.Maps.refresh"], name="squatter")
+    squatter.submit("org.example.Maps.refresh", "refresh", earliest_begin=later(3600))
+
+    maps = world.app("maps", cgroup=unit_cgroup("app-gnome-org.example.Maps-1234.scope"))
+    assert maps.register(["org.example.Maps.refresh"]) == "org.example.Maps"
+
+    record = agent.app_record("org.example.Maps")
+    assert (record["identity"], record["verified"], record["connected"]) == ("systemd-unit", True, True), record
+    for call in (squatter.pending, lambda: squatter.cancel("org.example.Maps.refresh"),
+                 lambda: squatter.submit("org.example.Maps.refresh", "refresh")):
+        expect_error("NotRegistered", call)
+    message = expect_error("AccessDenied", squatter.register, ["org.example.Maps.refresh"], app_id="org.example.Maps")
+    assert "systemd-unit" in message, message
+    # The request it made stays the app's, for the app to keep or cancel.
+    assert [p["identifier"] for p in maps.pending()] == ["org.example.Maps.refresh"]
+    assert "lost it to the app itself" in agent.stderr(), agent.stderr_tail()
+    # The squatter leaving changes nothing for Maps.
+    squatter.quit()
+    time.sleep(0.3)
+    assert agent.app_record("org.example.Maps")["connected"] is True
+    maps.cancel("org.example.Maps.refresh")
+
+
+def test_registering_again_withdraws_the_requests_of_identifiers_left_out(world):
+    """Register's list replaces the one given before: a pending request of an identifier
+    left out is cancelled (with a history entry), not delivered later, and stays gone after a
+    restart."""
+    agent = world.start_agent()
+    app = world.registered_app("org.example.Feeds", ["org.example.Feeds.refresh", "org.example.Feeds.clean"])
+    app.submit("org.example.Feeds.refresh", "refresh", earliest_begin=later(3600))
+    app.submit("org.example.Feeds.clean", "processing", earliest_begin=later(3600))
+
+    app.register(["org.example.Feeds.refresh"], app_id="org.example.Feeds")
+    assert [p["identifier"] for p in app.pending()] == ["org.example.Feeds.refresh"]
+    assert [p["identifier"] for p in agent.list_pending()] == ["org.example.Feeds.refresh"]
+    cancelled = agent.events("cancelled", app_id="org.example.Feeds")
+    assert [(e["identifier"], e["detail"]) for e in cancelled] == [
+        ("org.example.Feeds.clean", "cancelled: the app registered again without org.example.Feeds.clean")], cancelled
+    expect_error("NotPermitted", app.submit, "org.example.Feeds.clean", "processing")
+
+    agent.restart()
+    assert [p["identifier"] for p in agent.list_pending()] == ["org.example.Feeds.refresh"]
+
+
 def test_an_app_cannot_see_or_cancel_another_apps_requests(world):
     agent = world.start_agent()
     shared = "org.example.Shared.refresh"  # the same identifier text in both apps
