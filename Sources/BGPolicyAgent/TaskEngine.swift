@@ -152,10 +152,19 @@ actor TaskEngine {
     /// last stopped: those are never delivered again.
     func load() throws(StoreError) {
         let now = Self.wallNow()
-        for entry in try store.recoverInterrupted(now: now) {
-            logger.warning(
-                "Task interrupted by the agent's stop",
-                metadata: ["app.id": "\(entry.appID?.rawValue ?? "-")", "task.id": "\(entry.taskID ?? "-")"])
+        // Closing those takes a write, which a full disk refuses: that must not keep the agent
+        // from starting (systemd would soon give up restarting it). Their rows stay, nothing
+        // reads them while the agent runs, and the next start closes them.
+        do {
+            for entry in try store.recoverInterrupted(now: now) {
+                logger.warning(
+                    "Task interrupted by the agent's stop",
+                    metadata: ["app.id": "\(entry.appID?.rawValue ?? "-")", "task.id": "\(entry.taskID ?? "-")"])
+            }
+        } catch {
+            logger.error(
+                "Could not record the tasks the agent's last stop interrupted; the next start will",
+                metadata: ["error": "\(error)"])
         }
         // Housekeeping and learning must not keep the agent from starting (a full disk refuses
         // a prune's writes): without them it schedules from what it has.

@@ -53,6 +53,19 @@ extension TaskStore {
         return target
     }
 
+    /// Undoes `moveAside`: removes what was made at `path` since (the fresh file the open left
+    /// half made, its `-wal` and `-shm`), then renames `movedTo` and its `-wal` and `-shm` back.
+    /// Best effort: a rename that fails leaves the file under its `.corrupt-` name, as before.
+    static func putBack(_ movedTo: String, at path: String) {
+        for suffix in ["-wal", "-shm", ""] { unlink(path + suffix) }
+        // The main file first, then its WAL: the reverse of `moveAside`, so that no WAL is
+        // ever beside a main file that is not its own.
+        guard rename(movedTo, path) == 0 else { return }
+        for suffix in ["-wal", "-shm"] where exists(movedTo + suffix) {
+            _ = rename(movedTo + suffix, path + suffix)
+        }
+    }
+
     static func exists(_ path: String) -> Bool {
         access(path, F_OK) == 0
     }

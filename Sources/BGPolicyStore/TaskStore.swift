@@ -88,8 +88,9 @@ public final class TaskStore: Sendable {
         try self.init(path: path, reopen: Self.openFile)
     }
 
-    /// How a file written again under the store is opened (`restoreIfRemoved`): `open(path:)`
-    /// (`openFile`). The tests' seam for an open that fails after the copy is in place.
+    /// How a file the store has just put in place is opened: the fresh one after a corrupt one
+    /// was moved aside, and one written again under the store (`restoreIfRemoved`):
+    /// `open(path:)` (`openFile`). The tests' seam for an open that fails at that point.
     let reopen: @Sendable (String) throws(StoreError) -> DatabaseQueue
 
     /// `open(path:)` as the store's default `reopen`.
@@ -115,7 +116,15 @@ public final class TaskStore: Sendable {
             salvaged = nil
         } catch .corrupt(_) {
             let movedTo = try Self.moveAside(path)
-            queue = try Self.open(path: path)
+            do {
+                queue = try reopen(path)
+            } catch {
+                // Nothing is lost yet, and nothing must be: the damaged file goes back where it
+                // was (with its marker, if it had one), so that the next start meets it and
+                // salvages it, rather than a half-made empty file.
+                Self.putBack(movedTo, at: path)
+                throw error
+            }
             recoveredFromCorruption = movedTo
             salvaged = Self.salvage(from: movedTo, into: queue)
         }

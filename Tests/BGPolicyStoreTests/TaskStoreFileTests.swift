@@ -279,6 +279,35 @@ struct TaskStoreFileTests {
         #expect(try store.history(since: 0, limit: 10).count == 1)
     }
 
+    @Test("a fresh file that cannot be made (a full disk) puts the damaged one back, and the next start salvages it")
+    func freshFileFails() throws {
+        let scratch = try ScratchDirectory()
+        defer { scratch.remove() }
+        let path = scratch.path + "/tasks.db"
+        try damagedStore(at: path, damage: "history")
+        let damaged = try Data(contentsOf: URL(fileURLWithPath: path))
+        do {
+            _ = try TaskStore(path: path) { fresh throws(StoreError) in
+                // What a full disk leaves: a file begun, then the failure.
+                _ = FileManager.default.createFile(atPath: fresh, contents: Data("SQLite format 3".utf8))
+                throw .io("\(fresh): database or disk is full")
+            }
+            Issue.record("the store opened")
+        } catch {
+            guard case .io = error else { Issue.record("\(error)"); return }
+        }
+        // The same file: past the 100-byte header, whose change counters the open that found the
+        // damage may have stepped.
+        #expect(try Data(contentsOf: URL(fileURLWithPath: path)).dropFirst(100) == damaged.dropFirst(100),
+                "the damaged file is back in its place")
+        #expect(scratch.names().filter { $0.contains(".corrupt-") } == [], "\(scratch.names())")
+        let store = try TaskStore(path: path)
+        #expect(store.recoveredFromCorruption != nil)
+        #expect(store.salvaged?.lost == ["history"])
+        #expect(try store.apps().map(\.appID) == [Sample.feeds, Sample.maps])
+        #expect(try store.pendingRequests().map(\.identifier) == ["a"])
+    }
+
     @Test("two corrupt files moved aside in the same second get different names")
     func moveAsideTwice() throws {
         let scratch = try ScratchDirectory()

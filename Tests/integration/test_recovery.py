@@ -422,3 +422,31 @@ def test_a_completion_on_a_full_disk_is_refused_and_can_be_sent_again(world):
     agent.restart()
     assert agent.events("interrupted") == []
     assert [e["result"] for e in agent.events("completed", task_id=run["task_id"])] == ["new-data"]
+
+
+def test_tasks_left_running_do_not_keep_the_agent_from_starting_on_a_full_disk(world):
+    """Closing the tasks a killed agent left running (`interrupted`) takes a write. On a full
+    disk it is put off to the next start, rather than the agent failing to start (systemd would
+    soon stop restarting it): it starts, serves, and the next start with room closes them."""
+    disk = simulated_full_disk(world)
+    if not isinstance(disk, TmpfsDisk):
+        pytest.skip("needs a tmpfs to fill while no agent runs")
+    agent = disk.start_agent(world)
+    app = world.registered_app(APP, IDENTIFIERS)
+    app.submit(IDENTIFIERS[0], "refresh")
+    run = app.wait_run_task(IDENTIFIERS[0], timeout=15)
+    app.submit(IDENTIFIERS[1], "processing", earliest_begin=later(3600))
+    agent.sigkill()
+    app.quit()
+
+    disk.fill(agent)
+    agent.restart()
+    assert agent.alive() and pending_identifiers(agent) == [IDENTIFIERS[1]]
+    assert "Could not record the tasks the agent's last stop interrupted" in agent.stderr(), agent.stderr_tail()
+    assert agent.events("interrupted") == []
+
+    agent.sigkill()
+    disk.free(agent)
+    agent.restart()
+    assert [e["task_id"] for e in agent.events("interrupted")] == [run["task_id"]]
+    assert pending_identifiers(agent) == [IDENTIFIERS[1]]
