@@ -124,6 +124,30 @@ struct WakeUpCountTests {
         #expect(planner.windowThreshold < twoDaysAfter * 0.97)
     }
 
+    /// The wall clock set back a day: the planner goes on from the new time, closing slots,
+    /// filling the pool and adapting its threshold as one that was not set back does over the
+    /// same hours. The slot under way stayed where it was, and until the clock came back to it
+    /// (a day later) no slot closed: the pool stayed nearly empty all day.
+    @Test func aClockSetBackGoesOnFromTheNewTime() {
+        let nine = Self.monday + 21 * 86_400 + 9 * 3600
+        var unstepped = Self.planner()
+        unstepped.advance(to: nine)
+        unstepped.recordWindow(at: nine, refreshed: [Self.mail, Self.news])
+        unstepped.recordWindow(at: nine + 120, refreshed: [Self.mail, Self.news])
+        var stepped = unstepped
+        stepped.wallClockStepped(by: -86_400)
+        for hour in stride(from: 1.0, through: 20, by: 1) {
+            unstepped.advance(to: nine + hour * 3600)
+            stepped.advance(to: nine - 86_400 + hour * 3600)
+        }
+        #expect(unstepped.budgetLeft > 3, "\(unstepped.budgetLeft)")
+        #expect(abs(stepped.budgetLeft - unstepped.budgetLeft) < 1e-9, "stepped \(stepped.budgetLeft), not \(unstepped.budgetLeft)")
+        #expect(abs(stepped.windowThreshold / unstepped.windowThreshold - 1) < 1e-9,
+                "stepped \(stepped.windowThreshold), not \(unstepped.windowThreshold)")
+        // What the models measure from moved too: Mail's last open is as long ago as it was.
+        #expect(stepped.predictor.lastOpen(of: Self.mail).map { $0 + 86_400 } == unstepped.predictor.lastOpen(of: Self.mail))
+    }
+
     /// Nor while the pool holds less than one refresh: no window could open then, whatever the
     /// threshold, and the threshold it fell to would wake the machine more once the pool refills.
     @Test func theThresholdDoesNotFallWhileThePoolIsEmpty() {

@@ -95,6 +95,15 @@ public struct FollowEstimator: Sendable, Equatable {
 
     /// Ends, as failures, the trials whose span has passed by `time`. (They are all failures,
     /// so the order they end in does not change what is learned.)
+    /// The wall clock was set `step` seconds forward (or back): the last uses and the trials
+    /// under way move with it, so that each is as long ago as it was
+    /// (`RefreshPlanner.wallClockStepped`).
+    public mutating func wallClockStepped(by step: Double) {
+        for i in lastUse.indices { lastUse[i] += step }
+        for i in trialStart.indices { trialStart[i]? += step }
+        oldestTrial? += step
+    }
+
     public mutating func expire(before time: Double) {
         guard let oldest = oldestTrial, time - oldest > span else { return }
         oldestTrial = nil

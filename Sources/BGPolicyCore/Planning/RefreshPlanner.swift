@@ -676,6 +676,20 @@ public struct RefreshPlanner: Sendable {
         }
         recentWakes = recentWakes.map { $0 + step }
         lastOpenOfAnyApp = lastOpenOfAnyApp.map { $0 + step }
+        // Set back, the slot under way goes back too, with everything the models measure from
+        // (the opens, the trials under way): slots are closed from there as time passes, as
+        // before the step. Left where it was, no slot would close, no budget accrue and nothing
+        // be learned until the clock came back to it (a day, for a clock set back a day). Set
+        // forward, the slots between close as if the time had passed: the user away, the
+        // budget accrued up to its cap of a day.
+        if step < 0, let current = currentSlot {
+            let moved = slot(containing: current + step)
+            currentSlot = moved
+            predictor.wallClockStepped(by: step, slotStart: moved)
+            reuse.wallClockStepped(by: step)
+            paid.wallClockStepped(by: step)
+            follow.wallClockStepped(by: step)
+        }
     }
 
     /// The first slot start after `time`, within `horizon` seconds, at which `choose` would pick

@@ -62,6 +62,12 @@ public struct ReuseEstimator: Sendable, Equatable {
         if let left = open.removeValue(forKey: appID), time >= left { learn(appID, time - left <= span) }
     }
 
+    /// The wall clock was set `step` seconds forward (or back): the trials under way move with
+    /// it, so that each is as long under way as it was (`RefreshPlanner.wallClockStepped`).
+    public mutating func wallClockStepped(by step: Double) {
+        for (appID, start) in open { open[appID] = start + step }
+    }
+
     /// Ends, as failures, the trials whose span has passed by `time`. (They are all failures,
     /// so the order they end in does not change what is learned.)
     public mutating func expire(before time: Double) {

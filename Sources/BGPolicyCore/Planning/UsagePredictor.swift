@@ -166,6 +166,19 @@ public struct UsagePredictor: Sendable {
     /// Whether `appID` is in use as far as the predictor knows.
     func isInUse(_ appID: String) -> Bool { index[appID].map { models[$0].inUse } ?? false }
 
+    /// The wall clock was set `step` seconds forward (or back), and the slot being watched now
+    /// starts at `slotStart` (`RefreshPlanner.wallClockStepped`): each app's opens, and the
+    /// user's last, move with the clock, so that they stay as long ago as they were. What was
+    /// learned, and the features the slot under way began with, stay as they were.
+    public mutating func wallClockStepped(by step: Double, slotStart newStart: Double) {
+        for i in models.indices {
+            models[i].lastOpen? += step
+            for j in models[i].recentOpens.indices { models[i].recentOpens[j] += step }
+        }
+        lastAnyOpen? += step
+        if slotStart != nil { slotStart = newStart }
+    }
+
     /// Closes the slot being watched (training on its outcome) and starts a new one at `time`:
     /// call at each slot boundary, in time order, after recording the opens before it.
     public mutating func startSlot(at time: Double) {
