@@ -187,7 +187,7 @@ actor TaskEngine {
             guard apps[request.appID]?.record.identifiers.contains(request.identifier) ?? false else {
                 // Left by a version that kept the requests of identifiers an app withdrew.
                 logger.warning(
-                    "Dropped a pending request whose identifier the app no longer registers",
+                    "Dropped a pending request whose identifier its app no longer registers",
                     metadata: ["app.id": "\(request.appID)", "task.identifier": "\(request.identifier)"])
                 try? store.deletePending(appID: request.appID, identifier: request.identifier)
                 continue
@@ -518,7 +518,7 @@ actor TaskEngine {
         do {
             try await writer.run { () throws(StoreError) in try store.savePending(request, history: entry) }
         } catch {
-            if pending[appID]?[identifier] == request { pending[appID]?[identifier] = previous }
+            if pending[appID]?[identifier] == request { restorePending(appID, identifier, else: previous) }
             throw storeFailed(error, "a request")
         }
     }
@@ -537,9 +537,24 @@ actor TaskEngine {
                 try store.deletePending(appID: appID, identifier: identifier, history: entry)
             }
         } catch {
-            if pending[appID]?[identifier] == nil { pending[appID, default: [:]][identifier] = removed }
+            if pending[appID]?[identifier] == nil { restorePending(appID, identifier, else: removed) }
             throw storeFailed(error, "a cancellation")
         }
+    }
+
+    /// After a failed write of the request of `identifier` (a Submit, a Cancel), while memory
+    /// still holds what that write would have made: memory takes back what the store holds.
+    /// Not `fallback`, what memory held before the call: with two Submits of one identifier
+    /// under way, the second's is the first's request, which a failed write never stored. Only
+    /// when the store cannot be read either, `fallback`.
+    func restorePending(_ appID: AppID, _ identifier: String, else fallback: TaskRequest?) {
+        let stored: TaskRequest?
+        do {
+            stored = try store.pendingRequest(appID: appID, identifier: identifier)
+        } catch {
+            stored = fallback
+        }
+        pending[appID, default: [:]][identifier] = stored
     }
 
     func beginSaving(_ appID: AppID) {

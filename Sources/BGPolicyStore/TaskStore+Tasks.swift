@@ -12,6 +12,16 @@ extension TaskStore {
         }
     }
 
+    /// The app's pending request with `identifier`, if it has one.
+    public func pendingRequest(appID: AppID, identifier: String) throws(StoreError) -> TaskRequest? {
+        try read { db in
+            try Row.fetchOne(
+                db, sql: "SELECT * FROM pending WHERE app_id = ? AND identifier = ?",
+                arguments: [appID.rawValue, identifier]
+            ).flatMap(Self.request(from:))
+        }
+    }
+
     /// Inserts the request, or replaces the app's pending request with the same identifier.
     /// The app must have been saved first (`saveApp`); otherwise this throws `.io` (a foreign
     /// key constraint), because a request nobody registered for cannot be delivered.

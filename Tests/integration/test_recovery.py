@@ -21,6 +21,7 @@ import os
 import resource
 import sqlite3
 import subprocess
+import threading
 
 import pytest
 
@@ -395,6 +396,45 @@ def test_full_disk_loses_no_pending_request_and_the_agent_keeps_serving(world):
     app = world.registered_app(APP, IDENTIFIERS, name="again")
     app.submit(IDENTIFIERS[2], "processing", earliest_begin=later(3600))
     assert pending_identifiers(agent) == IDENTIFIERS
+
+
+def test_submits_that_fail_together_leave_the_stored_request(world):
+    """Two Submits of one identifier under way at once (from two connections of the app), both refused by a full disk: the
+    request stays the one stored. (The second put back what the first was to be, which was
+    never stored: it was then delivered, and a restart lost it.)"""
+    disk = simulated_full_disk(world)
+    agent = disk.start_agent(world)
+    # Two connections of one app (calls from one connection run in order): this process, in
+    # the app's unit, so that the agent identifies both.
+    world.fake_proc(os.getpid(), cgroup=th.unit_cgroup(f"app-gnome-{APP}-77.scope"))
+    conns = [th.connect(world.daemon.address) for _ in range(2)]
+    for conn in conns:
+        world.stack.push(lambda conn=conn: conn.close_sync(None))
+        assert th.call(conn, th.SCHEDULER, "Register", "asa{sv}", [IDENTIFIERS, th.register_options()], "(s)") == (APP,)
+    stored = int(later(3600))
+    th.call(conns[0], th.SCHEDULER, "Submit", "ssa{sv}",
+            [IDENTIFIERS[0], "refresh", th.submit_options(earliest_begin=stored)])
+
+    disk.fill(agent)
+    for round_ in range(5):
+        errors = []
+
+        def submit(conn, begin):
+            try:
+                th.call(conn, th.SCHEDULER, "Submit", "ssa{sv}",
+                        [IDENTIFIERS[0], "refresh", th.submit_options(earliest_begin=begin)])
+                errors.append(None)
+            except th.AgentError as error:
+                errors.append(error.name)
+        threads = [threading.Thread(target=submit, args=(conns[k], stored + 60 * (2 * round_ + k + 1)))
+                   for k in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=30)
+        assert errors == [th.ERROR_PREFIX + "Failed"] * 2, errors
+        assert [(p["identifier"], p["earliest_begin"]) for p in agent.list_pending()] == [(IDENTIFIERS[0], stored)], round_
+    disk.free(agent)
 
 
 def test_a_completion_on_a_full_disk_is_refused_and_can_be_sent_again(world):
