@@ -114,7 +114,7 @@ extension AgentInterfaces {
                     Time to finish work the user started, such as sending a message after the window
                     closed. Client1.ExpireTask(token) comes 5 s before the end. Unavailable when
                     the battery is critical or the machine is going to sleep; InvalidArgument for
-                    a name over 255 bytes.
+                    a name over 255 bytes; LimitsExceeded when the app has 16 under way.
                     """),
             .init(
                 "EndBackgroundTask", inputs: [.init("token", .string, "The token BeginBackgroundTask returned.")],

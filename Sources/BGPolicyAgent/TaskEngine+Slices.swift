@@ -881,6 +881,14 @@ extension TaskEngine {
         if let refusal = policy.backgroundTaskRefusal(context: context(now: Self.wallNow())) {
             throw SchedulerError(.unavailable, refusal.words)
         }
+        // Each lasts a slice at most, but one app calling in a loop would otherwise hold
+        // thousands, each with its timer and its history.
+        let under = backgroundTasks.values.count(where: { $0.appID == appID })
+        if under >= Self.maximumBackgroundTasks {
+            throw SchedulerError(
+                .limitsExceeded,
+                "\(appID) already has \(under) background tasks under way (the limit is \(Self.maximumBackgroundTasks)): end one with EndBackgroundTask first")
+        }
         let token = Self.newID("b")
         let length = configuration.slices.completion
         let warning = configuration.slices.expirationWarning
@@ -897,6 +905,9 @@ extension TaskEngine {
             detail: "background task '\(name)' began: \(Int(length.seconds)) s to finish"))
         return (token, UInt32(length.seconds.rounded()))
     }
+
+    /// Background tasks one app may have under way at once.
+    static let maximumBackgroundTasks = 16
 
     func warnBackgroundTask(_ token: String) {
         guard let task = backgroundTasks[token] else { return }

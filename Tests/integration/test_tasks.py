@@ -455,6 +455,24 @@ def test_begin_background_task_grants_thirty_seconds(world):
     expect_error("UnknownTask", app.end_background_task, "not-a-token")
 
 
+def test_an_app_has_at_most_sixteen_background_tasks_under_way(world):
+    agent = world.start_agent()
+    app = world.registered_app("org.example.Saver", ["org.example.Saver.refresh"])
+    other = world.registered_app("org.example.Mailer", ["org.example.Mailer.refresh"])
+    tokens = [app.begin_background_task(f"save {i}")[0] for i in range(16)]
+    message = expect_error("LimitsExceeded", app.begin_background_task, "one more")
+    assert "16" in message and "EndBackgroundTask" in message, message
+    # Another app is not held by this one's.
+    other.end_background_task(other.begin_background_task("send")[0])
+    # Ending one makes room for one.
+    app.end_background_task(tokens.pop())
+    tokens.append(app.begin_background_task("one more")[0])
+    expect_error("LimitsExceeded", app.begin_background_task, "and another")
+    for token in tokens:
+        app.end_background_task(token)
+    assert len(agent.events("background-task-began", app_id="org.example.Saver")) == 17
+
+
 def test_background_task_is_warned_then_expires_if_not_ended(world):
     agent = world.start_agent(config="[slices]\ncompletion = 3s\nexpiration_warning = 1s\n")
     app = world.registered_app("org.example.Saver", ["org.example.Saver.refresh"])
