@@ -402,7 +402,12 @@ public final class ObjectServer: Sendable {
             }
             candidate = found
         } else {
-            candidate = table.values.first { $0.description.method(named: member) != nil }
+            // No interface named (the D-Bus spec allows it): the interface whose method of that
+            // name takes these arguments, else the first by name that has the method, for its
+            // error. Never the dictionary's order, which changes from one run to the next.
+            let having = table.keys.sorted().compactMap { table[$0] }.filter { $0.description.method(named: member) != nil }
+            candidate = having.first { $0.description.method(named: member)?.inputSignature == message.signature }
+                ?? having.first
         }
         guard let exported = candidate, let method = exported.description.method(named: member),
             let handler = exported.methods[member]

@@ -205,6 +205,29 @@ struct ObjectServerTests {
         #expect(leaf.body == [.string("leaf")])
     }
 
+    /// Admin1 and Scheduler1 both have Explain, with different arguments: a call that names no
+    /// interface goes to the one whose method takes its arguments, not to whichever a
+    /// dictionary lists first (which changes from one run of the agent to the next).
+    @Test("with the interface omitted and the method in two interfaces, the arguments choose")
+    func interfaceOmittedTwoHaveIt() async throws {
+        func twin(_ name: String, _ inputs: [InterfaceDescription.Argument]) -> ExportedInterface {
+            ExportedInterface(InterfaceDescription(
+                name: name, documentation: "A twin.",
+                methods: [.init("Say", inputs: inputs, outputs: [.init("who", .string)], documentation: "Says who.")]))
+                .method("Say") { _ in [.string(name)] }
+        }
+        let server = ObjectServer.detached()
+        try server.export([twin("org.bgpolicy.TwinB", [.init("a", .string), .init("b", .string)]),
+                           twin("org.bgpolicy.TwinA", [.init("a", .string)])], at: ObjectPath(checked: "/twins"))
+        let one = try await reply(server, TestObject.call(nil, "Say", [.string("x")], path: "/twins"))
+        #expect(one.body == [.string("org.bgpolicy.TwinA")])
+        let two = try await reply(server, TestObject.call(nil, "Say", [.string("x"), .string("y")], path: "/twins"))
+        #expect(two.body == [.string("org.bgpolicy.TwinB")])
+        let neither = try await reply(server, TestObject.call(nil, "Say", [.int32(1)], path: "/twins"))
+        #expect(neither.errorNameIfError == "org.freedesktop.DBus.Error.InvalidArgs")
+        #expect(neither.errorText.contains("org.bgpolicy.TwinA.Say"), "\(neither.errorText)")
+    }
+
     @Test("Properties.Get, GetAll and Set")
     func properties() async throws {
         let model = TestModel()
