@@ -25,7 +25,7 @@ extension TaskEngine {
         }
         guard apps[appID] != nil else { throw .unknownApp(text) }
         let value = payload.dbusValue
-        guard let size = Self.marshalledSize(value) else {
+        guard let size = value.marshalledLength else {
             throw .invalid("the payload may not carry file descriptors: the wake is delivered later, to another process")
         }
         guard size <= Self.maximumContentPayload else {
@@ -151,45 +151,6 @@ extension TaskEngine {
         }
         if !wakes.isEmpty {
             logger.info("Content-available wakes loaded", metadata: ["wakes": "\(wakes.count)", "buckets": "\(buckets.count)"])
-        }
-    }
-
-    /// The size of `value` in the D-Bus wire format, ignoring alignment padding, or `nil` when
-    /// it holds a file descriptor.
-    static func marshalledSize(_ value: DBusValue) -> Int? {
-        switch value {
-        case .byte: return 1
-        case .boolean, .int32, .uint32: return 4
-        case .int16, .uint16: return 2
-        case .int64, .uint64, .double: return 8
-        case .string(let s): return s.utf8.count + 5
-        case .objectPath(let p): return p.description.utf8.count + 5
-        case .signature(let s): return s.description.utf8.count + 2
-        case .unixFD: return nil
-        case .variant(let inner):
-            guard let size = marshalledSize(inner) else { return nil }
-            return size + inner.type.signature.utf8.count + 2
-        case .array(_, let elements):
-            var total = 4
-            for element in elements {
-                guard let size = marshalledSize(element) else { return nil }
-                total += size
-            }
-            return total
-        case .dictionary(_, _, let entries):
-            var total = 4
-            for entry in entries {
-                guard let key = marshalledSize(entry.key), let value = marshalledSize(entry.value) else { return nil }
-                total += key + value
-            }
-            return total
-        case .structure(let fields):
-            var total = 0
-            for field in fields {
-                guard let size = marshalledSize(field) else { return nil }
-                total += size
-            }
-            return total
         }
     }
 }

@@ -159,6 +159,15 @@ public enum DBusValue: Sendable, Hashable {
     }
 }
 
+extension DBusValue {
+    /// How many bytes the value takes in the D-Bus wire format as a message body of its own,
+    /// alignment padding included (an `a{sv}` entry starts on 8 bytes); nil when it holds a
+    /// Unix file descriptor, or is more than D-Bus can carry.
+    public var marshalledLength: Int? {
+        (try? WireWriter.bodyLength(of: [self])) ?? nil
+    }
+}
+
 /// One entry of a D-Bus dictionary.
 public struct DBusDictEntry: Sendable, Hashable {
     public var key: DBusValue

@@ -76,6 +76,22 @@ struct WireWriter {
         return writer.bytes
     }
 
+    /// How many bytes `values` take as a message body (alignment padding included: each value
+    /// where the body's rules put it); nil when they hold a Unix file descriptor, which travels
+    /// beside the bytes. Throws for what D-Bus cannot carry at all (an array over 64 MiB).
+    static func bodyLength(of values: [DBusValue]) throws(DBusError) -> Int? {
+        var writer = WireWriter()
+        do throws(Failure) {
+            for value in values { try writer.write(value) }
+        } catch {
+            switch error {
+            case .unixFD: return nil
+            case .tooLong(let what): throw .invalidValue(what)
+            }
+        }
+        return writer.bytes.count
+    }
+
     /// Why a body could not be written here.
     enum Failure: Error {
         /// It holds a Unix file descriptor: libdbus's writer must carry it.

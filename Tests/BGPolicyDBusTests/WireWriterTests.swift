@@ -31,6 +31,25 @@ struct WireWriterTests {
         }
     }
 
+    /// What `NotifyContentAvailable` bounds its payload by: the bytes libdbus writes for it.
+    @Test("a value's marshalled length is the length of the body libdbus writes for it", arguments: RoundTripTable.marshalCases)
+    func marshalledLength(_ testCase: RoundTripCase) throws {
+        for body in RoundTripTable.bodies(for: testCase) where body.count == 1 {
+            let theirs = Self.body(of: try TypeRoundTripTests.call(body).buildThroughIterators().marshalled())
+            #expect(body[0].marshalledLength == theirs.count, "\(body)")
+        }
+    }
+
+    @Test("an a{sv} of small entries counts each entry's padding to 8 bytes")
+    func marshalledLengthPads() {
+        let entries = (0..<300).map { n in
+            DBusDictEntry(key: .string(String(1000 + n).dropFirst().description), value: .variant(.byte(1)))
+        }
+        // 4 for the length, 4 to reach 8, then 16 an entry (12 of them used) but the last.
+        #expect(DBusValue.dictionary(key: .string, value: .variant, entries).marshalledLength == 8 + 299 * 16 + 12)
+        #expect(DBusValue.unixFD(UnixFD(taking: -1)).marshalledLength == nil)
+    }
+
     @Test("headers and flags of every message kind: the same message, whatever the fields' order")
     func sameHeaders() throws {
         var call = TypeRoundTripTests.call([.string("x"), .uint32(3)])

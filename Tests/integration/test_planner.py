@@ -445,6 +445,11 @@ def test_content_available_is_rate_limited_on_battery_and_checked(laptop):
     assert "reserved" in message
     message = expect_error("InvalidArgument", notify, agent, "org.example.Mail", {"blob": GLib.Variant("s", "x" * 5000)})
     assert "4096" in message
+    # Marshalled means with the padding: 300 small entries are 3,604 bytes without it, 4,804
+    # with each entry on 8 bytes, as the bus carries them.
+    small = {f"{n:03d}": GLib.Variant("y", 1) for n in range(300)}
+    message = expect_error("InvalidArgument", notify, agent, "org.example.Mail", small)
+    assert "4804 bytes" in message and "4096" in message, message
     assert agent.alive()
 
 
