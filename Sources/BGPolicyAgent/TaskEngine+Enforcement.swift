@@ -6,21 +6,36 @@ import Glibc
 import Logging
 
 /// What the CPU monitor does to an app outlives neither its slice nor the agent. It is stored
-/// when done (`cpu_enforcement`) and forgotten when undone. The agent's stop ends the slices
+/// before it is done (`cpu_enforcement`), not done if it cannot be stored, and forgotten when
+/// undone. The agent's stop ends the slices
 /// under way, so their enforcement is undone then. What a crash, or a bus gone at the stop,
 /// left in place is undone at the next start: a process stopped with SIGSTOP must never stay
 /// stopped because the agent that stopped it went away.
 extension TaskEngine {
-    /// Stores `enforcement` of `slice`, for the next agent to undo if this one ends first.
-    func remember(_ enforcement: Slice.Enforcement, slice: Slice) {
+    /// Stores `enforcement` of `slice` before it is done, for the next agent to undo if this
+    /// one ends first; nil when stored, else why it could not be (then it must not be done: a
+    /// frozen unit or a stopped process that no agent knows to undo stays so for good).
+    func remember(_ enforcement: Slice.Enforcement, slice: Slice) -> String? {
         let record = EnforcementRecord(
             sliceID: slice.id, appID: slice.appID.rawValue, action: enforcement, since: Self.wallNow())
         do {
             try store.recordEnforcement(record)
+            return nil
         } catch {
-            logger.warning(
-                "Could not store the CPU enforcement; if the agent ends before the slice, it stays in place",
+            logger.error(
+                "Could not store the CPU enforcement, so it is not done: nothing would undo it if the agent ended first",
                 metadata: ["app.id": "\(slice.appID)", "error": "\(error)"])
+            return "the agent could not record it (\(error)), and nothing would undo it if the agent ended first"
+        }
+    }
+
+    /// Forgets a stored enforcement that was not done after all (its systemd call failed).
+    func forget(_ enforcement: Slice.Enforcement, slice: Slice) {
+        do {
+            try store.removeEnforcement(sliceID: slice.id)
+        } catch {
+            // The next start tries to undo it, finds nothing in place, and forgets it then.
+            logger.warning("Could not forget a CPU enforcement that was not done", metadata: ["app.id": "\(slice.appID)", "error": "\(error)"])
         }
     }
 

@@ -786,40 +786,54 @@ extension TaskEngine {
         var event = HistoryEvent.cpuObserved
         var detail: String
         let action = configuration.cpu.action
+        // Each enforcement is stored before it is done (`remember`), and not done if it cannot be.
+        var unrecorded: String?
         if action != .observe, let unit = slice.unit {
-            do {
-                if action == .throttle {
-                    try await systemd.setCPUQuota(unit: unit, percent: configuration.cpu.throttleQuota.value)
-                    enforcement = .throttled(unit: unit)
-                    event = .cpuThrottled
-                    detail = "still at \(percent) % of one core after the warning: \(unit) throttled to \(configuration.cpu.throttleQuota.value) % until the slice ends"
-                } else {
-                    try await systemd.freeze(unit: unit)
-                    enforcement = .frozen(unit: unit)
-                    event = .cpuFrozen
-                    detail = "still at \(percent) % of one core after the warning: \(unit) frozen until the slice ends"
+            let intended: Slice.Enforcement = action == .throttle ? .throttled(unit: unit) : .frozen(unit: unit)
+            if let refusal = remember(intended, slice: slice) {
+                unrecorded = refusal
+                detail = "still at \(percent) % of one core after the warning; \(unit) was not \(action == .throttle ? "throttled" : "frozen"): \(refusal)"
+            } else {
+                do {
+                    if action == .throttle {
+                        try await systemd.setCPUQuota(unit: unit, percent: configuration.cpu.throttleQuota.value)
+                        event = .cpuThrottled
+                        detail = "still at \(percent) % of one core after the warning: \(unit) throttled to \(configuration.cpu.throttleQuota.value) % until the slice ends"
+                    } else {
+                        try await systemd.freeze(unit: unit)
+                        event = .cpuFrozen
+                        detail = "still at \(percent) % of one core after the warning: \(unit) frozen until the slice ends"
+                    }
+                    enforcement = intended
+                } catch {
+                    forget(intended, slice: slice)
+                    detail = "still at \(percent) % of one core after the warning; the systemd user manager refused to \(action.rawValue) \(unit) (\(error))"
                 }
-            } catch {
-                detail = "still at \(percent) % of one core after the warning; the systemd user manager refused to \(action.rawValue) \(unit) (\(error))"
             }
         } else if action != .observe {
             detail = "still at \(percent) % of one core after the warning; the app has no systemd unit to \(action.rawValue)"
         } else {
             detail = "at \(percent) % of one core, above the \(limit) % limit; observed only (cpu action = observe)"
         }
-        if enforcement == nil, action != .observe, slice.backgroundOnly, let pid = slice.pid, pid > 1 {
+        if enforcement == nil, unrecorded == nil, action != .observe, slice.backgroundOnly, let pid = slice.pid, pid > 1 {
             // The fallback for background-only processes: stopping a process with a window
             // would freeze what the user sees, so only those that declared they have none.
             // Only a process whose start is known, so that the next agent can tell it from
             // another that took its pid if it has to continue it.
-            if let started = inspector.startTime(pid: pid), kill(pid_t(pid), SIGSTOP) == 0 {
-                enforcement = .stopped(pid: pid, processStarted: started)
-                event = .cpuStopped
-                detail += "; stopped with SIGSTOP (registered background-only) until the slice ends"
+            if let started = inspector.startTime(pid: pid) {
+                let intended = Slice.Enforcement.stopped(pid: pid, processStarted: started)
+                if let refusal = remember(intended, slice: slice) {
+                    detail += "; not stopped with SIGSTOP: \(refusal)"
+                } else if kill(pid_t(pid), SIGSTOP) == 0 {
+                    enforcement = intended
+                    event = .cpuStopped
+                    detail += "; stopped with SIGSTOP (registered background-only) until the slice ends"
+                } else {
+                    forget(intended, slice: slice)
+                }
             }
         }
         slices[sliceID]?.enforcement = enforcement
-        if let enforcement { remember(enforcement, slice: slice) }
         logger.warning(
             "CPU limit enforced",
             metadata: ["app.id": "\(slice.appID)", "action": "\(event.rawValue)", "cpu.percent": "\(percent)"])

@@ -10,6 +10,8 @@ busy two-core machine cannot keep a burner (one thread spinning) under the limit
 
 import time
 
+import pytest
+
 import tasks_helpers as th
 from tasks_helpers import UINT64_MAX, later, unit_cgroup, world  # noqa: F401 - the fixture
 
@@ -214,3 +216,26 @@ def test_a_throttle_left_by_a_crashed_agent_is_lifted_at_the_next_start(world):
     released = agent.wait_history("cpu-released", app_id="org.example.Burner", timeout=5)
     assert released["detail"] == (
         f"the CPU quota on {BURNER_UNIT} was lifted (left in place when the agent last stopped)"), released
+
+
+def test_a_stop_the_agent_cannot_record_is_not_done(world):
+    """Enforcement is stored before it is done, so that the next agent can undo it. On a full
+    disk it cannot be stored, and then it is not done: a process stopped with SIGSTOP by an
+    agent that then crashed would stay stopped for good. (It was stopped first, and a failed
+    write only logged.)"""
+    from test_recovery import TmpfsDisk, simulated_full_disk
+    disk = simulated_full_disk(world)
+    if not isinstance(disk, TmpfsDisk):
+        pytest.skip("needs a tmpfs to fill")
+    agent = world.start_agent(config=cpu_config("throttle"))
+    app, run = start_background_burner(world, "org.example.Burner")
+    disk.fill(agent)
+    th.wait_until(lambda: "CPU limit enforced" in agent.stderr(), 16, "the monitor acts")
+    for _ in range(10):
+        assert process_state(app.pid) != "T", "stopped, with nothing stored to undo it"
+        time.sleep(0.1)
+    assert "Could not store the CPU enforcement, so it is not done" in agent.stderr(), agent.stderr_tail()
+    disk.free(agent)
+    app.complete(run["task_id"], True, "no-data")
+    agent.wait_history("completed", task_id=run["task_id"], timeout=5)
+    assert agent.events("cpu-stopped") == []
