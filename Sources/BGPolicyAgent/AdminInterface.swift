@@ -1,5 +1,6 @@
 import BGPolicyCore
 import BGPolicyDBus
+import BGPolicySystem
 import Glibc
 import Synchronization
 
@@ -11,6 +12,8 @@ struct AdminInterface: Sendable {
     let startedAt: ContinuousClock.Instant
     /// The entries of `GetStatus` that never change, encoded once.
     let constantEntries: [StatusEntry]
+    /// What `requireOutsideSandbox` found of each caller.
+    let callers = CallerVerdicts()
 
     init(environment: AgentEnvironment, conditions: ConditionsHub, engine: TaskEngine) {
         self.environment = environment
@@ -45,6 +48,36 @@ struct AdminInterface: Sendable {
         return .dictionary(key: .string, value: .variant, entries.map(\.entry))
     }
 
+    /// Admin1 is for the user's own tools (`bgpolicy`, a settings panel). An app in a Flatpak
+    /// or snap sandbox may be let talk to the agent to schedule its own work; that must not
+    /// let it read other apps' requests and history, or turn their work (or all work) off.
+    /// So every method but `GetStatus` (and the `Conditions` property: the device's state and
+    /// counts, nothing of any one app's) refuses a caller the agent finds in a sandbox, or
+    /// cannot place. Unsandboxed processes of the user could edit the agent's files anyway.
+    func requireOutsideSandbox(_ sender: String) async throws(SchedulerError) {
+        if let verdict = callers.verdict(of: sender) {
+            if let refusal = verdict { throw SchedulerError(.accessDenied, refusal) }
+            return
+        }
+        let refusal: String?
+        do {
+            guard let pid = try await engine.connection.credentials(of: sender).pid else {
+                throw SchedulerError(.accessDenied, "the bus did not give the caller's process id")
+            }
+            let identity = engine.inspector.identify(pid: pid)
+            switch identity.source {
+            case .flatpak, .snap:
+                refusal = "org.bgpolicy.Admin1 is for the user's own tools, and this caller is \(identity.appID.map { "\($0)" } ?? "an app") in a \(identity.source == .flatpak ? "Flatpak" : "snap") sandbox: an app schedules its own work through org.bgpolicy.Scheduler1; the user manages all apps' with the bgpolicy command"
+            case .systemdUnit, .unverified:
+                refusal = nil
+            }
+        } catch {
+            refusal = "the agent could not tell which process called (\(error)); org.bgpolicy.Admin1 answers only callers it can see are outside an app sandbox"
+        }
+        callers.record(refusal, for: sender)
+        if let refusal { throw SchedulerError(.accessDenied, refusal) }
+    }
+
     func exported() -> ExportedInterface {
         ExportedInterface(AgentInterfaces.admin)
             // Reads only values in memory: answered on the connection's thread.
@@ -52,31 +85,37 @@ struct AdminInterface: Sendable {
             .property("Conditions", get: { conditions.snapshotDBusValue })
             .method("ListApps") { call in
                 try call.arguments.expect("")
+                try await requireOutsideSandbox(call.sender)
                 return [await engine.listApps().dbusValue]
             }
             .method("ListPending") { call in
                 try call.arguments.expect("")
+                try await requireOutsideSandbox(call.sender)
                 return [await engine.listPending().dbusValue]
             }
             .method("GetHistory") { call in
                 try call.arguments.expect("xu")
+                try await requireOutsideSandbox(call.sender)
                 let entries = try await engine.history(
                     since: call.arguments.decode(Int64.self, at: 0), limit: call.arguments.decode(UInt32.self, at: 1))
                 return [entries.map(TaskEngine.dictionary).dbusValue]
             }
             .method("SetAppEnabled") { call in
                 try call.arguments.expect("sb")
+                try await requireOutsideSandbox(call.sender)
                 try await engine.setAppEnabled(
                     call.arguments.decode(String.self, at: 0), enabled: call.arguments.decode(Bool.self, at: 1))
                 return []
             }
             .method("SetGlobalEnabled") { call in
                 try call.arguments.expect("b")
+                try await requireOutsideSandbox(call.sender)
                 try await engine.setGlobalEnabled(call.arguments.decode(Bool.self, at: 0))
                 return []
             }
             .method("GetTimeline") { call in
                 try call.arguments.expect("s")
+                try await requireOutsideSandbox(call.sender)
                 let text = try call.arguments.decode(String.self, at: 0)
                 var appID: AppID?
                 if !text.isEmpty {
@@ -89,6 +128,7 @@ struct AdminInterface: Sendable {
             }
             .method("Explain") { call in
                 try call.arguments.expect("ss")
+                try await requireOutsideSandbox(call.sender)
                 let text = try call.arguments.decode(String.self, at: 0)
                 guard let appID = AppID(rawValue: text), await engine.isRegistered(appID) else {
                     throw SchedulerError.unknownApp(text)
@@ -98,12 +138,14 @@ struct AdminInterface: Sendable {
             }
             .method("SimulateLaunch") { call in
                 try call.arguments.expect("ss")
+                try await requireOutsideSandbox(call.sender)
                 try await engine.simulateLaunch(
                     app: call.arguments.decode(String.self, at: 0), identifier: call.arguments.decode(String.self, at: 1))
                 return []
             }
             .method("SimulateExpiration") { call in
                 try call.arguments.expect("ss")
+                try await requireOutsideSandbox(call.sender)
                 try await engine.simulateExpiration(
                     app: call.arguments.decode(String.self, at: 0), identifier: call.arguments.decode(String.self, at: 1))
                 return []
@@ -123,5 +165,26 @@ struct StatusEntry: Sendable {
 
     static func encode(_ dictionary: [String: Variant]) -> [StatusEntry] {
         dictionary.map { StatusEntry($0.key, $0.value.value) }.sorted { $0.key < $1.key }
+    }
+}
+
+/// Whether each Admin1 caller may use the controls: nil allowed, else why not. A unique name is
+/// never given twice on a bus, so an answer holds for as long as its connection, and the bus
+/// is asked once per connection, not per call. Bounded: when it holds `limit` callers, it
+/// forgets them all and asks again.
+final class CallerVerdicts: Sendable {
+    private let verdicts = Mutex<[String: String?]>([:])
+    static let limit = 4_096
+
+    /// The recorded answer for `sender`: `.some(nil)` allowed, `.some(why)` refused, nil unknown.
+    func verdict(of sender: String) -> String?? {
+        verdicts.withLock { $0[sender] }
+    }
+
+    func record(_ refusal: String?, for sender: String) {
+        verdicts.withLock {
+            if $0.count >= Self.limit { $0.removeAll() }
+            $0[sender] = .some(refusal)
+        }
     }
 }

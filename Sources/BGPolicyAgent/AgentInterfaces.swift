@@ -13,6 +13,10 @@ public enum AgentInterfaces {
 
             Served by bgpolicyd at /org/bgpolicy/Agent1 on the session bus, under the name
             org.bgpolicy.Agent1. Errors are org.bgpolicy.Error.* with a message a person can act on.
+            Every method but GetStatus (and the Conditions property) answers AccessDenied to a
+            caller in a Flatpak or snap sandbox, or one whose process the agent cannot see: an
+            app schedules its own work through org.bgpolicy.Scheduler1, and these controls
+            and other apps' requests and history are the user's.
             """,
         methods: [
             .init(

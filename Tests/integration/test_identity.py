@@ -162,3 +162,34 @@ def test_an_app_cannot_see_or_cancel_another_apps_requests(world):
     a.cancel(shared)
     assert a.pending() == []
 
+
+
+def test_admin1_refuses_apps_in_a_sandbox(world):
+    """An app in a Flatpak or snap may talk to the agent to schedule its own work; Admin1,
+    the user's controls, refuses it: it cannot read other apps' requests and history, nor
+    switch their work off. GetStatus stays open. A process outside a sandbox (here, one in an
+    app unit) is the user's, and may."""
+    agent = world.start_agent()
+    other = world.registered_app("org.example.Bank", ["org.example.Bank.refresh"])
+    other.submit("org.example.Bank.refresh", "refresh", earliest_begin=later(3600))
+    flat = world.app("flat", cgroup=unit_cgroup("app-flatpak-org.example.Flat-99.scope"), flatpak_app="org.example.Flat")
+    snap = world.app("snap", cgroup=unit_cgroup("snap.firefox.firefox-2f8a6c1e-4b1d-4f7a-9c0e-1a2b3c4d5e6f.scope"))
+    for app, words in ((flat, "org.example.Flat in a Flatpak sandbox"), (snap, "snap.firefox in a snap sandbox")):
+        for method, signature, args in (("ListApps", "", ()), ("ListPending", "", ()), ("GetHistory", "xu", (0, 10)),
+                                        ("SetGlobalEnabled", "b", (False,)),
+                                        ("SetAppEnabled", "sb", ("org.example.Bank", False)),
+                                        ("Explain", "ss", ("org.example.Bank", "org.example.Bank.refresh")),
+                                        ("SimulateLaunch", "ss", ("org.example.Bank", "org.example.Bank.refresh")),
+                                        ("GetTimeline", "s", ("",))):
+            message = expect_error("AccessDenied", app.call, th.ADMIN, method, signature, args)
+            assert words in message and "bgpolicy command" in message, (method, message)
+        (status,) = app.call(th.ADMIN, "GetStatus")
+        assert status["global_enabled"] is True and status["pending"] == 1, status
+    # Nothing changed.
+    assert agent.status()["global_enabled"] is True
+    assert agent.app_record("org.example.Bank")["enabled"] is True
+    assert [p["app_id"] for p in agent.list_pending()] == ["org.example.Bank"]
+    # An app unit is not a sandbox: its process is the user's.
+    unit = world.app("unit", cgroup=unit_cgroup("app-gnome-org.example.Maps-1234.scope"))
+    (apps,) = unit.call(th.ADMIN, "ListApps")
+    assert [a["app_id"] for a in apps] == ["org.example.Bank"], apps
