@@ -112,6 +112,7 @@ extension TaskEngine {
     func stop() async {
         stopping = true
         scheduleEvaluation(at: nil, now: Self.wallNow())
+        storeUnsavedReturns()
         for sliceID in slices.keys.sorted() {
             guard let slice = slices[sliceID] else { continue }
             for member in slice.openMembers { sendExpireExpectingNoReply(member.taskID, to: slice.connection) }

@@ -101,6 +101,7 @@ extension TaskEngine {
     func evaluate() {
         evaluationQueued = false
         guard !stopping else { return }
+        if !unsavedReturns.isEmpty { storeUnsavedReturns() }
         let full = fullEvaluationNeeded
         let candidates = full ? Set(pending.keys) : dirtyApps
         fullEvaluationNeeded = false
@@ -502,15 +503,14 @@ extension TaskEngine {
             }
             let request = Self.failedAttempt(member.request, reason: reason, now: now)
             do {
-                try store.savePending(request)
-                try store.finishTask(
-                    taskID: member.taskID,
-                    history: HistoryEntry(
-                        time: now, appID: request.appID, identifier: request.identifier, taskID: member.taskID,
-                        event: .deliveryFailed, kind: DeliveryKind(request.kind),
-                        detail: "RunTask failed: \(reason); the request stays pending"))
+                try storeReturn(of: request, taskID: member.taskID, reason: reason, at: now)
             } catch {
-                logger.error("Could not put a request back", metadata: ["app.id": "\(request.appID)", "error": "\(error)"])
+                // On disk the task is still running, and a start would close it as interrupted
+                // and never deliver it: written again at the next chance.
+                unsavedReturns[member.taskID] = (request, reason, now)
+                logger.error(
+                    "Could not put a request back on disk; it stays pending, and is written again at the next chance",
+                    metadata: ["app.id": "\(request.appID)", "error": "\(error)"])
             }
             pending[request.appID, default: [:]][request.identifier] = request
             taskSlices[member.taskID] = nil
@@ -523,6 +523,43 @@ extension TaskEngine {
 
     /// A content-available wake that did not reach the app waits for the next window again,
     /// unless a newer one arrived meanwhile (only the newest is kept).
+    /// The request pending again (written first, so a crash in between leaves it pending
+    /// rather than lost), then the task's running row gone, with its history.
+    func storeReturn(of request: TaskRequest, taskID: String, reason: String, at time: UnixTime) throws(StoreError) {
+        try store.savePending(request)
+        try store.finishTask(
+            taskID: taskID,
+            history: HistoryEntry(
+                time: time, appID: request.appID, identifier: request.identifier, taskID: taskID,
+                event: .deliveryFailed, kind: DeliveryKind(request.kind),
+                detail: "RunTask failed: \(reason); the request stays pending"))
+    }
+
+    /// Writes again what `unstart` could not (`unsavedReturns`): the request as memory holds
+    /// it now, if it is still pending (it may have been replaced, attempted again, cancelled or
+    /// delivered since), and the old task's end.
+    func storeUnsavedReturns() {
+        for (taskID, unsaved) in unsavedReturns.sorted(by: { $0.key < $1.key }) {
+            let request = unsaved.request
+            let current = pending[request.appID]?[request.identifier]
+            do {
+                if let current {
+                    try storeReturn(of: current, taskID: taskID, reason: unsaved.reason, at: unsaved.at)
+                } else {
+                    try store.finishTask(
+                        taskID: taskID,
+                        history: HistoryEntry(
+                            time: unsaved.at, appID: request.appID, identifier: request.identifier, taskID: taskID,
+                            event: .deliveryFailed, kind: DeliveryKind(request.kind), detail: "RunTask failed: \(unsaved.reason)"))
+                }
+                unsavedReturns[taskID] = nil
+                logger.info("A request put back in memory is on disk again", metadata: ["app.id": "\(request.appID)"])
+            } catch {
+                return  // The disk still refuses: the next chance.
+            }
+        }
+    }
+
     func putBack(_ member: Slice.Member, sliceID: String, reason: String, now: UnixTime) {
         let appID = member.request.appID
         if contentWakes.wake(for: appID) == nil, let payload = member.payload {

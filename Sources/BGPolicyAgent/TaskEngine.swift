@@ -82,6 +82,11 @@ actor TaskEngine {
     /// Apps with a Submit or Cancel on its way to the disk: not evaluated until it is there,
     /// so a request is never delivered before it is stored.
     var saving: [AppID: Int] = [:]
+    /// Tasks whose delivery failed and whose request is pending again in memory, but not on
+    /// disk (the write failed): by task id, with the words of the failure. Written again at the
+    /// next evaluation and at the stop (`storeUnsavedReturns`), so that a restart does not take
+    /// their rows for tasks that ran.
+    var unsavedReturns: [String: (request: TaskRequest, reason: String, at: UnixTime)] = [:]
     /// The refresh planner (predictions and budget), `nil` with `[refresh] strategy = every-window`.
     var refreshPlanner: RefreshPlanner?
     /// The latest opportunistic window (unlock, activity, charger, unmetered network).

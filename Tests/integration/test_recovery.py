@@ -490,3 +490,58 @@ def test_tasks_left_running_do_not_keep_the_agent_from_starting_on_a_full_disk(w
     agent.restart()
     assert [e["task_id"] for e in agent.events("interrupted")] == [run["task_id"]]
     assert pending_identifiers(agent) == [IDENTIFIERS[1]]
+
+
+def test_a_request_put_back_on_a_full_disk_is_written_when_there_is_room(tmp_path):
+    """A delivery that fails puts its request back: pending again, and the task's running row
+    gone. On a full disk that write fails; the request stays pending in memory, and is written
+    at the next chance, so that a crash after the disk has room does not close the task as
+    interrupted and lose the request. (It was written never, and a restart lost it.)"""
+    with th.open_world(tmp_path, activation=True) as world:
+        disk = simulated_full_disk(world)
+        if not isinstance(disk, TmpfsDisk):
+            pytest.skip("needs a tmpfs to fill while a delivery is under way")
+        slow, identifier = "org.example.Slow", "org.example.Slow.refresh"
+        (world.service_dir / f"{slow}.service").write_text(
+            f'[D-BUS Service]\nName={slow}\nExec=/bin/sh -c "sleep 3; exit 1"\n')
+        agent = world.start_agent()
+        app = world.app("slow")
+        app.register([identifier], app_id=slow, bus_name=slow)
+        app.submit(identifier, "refresh", earliest_begin=later(3600))
+        app.quit()
+        th.wait_until(lambda: agent.app_record(slow)["connected"] is False, 5, "the app is gone")
+
+        outcome = []
+        # From a connection of its own: calls from one connection are answered in order, and
+        # the test asks the agent how the launch goes while it waits for the app.
+        launcher = th.connect(world.daemon.address)
+        world.stack.push(lambda: launcher.close_sync(None))
+
+        def launch():
+            try:
+                th.call(launcher, th.ADMIN, "SimulateLaunch", "ss", (slow, identifier), timeout=40)
+                outcome.append(None)
+            except th.AgentError as error:
+                outcome.append(error.name)
+        thread = threading.Thread(target=launch)
+        thread.start()
+        th.wait_until(lambda: agent.explain(slow, identifier)["state"] == "running", 5, "the bus starts the app")
+        disk.fill(agent)
+        thread.join(timeout=40)
+        assert outcome == [th.ERROR_PREFIX + "Unavailable"], outcome
+        assert [p["identifier"] for p in agent.list_pending()] == [identifier]
+
+        def stored():
+            with sqlite3.connect(f"file:{database(world)}?mode=ro", uri=True) as db:
+                return [row[0] for row in db.execute("SELECT identifier FROM pending WHERE app_id = ?", (slow,))]
+        disk.free(agent)
+        # Any evaluation is the next chance: here, another app's Submit.
+        other = world.registered_app("org.example.Other", ["org.example.Other.refresh"])
+        other.submit("org.example.Other.refresh", "refresh", earliest_begin=later(3600))
+        th.wait_until(lambda: stored() == [identifier], 5, "the request written again")
+        agent.sigkill()
+        agent.restart()
+        assert sorted(p["identifier"] for p in agent.list_pending()) == ["org.example.Other.refresh", identifier]
+        assert agent.events("interrupted", app_id=slow) == []
+        for words in ("Could not put a request back on disk", "A request put back in memory is on disk again"):
+            assert words in agent.stderr(), words
