@@ -157,6 +157,10 @@ actor TaskEngine {
     /// last stopped: those are never delivered again.
     func load() throws(StoreError) {
         let now = Self.wallNow()
+        // Retention counts back from now, or from the newest row if that is earlier: a clock
+        // set far ahead at boot (a bad RTC, a mistyped date) must not make every row older
+        // than 8 weeks and prune the whole log and history. Read before anything is written.
+        let newest = try? store.newestTimes()
         // Closing those takes a write, which a full disk refuses: that must not keep the agent
         // from starting (systemd would soon give up restarting it). Their rows stay, nothing
         // reads them while the agent runs, and the next start closes them.
@@ -174,8 +178,8 @@ actor TaskEngine {
         // Housekeeping and learning must not keep the agent from starting (a full disk refuses
         // a prune's writes): without them it schedules from what it has.
         do {
-            try store.pruneHistory(before: now - Self.historyRetention)
-            try pruneUsage(now: now)
+            try store.pruneHistory(before: min(now, newest?.history ?? now) - Self.historyRetention)
+            try pruneUsage(now: min(now, newest?.usage ?? now))
         } catch {
             logger.warning("Could not prune old history and usage; will try again later", metadata: ["error": "\(error)"])
         }

@@ -76,6 +76,15 @@ extension TaskStore {
         }
     }
 
+    /// The time of the newest history entry and of the newest usage event, if any: where the
+    /// agent counts retention back from at start, when the clock says later (`TaskEngine.load`).
+    public func newestTimes() throws(StoreError) -> (history: UnixTime?, usage: UnixTime?) {
+        try read { db in
+            (try UnixTime.fetchOne(db, sql: "SELECT max(time) FROM history"),
+             try UnixTime.fetchOne(db, sql: "SELECT max(time) FROM usage"))
+        }
+    }
+
     /// Deletes the entries with `time < before`.
     public func pruneHistory(before: UnixTime) throws(StoreError) {
         try write { db in

@@ -434,3 +434,21 @@ def test_an_app_running_before_the_agent_restarted_is_not_opened_again(world):
     agent.stop()
     # Maps' ReportUsage before the restart, then the two exits; Maps' is none (it was not in use).
     assert usage_rows(world) == [(MAPS, "background"), (notes, "background"), (news, "background")]
+
+
+def test_retention_counts_back_from_the_newest_event_when_the_clock_says_later(world):
+    """Raw usage is kept 8 weeks. A start whose clock says 10 weeks after the newest event (a
+    clock set far ahead at boot; or weeks away) counts the 8 weeks back from that event, not
+    from the clock: the log is not folded away whole. Counted from the clock, every row went."""
+    agent = world.start_agent()
+    week = 7 * 86400
+    newest = time.time() - 10 * week
+    rows = [("org.example.Mail", state, newest - day * 86400 - (60 if state == "foreground" else 0))
+            for day in range(28) for state in ("foreground", "background")]
+    rows += [("org.example.Mail", "foreground", newest - 9 * week)]  # over 8 weeks before the newest
+    th.restart_with_usage(agent, rows)
+
+    with sqlite3.connect(f"file:{world.tmp / 'state' / 'bgpolicy' / 'bgpolicy.sqlite'}?mode=ro", uri=True) as db:
+        kept = db.execute("SELECT count(*) FROM usage WHERE time <= ?", (newest,)).fetchone()[0]
+        folded = db.execute("SELECT coalesce(sum(opens), 0) FROM usage_hourly").fetchone()[0]
+    assert (kept, folded) == (56, 1), (kept, folded)
