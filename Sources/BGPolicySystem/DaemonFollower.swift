@@ -6,7 +6,15 @@ import Logging
 /// name, cancels it when the owner changes or goes, and calls `lost` when nobody owns it.
 /// A daemon missing at start is picked up when it appears; one that restarts is read anew.
 /// Every `reread` restarts the session against the same owner, so its state is read afresh.
+/// A session that fails (a call timing out on a daemon that stalls, an object not there yet
+/// while it starts) is started again against the same owner after 1 s, then 2, 4 … up to 5
+/// minutes, for as long as the owner stays: without that, one failed call left the daemon's
+/// facts unknown until it restarted or the machine resumed.
 struct DaemonFollower: Sendable {
+    /// The first and the longest wait before a failed session starts again.
+    static let firstRetry: Duration = .seconds(1)
+    static let longestRetry: Duration = .seconds(300)
+
     let connection: DBusConnection
     let name: String
     let logger: Logger
@@ -47,12 +55,25 @@ struct DaemonFollower: Sendable {
         func start(_ newOwner: String) {
             let name = self.name, logger = self.logger
             running = Task {
-                do {
-                    try await session(newOwner)
-                } catch is CancellationError {
-                } catch {
-                    logger.warning("Lost track of a daemon", metadata: ["bus.name": "\(name)", "error": "\(error)"])
-                    await lost()
+                var wait = Self.firstRetry
+                var failures = 0
+                while true {
+                    do {
+                        try await session(newOwner)
+                        return
+                    } catch is CancellationError {
+                        return
+                    } catch {
+                        if Task.isCancelled { return }
+                        failures += 1
+                        // One warning per outage; the attempts after it at debug level.
+                        logger.log(
+                            level: failures == 1 ? .warning : .debug, "Lost track of a daemon; trying again",
+                            metadata: ["bus.name": "\(name)", "error": "\(error)", "retry.seconds": "\(wait.components.seconds)"])
+                        await lost()
+                    }
+                    do { try await Task.sleep(for: wait) } catch { return }
+                    wait = min(wait * 2, Self.longestRetry)
                 }
             }
         }

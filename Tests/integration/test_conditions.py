@@ -513,3 +513,31 @@ def test_without_any_system_bus_the_agent_serves_status(world):
     assert agent.proc.alive(), agent.stderr()
     assert not (set(status["conditions"]["sources"]) & ALL_SYSTEM_BUS_SOURCES), status["conditions"]
     assert "system bus" in agent.stderr(), agent.stderr_tail()
+
+
+def test_a_daemon_that_stalls_is_read_again_once_it_answers(world):
+    """NetworkManager stops answering (SIGSTOP) just as the machine resumes, when every source
+    reads its daemon again: the call times out and its facts go unknown. Once it answers
+    again, the agent reads it again by itself (1 s, 2 s, 4 s … after the failure). It stayed
+    unknown until NetworkManager restarted or the next resume."""
+    world.use_testbed(h.new_testbed())
+    system = world.start_system_bus()
+    logind = h.start_logind(world.stack, system, world.env())
+    nm = h.start_networkmanager(world.stack, system, world.env(), metered=GLib.Variant("u", 2),
+                                primary_type="802-11-wireless")
+    agent = world.start_agent()
+    agent.wait_conditions(lambda c: "networkmanager" in c["sources"] and c["connectivity"] == "full",
+                          what="NetworkManager live")
+
+    os.kill(nm.proc.pid, signal.SIGSTOP)
+    try:
+        for start in (True, False):
+            logind.mock("EmitSignal", "sssav", (h.LOGIND_MANAGER, "PrepareForSleep", "b", [GLib.Variant("b", start)]))
+        agent.wait_conditions(lambda c: "networkmanager" not in c["sources"], timeout=10,
+                              what="NetworkManager lost: its GetAll timed out")
+    finally:
+        os.kill(nm.proc.pid, signal.SIGCONT)
+    c = agent.wait_conditions(lambda c: "networkmanager" in c["sources"], timeout=10,
+                              what="NetworkManager read again once it answers")
+    assert c["connectivity"] == "full" and c["network_type"] == "wifi", c
+    assert agent.proc.alive()
