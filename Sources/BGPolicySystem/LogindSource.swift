@@ -2,6 +2,7 @@ public import BGPolicyCore
 public import BGPolicyDBus
 import Glibc
 import Logging
+import Synchronization
 
 /// The user's graphical session and the machine's sleep, from systemd-logind (system bus).
 ///
@@ -41,19 +42,9 @@ public struct LogindSource: ConditionSource {
                 MatchRule(sender: owner, interface: Self.managerInterface, member: "PrepareForSleep", path: Self.managerPath))
             try await withThrowingTaskGroup(of: Void.self) { group in
                 group.addTask { try await followSleep(manager: manager, signals: sleeps, logger: context.logger) }
-                group.addTask {
-                    // The session half failing must not release the sleep inhibitor: its
-                    // facts become unknown, and the next re-read or a logind restart retries.
-                    do {
-                        try await followSession(manager: manager, owner: owner, context: context)
-                    } catch is CancellationError {
-                        throw CancellationError()
-                    } catch {
-                        context.logger.warning("Cannot follow the user's logind session", metadata: ["error": "\(error)"])
-                        await context.report(.lost)
-                        await waitUntilCancelled()
-                    }
-                }
+                // The session half failing must not release the sleep inhibitor: it reports its
+                // facts unknown and tries again when the user's sessions change.
+                group.addTask { try await followSessions(manager: manager, owner: owner, context: context) }
                 try await group.next()
                 group.cancelAll()
             }
@@ -96,14 +87,76 @@ public struct LogindSource: ConditionSource {
 
     // MARK: Session
 
-    private func followSession(manager: RemoteObject, owner: String, context: SourceContext) async throws {
-        guard let sessionPath = try await findSession(manager: manager, owner: owner, logger: context.logger) else {
-            context.logger.warning("No logind session for this user; idle and lock state stay unknown", metadata: ["uid": "\(uid)"])
-            await context.report(.lost)
-            // Keep the sleep half running; a session appearing later is seen on the next re-read.
-            await waitUntilCancelled()
-            return
+    /// Follows the user's session (`findSession`), choosing again whenever logind announces a
+    /// session's arrival or end (`SessionNew`, `SessionRemoved`): the agent may start before
+    /// any session (lingering, at boot), the user may log in on a console first and then
+    /// graphically, or log out and back in while the user manager stays.
+    private func followSessions(manager: RemoteObject, owner: String, context: SourceContext) async throws {
+        let rule = { (member: String) in
+            MatchRule(sender: owner, interface: Self.managerInterface, member: member, path: Self.managerPath)
         }
+        let arrivals = try await connection.subscribe(rule("SessionNew"))
+        let removals = try await connection.subscribe(rule("SessionRemoved"))
+        let (changes, poke) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask { for try await _ in arrivals { poke.yield() } }
+            group.addTask { for try await _ in removals { poke.yield() } }
+            group.addTask {
+                var followed: ObjectPath?
+                var following: Task<Void, Never>?
+                let ended = FollowEnded()
+                defer { following?.cancel() }
+                var chose = false
+                var next = changes.makeAsyncIterator()
+                repeat {
+                    let path: ObjectPath?
+                    do {
+                        path = try await findSession(manager: manager, owner: owner, logger: context.logger)
+                    } catch is CancellationError {
+                        return
+                    } catch {
+                        context.logger.warning("Cannot find the user's logind session; trying again when sessions change", metadata: ["error": "\(error)"])
+                        following?.cancel()
+                        following = nil
+                        chose = false
+                        await context.report(.lost)
+                        continue
+                    }
+                    guard !chose || path != followed || ended.value else { continue }
+                    following?.cancel()
+                    await following?.value
+                    followed = path
+                    chose = true
+                    ended.value = false
+                    guard let path else {
+                        following = nil
+                        context.logger.warning(
+                            "No logind session for this user; idle and lock state are unknown until one starts", metadata: ["uid": "\(uid)"])
+                        await context.report(.lost)
+                        continue
+                    }
+                    context.logger.info("Following the user's logind session", metadata: ["session": "\(path)"])
+                    following = Task {
+                        do {
+                            try await followSession(at: path, owner: owner, context: context)
+                        } catch is CancellationError {
+                        } catch {
+                            if Task.isCancelled { return }
+                            context.logger.warning(
+                                "Cannot follow the user's logind session; trying again when sessions change",
+                                metadata: ["session": "\(path)", "error": "\(error)"])
+                            ended.value = true
+                            await context.report(.lost)
+                        }
+                    }
+                } while await next.next() != nil
+            }
+            try await group.next()
+            group.cancelAll()
+        }
+    }
+
+    private func followSession(at sessionPath: ObjectPath, owner: String, context: SourceContext) async throws {
         let session = RemoteObject(connection: connection, owner: owner, path: sessionPath, interface: Self.sessionInterface)
         let changes = try await session.propertiesChanged()
         let locks = try await connection.subscribe(MatchRule(sender: owner, interface: Self.sessionInterface, member: "Lock", path: sessionPath))
@@ -174,5 +227,15 @@ public struct LogindSource: ConditionSource {
             }
         }
         return (candidates.first { $0.active && $0.graphical } ?? candidates.first { $0.active } ?? candidates.first)?.path
+    }
+}
+
+/// Whether the session being followed has stopped with an error (set by its task, read by the
+/// loop that chooses the session).
+private final class FollowEnded: Sendable {
+    private let flag = Mutex(false)
+    var value: Bool {
+        get { flag.withLock { $0 } }
+        set { flag.withLock { $0 = newValue } }
     }
 }

@@ -384,6 +384,44 @@ def test_session_lock_and_unlock(world):
     agent.wait_conditions(lambda c: c.get("locked") is False, timeout=2, what="Unlock signal -> unlocked")
 
 
+def test_a_session_that_starts_after_the_agent_is_followed(world):
+    """With lingering, the agent starts at boot before the user logs in: no session. When
+    logind announces one (SessionNew), the agent finds it and follows its lock state; when
+    the user then logs in graphically too, it moves to that session. It used to look only at
+    start, and stayed without one (idle and lock unknown) until logind restarted."""
+    world.use_testbed(h.new_testbed())
+    system = world.start_system_bus()
+    logind = h.start_logind(world.stack, system, world.env(), session=False)
+    agent = world.start_agent()
+    agent.wait_conditions(lambda c: "logind" not in c["sources"] and c.get("locked") is None,
+                          what="no session yet: lock state unknown")
+    time.sleep(0.5)  # (logind looked, and found none)
+    iface = "org.freedesktop.login1.Session"
+
+    def new_session(name, active):
+        path = logind.mock("AddSession", "ssusb", (name, "seat0", os.getuid(), "user", active), reply_type="(s)")[0]
+        logind.mock("EmitSignal", "sssav", (h.LOGIND_MANAGER, "SessionNew", "so",
+                                            [GLib.Variant("s", name), GLib.Variant("o", path)]))
+        return path
+
+    tty = new_session("c1", False)
+    agent.wait_conditions(lambda c: "logind" in c["sources"] and c.get("locked") is False, timeout=5,
+                          what="the console session, followed once it starts")
+    logind.call(iface, "SetLockedHint", "b", (True,), path=tty)
+    agent.wait_conditions(lambda c: c.get("locked") is True, timeout=2, what="its LockedHint followed")
+
+    # The graphical login: the user's Display names it, and the agent moves to it.
+    graphical = new_session("c2", True)
+    logind.set_property("org.freedesktop.login1.User", "Display", GLib.Variant("(so)", ("c2", graphical)),
+                        path=f"/org/freedesktop/login1/user/{os.getuid()}")
+    logind.mock("EmitSignal", "sssav", (h.LOGIND_MANAGER, "SessionNew", "so",
+                                        [GLib.Variant("s", "c2"), GLib.Variant("o", graphical)]))
+    agent.wait_conditions(lambda c: c.get("locked") is False, timeout=5, what="the graphical session followed")
+    logind.call(iface, "SetLockedHint", "b", (True,), path=graphical)
+    agent.wait_conditions(lambda c: c.get("locked") is True, timeout=2, what="the graphical session's LockedHint")
+    assert agent.proc.alive()
+
+
 def agent_inhibitors(logind):
     inhibitors = logind.call(h.LOGIND_MANAGER, "ListInhibitors", reply_type="(a(ssssuu))")[0]
     return [i for i in inhibitors if i[1] == "bgpolicy"]
