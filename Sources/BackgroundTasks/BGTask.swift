@@ -1,4 +1,5 @@
 import BGPolicyCore
+public import BGPolicyDBus
 #if canImport(FoundationEssentials)
 public import FoundationEssentials
 #else
@@ -54,6 +55,9 @@ public final class BGTask: Sendable, CustomStringConvertible {
     public let taskID: String
     /// When the slice ends. The agent warns (calls `expirationHandler`) a few seconds before.
     public let deadline: Date
+    /// For a content-available wake, the hint the notifier sent (`NotifyContentAvailable`'s
+    /// payload: a mailbox, a cursor); empty for every other kind.
+    public let payload: [String: Variant]
 
     typealias Reporter = @Sendable (_ taskID: String, _ success: Bool, _ result: TaskResult) async throws -> Void
 
@@ -66,11 +70,13 @@ public final class BGTask: Sendable, CustomStringConvertible {
     private let state = Mutex(State())
     private let reporter: Reporter
 
-    init(identifier: String, kind: BGTaskKind, taskID: String, deadline: Date, reporter: @escaping Reporter) {
+    init(identifier: String, kind: BGTaskKind, taskID: String, deadline: Date, payload: [String: Variant] = [:],
+         reporter: @escaping Reporter) {
         self.identifier = identifier
         self.kind = kind
         self.taskID = taskID
         self.deadline = deadline
+        self.payload = payload
         self.reporter = reporter
     }
 

@@ -60,10 +60,13 @@ extension BGTaskScheduler {
             case alreadyRunning
             case noHandler
         }
+        // What the notifier sent a content-available wake, without the agent's own keys.
+        let payload = kind == .contentAvailable ? info.filter { $0.key != "slice_id" && $0.key != "deadline" } : [:]
         let outcome: Outcome = state.withLock { s in
             guard s.running[taskID] == nil else { return .alreadyRunning }
-            guard let handler = s.handlers[identifier] else { return .noHandler }
-            let task = BGTask(identifier: identifier, kind: kind, taskID: taskID, deadline: deadline) { [weak self] id, success, result in
+            let found = kind == .contentAvailable ? s.contentAvailableHandler : s.handlers[identifier]
+            guard let handler = found else { return .noHandler }
+            let task = BGTask(identifier: identifier, kind: kind, taskID: taskID, deadline: deadline, payload: payload) { [weak self] id, success, result in
                 guard let self else {
                     throw BGTaskSchedulerError(.other, "the scheduler that launched this task no longer exists")
                 }
@@ -78,6 +81,8 @@ extension BGTaskScheduler {
         case .alreadyRunning:
             // A repeated delivery of a task that is running: it is already being worked on.
             break
+        case .noHandler where kind == .contentAvailable:
+            throw ClientCallError(.notPermitted, "this app has no content-available handler (registerContentAvailableHandler)")
         case .noHandler:
             throw ClientCallError(.notPermitted, "this app has no launch handler for \"\(identifier)\"")
         }

@@ -66,6 +66,8 @@ public final class BGTaskScheduler: Sendable {
 
     struct State {
         var handlers: [String: LaunchHandler] = [:]
+        /// What runs for a content-available wake (`registerContentAvailableHandler`).
+        var contentAvailableHandler: LaunchHandler?
         /// Bumped by every register(); `Register` is sent again while the agent has an older list.
         var generation = 0
         var link: AgentLink?
@@ -131,6 +133,23 @@ public final class BGTaskScheduler: Sendable {
             guard s.handlers[identifier] == nil, s.handlers.count < Self.maximumIdentifiers else { return false }
             s.handlers[identifier] = launchHandler
             s.generation += 1
+            return true
+        }
+    }
+
+    /// Registers the code to run when another process wakes the app because new content is
+    /// waiting (`NotifyContentAvailable`, the counterpart of a silent push): the task's `kind`
+    /// is `.contentAvailable`, its `identifier` empty, and its `payload` the hint the notifier
+    /// sent. Complete it as any other task. Wakes are not requested, so no identifier is
+    /// registered for them; without this handler the app refuses them and the agent keeps the
+    /// newest for its next window.
+    ///
+    /// - Returns: `false` when a handler is registered already.
+    @discardableResult
+    public func registerContentAvailableHandler(_ launchHandler: @escaping @Sendable (BGTask) -> Void) -> Bool {
+        state.withLock { s in
+            guard s.contentAvailableHandler == nil else { return false }
+            s.contentAvailableHandler = launchHandler
             return true
         }
     }

@@ -182,6 +182,36 @@ struct BGTaskSchedulerTests {
         #expect(scheduler.state.withLock { $0.running.isEmpty })
     }
 
+    /// A content-available wake comes with an empty identifier (nothing was requested) and the
+    /// notifier's payload: it runs the content-available handler, which sees the payload
+    /// without the agent's own keys. Without one, the wake is refused, saying what to register.
+    @Test("a content-available wake runs the content-available handler with its payload")
+    func contentAvailable() async throws {
+        let (scheduler, server, _) = try served()
+        let wake: [DBusValue] = [
+            .string("task-9"), .string(""), .string("content-available"), .uint32(30),
+            ["slice_id": Variant(.string("slice-1")), "deadline": Variant(.int64(1_700_000_030)),
+             "mailbox": Variant(.string("INBOX"))].dbusValue,
+        ]
+        let refused = try #require(await server.handle(Self.call("RunTask", wake)))
+        #expect(refused.errorName == BGPolicyErrorName.notPermitted.dbusName)
+        #expect(refused.asError?.message.contains("registerContentAvailableHandler") == true, "\(refused.body)")
+
+        let (woken, wakes) = AsyncStream.makeStream(of: BGTask.self)
+        #expect(scheduler.registerContentAvailableHandler { wakes.yield($0) })
+        #expect(!scheduler.registerContentAvailableHandler { _ in })
+        let reply = try #require(await server.handle(Self.call("RunTask", wake)))
+        #expect(reply.kind == .methodReturn)
+        var iterator = woken.makeAsyncIterator()
+        let task = try #require(await iterator.next())
+        #expect(task.kind == .contentAvailable && task.identifier == "" && task.taskID == "task-9")
+        #expect(task.payload == ["mailbox": Variant(.string("INBOX"))])
+        #expect(task.deadline.timeIntervalSince1970 == 1_700_000_030)
+        // A refresh keeps going to its own handler, with no payload.
+        _ = try #require(await server.handle(Self.call("RunTask", Self.runTask("task-10"))))
+        #expect(scheduler.state.withLock { $0.running["task-10"]?.payload.isEmpty } == true)
+    }
+
     @Test("ExpireTask calls the expiration handler")
     func expire() async throws {
         let (scheduler, server, tasks) = try served()
