@@ -65,6 +65,34 @@ public final class BGTaskScheduler: Sendable {
     }
 
     struct State {
+        /// The agent must be sent `Register` again before the next call.
+        mutating func forgetRegistration() {
+            registeredGeneration = nil
+            registeredWith = nil
+        }
+
+        /// `Register` of `generation` was answered by `sender`: it counts only if that agent
+        /// still owns the name (or its start has not been seen yet). An agent that restarted
+        /// while Register was on its way has not heard it, and nothing else would tell this app
+        /// to send it again. Returns whether it counts.
+        mutating func registered(_ generation: Int, answeredBy sender: String?) -> Bool {
+            guard agentOwner == nil || sender == nil || agentOwner == sender else { return false }
+            registeredGeneration = generation
+            registeredWith = sender
+            return true
+        }
+
+        /// The agent's name changed hands; returns whether `Register` must be sent to the new
+        /// owner. Not when the app's own Register started it (D-Bus activation) and it
+        /// answered before the change was seen here: it knows the app already.
+        mutating func agentChanged(to owner: String?) -> Bool {
+            guard agentOwner != owner else { return false }
+            agentOwner = owner
+            guard owner == nil || owner != registeredWith else { return false }
+            forgetRegistration()
+            return owner != nil
+        }
+
         var handlers: [String: LaunchHandler] = [:]
         /// What runs for a content-available wake (`registerContentAvailableHandler`).
         var contentAvailableHandler: LaunchHandler?
@@ -74,6 +102,9 @@ public final class BGTaskScheduler: Sendable {
         var connecting: Task<AgentLink, any Error>?
         /// The generation the agent has on the current link; `nil` until `Register` succeeds on it.
         var registeredGeneration: Int?
+        /// The agent (its unique name) that answered that `Register`: a new owner of the
+        /// agent's name has not heard it, even when the answer came after the change was seen.
+        var registeredWith: String?
         var registering: (attempt: Int, task: Task<Void, any Error>)?
         var registrationAttempts = 0
         var registeredAppID: String?
@@ -178,7 +209,7 @@ public final class BGTaskScheduler: Sendable {
         let link: AgentLink? = state.withLock { s in
             defer {
                 s.link = nil
-                s.registeredGeneration = nil
+                s.forgetRegistration()
                 s.running = [:]
                 s.backgroundTasks = [:]
             }
@@ -326,7 +357,7 @@ public final class BGTaskScheduler: Sendable {
             } catch DBusError.remote(let name, _) where name == BGPolicyErrorName.notRegistered.dbusName && !retried {
                 retried = true
                 state.withLock { s in
-                    if s.link === link { s.registeredGeneration = nil }
+                    if s.link === link { s.forgetRegistration() }
                 }
             } catch {
                 throw BGTaskSchedulerError(error)
@@ -373,7 +404,7 @@ public final class BGTaskScheduler: Sendable {
                 if link.connection.isConnected { return .ready(link) }
                 stale = link
                 s.link = nil
-                s.registeredGeneration = nil
+                s.forgetRegistration()
             }
             if let connecting = s.connecting { return .wait(connecting) }
             let connecting = Task { try await self.openLink() }
@@ -406,7 +437,7 @@ public final class BGTaskScheduler: Sendable {
                     s.link = link
                     s.connecting = nil
                     s.agentOwner = owner
-                    s.registeredGeneration = nil
+                    s.forgetRegistration()
                     s.registering = nil
                     s.running = [:]
                     s.backgroundTasks = [:]
@@ -437,10 +468,8 @@ public final class BGTaskScheduler: Sendable {
     /// A new agent knows nothing of this connection: register again, so that it can launch the app.
     private func agentOwnerChanged(to owner: String?, on link: AgentLink) {
         let reregister: Bool = state.withLock { s in
-            guard s.link === link, s.agentOwner != owner else { return false }
-            s.agentOwner = owner
-            s.registeredGeneration = nil
-            return owner != nil && s.wantsAgent && !s.handlers.isEmpty
+            guard s.link === link else { return false }
+            return s.agentChanged(to: owner) && s.wantsAgent && !s.handlers.isEmpty
         }
         if reregister {
             Task { [weak self] in _ = try? await self?.ready() }
@@ -470,14 +499,15 @@ public final class BGTaskScheduler: Sendable {
                 let task = Task {
                     do {
                         let reply = try await link.connection.call(
-                            destination: BGPolicyNames.busName, path: Self.agentPath, interface: BGPolicyNames.schedulerInterface,
-                            member: "Register", body)
-                        let registeredAs = try reply.decode(String.self, at: 0)
+                            .methodCall(
+                                destination: BGPolicyNames.busName, path: Self.agentPath,
+                                interface: BGPolicyNames.schedulerInterface, member: "Register", body: body))
+                        let registeredAs = try reply.body.decode(String.self, at: 0)
                         self.state.withLock { s in
                             if s.registering?.attempt == attempt { s.registering = nil }
                             if s.link === link {
-                                s.registeredGeneration = generation
                                 s.registeredAppID = registeredAs
+                                _ = s.registered(generation, answeredBy: reply.sender)
                             }
                         }
                     } catch {

@@ -107,6 +107,30 @@ struct BGTaskSchedulerTests {
         ].dbusValue)
     }
 
+    /// Whether a `Register` counts follows who answered it: an agent restarted while it was on
+    /// its way (owner :1.5 → :1.9, the answer from :1.5) has not heard it, so it is sent
+    /// again; an agent the Register itself started (no owner seen yet, then :1.7 answering and
+    /// its start seen after) is not sent a second one, which it would count as another open.
+    @Test("a Register counts only for the agent that answered it")
+    func registrationFollowsTheAgent() {
+        var s = BGTaskScheduler.State()
+        s.agentOwner = ":1.5"
+        let restarted = s.agentChanged(to: ":1.9")
+        let fromTheOldOne = s.registered(1, answeredBy: ":1.5")
+        #expect(restarted && !fromTheOldOne && s.registeredGeneration == nil)
+        let fromTheNewOne = s.registered(1, answeredBy: ":1.9")
+        #expect(fromTheNewOne && s.registeredGeneration == 1 && s.registeredWith == ":1.9")
+
+        var activated = BGTaskScheduler.State()
+        let answered = activated.registered(1, answeredBy: ":1.7")
+        let again = activated.agentChanged(to: ":1.7")
+        #expect(answered && !again && activated.registeredGeneration == 1, "the agent that answered needs no second Register")
+        // It goes, and a new one comes: that one is sent Register.
+        let gone = activated.agentChanged(to: nil)
+        let next = activated.agentChanged(to: ":1.8")
+        #expect(!gone && next && activated.registeredGeneration == nil)
+    }
+
     // MARK: org.bgpolicy.Client1
 
     /// A scheduler whose Client1 is served without a bus, with `agent` as the agent's name. The
