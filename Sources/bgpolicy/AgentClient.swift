@@ -42,15 +42,26 @@ struct AgentClient {
                 throw CLIError(
                     "bgpolicyd is not running on this session bus (nobody owns \(BGPolicyNames.busName)).",
                     hint: "Start it with 'systemctl --user start bgpolicyd', or from a source tree with 'make run'.")
+            case DBusError.noReply where message.contains("disconnected"):
+                // The bus's words when the agent leaves the bus before it answers.
+                throw CLIError(
+                    "bgpolicyd stopped before it answered (\(message)).",
+                    hint: "Check its log with 'journalctl --user -u bgpolicyd', then try again.")
             case DBusError.noReply:
                 throw CLIError(
                     "bgpolicyd did not answer within \(timeout.components.seconds) seconds.",
                     hint: "Check its log with 'journalctl --user -u bgpolicyd'.")
+            case _ where name.hasPrefix("org.freedesktop.DBus.Error.Spawn."):
+                throw CLIError(
+                    "the bus could not start bgpolicyd: \(message) (\(name)).",
+                    hint: "Check 'journalctl --user -u bgpolicyd' and 'systemctl --user status bgpolicyd'.")
             case _ where name.hasPrefix(BGPolicyNames.errorPrefix):
                 // The agent's own refusal: the command adds the hint that fits (ExitStatus).
                 throw AgentRefusal(dbusName: name, message: message)
             default:
-                throw CLIError("bgpolicyd refused: \(message) (\(name))")
+                throw CLIError(
+                    "bgpolicyd refused: \(message) (\(name))",
+                    hint: "Check its log with 'journalctl --user -u bgpolicyd'.")
             }
         }
     }

@@ -9,4 +9,10 @@ struct SimulateCommand: AsyncParsableCommand {
             supported way to exercise an app's task handlers without waiting for a window.
             """,
         subcommands: [SimulateLaunchCommand.self, SimulateExpireCommand.self])
+
+    /// `bgpolicy simulate` alone is a usage error (exit 64), as a missing argument is, rather
+    /// than the help and success.
+    func run() async throws {
+        throw ValidationError("name what to simulate: 'launch APP ID' or 'expire APP ID'")
+    }
 }

@@ -184,6 +184,8 @@ struct StatusReport {
     static func localTime(_ unix: Int64) -> String { TimeText.localTime(unix) }
 
     static func duration(_ seconds: Double) -> String {
+        // From the bus: anything, so nothing that cannot be an Int may reach Int(_:).
+        guard seconds.isFinite, seconds >= 0, seconds < 1e15 else { return "unknown" }
         let total = Int(seconds.rounded(.down))
         let (d, h, m, s) = (total / 86_400, total % 86_400 / 3600, total % 3600 / 60, total % 60)
         if d > 0 { return "\(d) d \(h) h \(m) min" }

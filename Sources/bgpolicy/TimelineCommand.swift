@@ -43,7 +43,9 @@ struct TimelineCommand: AsyncParsableCommand {
                 return
             }
             let timeline = try TimelineReply.timeline(reply)
-            let offset = Self.utcOffset(at: Int64(timeline.now.rounded(.down)))
+            // From the bus: a time that is no Int64 (Int64.max arrives as 2^63) is taken as now.
+            let now = timeline.now.isFinite && abs(timeline.now) < 1e15 ? Int64(timeline.now.rounded(.down)) : Int64(time(nil))
+            let offset = Self.utcOffset(at: now)
             if let svg {
                 if let problem = Self.write(TimelineSVG.render(timeline, utcOffsetSeconds: offset), to: svg) {
                     Self.printError("cannot write \(svg): \(problem)")

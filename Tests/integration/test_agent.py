@@ -289,6 +289,7 @@ def test_global_switch_round_trips(agent):
     (["explain", "org.example.Feeds"], "Missing expected argument '<identifier>'"),
     (["simulate", "launch", "org.example.Feeds"], "Missing expected argument '<identifier>'"),
     (["simulate", "stop", "org.example.Feeds", "x"], "unexpected arguments"),
+    (["simulate"], "name what to simulate: 'launch APP ID' or 'expire APP ID'"),
 ], ids=lambda v: " ".join(v) if isinstance(v, list) else None)
 def test_usage_errors_exit_64_without_calling_the_agent(command, says):
     # No bus at all: a usage error is found before bgpolicy connects.
@@ -593,3 +594,35 @@ def test_a_system_bus_that_appears_later_is_picked_up(bus, tmp_path):
 def open_log(agent):
     agent.stop()
     return agent.proc.stderr.read()
+
+
+def test_status_survives_an_agent_that_sends_numbers_out_of_range(tmp_path):
+    """Whatever owns org.bgpolicy.Agent1 may send anything: a `uptime_seconds` that is NaN,
+    infinite or beyond any Int is shown as unknown, not a crash of `bgpolicy status` (it
+    converted it to an Int, which traps)."""
+    import tasks_helpers as th
+    bus = th.PrivateBus(tmp_path)
+    mock = None
+    try:
+        env = dict(os.environ, DBUS_SESSION_BUS_ADDRESS=bus.address, COLUMNS="100")
+        mock = subprocess.Popen(["/usr/bin/python3", "-m", "dbusmock", "org.bgpolicy.Agent1", "/org/bgpolicy/Agent1",
+                                 "org.bgpolicy.Admin1"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for value in ("float('nan')", "float('inf')", "1e300"):
+            code = f"ret = {{'uptime_seconds': dbus.Double({value}), 'pid': dbus.UInt32(42), 'global_enabled': True}}"
+            deadline = time.monotonic() + 10
+            while True:
+                add = subprocess.run(["gdbus", "call", "--session", "--dest", "org.bgpolicy.Agent1", "--object-path",
+                                      "/org/bgpolicy/Agent1", "--method", "org.freedesktop.DBus.Mock.AddMethod",
+                                      "", "GetStatus", "", "a{sv}", code], env=env, capture_output=True, text=True)
+                if add.returncode == 0 or time.monotonic() > deadline:
+                    break
+                time.sleep(0.1)
+            assert add.returncode == 0, add.stderr
+            r = subprocess.run([str(BIN / "bgpolicy"), "status"], env=env, capture_output=True, text=True, timeout=20)
+            assert r.returncode >= 0, (value, r.returncode, r.stderr)
+            assert "Uptime" in r.stdout and "unknown" in r.stdout, (value, r.stdout, r.stderr)
+    finally:
+        if mock is not None:
+            mock.kill()
+            mock.wait()
+        bus.stop()
