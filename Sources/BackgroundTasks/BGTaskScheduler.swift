@@ -65,6 +65,8 @@ public final class BGTaskScheduler: Sendable {
     }
 
     struct State {
+        /// Counts `disconnect()` calls: a connection opened across one is not kept.
+        var disconnects = 0
         /// The agent must be sent `Register` again before the next call.
         mutating func forgetRegistration() {
             registeredGeneration = nil
@@ -209,6 +211,11 @@ public final class BGTaskScheduler: Sendable {
         let link: AgentLink? = state.withLock { s in
             defer {
                 s.link = nil
+                // A connection being opened now is closed when it is ready (`openLink`),
+                // rather than undoing this disconnect.
+                s.connecting?.cancel()
+                s.connecting = nil
+                s.disconnects += 1
                 s.forgetRegistration()
                 s.running = [:]
                 s.backgroundTasks = [:]
@@ -378,16 +385,21 @@ public final class BGTaskScheduler: Sendable {
         if let busName, link.claimNameRequest() {
             // Once per connection: an app whose name is taken still works while it runs, so only
             // the first call (normally activate()) reports it.
+            let reply: DBusConnection.RequestNameReply
             do {
-                switch try await link.connection.requestName(busName, flags: [.doNotQueue]) {
-                case .primaryOwner, .alreadyOwner:
-                    break
-                case .exists, .inQueue:
-                    throw BGTaskSchedulerError(
-                        .other, "another process owns \(busName), so the agent cannot start this app by that name")
-                }
+                reply = try await link.connection.requestName(busName, flags: [.doNotQueue])
             } catch {
+                // Not asked, or no answer: ask again at the next call, or the agent could
+                // never start this app by its name while this connection lives.
+                link.releaseNameRequest()
                 throw BGTaskSchedulerError(error)
+            }
+            switch reply {
+            case .primaryOwner, .alreadyOwner:
+                break
+            case .exists, .inQueue:
+                throw BGTaskSchedulerError(
+                    .other, "another process owns \(busName), so the agent cannot start this app by that name")
             }
         }
         return link
@@ -426,6 +438,7 @@ public final class BGTaskScheduler: Sendable {
 
     /// Connects, exports `Client1`, and starts following who owns the agent's name.
     private func openLink() async throws -> AgentLink {
+        let epoch = state.withLock { $0.disconnects }
         do {
             let connection = try await DBusConnection.connect(to: bus)
             do {
@@ -433,7 +446,9 @@ public final class BGTaskScheduler: Sendable {
                 let owners = try await connection.watchNameOwner(BGPolicyNames.busName)
                 let owner = try await connection.nameOwner(of: BGPolicyNames.busName)
                 let link = AgentLink(connection: connection)
-                state.withLock { s in
+                let kept: Bool = state.withLock { s in
+                    // `disconnect()` was called meanwhile: this connection is not kept.
+                    guard s.disconnects == epoch else { return false }
                     s.link = link
                     s.connecting = nil
                     s.agentOwner = owner
@@ -441,6 +456,10 @@ public final class BGTaskScheduler: Sendable {
                     s.registering = nil
                     s.running = [:]
                     s.backgroundTasks = [:]
+                    return true
+                }
+                guard kept else {
+                    throw BGTaskSchedulerError(.other, "the scheduler was disconnected while it connected")
                 }
                 link.start(
                     Task { [objects = connection.objects] in await objects.serve() },
@@ -460,7 +479,10 @@ public final class BGTaskScheduler: Sendable {
                 throw error
             }
         } catch {
-            state.withLock { $0.connecting = nil }
+            state.withLock { s in
+                // (After a disconnect, `connecting` may be another call's by now.)
+                if s.disconnects == epoch { s.connecting = nil }
+            }
             throw error
         }
     }
@@ -582,6 +604,12 @@ final class AgentLink: Sendable {
             defer { s.nameRequested = true }
             return !s.nameRequested
         }
+    }
+
+    /// The request `claimNameRequest` allowed did not reach the bus (it failed or timed out):
+    /// the next call asks again.
+    func releaseNameRequest() {
+        state.withLock { $0.nameRequested = false }
     }
 
     func close() {
