@@ -54,12 +54,16 @@ public struct UPowerSource: ConditionSource {
     /// Turns UPower's properties into a sample. Missing or mistyped properties stay unknown.
     static func sample(manager: [String: Variant], display: [String: Variant], logger: Logger) -> PowerSample {
         let daemon = busName
-        let present = display.property("IsPresent", as: Bool.self, logger: logger, from: daemon) ?? false
+        let state = display.property("State", as: UInt32.self, logger: logger, from: daemon).map(BatteryState.init(upower:)) ?? .unknown
+        // Without a readable IsPresent, a battery whose state UPower knows is there: taking it
+        // as absent would read as "on AC", and let work that waits for the charger run on the
+        // battery.
+        let present = display.property("IsPresent", as: Bool.self, logger: logger, from: daemon) ?? (state != .unknown)
         return PowerSample(
             onBatteryReported: manager.property("OnBattery", as: Bool.self, logger: logger, from: daemon),
             batteryPresent: present,
             percentage: display.property("Percentage", as: Double.self, logger: logger, from: daemon).flatMap { $0.isFinite ? min(max($0, 0), 100) : nil },
-            state: display.property("State", as: UInt32.self, logger: logger, from: daemon).map(BatteryState.init(upower:)) ?? .unknown,
+            state: state,
             warningLevel: display.property("WarningLevel", as: UInt32.self, logger: logger, from: daemon).map(BatteryWarningLevel.init(upower:)) ?? .unknown,
             timeToEmpty: display.property("TimeToEmpty", as: Int64.self, logger: logger, from: daemon).flatMap { $0 > 0 ? $0 : nil })
     }
