@@ -8,12 +8,16 @@ import Logging
 /// Every `reread` restarts the session against the same owner, so its state is read afresh.
 /// A session that fails (a call timing out on a daemon that stalls, an object not there yet
 /// while it starts) is started again against the same owner after 1 s, then 2, 4 … up to 5
-/// minutes, for as long as the owner stays: without that, one failed call left the daemon's
-/// facts unknown until it restarted or the machine resumed.
+/// minutes: without that, one failed call left the daemon's facts unknown until it restarted
+/// or the machine resumed. After `retries` failures in a row (about half an hour) it waits
+/// for those instead, so that a daemon that always fails does not wake the machine every 5
+/// minutes for good.
 struct DaemonFollower: Sendable {
-    /// The first and the longest wait before a failed session starts again.
+    /// The first and the longest wait before a failed session starts again, and how many
+    /// failures in a row are retried.
     static let firstRetry: Duration = .seconds(1)
     static let longestRetry: Duration = .seconds(300)
+    static let retries = 12
 
     let connection: DBusConnection
     let name: String
@@ -66,11 +70,17 @@ struct DaemonFollower: Sendable {
                     } catch {
                         if Task.isCancelled { return }
                         failures += 1
+                        await lost()
+                        if failures > Self.retries {
+                            logger.warning(
+                                "A daemon keeps failing; it is read again when it restarts or the machine resumes",
+                                metadata: ["bus.name": "\(name)", "error": "\(error)", "failures": "\(failures)"])
+                            return
+                        }
                         // One warning per outage; the attempts after it at debug level.
                         logger.log(
                             level: failures == 1 ? .warning : .debug, "Lost track of a daemon; trying again",
                             metadata: ["bus.name": "\(name)", "error": "\(error)", "retry.seconds": "\(wait.components.seconds)"])
-                        await lost()
                     }
                     do { try await Task.sleep(for: wait) } catch { return }
                     wait = min(wait * 2, Self.longestRetry)
