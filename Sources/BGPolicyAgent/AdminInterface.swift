@@ -7,6 +7,8 @@ import Synchronization
 /// `org.bgpolicy.Admin1`: the agent's status and controls.
 struct AdminInterface: Sendable {
     let environment: AgentEnvironment
+    /// The configuration in effect, which a reload changes.
+    let configuration: LiveConfiguration
     let conditions: ConditionsHub
     let engine: TaskEngine
     let startedAt: ContinuousClock.Instant
@@ -15,8 +17,9 @@ struct AdminInterface: Sendable {
     /// What `requireOutsideSandbox` found of each caller.
     let callers = CallerVerdicts()
 
-    init(environment: AgentEnvironment, conditions: ConditionsHub, engine: TaskEngine) {
+    init(environment: AgentEnvironment, configuration: LiveConfiguration, conditions: ConditionsHub, engine: TaskEngine) {
         self.environment = environment
+        self.configuration = configuration
         self.conditions = conditions
         self.engine = engine
         self.startedAt = ContinuousClock.now
@@ -27,8 +30,6 @@ struct AdminInterface: Sendable {
             "pid": Variant(UInt32(getpid())),
             "started_at": Variant(Int64(now.tv_sec)),
             "state_dir": Variant(environment.stateDirectory),
-            "config_source": Variant(environment.configSource ?? "defaults"),
-            "config_path": Variant(environment.configPath),
         ])
     }
 
@@ -43,6 +44,7 @@ struct AdminInterface: Sendable {
         var entries = constantEntries
         entries.append(StatusEntry("uptime_seconds", .double(seconds)))
         entries.append(StatusEntry("conditions", conditions.snapshotDBusValue))
+        entries.append(contentsOf: configuration.statusEntries)
         engine.statusEntries.withLock { entries.append(contentsOf: $0) }
         entries.sort { $0.key < $1.key }
         return .dictionary(key: .string, value: .variant, entries.map(\.entry))

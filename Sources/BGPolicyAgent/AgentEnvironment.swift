@@ -11,6 +11,9 @@ public struct AgentEnvironment: Sendable {
     /// The configuration file the agent actually read; nil when it runs on built-in defaults.
     public var configSource: String?
     public var configuration: PolicyConfiguration
+    /// Whether the path came from `--config`: then the file must exist, at start and at every
+    /// reload; the default path may be absent, and then the SPEC defaults apply.
+    public var configGiven: Bool
 
     public static let configFileName = "bgpolicy.conf"
 
@@ -41,28 +44,40 @@ public struct AgentEnvironment: Sendable {
     /// the default one may be absent, and then the SPEC defaults apply.
     public static func resolve(configPath explicitConfig: String?, stateDirectory explicitState: String?) throws -> AgentEnvironment {
         let configPath = explicitConfig ?? defaultConfigPath()
-        let text: String?
-        switch FileText.read(configPath) {
-        case .success(let contents):
-            text = contents
-        case .failure(let error) where error.code == ENOENT && explicitConfig == nil:
-            text = nil
-        case .failure(let error):
-            throw AgentError.configuration("\(configPath): \(error.description)")
-        }
-        var configuration = PolicyConfiguration.defaults
-        if let text {
-            do {
-                configuration = try ConfigurationParser.parse(text, source: configPath)
-            } catch {
-                throw AgentError.configuration(error.description)
-            }
-        }
+        let (configuration, source) = try readConfiguration(at: configPath, given: explicitConfig != nil)
         return AgentEnvironment(
             stateDirectory: explicitState ?? defaultStateDirectory(),
             configPath: configPath,
-            configSource: text == nil ? nil : configPath,
-            configuration: configuration)
+            configSource: source,
+            configuration: configuration,
+            configGiven: explicitConfig != nil)
+    }
+
+    /// The same environment with its configuration file read again (`SIGHUP`); throws
+    /// `AgentError.configuration` when it cannot be read or is not valid, as at start.
+    public func reloaded() throws -> AgentEnvironment {
+        var copy = self
+        (copy.configuration, copy.configSource) = try Self.readConfiguration(at: configPath, given: configGiven)
+        return copy
+    }
+
+    /// The configuration in the file at `path`, and the path when there was a file (nil: the
+    /// defaults, because the default path has no file).
+    static func readConfiguration(at path: String, given: Bool) throws -> (PolicyConfiguration, String?) {
+        let text: String
+        switch FileText.read(path) {
+        case .success(let contents):
+            text = contents
+        case .failure(let error) where error.code == ENOENT && !given:
+            return (.defaults, nil)
+        case .failure(let error):
+            throw AgentError.configuration("\(path): \(error.description)")
+        }
+        do {
+            return (try ConfigurationParser.parse(text, source: path), path)
+        } catch {
+            throw AgentError.configuration(error.description)
+        }
     }
 
     /// Creates the state directory (and missing parents) with mode 0700, and tightens an

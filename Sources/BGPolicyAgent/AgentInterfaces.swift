@@ -31,6 +31,11 @@ public enum AgentInterfaces {
                         it has been running, in whole seconds, from a monotonic clock; "state_dir" (s) the directory holding
                         its state; "config_source" (s) the configuration file in use, or "defaults" when
                         none exists; "config_path" (s) where the configuration is read from;
+                        "config_loaded_at" (x) when the configuration in effect was read (at start, or
+                        by the last reload: SIGHUP); "config_error" (s, when the last reload failed) why,
+                        the agent going on with the configuration it had; "config_pending" (as, when
+                        some) the knobs the file sets that take effect only at the next start, such as
+                        "[refresh] strategy";
                         "conditions" (a{sv}) the same dictionary as the Conditions property;
                         "global_enabled" (b) the switch for all background work; "apps" (u) registered
                         apps; "pending" (u) pending requests of all apps; "running" (aa{sv}) one entry per

@@ -4,6 +4,7 @@ import BGPolicyStore
 import BGPolicySystem
 public import Logging
 public import ServiceLifecycle
+import UnixSignals
 
 /// The agent on the session bus: owns `org.bgpolicy.Agent1`, exports its interfaces, and
 /// serves calls until graceful shutdown, the loss of its name, or the loss of the bus.
@@ -51,6 +52,9 @@ public struct AgentService: Service {
     }
 
     private func run(on connection: DBusConnection) async throws {
+        // Trapped first: from here SIGHUP reloads the configuration (its default action would
+        // end the process), whenever it comes.
+        let hangups = await UnixSignalsSequence(trapping: .sighup)
         connection.objects.errorNames = Self.errorNames
         // Before the store is read: a second agent on this directory must not touch it.
         let lock = try StateLock(directory: environment.stateDirectory)
@@ -103,7 +107,8 @@ public struct AgentService: Service {
                       arguments: [2: ""]))
 
         let hub = ConditionsHub(logger: logger)
-        let admin = AdminInterface(environment: environment, conditions: hub, engine: engine)
+        let liveConfiguration = LiveConfiguration(environment)
+        let admin = AdminInterface(environment: environment, configuration: liveConfiguration, conditions: hub, engine: engine)
         let scheduler = SchedulerInterface(engine: engine, connection: connection)
         let objectPath = try ObjectPath(BGPolicyNames.objectPath)
         try connection.objects.export([admin.exported(), scheduler.exported()], at: objectPath)
@@ -119,8 +124,12 @@ public struct AgentService: Service {
             }
         }
         // "No input for [idle] no_input_after", from GNOME's idle monitor on this same bus.
-        let idleMonitor = IdleMonitorSource(sessionBus: connection, noInputAfter: environment.configuration.idle.noInputAfter)
-        let conditions = ConditionsService(hub: hub, logger: logger, sessionSources: [idleMonitor]) { event in
+        let idleInterval = LiveSetting(environment.configuration.idle.noInputAfter)
+        let idleRereads = Rereads()
+        let idleMonitor = IdleMonitorSource(sessionBus: connection, noInputAfter: idleInterval)
+        let reloader = ConfigurationReloader(
+            live: liveConfiguration, engine: engine, idleInterval: idleInterval, idleRereads: idleRereads, logger: logger)
+        let conditions = ConditionsService(hub: hub, logger: logger, sessionSources: [(idleMonitor, idleRereads)]) { event in
             // Awaited before the sleep inhibitor is released: slices are expired first.
             await engine.sleepEvent(event)
         }
@@ -163,6 +172,13 @@ public struct AgentService: Service {
                             await engine.appUnitsRunning(running)
                         } report: { event in
                             await engine.appUnitChanged(event)
+                        }
+                    }
+                    // SIGHUP (systemctl --user reload bgpolicyd): the configuration is read again.
+                    group.addTask {
+                        for await _ in hangups {
+                            log.info("SIGHUP: reading the configuration again")
+                            await reloader.reload()
                         }
                     }
                     // The wall clock being set (a step by NTP or by hand): the engine plans again.
@@ -231,7 +247,7 @@ public struct AgentService: Service {
                     // The first task to end ends the agent; on graceful shutdown all end together.
                     defer { group.cancelAll() }
                     do {
-                        // Conditions, app units and the clock watch return only when cancelled, so the first task to end is
+                        // Conditions, app units, reloads and the clock watch return only when cancelled, so the first task to end is
                         // serve(), the session bus, or NameLost.
                         try await group.next()
                     } catch DBusError.disconnected {

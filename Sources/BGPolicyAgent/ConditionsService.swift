@@ -14,7 +14,9 @@ struct ConditionsService: Sendable {
     let hub: ConditionsHub
     let logger: Logger
     /// Sources on the agent's own session bus (the idle monitor): they live as long as the agent.
-    var sessionSources: [any ConditionSource] = []
+    /// Each has its re-read trigger, poked at resume and, by the agent, when a reload changes
+    /// a setting the source built into what it set up.
+    var sessionSources: [(source: any ConditionSource, rereads: Rereads)] = []
     let onSleep: @Sendable (SleepEvent) async -> Void
 
     func run() async {
@@ -22,8 +24,8 @@ struct ConditionsService: Sendable {
         await withTaskGroup(of: Void.self) { group in
             let udevRereads = Rereads()
             group.addTask { await run(UdevPowerSource(), rereads: udevRereads) }
-            let sessionRereads = sessionSources.map { _ in Rereads() }
-            for (source, rereads) in zip(sessionSources, sessionRereads) {
+            let sessionRereads = sessionSources.map(\.rereads)
+            for (source, rereads) in sessionSources {
                 group.addTask { await run(source, rereads: rereads) }
             }
             group.addTask { await runSystemBusSources(udevRereads: udevRereads, sessionRereads: sessionRereads) }

@@ -11,7 +11,7 @@ import DequeModule
 ///
 /// Pure: the engine keeps one, with continuations as waiters.
 struct StartTurns<Waiter> {
-    let limit: Int
+    private(set) var limit: Int
     /// Starts under way.
     private(set) var running = 0
     private var queue = Deque<Waiter>()
@@ -38,10 +38,24 @@ struct StartTurns<Waiter> {
     /// is under way from here).
     mutating func finish() -> Waiter? {
         precondition(running > 0, "a start finished that never began")
-        guard let next = queue.popFirst() else {
+        // Over the limit (lowered by a reload while more were under way): no turn is handed on.
+        guard running <= limit, let next = queue.popFirst() else {
             running -= 1
             return nil
         }
         return next
+    }
+
+    /// Sets a new limit (a configuration reload). Returns the waiters whose turn it is now, a
+    /// higher limit letting them start at once; a lower one lets the starts under way finish,
+    /// and hands on no turn until fewer than it are.
+    mutating func setLimit(_ newLimit: Int) -> [Waiter] {
+        limit = max(1, newLimit)
+        var started: [Waiter] = []
+        while running < limit, let next = queue.popFirst() {
+            running += 1
+            started.append(next)
+        }
+        return started
     }
 }

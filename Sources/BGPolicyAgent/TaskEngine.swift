@@ -36,7 +36,8 @@ actor TaskEngine {
 
     let store: TaskStore
     let policy: any SchedulingPolicy
-    let configuration: PolicyConfiguration
+    /// The policy table in effect; a reload (`SIGHUP`) replaces it (`reconfigure`).
+    var configuration: PolicyConfiguration
     let logger: Logger
     let connection: DBusConnection
     let inspector: ProcessInspector

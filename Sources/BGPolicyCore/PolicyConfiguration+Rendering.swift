@@ -20,3 +20,14 @@ extension PolicyConfiguration {
         return lines.joined(separator: "\n") + "\n"
     }
 }
+
+extension PolicyConfiguration {
+    /// The knobs whose value differs from `old`, in file order, each as `[section] key: old → new`
+    /// in file syntax: what a reload logs.
+    public func changes(from old: PolicyConfiguration) -> [String] {
+        ConfigurationSchema.sections.flatMap(\.knobs).compactMap { knob in
+            let before = knob.renderedValue(in: old), after = knob.renderedValue(in: self)
+            return before == after ? nil : "[\(knob.section)] \(knob.key): \(before) → \(after)"
+        }
+    }
+}

@@ -21,13 +21,21 @@ public struct IdleMonitorSource: ConditionSource {
 
     public let name = ConditionSourceName.mutter
     let connection: DBusConnection
-    let noInputAfter: Duration
+    let setting: LiveSetting<Duration>
 
     /// - Parameter noInputAfter: `[idle] no_input_after`; the idle watch's interval.
     public init(sessionBus: DBusConnection, noInputAfter: Duration) {
-        connection = sessionBus
-        self.noInputAfter = noInputAfter
+        self.init(sessionBus: sessionBus, noInputAfter: LiveSetting(noInputAfter))
     }
+
+    /// - Parameter noInputAfter: `[idle] no_input_after`, which a reload may change: each
+    ///   session with mutter (a new owner, a re-read) adds its idle watch with the value then.
+    public init(sessionBus: DBusConnection, noInputAfter: LiveSetting<Duration>) {
+        connection = sessionBus
+        setting = noInputAfter
+    }
+
+    var noInputAfter: Duration { setting.value }
 
     /// The idle watch's interval in milliseconds, as `AddIdleWatch` takes it (at least 1).
     var intervalMilliseconds: UInt64 {

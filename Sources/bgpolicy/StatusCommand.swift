@@ -49,13 +49,25 @@ struct StatusReport {
             guard let value = status[key]?.value else { continue }
             rows.append((label, format(key, value)))
         }
+        // A reload (SIGHUP) that failed, or knobs read that wait for a restart.
+        if let error = status.string("config_error") {
+            rows.append(("Config error", TableText.cell(
+                "not reloaded, the agent goes on with the configuration it had: \(error)")))
+        }
+        if let pending = status.strings("config_pending"), !pending.isEmpty {
+            rows.append(("Config pending", TableText.cell(
+                "\(pending.joined(separator: ", ")) take\(pending.count == 1 ? "s" : "") effect at the next start "
+                    + "(systemctl --user restart bgpolicyd)")))
+        }
         if case .dictionary? = status["conditions"]?.value,
             let conditions = try? status["conditions"]!.decode([String: Variant].self)
         {
             rows.append(("Now", (try? conditions.optional("summary", as: String.self)) ?? nil ?? "unknown"))
             rows.append(("Sources", Self.sources(conditions)))
         }
-        let shown = Set(Self.known.map(\.key) + ["version", "config_path", "conditions"] + Self.scheduling)
+        let shown = Set(
+            Self.known.map(\.key) + ["version", "config_path", "config_loaded_at", "config_error", "config_pending", "conditions"]
+                + Self.scheduling)
         for key in status.keys.sorted() where !shown.contains(key) {
             rows.append((key, format(key, status[key]!.value)))
         }
@@ -157,9 +169,11 @@ struct StatusReport {
             return Self.duration(seconds)
         case ("started_at", .int64(let unix)):
             return Self.localTime(unix)
-        case ("config_source", .string("defaults")):
+        case ("config_source", .string(let source)):
             let path = (try? status.optional("config_path", as: String.self)) ?? nil
-            return "built-in defaults" + (path.map { " (no \($0))" } ?? "")
+            let shown = source == "defaults" ? "built-in defaults" + (path.map { " (no \($0))" } ?? "") : source
+            guard let read = status.integer("config_loaded_at") else { return shown }
+            return shown + ", read " + TimeText.relative(read, now: now)
         case (_, .string(let s)):
             return s
         default:

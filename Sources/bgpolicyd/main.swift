@@ -44,9 +44,10 @@ struct BGPolicyDaemon: AsyncParsableCommand {
             shows what it is doing.
 
             It keeps its state in SQLite under the state directory, mode 0700, and one agent \
-            at a time may use a state directory. SIGTERM, SIGINT or SIGHUP stop it cleanly \
-            (it reads its configuration only at start: restart it to apply a change); requests \
-            and history survive a restart. It logs to standard error, which the user manager \
+            at a time may use a state directory. SIGTERM or SIGINT stop it cleanly; requests \
+            and history survive a restart. SIGHUP (systemctl --user reload bgpolicyd) reads the \
+            configuration again: an invalid file changes nothing, and says why in the log and \
+            in 'bgpolicy status'. It logs to standard error, which the user manager \
             sends to the journal (journalctl --user -u bgpolicyd).
             """,
         version: BGPolicyVersion.current)
@@ -95,7 +96,7 @@ struct BGPolicyDaemon: AsyncParsableCommand {
         try environment.prepareStateDirectory()
         let agent = AgentService(environment: environment, logger: logger)
         let group = ServiceGroup(
-            configuration: .init(services: [.init(service: agent)], gracefulShutdownSignals: [.sigterm, .sigint, .sighup], logger: logger))
+            configuration: .init(services: [.init(service: agent)], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
         try await group.run()
     }
 }

@@ -50,4 +50,32 @@ struct StartTurnsTests {
         let one = turns.ask(1), two = turns.ask(2)
         #expect(one && !two)
     }
+
+    @Test func aRaisedLimitStartsThoseWaitingAtOnce() {
+        var turns = StartTurns<String>(limit: 1)
+        for app in ["a", "b", "c", "d"] { _ = turns.ask(app) }
+        #expect(turns.running == 1 && turns.waiting == 3)
+        let started = turns.setLimit(3)
+        #expect(started == ["b", "c"])
+        #expect(turns.running == 3 && turns.waiting == 1)
+        // Unchanged, it starts nobody more.
+        #expect(turns.setLimit(3).isEmpty)
+    }
+
+    @Test func aLoweredLimitHandsOnNoTurnUntilFewerThanItRun() {
+        var turns = StartTurns<String>(limit: 3)
+        for app in ["a", "b", "c", "d", "e"] { _ = turns.ask(app) }
+        #expect(turns.setLimit(1).isEmpty)
+        // Three under way against a limit of one: the first two to finish hand on nothing.
+        let first = turns.finish(), second = turns.finish()
+        #expect(first == nil && second == nil)
+        #expect(turns.running == 1 && turns.waiting == 2)
+        // One under way: from here each start that ends hands its turn on, one at a time.
+        let third = turns.finish()
+        #expect(third == "d")
+        #expect(turns.running == 1)
+        let fourth = turns.finish(), fifth = turns.finish()
+        #expect(fourth == "e" && fifth == nil)
+        #expect(turns.running == 0)
+    }
 }

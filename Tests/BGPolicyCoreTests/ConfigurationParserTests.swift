@@ -527,4 +527,17 @@ struct ValueSyntaxTests {
     func spellingStaysQuietWithoutAnObviousTypo(_ typed: String, _ candidates: [String]) {
         #expect(Spelling.closest(to: typed, among: candidates) == nil)
     }
+
+    @Test func changesNameEachKnobThatDiffersInFileSyntaxAndOrder() throws {
+        let old = try ConfigurationParser.parse("[cpu]\nlimit = 80%\n[slices]\nrefresh = 30s\n", source: "old")
+        let new = try ConfigurationParser.parse(
+            "[slices]\nrefresh = 1min\n[cpu]\nlimit = 60%\naction = freeze\n", source: "new")
+        #expect(new.changes(from: old) == [
+            "[slices] refresh: 30s → 1min", "[cpu] limit: 80% → 60%", "[cpu] action: throttle → freeze",
+        ])
+        #expect(old.changes(from: old).isEmpty)
+        // A key written out with its default value is no change.
+        let explicitDefault = try ConfigurationParser.parse("[cpu]\nlimit = 80%\n", source: "same")
+        #expect(explicitDefault.changes(from: .defaults).isEmpty)
+    }
 }

@@ -178,6 +178,36 @@ def test_monitor_that_goes_away_falls_back_and_is_rearmed_when_it_returns(world)
     assert agent.alive()
 
 
+def test_a_reload_that_changes_no_input_after_replaces_the_idle_watch(world):
+    mutter = MutterMock(world, idletime=0)
+    agent = world.start_agent(config=CONFIG)
+    idle_watch = mutter.wait_watch("idle")
+    assert mutter.of_kind("idle") == {idle_watch: INTERVAL_MS}, mutter.watches()
+
+    # SIGHUP with [idle] no_input_after = 7s: the old watch goes, one of 7000 ms replaces it.
+    (world.tmp / "config" / "bgpolicy" / "bgpolicy.conf").write_text(
+        th.IMMEDIATE_WINDOWS + "[idle]\nno_input_after = 7s\n")
+    agent.proc.popen.send_signal(signal.SIGHUP)
+    th.wait_until(lambda: list(mutter.of_kind("idle").values()) == [7000], 10,
+                  f"the 2-s idle watch replaced by a 7-s one; watches: {mutter.watches()}")
+    new_watch = mutter.wait_watch("idle")
+    assert new_watch != idle_watch
+    # The new watch drives idle as the old one did.
+    mutter.fire(new_watch)
+    wait_conditions(agent, lambda c: c.get("idle") is True, "idle once the new watch fired")
+    assert "[idle] no_input_after: 2s → 7s" in agent.stderr(), agent.stderr_tail()
+
+    # A reload that leaves the interval alone keeps the watch (and the idle state it gave).
+    (world.tmp / "config" / "bgpolicy" / "bgpolicy.conf").write_text(
+        th.IMMEDIATE_WINDOWS + "[idle]\nno_input_after = 7s\n[slices]\nrefresh = 20s\n")
+    agent.proc.popen.send_signal(signal.SIGHUP)
+    th.wait_until(lambda: "[slices] refresh: 30s → 20s" in agent.stderr(), 10, "the second reload")
+    time.sleep(0.3)
+    assert mutter.of_kind("idle") == {new_watch: 7000}, mutter.watches()
+    assert conditions(agent).get("idle") is True
+    assert agent.alive()
+
+
 # MARK: The mock (runs in its own process)
 
 MOCK_METHODS = [

@@ -1,0 +1,37 @@
+import BGPolicyCore
+
+/// A configuration read again while the agent runs (`SIGHUP`, `systemctl --user reload`).
+extension TaskEngine {
+    /// Puts `new` in effect, and returns the knobs whose new value waits for the next start.
+    ///
+    /// Every decision reads the table when it is made, so each knob acts from its next use:
+    /// the next window for the grids, battery, idle and refresh rules; the next `Submit` or
+    /// `NotifyContentAvailable` for the limits; the next slice for the slice lengths and the
+    /// CPU monitor. Slices under way keep the length and CPU rules they were granted with, and
+    /// requests already pending stay when a per-app limit falls below their number. A raised
+    /// `concurrent_starts` starts the apps waiting for a turn at once.
+    ///
+    /// `[refresh] strategy` waits for a restart: the two strategies keep different state (the
+    /// planner learns from the usage log as the agent starts), so a switch while running would
+    /// start the planner from less than a restart gives it.
+    func reconfigure(_ new: PolicyConfiguration) -> [String] {
+        var applied = new
+        var deferred: [String] = []
+        if new.refresh.strategy != configuration.refresh.strategy {
+            applied.refresh.strategy = configuration.refresh.strategy
+            deferred.append("[refresh] strategy")
+        }
+        configuration = applied
+        contentWakes.perHour = applied.limits.contentAvailablePerHour
+        for waiter in startTurns.setLimit(applied.slices.concurrentStarts) { waiter.resume() }
+        if var planner = refreshPlanner {
+            planner.minRefreshIntervalSeconds = applied.refresh.minInterval.seconds
+            planner.leadSeconds = applied.refresh.lead.seconds
+            planner.inactiveAfterSeconds = applied.limits.inactiveAfter.seconds
+            refreshPlanner = planner
+        }
+        // Rules may now hold or block what they did not: the next window is planned anew.
+        requestEvaluation()
+        return deferred
+    }
+}
