@@ -94,7 +94,7 @@ extension TaskEngine {
 
     /// Usage housekeeping: raw events older than 8 weeks fold into the per-hour aggregates
     /// (kept) and go, and when some went the WAL is checkpointed to give the space back. At
-    /// start, and after every 1,000 appends. Nothing to prune, no checkpoint: a start is not
+    /// start, and after every 1,000 appends; `now` is `retentionNow`, never a clock set ahead. Nothing to prune, no checkpoint: a start is not
     /// delayed by copying the WAL (SQLite checkpoints it by itself as it grows).
     func pruneUsage(now: UnixTime) throws(StoreError) {
         let removed = try store.pruneUsage(olderThan: now - TaskStore.usageRetention)
@@ -110,7 +110,7 @@ extension TaskEngine {
         usageAppends += 1
         if usageAppends % 1000 == 0 {
             do {
-                try pruneUsage(now: time)
+                try pruneUsage(now: retentionNow(wall: time))
             } catch {
                 // The row is in; the prune is tried again 1,000 rows later.
                 logger.warning("Could not prune old usage; will try again later", metadata: ["error": "\(error)"])

@@ -77,6 +77,9 @@ actor TaskEngine {
     /// Submit, and summing a thousand apps each time would cost more than the Submit.
     var holdsTotal: [BlockingRule: Int] = [:]
     var historyAppends = 0
+    /// What the history's and the usage log's retention count back from (`retentionNow`);
+    /// set at `load`.
+    var retentionClock = RetentionClock(wall: TaskEngine.wallNow(), newestRow: nil, boot: TaskEngine.bootNow())
     var usageAppends = 0
     /// Writes that may wait on the disk, away from the executor (see StoreWriter).
     let writer = StoreWriter()
@@ -161,7 +164,10 @@ actor TaskEngine {
         // Retention counts back from now, or from the newest row if that is earlier: a clock
         // set far ahead at boot (a bad RTC, a mistyped date) must not make every row older
         // than 8 weeks and prune the whole log and history. Read before anything is written.
+        // While the agent runs, only the time that passed since counts (`RetentionClock`).
         let newest = try? store.newestTimes()
+        retentionClock = RetentionClock(
+            wall: now, newestRow: [newest?.history, newest?.usage].compactMap { $0 }.max(), boot: Self.bootNow())
         // Closing those takes a write, which a full disk refuses: that must not keep the agent
         // from starting (systemd would soon give up restarting it). Their rows stay, nothing
         // reads them while the agent runs, and the next start closes them.
@@ -179,8 +185,9 @@ actor TaskEngine {
         // Housekeeping and learning must not keep the agent from starting (a full disk refuses
         // a prune's writes): without them it schedules from what it has.
         do {
-            try store.pruneHistory(before: min(now, newest?.history ?? now) - Self.historyRetention)
-            try pruneUsage(now: min(now, newest?.usage ?? now))
+            let counted = retentionNow(wall: now)
+            try store.pruneHistory(before: counted - Self.historyRetention)
+            try pruneUsage(now: counted)
         } catch {
             logger.warning("Could not prune old history and usage; will try again later", metadata: ["error": "\(error)"])
         }
@@ -233,6 +240,19 @@ actor TaskEngine {
         var ts = timespec()
         clock_gettime(CLOCK_REALTIME, &ts)
         return UnixTime(ts.tv_sec) + UnixTime(ts.tv_nsec) / 1e9
+    }
+
+    /// `CLOCK_BOOTTIME` in seconds: time since boot, suspend included; never set.
+    static func bootNow() -> Double {
+        var boot = timespec()
+        clock_gettime(CLOCK_BOOTTIME, &boot)
+        return Double(boot.tv_sec) + Double(boot.tv_nsec) / 1e9
+    }
+
+    /// The time retention counts back from for a row written at `wall`: the wall clock, but
+    /// no further ahead than the time that passed since the agent's start (`RetentionClock`).
+    func retentionNow(wall: UnixTime) -> UnixTime {
+        retentionClock.now(wall: wall, boot: Self.bootNow())
     }
 
     static func newID(_ prefix: String) -> String {
@@ -666,7 +686,9 @@ actor TaskEngine {
         do {
             try store.append(entry)
             historyAppends += 1
-            if historyAppends % 1000 == 0 { try store.pruneHistory(before: entry.time - Self.historyRetention) }
+            if historyAppends % 1000 == 0 {
+                try store.pruneHistory(before: retentionNow(wall: entry.time) - Self.historyRetention)
+            }
         } catch {
             logger.error("Could not write history", metadata: ["event": "\(entry.event.rawValue)", "error": "\(error)"])
         }

@@ -7,6 +7,7 @@ machine it runs on, by 11 minutes and back within seconds; the way back is worke
 boot-time clock, so that nothing is lost or gained."""
 
 import contextlib
+import sqlite3
 import re
 import time
 
@@ -115,3 +116,40 @@ def test_a_refresh_that_did_not_run_is_taken_back_when_the_clock_was_set_meanwhi
         explanation = agent.explain("org.example.Mail", "org.example.Mail.refresh")
         assert explanation["state"] == "pending", explanation
         assert "refresh-interval" not in explanation["blocking"], explanation
+
+
+@pytest.mark.skipif(not may_set_the_clock(), reason="setting the wall clock needs CAP_SYS_TIME")
+def test_a_clock_set_weeks_ahead_while_the_agent_runs_prunes_nothing_early(world):
+    """Three weeks of usage in the log and an hour of history; the clock is set 9 weeks ahead
+    (past the 8 weeks both keep) while the agent runs. The prunes after the next 1,000 usage
+    rows and 1,000 history entries count only the time that really passed (`RetentionClock`):
+    every row stays. Without it, both prunes deleted everything written before the step."""
+    agent = world.start_agent()
+    app = world.registered_app("org.example.Mail", ["org.example.Mail.refresh"])
+    now = time.time()
+    old = [("org.example.Mail", state, now - day * 86400 - 3600 + (60 if state == "background" else 0))
+           for day in range(1, 22) for state in ("foreground", "background")]
+    th.restart_with_usage(agent, old)
+    app = world.registered_app("org.example.Mail", ["org.example.Mail.refresh"], name="mail again")
+    db_path = world.tmp / "state" / "bgpolicy" / "bgpolicy.sqlite"
+
+    def counts(before):
+        db = sqlite3.connect(db_path)
+        try:
+            return (db.execute("SELECT count(*) FROM usage WHERE time < ?", (before,)).fetchone()[0],
+                    db.execute("SELECT count(*) FROM history WHERE time < ?", (before,)).fetchone()[0])
+        finally:
+            db.close()
+
+    stepped_at = time.time()
+    usage_before, history_before = counts(stepped_at)
+    assert usage_before == len(old) and history_before > 0, (usage_before, history_before)
+    with clock_stepped(9 * 7 * 86400):
+        for i in range(1000):
+            app.scheduler("ReportUsage", "s", ("foreground" if i % 2 == 0 else "background",))
+        for i in range(1000):
+            agent.set_app_enabled("org.example.Mail", i % 2 == 1)
+        assert agent.alive()
+    agent.stop()
+    assert counts(stepped_at) == (usage_before, history_before), agent.stderr_tail()
+    assert "Old usage folded" not in agent.stderr(), agent.stderr_tail()

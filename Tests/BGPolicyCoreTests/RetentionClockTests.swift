@@ -1,0 +1,42 @@
+import BGPolicyCore
+import Testing
+
+@Suite("RetentionClock: a wall clock set ahead never makes rows old")
+struct RetentionClockTests {
+    let day = 86_400.0
+
+    @Test func aClockThatRunsTrueCountsFromTheWallClock() {
+        let clock = RetentionClock(wall: 1_000_000, newestRow: 999_990, boot: 50)
+        // 3 days later on both clocks: the wall clock is the time (newest row 10 s before start).
+        #expect(clock.now(wall: 999_990 + 3 * day, boot: 50 + 3 * day) == 999_990 + 3 * day)
+    }
+
+    @Test func aClockSetAheadWhileRunningCountsOnlyTheTimeThatPassed() {
+        let start = 1_000_000.0
+        let clock = RetentionClock(wall: start, newestRow: start - 5, boot: 100)
+        // A minute after start, someone sets the clock a year ahead.
+        let counted = clock.now(wall: start + 60 + 365 * day, boot: 160)
+        #expect(counted == start - 5 + 60)
+        // With retention of 8 weeks, the cut-off stays before every row of the last 8 weeks.
+        #expect(counted - 56 * day < start - 55 * day)
+    }
+
+    @Test func aClockAlreadyAheadAtStartCountsFromTheNewestRow() {
+        let truth = 1_000_000.0
+        let clock = RetentionClock(wall: truth + 365 * day, newestRow: truth, boot: 10)
+        #expect(clock.now(wall: truth + 365 * day + day, boot: 10 + day) == truth + day)
+    }
+
+    @Test func aClockSetBackCountsFromTheWallClock() {
+        let clock = RetentionClock(wall: 1_000_000, newestRow: nil, boot: 0)
+        #expect(clock.now(wall: 1_000_000 - 30 * day + 10, boot: 10) == 1_000_000 - 30 * day + 10)
+    }
+
+    @Test func noRowsCountFromTheWallClockAtStart() {
+        let clock = RetentionClock(wall: 2_000, newestRow: nil, boot: 5)
+        #expect(clock.trustedWall == 2_000)
+        #expect(clock.now(wall: 2_100, boot: 105) == 2_100)
+        // A boot-time clock that reads less (it never should) counts no time as passed.
+        #expect(clock.now(wall: 2_100, boot: 1) == 2_000)
+    }
+}
