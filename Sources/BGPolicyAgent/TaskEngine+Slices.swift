@@ -94,7 +94,7 @@ extension TaskEngine {
         let busy = delivering.contains(appID) || slices.values.contains { $0.appID == appID }
         return AppSchedulingState(
             record: runtime.record, reachable: !runtime.connections.isEmpty || runtime.record.busName != nil,
-            lastDeliveryFailureAt: runtime.lastDeliveryFailureAt, busy: busy,
+            lastDeliveryFailureAt: runtime.lastDeliveryFailureAt, failedDeliveries: runtime.failedDeliveries, busy: busy,
             recentViolations: runtime.violations, lastViolationAt: runtime.lastViolationAt)
     }
 
@@ -373,7 +373,15 @@ extension TaskEngine {
             for member in members where member.kind == .contentAvailable {
                 putBack(member, sliceID: sliceID, reason: "the agent could not record the slice", now: now)
             }
-            logger.error("Could not record a slice; not delivering it", metadata: ["app.id": "\(appID)", "error": "\(error)"])
+            logger.error(
+                "Could not record a slice; not delivering it, and trying again in 5 minutes",
+                metadata: ["app.id": "\(appID)", "error": "\(error)"])
+            // Not the app's failure, so no doubling; but without a wait every evaluation of the
+            // window (each asked for by the one before) tried the write again, at once.
+            // (Read first: `apps[appID]?.x = f(apps…)` reads inside its own write access.)
+            let failures = max(apps[appID]?.failedDeliveries ?? 0, 1)
+            apps[appID]?.lastDeliveryFailureAt = now
+            apps[appID]?.failedDeliveries = failures
             throw .storage(error)
         }
         for member in members {
@@ -424,7 +432,11 @@ extension TaskEngine {
                 throw SchedulerError(.unavailable, "could not reach \(appID): \(reason). The request stays pending")
             }
         }
-        apps[appID]?.lastDeliveryFailureAt = nil
+        // A partial failure keeps the wait `unstart` set: the rest goes to the next window after it.
+        if delivered == members.count {
+            apps[appID]?.lastDeliveryFailureAt = nil
+            apps[appID]?.failedDeliveries = 0
+        }
 
         guard var live = slices[sliceID] else { return }  // completed already
         if activating, let owner = try? await connection.nameOwner(of: target) {
@@ -517,7 +529,7 @@ extension TaskEngine {
             slices[sliceID]?.members.removeAll { $0.taskID == member.taskID }
         }
         if let appID = members.first?.request.appID {
-            apps[appID]?.lastDeliveryFailureAt = now
+            noteDeliveryFailure(of: appID, at: now)
         }
     }
 
@@ -590,8 +602,15 @@ extension TaskEngine {
             appendHistory(HistoryEntry(
                 time: now, appID: request.appID, identifier: request.identifier, event: .deliveryFailed,
                 kind: DeliveryKind(request.kind), detail: "not delivered: \(reason); the request stays pending"))
-            apps[request.appID]?.lastDeliveryFailureAt = now
         }
+        if let appID = requests.first?.appID { noteDeliveryFailure(of: appID, at: now) }
+    }
+
+    /// One more delivery to the app failed: the next waits twice as long as the last did.
+    func noteDeliveryFailure(of appID: AppID, at now: UnixTime) {
+        guard apps[appID] != nil else { return }
+        apps[appID]?.lastDeliveryFailureAt = now
+        apps[appID]?.failedDeliveries += 1
     }
 
     /// The request as it stays pending after a delivery that did not reach the app.

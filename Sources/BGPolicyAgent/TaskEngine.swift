@@ -20,6 +20,8 @@ actor TaskEngine {
         /// The connection registered last: the one tasks are delivered to.
         var latestConnection: String?
         var lastDeliveryFailureAt: UnixTime?
+        /// Deliveries that failed in a row; the wait before the next doubles with each.
+        var failedDeliveries = 0
         var violations: Int = 0
         var lastViolationAt: UnixTime?
     }
@@ -446,6 +448,7 @@ actor TaskEngine {
         runtime.connections[caller] = identity
         runtime.latestConnection = caller
         runtime.lastDeliveryFailureAt = nil
+        runtime.failedDeliveries = 0
         apps[appID] = runtime
         boundApp[caller] = appID
         for claimant in claimants {

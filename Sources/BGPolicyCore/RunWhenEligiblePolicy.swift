@@ -8,6 +8,18 @@ public struct RunWhenEligiblePolicy: SchedulingPolicy {
     /// How long after a failed delivery the app is tried again: long enough not to hammer an app
     /// that is wedged or being restarted, short enough that a refresh is not lost for long.
     public static let deliveryRetryDelay: Duration = .seconds(300)
+    /// The longest wait after failures in a row (`deliveryRetryDelay(afterFailures:)`).
+    public static let maximumDeliveryRetryDelay: Duration = .seconds(6 * 3600)
+
+    /// The wait after `failures` failed deliveries in a row: `deliveryRetryDelay` after the
+    /// first, doubling with each more, up to `maximumDeliveryRetryDelay` (5, 10, 20, 40, 80,
+    /// 160, 320 min, then 6 h). An app that refuses every `RunTask` (no handler for the
+    /// identifier, no `Client1`) then costs a few wake-ups a day, not one every 5 minutes for
+    /// good; it registering again starts the count afresh.
+    public static func deliveryRetryDelay(afterFailures failures: Int) -> Double {
+        let doublings = min(max(failures, 1) - 1, 7)
+        return min(deliveryRetryDelay.seconds * Double(1 << doublings), maximumDeliveryRetryDelay.seconds)
+    }
 
     /// The overrun penalty never grows past this, so an app that misbehaved once a day still gets
     /// a few chances a day.
@@ -47,7 +59,8 @@ public struct RunWhenEligiblePolicy: SchedulingPolicy {
                 enabled: work[index].app.record.enabled, lastUsedAt: work[index].app.record.lastUsedAt,
                 registeredAt: work[index].app.record.registeredAt, recentViolations: work[index].app.recentViolations,
                 lastViolationAt: work[index].app.lastViolationAt, reachable: work[index].app.reachable,
-                lastDeliveryFailureAt: work[index].app.lastDeliveryFailureAt, busy: work[index].app.busy, context)
+                lastDeliveryFailureAt: work[index].app.lastDeliveryFailureAt,
+                failedDeliveries: work[index].app.failedDeliveries, busy: work[index].app.busy, context)
             ? []
             : appReasonsBefore(work[index].app, context, words: false) + appReasonsAfter(work[index].app, nil, context, words: false)
         var lifts: UnixTime?
@@ -238,7 +251,7 @@ public struct RunWhenEligiblePolicy: SchedulingPolicy {
         appConditionsHold(
             enabled: app.record.enabled, lastUsedAt: app.record.lastUsedAt, registeredAt: app.record.registeredAt,
             recentViolations: app.recentViolations, lastViolationAt: app.lastViolationAt, reachable: app.reachable,
-            lastDeliveryFailureAt: app.lastDeliveryFailureAt, busy: app.busy, context)
+            lastDeliveryFailureAt: app.lastDeliveryFailureAt, failedDeliveries: app.failedDeliveries, busy: app.busy, context)
     }
 
     /// `appConditionsHold` on the fields it reads, each of a plain type: read in place from an
@@ -247,7 +260,7 @@ public struct RunWhenEligiblePolicy: SchedulingPolicy {
     @inline(__always)
     static func appConditionsHold(
         enabled: Bool, lastUsedAt: UnixTime?, registeredAt: UnixTime, recentViolations: Int, lastViolationAt: UnixTime?,
-        reachable: Bool, lastDeliveryFailureAt: UnixTime?, busy: Bool, _ context: SchedulingContext
+        reachable: Bool, lastDeliveryFailureAt: UnixTime?, failedDeliveries: Int, busy: Bool, _ context: SchedulingContext
     ) -> Bool {
         let now = context.now
         let conditions = context.conditions
@@ -268,7 +281,9 @@ public struct RunWhenEligiblePolicy: SchedulingPolicy {
             return false
         }
         if !reachable { return false }
-        if let lastDeliveryFailureAt, now < lastDeliveryFailureAt + deliveryRetryDelay.seconds { return false }
+        if let lastDeliveryFailureAt, now < lastDeliveryFailureAt + deliveryRetryDelay(afterFailures: failedDeliveries) {
+            return false
+        }
         return !busy
     }
 
@@ -365,14 +380,17 @@ public struct RunWhenEligiblePolicy: SchedulingPolicy {
                 words: words
                     ? "no connection of the app is on the bus and it registered no bus_name; "
                         + "it runs when the app registers again" : ""))
-        } else if let failure = app.lastDeliveryFailureAt, now < failure + Self.deliveryRetryDelay.seconds {
-            let retry = failure + Self.deliveryRetryDelay.seconds
+        } else if let failure = app.lastDeliveryFailureAt,
+            now < failure + Self.deliveryRetryDelay(afterFailures: app.failedDeliveries)
+        {
+            let retry = failure + Self.deliveryRetryDelay(afterFailures: app.failedDeliveries)
             var text = ""
             if words {
                 var error = ""
                 if let message = request?.lastAttemptError, !message.isEmpty { error = " (\(message))" }
+                let streak = app.failedDeliveries > 1 ? " (\(app.failedDeliveries) failures in a row: the wait doubles with each)" : ""
                 text = "the last delivery to the app failed \(Self.durationWords(now - failure, roundingUp: false)) ago"
-                    + "\(error); retrying in \(Self.durationWords(retry - now))"
+                    + "\(error); retrying in \(Self.durationWords(retry - now))\(streak)"
             }
             reasons.append(BlockingReason(rule: .unreachable, words: text, liftsAt: retry))
         }

@@ -89,6 +89,9 @@ public struct AppSchedulingState: Sendable, Equatable {
     public var reachable: Bool
     /// The last delivery failed at this time; the policy waits before trying again.
     public var lastDeliveryFailureAt: UnixTime?
+    /// Deliveries that failed in a row, the last at `lastDeliveryFailureAt`: the wait doubles
+    /// with each (`RunWhenEligiblePolicy.deliveryRetryDelay(afterFailures:)`; 0 counts as 1).
+    public var failedDeliveries: Int
     /// A slice of this app is running now.
     public var busy: Bool
     /// Violations (overruns, CPU enforcement) in the last 7 days, and when the last one was.
@@ -96,12 +99,13 @@ public struct AppSchedulingState: Sendable, Equatable {
     public var lastViolationAt: UnixTime?
 
     public init(
-        record: AppRecord, reachable: Bool, lastDeliveryFailureAt: UnixTime? = nil, busy: Bool = false,
-        recentViolations: Int = 0, lastViolationAt: UnixTime? = nil
+        record: AppRecord, reachable: Bool, lastDeliveryFailureAt: UnixTime? = nil, failedDeliveries: Int = 0,
+        busy: Bool = false, recentViolations: Int = 0, lastViolationAt: UnixTime? = nil
     ) {
         self.record = record
         self.reachable = reachable
         self.lastDeliveryFailureAt = lastDeliveryFailureAt
+        self.failedDeliveries = failedDeliveries
         self.busy = busy
         self.recentViolations = recentViolations
         self.lastViolationAt = lastViolationAt

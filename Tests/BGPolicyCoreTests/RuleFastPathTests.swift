@@ -62,13 +62,15 @@ struct RuleFastPathTests {
                         for lastUsedAt in [nil, now - 3600, now - 8 * day] as [UnixTime?] {
                             for registeredAt in [now - 9 * day, now - 60] {
                                 for (violations, lastViolation) in [(0, nil), (1, now - 60), (1, now - day), (3, now - 3600)] as [(Int, UnixTime?)] {
-                                    for (reachable, failure) in [(true, nil), (false, nil), (true, now - 60), (true, now - 3600)] as [(Bool, UnixTime?)] {
+                                    for (reachable, failure, failures) in [
+                                        (true, nil, 0), (false, nil, 0), (true, now - 60, 1), (true, now - 3600, 1), (true, now - 3600, 5),
+                                    ] as [(Bool, UnixTime?, Int)] {
                                         for busy in [false, true] {
                                             let app = AppSchedulingState(
                                                 record: AppRecord(
                                                     appID: AppID(rawValue: "org.example.App")!, identifiers: ["org.example.App.x"],
                                                     identity: .flatpak, enabled: enabled, registeredAt: registeredAt, lastUsedAt: lastUsedAt),
-                                                reachable: reachable, lastDeliveryFailureAt: failure, busy: busy,
+                                                reachable: reachable, lastDeliveryFailureAt: failure, failedDeliveries: failures, busy: busy,
                                                 recentViolations: violations, lastViolationAt: lastViolation)
                                             let fast = RunWhenEligiblePolicy.appConditionsHold(app, context)
                                             let reasons = policy.appReasonsBefore(app, context, words: false)
@@ -85,7 +87,7 @@ struct RuleFastPathTests {
                 }
             }
         }
-        #expect(checked == 3 * 5 * 2 * 2 * 3 * 2 * 4 * 4 * 2)
+        #expect(checked == 3 * 5 * 2 * 2 * 3 * 2 * 4 * 5 * 2)
         // Both answers occur, so agreement is not agreement on one constant.
         #expect(held > 0 && held < checked)
     }

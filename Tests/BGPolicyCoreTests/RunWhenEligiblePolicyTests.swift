@@ -317,6 +317,21 @@ struct RunWhenEligiblePolicyTests {
         #expect(setup.explain().earliestRun == now + 1)
     }
 
+    @Test("failures in a row double the wait, up to 6 hours")
+    func deliveryRetryDoubles() {
+        let minutes = (0...9).map { RunWhenEligiblePolicy.deliveryRetryDelay(afterFailures: $0) / 60 }
+        #expect(minutes == [5, 5, 10, 20, 40, 80, 160, 320, 360, 360])
+        var setup = Setup()
+        setup.app.failedDeliveries = 3
+        setup.app.lastDeliveryFailureAt = now - 1199
+        let held = setup.explain()
+        #expect(held.earliestRun == now + 1)
+        #expect(held.blocking.map(\.rule) == [.unreachable])
+        #expect(held.blocking.first?.words.contains("3 failures in a row") == true)
+        setup.app.lastDeliveryFailureAt = now - 1200
+        #expect(setup.explain().runnable)
+    }
+
     @Test("unreachable without a bus name outranks a recent delivery failure")
     func unreachableOnce() {
         var setup = Setup()

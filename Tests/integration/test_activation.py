@@ -113,6 +113,41 @@ def test_an_activatable_app_that_fails_to_start_stays_pending(activation_world):
     agent.wait_history("delivery-failed", app_id="org.example.Broken", timeout=3)
 
 
+def test_failures_in_a_row_double_the_wait_and_registering_again_resets_it(activation_world):
+    """An app that never starts: each failed delivery doubles the wait before the next try (5,
+    then 10, then 20 minutes), so that it costs a few wake-ups a day, not one every 5 minutes
+    for good; the app registering again starts the count afresh."""
+    world = activation_world
+    app_id, identifier = "org.example.Broken", "org.example.Broken.refresh"
+    (world.service_dir / f"{app_id}.service").write_text(f"[D-BUS Service]\nName={app_id}\nExec=/bin/false\n")
+    agent = world.start_agent()
+    app = world.app("broken")
+    app.register([identifier], app_id=app_id, bus_name=app_id)
+    app.submit(identifier, "refresh", earliest_begin=later(3600))
+    app.quit()
+    th.wait_until(lambda: agent.app_record(app_id)["connected"] is False, 5, "the app is gone")
+
+    def retry_words():
+        explanation = agent.explain(app_id, identifier)
+        return [w for w in explanation["reasons"] if "last delivery to the app failed" in w]
+
+    # Simulated launches ignore the wait, but each failure counts.
+    for failures, minutes in [(1, 5), (2, 10), (3, 20)]:
+        expect_error("Unavailable", agent.simulate_launch, app_id, identifier)
+        words = retry_words()
+        assert len(words) == 1 and f"retrying in {minutes} min" in words[0], (failures, words)
+        assert (f"{failures} failures in a row" in words[0]) == (failures > 1), words
+
+    again = world.app("broken again")
+    again.register([identifier], app_id=app_id, bus_name=app_id)
+    assert retry_words() == []
+    again.quit()
+    th.wait_until(lambda: agent.app_record(app_id)["connected"] is False, 5, "the app is gone again")
+    expect_error("Unavailable", agent.simulate_launch, app_id, identifier)
+    words = retry_words()
+    assert len(words) == 1 and "retrying in 5 min" in words[0] and "in a row" not in words[0], words
+
+
 def test_apps_the_agent_starts_take_turns(activation_world):
     """Apps the bus must start for their slices start `[slices] concurrent_starts` at a time (2
     here), so that a window launching many does not start them all at once: four apps that take

@@ -22,6 +22,7 @@ import resource
 import sqlite3
 import subprocess
 import threading
+import time
 
 import pytest
 
@@ -490,6 +491,30 @@ def test_tasks_left_running_do_not_keep_the_agent_from_starting_on_a_full_disk(w
     agent.restart()
     assert [e["task_id"] for e in agent.events("interrupted")] == [run["task_id"]]
     assert pending_identifiers(agent) == [IDENTIFIERS[1]]
+
+
+def test_a_slice_that_cannot_be_recorded_is_tried_again_minutes_later_not_at_once(world):
+    """A refresh falls due while the disk is full: the slice cannot be recorded, so it is not
+    delivered, and the request stays pending. The next try comes after the delivery retry wait,
+    like a delivery that failed. (Each evaluation asked for the next, which found the app
+    eligible in the same window and tried the write again: thousands of tries and error lines
+    in seconds, every window.)"""
+    disk = simulated_full_disk(world)
+    agent = disk.start_agent(world)
+    app = world.registered_app(APP, IDENTIFIERS)
+    app.submit(IDENTIFIERS[0], "refresh", earliest_begin=later(2))
+    disk.fill(agent)
+    th.wait_until(lambda: "Could not record a slice" in agent.stderr(), 10, "the refresh falls due on the full disk")
+    time.sleep(3)
+    tries = agent.stderr().count("Could not record a slice")
+    assert tries == 1, f"{tries} tries to record the slice in 3 s; agent stderr:\n{agent.stderr_tail(8)}"
+    assert "trying again in 5 minutes" in agent.stderr()
+    assert app.events_of("RunTask") == []
+    assert agent.alive(), agent.stderr_tail(30)
+    assert pending_identifiers(agent) == [IDENTIFIERS[0]]
+    explanation = agent.explain(APP, IDENTIFIERS[0])
+    assert "unreachable" in explanation["blocking"] and "retrying in" in " ".join(explanation["reasons"]), explanation
+    assert agent.alive()
 
 
 def test_a_request_put_back_on_a_full_disk_is_written_when_there_is_room(tmp_path):
