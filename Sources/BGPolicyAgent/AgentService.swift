@@ -113,6 +113,14 @@ public struct AgentService: Service {
         let objectPath = try ObjectPath(BGPolicyNames.objectPath)
         try connection.objects.export([admin.exported(), scheduler.exported()], at: objectPath)
         let log = logger
+        // Work starts once the battery and power profile are known (or after a few seconds
+        // without them); see `TaskEngine.conditionsSettled`.
+        await hub.onSettled { Task { await engine.conditionsSettle() } }
+        let settleFallback = Task {
+            try await AgentExecutor.sleep(for: TaskEngine.settleTimeout)
+            await engine.conditionsSettle(timedOut: true)
+        }
+        defer { settleFallback.cancel() }
         await hub.onChange { conditions in
             engine.noteConditions(conditions)
             do {

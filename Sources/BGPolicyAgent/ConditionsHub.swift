@@ -9,6 +9,14 @@ import Synchronization
 actor ConditionsHub {
     private var model = ConditionsModel()
     private var listeners: [@Sendable (Conditions) -> Void] = []
+    /// The sources whose first report (a fact, or that they are missing) the agent waits for
+    /// before it starts any work: the battery and the power profile, whose unknown values hold
+    /// nothing back (an unknown network or idle state holds the work that needs them).
+    static let settling: Set<ConditionSourceName> = [.udev, .upower, .powerProfiles]
+    private var reported: Set<ConditionSourceName> = []
+    private var settledListeners: [@Sendable () -> Void] = []
+    /// Every source of `settling` has reported once.
+    private(set) var settled = false
     private let logger: Logger
     /// The latest conditions in their D-Bus form (built once per change, not per call),
     /// readable without a hop onto the actor by handlers that answer on the connection's thread.
@@ -27,7 +35,14 @@ actor ConditionsHub {
         listeners.append(listener)
     }
 
+    /// Calls `listener` once, when every source of `settling` has reported (at once if so).
+    func onSettled(_ listener: @escaping @Sendable () -> Void) {
+        if settled { return listener() }
+        settledListeners.append(listener)
+    }
+
     func apply(_ report: ConditionReport, from source: ConditionSourceName) {
+        defer { noteReported(source) }
         guard model.apply(report, from: source) else { return }
         let conditions = model.conditions
         let encoded = conditions.dbusDictionary.dbusValue
@@ -37,6 +52,17 @@ actor ConditionsHub {
             metadata: ["source": "\(source.rawValue)", "conditions": "\(conditions.summary)",
                        "live": "\(conditions.sources.sorted().map(\.rawValue).joined(separator: ","))"])
         for listener in listeners { listener(conditions) }
+    }
+
+    /// After the listeners heard the report: the work they release sees its facts.
+    private func noteReported(_ source: ConditionSourceName) {
+        guard !settled else { return }
+        reported.insert(source)
+        guard Self.settling.isSubset(of: reported) else { return }
+        settled = true
+        let waiting = settledListeners
+        settledListeners = []
+        for listener in waiting { listener() }
     }
 }
 

@@ -58,6 +58,12 @@ struct ConditionsService: Sendable {
                 if unreachable { logger.info("The system bus is reachable again") }
                 unreachable = false
             } catch {
+                if !unreachable {
+                    // Missing from the start: say so, so that nothing waits for their first facts.
+                    for name: ConditionSourceName in [.upower, .powerProfiles, .networkManager, .logind] {
+                        await hub.apply(.lost, from: name)
+                    }
+                }
                 guard await waitForSystemBus(after: error, delay: &delay, first: !unreachable) else { return }
                 unreachable = true
                 continue

@@ -1,4 +1,5 @@
 import BGPolicyCore
+import Logging
 
 /// A configuration read again while the agent runs (`SIGHUP`, `systemctl --user reload`).
 extension TaskEngine {
@@ -33,5 +34,24 @@ extension TaskEngine {
         // Rules may now hold or block what they did not: the next window is planned anew.
         requestEvaluation()
         return deferred
+    }
+}
+
+extension TaskEngine {
+    /// The longest the engine waits at start for the battery and the power profile
+    /// (`ConditionsHub.settling`) before it plans without them: a daemon that does not answer.
+    static let settleTimeout: Duration = .seconds(3)
+
+    /// The first facts are in (`ConditionsHub.onSettled`), or `settleTimeout` passed: from now
+    /// on evaluations launch work, starting with one of everything.
+    func conditionsSettle(timedOut: Bool = false) {
+        guard !conditionsSettled else { return }
+        conditionsSettled = true
+        if timedOut {
+            logger.info(
+                "Starting work before the battery and power profile are known: their sources did not report within \(Int(Self.settleTimeout.components.seconds)) s")
+        }
+        takeConditions()
+        requestEvaluation()
     }
 }

@@ -101,6 +101,10 @@ extension TaskEngine {
     func evaluate() {
         evaluationQueued = false
         guard !stopping else { return }
+        // Nothing starts on facts not yet read: an unknown battery holds nothing back, and a
+        // start at 5 % would run work the critical-battery rule forbids. What asked for this
+        // evaluation stays asked for (`conditionsSettled`).
+        guard conditionsSettled else { return }
         if !unsavedReturns.isEmpty { storeUnsavedReturns() }
         let full = fullEvaluationNeeded
         let candidates = full ? Set(pending.keys) : dirtyApps

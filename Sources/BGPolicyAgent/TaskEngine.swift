@@ -79,6 +79,9 @@ actor TaskEngine {
     /// Submit, and summing a thousand apps each time would cost more than the Submit.
     var holdsTotal: [BlockingRule: Int] = [:]
     var historyAppends = 0
+    /// The battery and power-profile sources have reported once, or the wait for them ended
+    /// (`conditionsSettle`): until then no evaluation launches anything.
+    var conditionsSettled = false
     /// What the history's and the usage log's retention count back from (`retentionNow`);
     /// set at `load`.
     var retentionClock = RetentionClock(wall: TaskEngine.wallNow(), newestRow: nil, boot: TaskEngine.bootNow())

@@ -148,6 +148,37 @@ def test_failures_in_a_row_double_the_wait_and_registering_again_resets_it(activ
     assert len(words) == 1 and "retrying in 5 min" in words[0] and "in a row" not in words[0], words
 
 
+def test_nothing_starts_at_the_agents_start_before_the_battery_is_known(tmp_path):
+    """At 15 % and discharging, a refresh of an activatable app waits for the battery. The agent
+    restarts: its first evaluation came before udev had said anything, and an unknown battery
+    holds nothing back, so the bus started the app and the refresh ran. Now nothing launches
+    until the battery and power profile are known (or a few seconds without them)."""
+    with th.open_world(tmp_path, power="low-battery", activation=True) as world:
+        log = world.tmp / "activated.log"
+        command = [str(part) for part in activated_command(world, log)]
+        (world.service_dir / f"{APP_ID}.service").write_text(
+            f"[D-BUS Service]\nName={APP_ID}\nExec={' '.join(command)}\n")
+        # Windows every 10 s, open 2.5 s: the restarts below are timed to come as one opens.
+        agent = world.start_agent(planner=True, config="[windows]\ngrid_on_battery = 10s\n[refresh]\nstrategy = every-window\n")
+        app = world.app("first run")
+        app.register([IDENTIFIER], app_id=APP_ID, bus_name=APP_ID)
+        app.submit(IDENTIFIER, "refresh")
+        app.quit()
+        th.wait_until(lambda: agent.app_record(APP_ID)["connected"] is False, 5, "the app is gone")
+        explanation = agent.explain(APP_ID, IDENTIFIER)
+        assert "low-battery" in explanation["blocking"], explanation
+
+        for _ in range(3):  # the race is the agent's first moments: try it a few times
+            agent.stop()
+            time.sleep(10 - time.time() % 10)  # a window opens
+            agent.restart()
+            time.sleep(2)
+            assert agent.events("delivered", app_id=APP_ID) == [], agent.stderr_tail()
+            assert read_log(log) == [], "the bus started the app"
+            explanation = agent.explain(APP_ID, IDENTIFIER)
+            assert explanation["state"] == "pending" and "low-battery" in explanation["blocking"], explanation
+
+
 def test_apps_the_agent_starts_take_turns(activation_world):
     """Apps the bus must start for their slices start `[slices] concurrent_starts` at a time (2
     here), so that a window launching many does not start them all at once: four apps that take
