@@ -53,6 +53,9 @@ struct Slice {
     var unit: String?
     var backgroundOnly = false
     var enforcement: Enforcement?
+    /// The violations already counted against the app for this slice: one per kind, however
+    /// many of its tasks the history names (sharing a slice is the agent's choice).
+    var violationsCounted: Set<HistoryEvent> = []
     /// `requires_external_power` processing on AC: the CPU monitor leaves it alone.
     var exempt = false
 
@@ -728,9 +731,11 @@ extension TaskEngine {
     /// (failed) with `detail`, and the slice closes.
     func endSlice(_ sliceID: String, as event: HistoryEvent, detail: String) async {
         guard let slice = slices[sliceID] else { return }
+        // One time for all: the store counts a violation once per slice (its time and kind).
+        let now = Self.wallNow()
         for member in slice.openMembers {
             // Never throws without `mustStore`.
-            try? finish(member, in: sliceID, event: event, result: .failed, detail: detail)
+            try? finish(member, in: sliceID, event: event, result: .failed, detail: detail, at: now)
         }
         await closeSlice(sliceID)
     }
@@ -741,7 +746,7 @@ extension TaskEngine {
     /// deadline, an app gone, the agent's stop: the slice is ending whatever the disk says) it is
     /// logged and the task ends in memory, and the next start records its row as interrupted.
     func finish(_ member: Slice.Member, in sliceID: String, event: HistoryEvent, result: TaskResult, detail: String,
-                mustStore: Bool = false) throws(StoreError) {
+                mustStore: Bool = false, at time: UnixTime? = nil) throws(StoreError) {
         guard var slice = slices[sliceID] else { return }
         var cpuSeconds: Double?
         if let pid = slice.pid, let first = slice.firstCPUSeconds,
@@ -750,7 +755,7 @@ extension TaskEngine {
             cpuSeconds = max(0, reading.cpuSeconds - first)
         }
         let entry = HistoryEntry(
-            time: Self.wallNow(), appID: slice.appID, identifier: member.request.identifier, taskID: member.taskID,
+            time: time ?? Self.wallNow(), appID: slice.appID, identifier: member.request.identifier, taskID: member.taskID,
             event: event, kind: member.kind, result: result, detail: detail,
             cpuSeconds: cpuSeconds, duration: slice.elapsed)
         do {
@@ -759,7 +764,9 @@ extension TaskEngine {
             logger.error("Could not record a task's end", metadata: ["task.id": "\(member.taskID)", "error": "\(error)"])
             if mustStore { throw error }
         }
-        if event.isViolation { noteViolation(of: slice.appID, at: entry.time) }
+        if event.isViolation, slice.violationsCounted.insert(event).inserted {
+            noteViolation(of: slice.appID, at: entry.time)
+        }
         if let index = slice.members.firstIndex(where: { $0.taskID == member.taskID }) {
             slice.members[index].done = true
         }
@@ -897,10 +904,15 @@ extension TaskEngine {
         logger.warning(
             "CPU limit enforced",
             metadata: ["app.id": "\(slice.appID)", "action": "\(event.rawValue)", "cpu.percent": "\(percent)"])
-        for member in slice.openMembers {
-            appendHistory(HistoryEntry(
-                time: Self.wallNow(), appID: slice.appID, identifier: member.request.identifier, taskID: member.taskID,
-                event: event, kind: member.kind, detail: detail))
+        // One time for all, and one violation for the slice, however many tasks share it.
+        let now = Self.wallNow()
+        let counted = slices[sliceID]?.violationsCounted.insert(event).inserted ?? true
+        for (index, member) in slice.openMembers.enumerated() {
+            appendHistory(
+                HistoryEntry(
+                    time: now, appID: slice.appID, identifier: member.request.identifier, taskID: member.taskID,
+                    event: event, kind: member.kind, detail: detail),
+                countingViolation: counted && index == 0)
         }
         if slices[sliceID] == nil, let enforcement {
             // The slice closed while the systemd call was on its way: undo at once.

@@ -688,7 +688,9 @@ actor TaskEngine {
 
     /// Appends to history; a failure to write history is logged, never fatal to the caller's call,
     /// because the state change it describes has already been stored.
-    func appendHistory(_ entry: HistoryEntry) {
+    /// `countingViolation: false`: the entry names a violation already counted (another task of
+    /// the same slice).
+    func appendHistory(_ entry: HistoryEntry, countingViolation: Bool = true) {
         do {
             try store.append(entry)
             historyAppends += 1
@@ -698,7 +700,7 @@ actor TaskEngine {
         } catch {
             logger.error("Could not write history", metadata: ["event": "\(entry.event.rawValue)", "error": "\(error)"])
         }
-        if entry.event.isViolation, let appID = entry.appID { noteViolation(of: appID, at: entry.time) }
+        if countingViolation, entry.event.isViolation, let appID = entry.appID { noteViolation(of: appID, at: entry.time) }
     }
 
     /// Counts a violation against the app's future opportunities (the store has its row).

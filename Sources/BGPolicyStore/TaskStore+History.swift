@@ -35,8 +35,9 @@ extension TaskStore {
         }
     }
 
-    /// How many entries since `since` count against the app (`HistoryEvent.isViolation`), and
-    /// the time of the latest.
+    /// How many violations since `since` count against the app (`HistoryEvent.isViolation`),
+    /// and the time of the latest. The tasks of one slice that overran or was throttled are
+    /// written at one time with one event: they count once, as the running agent counts them.
     public func violations(appID: AppID, since: UnixTime) throws(StoreError) -> (count: Int, last: UnixTime?) {
         try read { db in
             let events = HistoryEvent.allCases.filter(\.isViolation).map(\.rawValue)
@@ -46,8 +47,9 @@ extension TaskStore {
             let row = try Row.fetchOne(
                 db,
                 sql: """
-                    SELECT COUNT(*) AS count, MAX(time) AS last FROM history
-                    WHERE app_id = ? AND time >= ? AND event IN (\(placeholders))
+                    SELECT COUNT(*) AS count, MAX(time) AS last FROM (
+                        SELECT DISTINCT time, event FROM history
+                        WHERE app_id = ? AND time >= ? AND event IN (\(placeholders)))
                     """,
                 arguments: arguments)
             guard let row else { return (0, nil) }

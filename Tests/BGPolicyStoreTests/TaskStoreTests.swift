@@ -250,6 +250,18 @@ struct TaskStoreTests {
         #expect(later.count == violating.count - 1)
     }
 
+    @Test("the tasks of one slice that overran, written at one time, are one violation")
+    func oneViolationPerSlice() throws {
+        let store = try TaskStore.inMemory()
+        // One slice of three tasks expired, then throttled in another slice, then one more expiry.
+        for _ in 0..<3 { try store.append(Sample.entry(.expired, at: 10)) }
+        for _ in 0..<2 { try store.append(Sample.entry(.cpuThrottled, at: 20)) }
+        try store.append(Sample.entry(.expired, at: 30))
+        let counted = try store.violations(appID: Sample.maps, since: 0)
+        #expect(counted.count == 3)
+        #expect(counted.last == 30)
+    }
+
     @Test("pruning drops the entries before a time and keeps the ids of the rest")
     func prune() throws {
         let store = try TaskStore.inMemory()

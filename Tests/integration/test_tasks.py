@@ -413,6 +413,29 @@ def test_two_tasks_due_together_share_one_slice(world):
         assert agent.wait_history("completed", task_id=run["task_id"], timeout=5)["result"] == "no-data"
 
 
+def test_a_shared_slice_that_overruns_is_one_violation(world):
+    """Two tasks the agent put in one slice both overrun it: one violation, not two (sharing a
+    slice is the agent's choice), in the running agent and after a restart."""
+    world.start_logind(locked=True)
+    agent = world.start_agent(config="[slices]\nprocessing = 3s\nexpiration_warning = 1s\n")
+    th.wait_until(lambda: agent.status()["conditions"].get("locked") is True, 5, "the agent sees the locked session")
+    app_id = "org.example.Overrun"
+    a, b = f"{app_id}.a", f"{app_id}.b"
+    app = world.registered_app(app_id, [a, b])
+    due = later(2)
+    app.submit(a, "processing", earliest_begin=due)
+    app.submit(b, "processing", earliest_begin=due)
+    run_a = app.wait_run_task(a, timeout=15)
+    run_b = app.wait_run_task(b, timeout=3)
+    assert run_a["info"]["slice_id"] == run_b["info"]["slice_id"], (run_a, run_b)
+    for run in (run_a, run_b):
+        agent.wait_history("expired", task_id=run["task_id"], timeout=8)
+    assert agent.app_record(app_id)["violations"] == 1
+    agent.stop()
+    agent.restart()
+    assert agent.app_record(app_id)["violations"] == 1
+
+
 def test_an_app_that_vanishes_mid_slice_is_recorded_vanished(world):
     agent, app, run = running_app(world, "org.example.Gone")
     app.kill()
