@@ -23,6 +23,9 @@ public final class AgentExecutor: SerialExecutor, @unchecked Sendable {
     private var jobs: [UnownedJob] = []
     private var timers: [UInt64: Timer] = [:]
     private var cancelledBeforeScheduled: Set<UInt64> = []
+    /// Ids given out and not yet scheduled: only these can be cancelled before they are (a
+    /// cancel after a timer fired has nothing to do, and must leave nothing behind).
+    private var unscheduled: Set<UInt64> = []
     private var nextTimer: UInt64 = 1
 
     private struct Timer {
@@ -33,7 +36,8 @@ public final class AgentExecutor: SerialExecutor, @unchecked Sendable {
     /// The executor installed as the global one, if any. Set once, before any task runs.
     nonisolated(unsafe) public private(set) static var installed: AgentExecutor?
 
-    private init() {
+    /// Internal for tests, which drive the timers with `fireDueTimers` and no thread.
+    init() {
         mutex = .allocate(capacity: 1)
         condition = .allocate(capacity: 1)
         pthread_mutex_init(mutex, nil)
@@ -99,6 +103,7 @@ public final class AgentExecutor: SerialExecutor, @unchecked Sendable {
         pthread_mutex_lock(mutex)
         defer { pthread_mutex_unlock(mutex) }
         nextTimer += 1
+        unscheduled.insert(nextTimer)
         return nextTimer
     }
 
@@ -108,6 +113,7 @@ public final class AgentExecutor: SerialExecutor, @unchecked Sendable {
         let (seconds, attoseconds) = duration.components
         let nanoseconds = UInt64(clamping: max(0, seconds)) &* 1_000_000_000 &+ UInt64(max(0, attoseconds) / 1_000_000_000)
         pthread_mutex_lock(mutex)
+        unscheduled.remove(id)
         if cancelledBeforeScheduled.remove(id) != nil {
             pthread_mutex_unlock(mutex)
             fire(true)
@@ -121,7 +127,8 @@ public final class AgentExecutor: SerialExecutor, @unchecked Sendable {
     func cancel(timer id: UInt64) {
         pthread_mutex_lock(mutex)
         guard let timer = timers.removeValue(forKey: id) else {
-            cancelledBeforeScheduled.insert(id)
+            // Fired already: nothing to do. Not scheduled yet: `schedule` fires it cancelled.
+            if unscheduled.contains(id) { cancelledBeforeScheduled.insert(id) }
             pthread_mutex_unlock(mutex)
             return
         }
@@ -156,11 +163,7 @@ public final class AgentExecutor: SerialExecutor, @unchecked Sendable {
             var due: [Timer] = []
             pthread_mutex_lock(mutex)
             while true {
-                let now = Self.now()
-                for (id, timer) in timers where timer.deadline <= now {
-                    timers[id] = nil
-                    due.append(timer)
-                }
+                due = takeDueTimers(now: Self.now())
                 if !jobs.isEmpty || !due.isEmpty { break }
                 if let next = timers.values.map(\.deadline).min() {
                     var until = timespec(tv_sec: Int(next / 1_000_000_000), tv_nsec: Int(next % 1_000_000_000))
@@ -175,5 +178,32 @@ public final class AgentExecutor: SerialExecutor, @unchecked Sendable {
             for timer in due { timer.fire(false) }
             for job in batch { job.runSynchronously(on: asUnownedSerialExecutor()) }
         }
+    }
+
+    /// Removes and returns the timers due at `now`. With `mutex` held.
+    private func takeDueTimers(now: UInt64) -> [Timer] {
+        var due: [Timer] = []
+        for (id, timer) in timers where timer.deadline <= now {
+            timers[id] = nil
+            due.append(timer)
+        }
+        return due
+    }
+
+    // MARK: For tests
+
+    /// Fires the timers due now, as the thread does (tests run no thread).
+    func fireDueTimers() {
+        pthread_mutex_lock(mutex)
+        let due = takeDueTimers(now: Self.now())
+        pthread_mutex_unlock(mutex)
+        for timer in due { timer.fire(false) }
+    }
+
+    /// How many timer ids the executor holds in each of its books.
+    var timerBookkeeping: (scheduled: Int, cancelledBeforeScheduled: Int, unscheduled: Int) {
+        pthread_mutex_lock(mutex)
+        defer { pthread_mutex_unlock(mutex) }
+        return (timers.count, cancelledBeforeScheduled.count, unscheduled.count)
     }
 }

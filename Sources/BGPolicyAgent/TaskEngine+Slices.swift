@@ -200,6 +200,10 @@ extension TaskEngine {
         let delay = Duration.milliseconds(Int64(max(0.05, min(due - now, 86_400)) * 1000))
         evaluationTimer = Task {
             do { try await AgentExecutor.sleep(for: delay) } catch { return }
+            // Replaced after its sleep ended but before it ran (the executor fires due timers
+            // before the jobs queued with them): the replacement is the timer now. Checked on
+            // the engine, where the replacement cancelled it.
+            guard !Task.isCancelled else { return }
             self.evaluationTimerFired()
         }
     }
