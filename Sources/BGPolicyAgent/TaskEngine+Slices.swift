@@ -326,6 +326,9 @@ extension TaskEngine {
             turnHeld = true
             waitedForTurn = ContinuousClock.now - asked
             guard let current = apps[appID] else { throw .unknownApp(appID.rawValue) }
+            // The agent stopping: its slices are ended, and a running row written now would be
+            // closed as interrupted at the next start, losing the request. It stays pending.
+            if stopping { return }
             runtime = current
             // The switches and sleep may have changed while it waited (a simulated launch
             // ignores them, as it does every rule but reachability).
@@ -442,6 +445,11 @@ extension TaskEngine {
                 await closeSlice(sliceID)
                 throw SchedulerError(.unavailable, "could not reach \(appID): \(reason). The request stays pending")
             }
+            if slices[sliceID]?.openMembers.isEmpty == true {
+                // Those delivered have completed already: the slice holds nothing more, and
+                // must not keep the app busy (and watched) until its deadline.
+                await closeSlice(sliceID)
+            }
         }
         // A partial failure keeps the wait `unstart` set: the rest goes to the next window after it.
         if delivered == members.count {
@@ -505,14 +513,37 @@ extension TaskEngine {
         slice.cgroupPath = identity.cgroupPath
         slice.unit = identity.unit
         guard !slice.exempt else { return }
+        watchCPU(of: &slice)
+    }
+
+    /// Gives the slice its CPU monitor, from the process's CPU time now.
+    func watchCPU(of slice: inout Slice) {
+        guard let pid = slice.pid else { return }
         let window = min(configuration.cpu.window, slice.length)
         var monitor = CPUUsageMonitor(
             window: window, limit: configuration.cpu.limit, warningGrace: configuration.slices.expirationWarning)
-        if let reading = inspector.cpuUsage(pid: identity.pid, cgroupPath: identity.cgroupPath) {
-            slice.firstCPUSeconds = reading.cpuSeconds
+        if let reading = inspector.cpuUsage(pid: pid, cgroupPath: slice.cgroupPath) {
+            if slice.firstCPUSeconds == nil { slice.firstCPUSeconds = reading.cpuSeconds }
             _ = monitor.record(at: slice.elapsed, cpuSeconds: reading.cpuSeconds)
         }
         slice.monitor = monitor
+    }
+
+    /// The charger unplugged (or its state no longer known) during slices that were exempt from
+    /// the CPU monitor as external-power processing on AC: the exemption held only on AC
+    /// (SPEC §2), so from now on they are watched like any other.
+    func endExemptionsOffAC() {
+        guard conditions.onBattery != false else { return }
+        for id in slices.keys.sorted() {
+            guard var slice = slices[id], slice.exempt else { continue }
+            slice.exempt = false
+            watchCPU(of: &slice)
+            startMonitoring(sliceID: id, slice: &slice)
+            slices[id] = slice
+            logger.info(
+                "CPU monitor on: the charger went during a slice of external-power processing",
+                metadata: ["app.id": "\(slice.appID)", "slice.id": "\(id)"])
+        }
     }
 
     /// Puts undelivered tasks back: pending again (written first, so a crash in between
@@ -666,13 +697,17 @@ extension TaskEngine {
             do { try await AgentExecutor.sleep(for: max(.zero, untilDeadline)) } catch { return }
             await self.expireAtDeadline(sliceID: sliceID)
         })
-        if slice.monitor != nil {
-            let interval = configuration.cpu.sampleInterval
-            slice.monitorTask = Task {
-                while true {
-                    do { try await AgentExecutor.sleep(for: interval) } catch { return }
-                    guard await self.sampleCPU(sliceID: sliceID) else { return }
-                }
+        startMonitoring(sliceID: sliceID, slice: &slice)
+    }
+
+    /// Reads the slice's CPU every `[cpu] sample_interval`, when it has a monitor.
+    func startMonitoring(sliceID: String, slice: inout Slice) {
+        guard slice.monitor != nil, slice.monitorTask == nil else { return }
+        let interval = configuration.cpu.sampleInterval
+        slice.monitorTask = Task {
+            while true {
+                do { try await AgentExecutor.sleep(for: interval) } catch { return }
+                guard await self.sampleCPU(sliceID: sliceID) else { return }
             }
         }
     }
@@ -708,11 +743,15 @@ extension TaskEngine {
     func sendExpire(_ taskID: String, to destination: String) {
         let connection = connection
         let logger = logger
+        var message = Message.methodCall(
+            destination: destination, path: Self.clientPath, interface: BGPolicyNames.clientInterface,
+            member: "ExpireTask", body: [.string(taskID)])
+        // An app that has exited (one the bus started, addressed by its bus name until its
+        // owner is known) is not started again only to be told to stop.
+        message.noAutoStart = true
         Task {
             do {
-                _ = try await connection.call(
-                    destination: destination, path: Self.clientPath, interface: BGPolicyNames.clientInterface,
-                    member: "ExpireTask", [.string(taskID)], timeout: .seconds(5))
+                _ = try await connection.call(message, timeout: .seconds(5))
             } catch {
                 logger.info("ExpireTask not answered", metadata: ["task.id": "\(taskID)", "error": "\(error)"])
             }

@@ -284,6 +284,7 @@ actor TaskEngine {
             logger.debug("Opportunistic wake window", metadata: ["reason": "\(reason.rawValue)"])
         }
         conditions = newest
+        endExemptionsOffAC()
         requestEvaluation()
     }
 

@@ -12,6 +12,7 @@ import time
 
 import pytest
 
+import conditions_helpers as ch
 import tasks_helpers as th
 from tasks_helpers import UINT64_MAX, later, unit_cgroup, world  # noqa: F401 - the fixture
 
@@ -124,6 +125,29 @@ def test_processing_on_external_power_is_exempt_while_on_ac(world):
     agent.wait_history("completed", task_id=exempt_run["task_id"], timeout=5)
     assert agent.app_record("org.example.Exempt")["violations"] == 0
     assert exempt_done["cpu_self"] > 1, exempt_done
+
+
+def test_an_exempt_slice_is_watched_once_the_charger_goes(tmp_path):
+    """External-power processing is exempt from the CPU monitor only while on AC (SPEC §2). The
+    charger unplugged during such a slice: from then on the app is watched, warned and
+    throttled like any other. (The exemption was decided once, at the slice's start.)"""
+    with th.open_world(tmp_path, power="battery") as world:
+        systemd = world.start_systemd_mock(units=[EXEMPT_UNIT])
+        ch.set_charger(world.testbed, world.ac, world.bat, plugged=True)
+        agent = world.start_agent(config=cpu_config("throttle"))
+        th.wait_until(lambda: agent.status()["conditions"].get("on_battery") is False, 5, "the agent to see AC power")
+        exempt, run = start_burner(world, EXEMPT_UNIT, "org.example.Exempt", requires_external_power=True)
+        time.sleep(3)  # a window of the monitor and more: nothing, while on AC
+        assert [e for e in agent.events(app_id="org.example.Exempt") if e["event"].startswith("cpu-")] == []
+
+        ch.set_charger(world.testbed, world.ac, world.bat, plugged=False)
+        th.wait_until(lambda: agent.status()["conditions"].get("on_battery") is True, 5, "the agent to see battery power")
+        agent.wait_history("cpu-warned", app_id="org.example.Exempt", timeout=12)
+        agent.wait_history("cpu-throttled", app_id="org.example.Exempt", timeout=12)
+        units = [unit_properties(c)[0] for c in systemd.calls("SetUnitProperties")]
+        assert EXEMPT_UNIT in units, units
+        assert "CPU monitor on: the charger went" in agent.stderr()
+        exempt.complete(run["task_id"], True, "no-data")
 
 
 def start_background_burner(world, app_id):
