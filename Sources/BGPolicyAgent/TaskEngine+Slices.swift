@@ -360,7 +360,10 @@ extension TaskEngine {
         // waited for its turn stays as the app left it.
         let requests = launch.requests.filter { pending[appID]?[$0.identifier] == $0 }
         var members = requests.map { Slice.Member(taskID: Self.newID("t"), request: $0) }
-        if launch.contentAvailable, let wake = contentWakes.take(appID) {
+        // Not while the app's newest wake is being written (`storeContentWake`): delivered now,
+        // its row's delete could land before the write, and a restart would deliver it again.
+        // It waits for the next window, which the end of the write asks for.
+        if launch.contentAvailable, saving[appID] == nil, let wake = contentWakes.take(appID) {
             members.append(Slice.Member(taskID: Self.newID("t"), contentWake: wake.payload, appID: appID, at: now))
         }
         guard !members.isEmpty else {
