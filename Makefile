@@ -3,22 +3,31 @@
 #   make run        install missing packages, build, run the agent (ARGS="..." go to bgpolicyd)
 #   make check      install missing packages, build, run every test (STAGES="unit fuzz" for some)
 #   make bench      benchmark the D-Bus layer on a private bus
-#   make install    PREFIX=/usr/local DESTDIR= (GNU conventions; see below)
+#   make install    prefix=/usr/local DESTDIR= (GNU conventions, PREFIX= too; see below)
 #   make uninstall  remove what `make install` installed, same variables
 #   make dbus-xml   regenerate dbus/*.xml from the agent's interface descriptions
 #   make clean      remove the build folders
 
-# Installation directories (GNU conventions). Every one can be set on the command line.
-PREFIX             ?= /usr/local
-EXEC_PREFIX        ?= $(PREFIX)
-BINDIR             ?= $(EXEC_PREFIX)/bin
-LIBEXECDIR         ?= $(EXEC_PREFIX)/libexec
-DATAROOTDIR        ?= $(PREFIX)/share
-DOCDIR             ?= $(DATAROOTDIR)/doc/bgpolicy
+# Installation directories (GNU conventions). Every one can be set on the command line, by
+# its GNU name in lower case (make install prefix=/usr) or in upper case (PREFIX=/usr); the
+# upper-case one wins when both are given.
+prefix             ?= /usr/local
+PREFIX             ?= $(prefix)
+exec_prefix        ?= $(PREFIX)
+EXEC_PREFIX        ?= $(exec_prefix)
+bindir             ?= $(EXEC_PREFIX)/bin
+BINDIR             ?= $(bindir)
+libexecdir         ?= $(EXEC_PREFIX)/libexec
+LIBEXECDIR         ?= $(libexecdir)
+datarootdir        ?= $(PREFIX)/share
+DATAROOTDIR        ?= $(datarootdir)
+docdir             ?= $(DATAROOTDIR)/doc/bgpolicy
+DOCDIR             ?= $(docdir)
 SYSTEMDUSERUNITDIR ?= $(PREFIX)/lib/systemd/user
 DBUSSERVICEDIR     ?= $(DATAROOTDIR)/dbus-1/services
 DBUSINTERFACEDIR   ?= $(DATAROOTDIR)/dbus-1/interfaces
-MANDIR             ?= $(DATAROOTDIR)/man
+mandir             ?= $(DATAROOTDIR)/man
+MANDIR             ?= $(mandir)
 BASHCOMPLETIONDIR  ?= $(DATAROOTDIR)/bash-completion/completions
 ZSHCOMPLETIONDIR   ?= $(DATAROOTDIR)/zsh/site-functions
 FISHCOMPLETIONDIR  ?= $(DATAROOTDIR)/fish/vendor_completions.d

@@ -39,7 +39,8 @@ pristine_make() {
     env -u MAKEFLAGS -u MAKEOVERRIDES -u MFLAGS -u PREFIX -u EXEC_PREFIX -u BINDIR \
         -u LIBEXECDIR -u DATAROOTDIR -u DOCDIR -u SYSTEMDUSERUNITDIR -u DBUSSERVICEDIR \
         -u DBUSINTERFACEDIR -u MANDIR -u BASHCOMPLETIONDIR -u ZSHCOMPLETIONDIR -u FISHCOMPLETIONDIR \
-        -u DESTDIR make -s -C "$ROOT" "$@"
+        -u DESTDIR -u prefix -u exec_prefix -u bindir -u libexecdir -u datarootdir -u docdir -u mandir \
+        make -s -C "$ROOT" "$@"
 }
 
 # Each stage runs in a subshell of its own (see the loop below), so globals and an
@@ -125,6 +126,21 @@ stage_units() {
     out=$(find "$tmp/dest" -not -type d)
     [[ -z $out ]] || { printf 'make uninstall left files behind:\n%s\n' "$out" >&2; return 1; }
     echo "units: make install DESTDIR=... then make uninstall leaves no file behind"
+
+    # GNU's lower-case names, as packaging tools pass them.
+    pristine_make install DESTDIR="$tmp/lower" prefix=/opt/bg libexecdir=/opt/bg/lib/bgpolicy
+    [[ -x $tmp/lower/opt/bg/bin/bgpolicy && -x $tmp/lower/opt/bg/lib/bgpolicy/bgpolicyd ]] || {
+        printf 'make install prefix=/opt/bg libexecdir=... put files elsewhere:\n%s\n' "$(find "$tmp/lower" -type f)" >&2
+        return 1
+    }
+    grep -qx 'ExecStart=/opt/bg/lib/bgpolicy/bgpolicyd' "$tmp/lower/opt/bg/lib/systemd/user/bgpolicyd.service" || {
+        echo "the unit installed with prefix=/opt/bg does not start /opt/bg/lib/bgpolicy/bgpolicyd" >&2
+        return 1
+    }
+    pristine_make uninstall DESTDIR="$tmp/lower" prefix=/opt/bg libexecdir=/opt/bg/lib/bgpolicy
+    out=$(find "$tmp/lower" -not -type d)
+    [[ -z $out ]] || { printf 'make uninstall prefix=... left files behind:\n%s\n' "$out" >&2; return 1; }
+    echo "units: make install prefix=... libexecdir=... (GNU's lower-case names) installs there, and uninstalls"
 }
 
 stage_integration() {
