@@ -294,6 +294,7 @@ extension TaskEngine {
     func deliver(
         _ launch: Launch, simulated: Bool, why: String = "", plannedRefresh: PlannedRefresh? = nil
     ) async throws(SchedulerError) {
+        var launch = launch
         var refreshRan = false
         defer {
             if let plannedRefresh, !refreshRan {
@@ -330,13 +331,19 @@ extension TaskEngine {
             // closed as interrupted at the next start, losing the request. It stays pending.
             if stopping { return }
             runtime = current
-            // The switches and sleep may have changed while it waited (a simulated launch
-            // ignores them, as it does every rule but reachability).
-            if !simulated && (!globalEnabled || !runtime.record.enabled || sleeping) {
-                logger.info(
-                    "Launch held: the switches or sleep changed while the app waited for its turn to start",
-                    metadata: ["app.id": "\(appID)"])
-                return
+            // The facts may have changed while it waited, for seconds behind slow starts: the
+            // switches, sleep, the battery, the user coming back (processing runs only while
+            // idle). The rules are asked again; a simulated launch ignores them, as it does
+            // every rule but reachability.
+            if !simulated {
+                let (still, changed) = stillRunnable(launch.requests, of: appID)
+                if still.count < launch.requests.count {
+                    logger.info(
+                        "Launch held: \(changed.map(\.rawValue).sorted().joined(separator: ", ")) changed while the app waited for its turn to start",
+                        metadata: ["app.id": "\(appID)", "held": "\(launch.requests.count - still.count)"])
+                }
+                if still.isEmpty && !launch.contentAvailable { return }
+                launch.requests = still
             }
             if runtime.latestConnection != nil { handOnTurn() }
         }
@@ -517,6 +524,27 @@ extension TaskEngine {
         slice.unit = identity.unit
         guard !slice.exempt else { return }
         watchCPU(of: &slice)
+    }
+
+    /// The rules that may hold a launch already decided and not yet delivered without stopping
+    /// it: those of the window the decision was made in (which may have closed since), and the
+    /// app's delivery under way (this one).
+    static let decidedLaunchRules: Set<BlockingRule> = [.nextWindow, .predictedUse, .refreshInterval, .appBusy]
+
+    /// Of `requests`, decided for a launch, those the rules still let run now, and the rules
+    /// that hold the others.
+    func stillRunnable(_ requests: ArraySlice<TaskRequest>, of appID: AppID) -> (ArraySlice<TaskRequest>, Set<BlockingRule>) {
+        guard var state = schedulingState(of: appID) else { return ([], []) }
+        state.busy = false
+        let facts = context(now: Self.wallNow(), concerning: [appID])
+        var changed: Set<BlockingRule> = []
+        let still = requests.filter { request in
+            let rules = Set(policy.explain(request, app: state, context: facts).blocking.map(\.rule))
+                .subtracting(Self.decidedLaunchRules)
+            changed.formUnion(rules)
+            return rules.isEmpty
+        }
+        return (ArraySlice(still), changed)
     }
 
     /// Gives the slice its CPU monitor, from the process's CPU time now.

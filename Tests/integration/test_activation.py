@@ -281,6 +281,50 @@ def test_a_launch_waiting_its_turn_is_held_when_background_work_is_switched_off(
     assert run[0]["identifier"] == f"{held_app}.refresh", run
 
 
+def test_a_launch_waiting_its_turn_is_held_when_the_battery_falls_critical(tmp_path):
+    """As above, on a laptop at 42 %: while the second app waits for the first to start, the
+    battery falls to 3 % (critical: nothing new). The rules are asked again after the wait,
+    so the second launch is held, its request pending. (Only the switches and sleep were
+    checked again.)"""
+    with th.open_world(tmp_path, power="battery", activation=True) as world:
+        apps = ["org.example.SlowMail", "org.example.SlowNotes"]
+        logs = {app_id: world.tmp / f"{app_id}.log" for app_id in apps}
+
+        def command(app_id, *extra):
+            return [str(part) for part in [
+                PYTHON, th.__file__, "activated", "--app-id", app_id, "--bus-name", app_id,
+                "--identifier", f"{app_id}.refresh", "--log", logs[app_id], "--proc-root", world.proc_root, *extra]]
+
+        for app_id in apps:
+            (world.service_dir / f"{app_id}.service").write_text(
+                f"[D-BUS Service]\nName={app_id}\nExec={' '.join(command(app_id, '--start-delay', 3))}\n")
+        agent = world.start_agent(config="[slices]\nrefresh = 10s\nexpiration_warning = 2s\nconcurrent_starts = 1\n")
+        env = dict(os.environ, DBUS_SESSION_BUS_ADDRESS=world.address)
+        due = int(time.time()) + 15.5
+        for app_id in apps:
+            first = th.ch.Proc([*command(app_id, "--submit", "--due-in", due - time.time())], env,
+                               name=f"first run of {app_id}")
+            world.stack.push(first)
+            assert first.popen.wait(timeout=20) == 0, f"{read_log(logs[app_id])}\n{first.stderr()}"
+            th.wait_until(lambda: (agent.app_record(app_id) or {}).get("connected") is False, 5, f"{app_id} is gone")
+        assert time.time() < due - 1, "the first runs took too long for the test's window"
+
+        def launched(app_id):
+            return [e for e in read_log(logs[app_id]) if e["type"] == "Launched"]
+        first_app = th.wait_until(lambda: next((a for a in apps if launched(a)), None), due - time.time() + 15,
+                                  "the window starts one of the apps")
+        world.testbed.set_attribute(world.bat, "energy_now", "1800000")  # 3 % of 60 Wh
+        world.testbed.uevent(world.bat, "change")
+        held_app = next(a for a in apps if a != first_app)
+        th.wait_until(lambda: [line for line in agent.stderr().splitlines()
+                               if "Launch held: critical-battery changed" in line and f"app.id={held_app}" in line], 10,
+                      f"{held_app}'s launch is held after its wait")
+        time.sleep(1.5)
+        assert launched(held_app) == [], read_log(logs[held_app])
+        assert [p["identifier"] for p in agent.list_pending() if p["app_id"] == held_app] == [f"{held_app}.refresh"]
+        assert "critical-battery" in agent.explain(held_app, f"{held_app}.refresh")["blocking"]
+
+
 def slow_notes_and_mail_each_with_a_refresh(world):
     """Notes and Mail, D-Bus activatable apps that take 3 s to start when the agent starts them,
     each run once to register and submit a refresh, then gone; an agent that starts one app at
