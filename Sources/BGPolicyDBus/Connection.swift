@@ -90,13 +90,24 @@ public final class DBusConnection: Sendable {
         let subscriptions = connection.subscriptions
         let log = logger
         let installed = loop.enqueue { loop in
-            loop.onMethodCall = { [weak loop] message in
+            loop.onMethodCall = { [weak loop] incoming in
                 guard let loop else { return }
-                objects.route(message, loop: loop)
+                objects.route(incoming, loop: loop)
             }
-            loop.onSignal = { message in subscriptions.deliver(message) }
+            loop.onSignal = { incoming in
+                do {
+                    try subscriptions.deliver(incoming)
+                } catch {
+                    // A peer's doing, and nothing to answer: debug, or a client could fill the journal.
+                    log.debug("Dropped a signal whose arguments could not be read", metadata: [
+                        "sender": "\(incoming.header.sender ?? "")", "member": "\(incoming.header.member ?? "")",
+                        "error": "\(error)",
+                    ])
+                }
+            }
             loop.onUndecodable = { error, kind in
-                log.warning("Dropped an undecodable message", metadata: ["kind": "\(kind)", "error": "\(error)"])
+                log.debug("A message's headers could not be read", metadata: ["kind": "\(kind)", "error": "\(error)"])
+                return objects.errorNames.invalidArgs
             }
             loop.onDisconnect = {
                 subscriptions.finishAll(throwing: DBusError.disconnected)
@@ -387,22 +398,47 @@ final class SubscriptionRegistry: Sendable {
         }
     }
 
-    /// Called on the loop thread for every incoming signal.
-    func deliver(_ message: Message) {
-        let targets: [AsyncThrowingStream<Message, any Error>.Continuation] = state.withLock { s in
-            if message.sender == DBusConnection.busName, message.member == "NameOwnerChanged",
-                message.interface == DBusConnection.busName, message.body.count == 3,
-                case .string(let name) = message.body[0], s.tracked[name] != nil,
-                case .string(let newOwner) = message.body[2]
-            {
-                s.owners[name] = newOwner.isEmpty ? nil : newOwner
-            }
-            var out: [AsyncThrowingStream<Message, any Error>.Continuation] = []
+    /// Called on the loop thread for every incoming signal. Its body is read only when a
+    /// subscriber wants it (an `argN` is read alone, without the rest): a signal nobody wants
+    /// costs its headers, whatever its size.
+    func deliver(_ incoming: IncomingMessage) throws(DBusError) {
+        try deliver(header: incoming.header, stringArgument: incoming.stringArgument, decoded: incoming.decoded)
+    }
+
+    /// `deliver(_:)` on its parts: the headers, what reads a top-level string argument, and
+    /// what reads the whole message.
+    func deliver(
+        header: Message, stringArgument: (Int) -> String?, decoded: () throws(DBusError) -> Message
+    ) throws(DBusError) {
+        // The bus's own NameOwnerChanged keeps the owners of the names followed: only the bus
+        // can send as it, and its signals are small.
+        let ownerChange = header.sender == DBusConnection.busName && header.interface == DBusConnection.busName
+            && header.member == "NameOwnerChanged"
+        typealias Continuation = AsyncThrowingStream<Message, any Error>.Continuation
+        let (candidates, tracking) = state.withLock { s -> ([(MatchRule, Continuation)], Bool) in
+            var out: [(MatchRule, Continuation)] = []
             for entry in s.entries.values {
                 let owner = entry.rule.sender.flatMap { s.owners[$0] }
-                if entry.rule.matches(message, senderOwner: owner) { out.append(entry.continuation) }
+                if entry.rule.matchesHeaders(header, senderOwner: owner) { out.append((entry.rule, entry.continuation)) }
             }
-            return out
+            return (out, ownerChange && !s.tracked.isEmpty)
+        }
+        var read: [Int: String?] = [:]
+        func argument(_ index: Int) -> String? {
+            if let known = read[index] { return known }
+            let value = stringArgument(index)
+            read[index] = value
+            return value
+        }
+        let targets = candidates.filter { rule, _ in rule.matchesArguments(argument) }.map(\.1)
+        guard !targets.isEmpty || tracking else { return }
+        let message = try decoded()
+        if tracking, message.body.count == 3, case .string(let name) = message.body[0],
+            case .string(let newOwner) = message.body[2]
+        {
+            state.withLock { s in
+                if s.tracked[name] != nil { s.owners[name] = newOwner.isEmpty ? nil : newOwner }
+            }
         }
         for continuation in targets { continuation.yield(message) }
     }

@@ -24,11 +24,14 @@ final class ConnectionLoop: @unchecked Sendable {
     private var pendingCalls: [UInt64: PendingCall] = [:]
     private var cancelledBeforeStart: Set<UInt64> = []
     private var running = true
-    /// Set by the owner for incoming method calls and signals; called on the loop thread.
-    var onMethodCall: ((Message) -> Void)?
-    var onSignal: ((Message) -> Void)?
+    /// Set by the owner for incoming method calls and signals; called on the loop thread with
+    /// the message's headers, which decide whether its body is read at all.
+    var onMethodCall: ((IncomingMessage) -> Void)?
+    var onSignal: ((IncomingMessage) -> Void)?
     var onDisconnect: (() -> Void)?
-    var onUndecodable: ((DBusError, Message.Kind) -> Void)?
+    /// A message whose headers could not be read (libdbus has validated them: not expected).
+    /// For a method call, returns the error name to answer with.
+    var onUndecodable: ((DBusError, Message.Kind) -> String)?
 
     struct PendingCall {
         let pointer: OpaquePointer
@@ -316,20 +319,21 @@ final class ConnectionLoop: @unchecked Sendable {
             running = false
             return true
         }
+        // Only the headers are read here: the owner reads the body if it will use it.
         switch type {
         case 1:  // method call
             do {
-                onMethodCall?(try Message(decoding: pointer))
+                onMethodCall?(try IncomingMessage(pointer))
             } catch {
-                onUndecodable?(error, .methodCall)
-                replyUndecodable(pointer, error)
+                let name = onUndecodable?(error, .methodCall) ?? error.name
+                replyUndecodable(pointer, name: name, error)
             }
             return true
         case 4:
             do {
-                onSignal?(try Message(decoding: pointer))
+                onSignal?(try IncomingMessage(pointer))
             } catch {
-                onUndecodable?(error, .signal)
+                _ = onUndecodable?(error, .signal)
             }
             return true
         default:
@@ -337,10 +341,10 @@ final class ConnectionLoop: @unchecked Sendable {
         }
     }
 
-    private func replyUndecodable(_ pointer: OpaquePointer, _ error: DBusError) {
+    private func replyUndecodable(_ pointer: OpaquePointer, name: String, _ error: DBusError) {
         guard dbus_message_get_no_reply(pointer) == 0 else { return }
-        var reply = Message(kind: .error, body: [.string(error.message)])
-        reply.errorName = error.name
+        var reply = Message(kind: .error, body: [.string("the call's headers could not be read: \(error.message)")])
+        reply.errorName = name
         reply.replySerial = dbus_message_get_serial(pointer)
         reply.destination = dbus_message_get_sender(pointer).map { String(cString: $0) }
         if let raw = try? reply.encode() { try? send(raw) }

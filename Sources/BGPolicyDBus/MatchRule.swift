@@ -53,6 +53,19 @@ public struct MatchRule: Sendable, Hashable {
 
     /// Whether `message` matches, given the current owner of a well-known `sender`.
     func matches(_ message: Message, senderOwner: String?) -> Bool {
+        matchesHeaders(message, senderOwner: senderOwner) && matchesArguments { index in
+            guard index < message.body.count, case .string(let actual) = message.body[index] else { return nil }
+            return actual
+        }
+    }
+
+    /// The arguments (`argN`), given what reads top-level argument N when it is a string.
+    func matchesArguments(_ stringArgument: (Int) -> String?) -> Bool {
+        arguments.allSatisfy { index, expected in stringArgument(index) == expected }
+    }
+
+    /// Everything but the arguments: what can be told from the headers alone.
+    func matchesHeaders(_ message: Message, senderOwner: String?) -> Bool {
         guard message.kind == .signal else { return false }
         if let sender {
             guard message.sender == sender || (senderOwner != nil && message.sender == senderOwner) else { return false }
@@ -62,11 +75,6 @@ public struct MatchRule: Sendable, Hashable {
         if let path, message.path != path { return false }
         if let pathNamespace {
             guard let messagePath = message.path, messagePath.isDescendant(of: pathNamespace) else { return false }
-        }
-        for (index, expected) in arguments {
-            guard index < message.body.count, case .string(let actual) = message.body[index], actual == expected else {
-                return false
-            }
         }
         return true
     }

@@ -6,6 +6,13 @@ extension Message {
 
     /// Decodes a libdbus message. Never traps: anything unreadable throws.
     init(decoding raw: OpaquePointer) throws(DBusError) {
+        try self.init(decodingHeadersOf: raw)
+        body = try Message.decodeBody(of: raw)
+    }
+
+    /// The message's headers, with an empty body: what routing and signal matching look at
+    /// before deciding whether the body is worth reading.
+    init(decodingHeadersOf raw: OpaquePointer) throws(DBusError) {
         let kind: Kind
         switch dbus_message_get_type(raw) {
         case 1: kind = .methodCall
@@ -30,11 +37,13 @@ extension Message {
         noReplyExpected = dbus_message_get_no_reply(raw) != 0
         noAutoStart = dbus_message_get_auto_start(raw) == 0
         allowInteractiveAuthorization = dbus_message_get_allow_interactive_authorization(raw) != 0
-        if let values = try WireReader.body(of: raw) {
-            body = values
-        } else {
-            body = try MessageCodec.readAll(from: raw)
-        }
+    }
+
+    /// The message's body, read in one pass (`WireReader`) or, with file descriptors, through
+    /// libdbus's iterators.
+    static func decodeBody(of raw: OpaquePointer) throws(DBusError) -> [DBusValue] {
+        if let values = try WireReader.body(of: raw) { return values }
+        return try MessageCodec.readAll(from: raw)
     }
 
     /// Checks every header the message kind requires, so libdbus never sees invalid input.

@@ -81,9 +81,12 @@ public struct ExportedInterface: Sendable {
 /// The objects a connection exports, and the dispatcher that answers calls to them.
 ///
 /// Routing (unknown object, unknown method, wrong signature, introspection) is answered at
-/// once on the connection's thread. Calls that reach a handler are queued per caller and run
+/// once on the connection's thread, from the call's headers and signature: the arguments are
+/// read only for a call that will be handled, and only when they are within
+/// `limits.maximumCallBodyBytes`. Calls that reach a handler are queued per caller and run
 /// by `serve()`: calls from one caller run in order, different callers run concurrently, and
-/// a caller with too many calls waiting gets `LimitsExceeded` instead of growing the queue.
+/// a caller with too many calls or bytes waiting gets `LimitsExceeded` instead of growing the
+/// queue.
 public final class ObjectServer: Sendable {
     public static let propertiesInterface = "org.freedesktop.DBus.Properties"
     public static let introspectableInterface = "org.freedesktop.DBus.Introspectable"
@@ -103,13 +106,31 @@ public final class ObjectServer: Sendable {
         public init() {}
     }
 
-    /// Calls one caller may have waiting before further calls are refused.
+    /// What one caller may send before its calls are refused with `limitsExceeded`. They
+    /// protect the process, not policy: replies to calls this connection makes are not bound.
+    public struct Limits: Sendable {
+        /// The most a method call's arguments may take in the wire format (its body). A call
+        /// over it is answered without its arguments being read. 1 MiB: D-Bus services take
+        /// small arguments (bgpolicy's need under 64 KiB) and pass bulk data as descriptors.
+        public var maximumCallBodyBytes = 1 << 20
+        /// Calls one caller may have waiting before further calls are refused.
+        public var maximumQueuedCallsPerCaller = ObjectServer.maximumQueuedCallsPerCaller
+        /// The arguments (in the wire format) of the calls one caller may have waiting. Read
+        /// arguments take more memory than their wire format (an `ay` about 24 bytes per
+        /// byte), so this bounds a caller's queue to some 100 MiB at the worst.
+        public var maximumQueuedBytesPerCaller = 4 << 20
+        public init() {}
+    }
+
+    /// Calls one caller may have waiting before further calls are refused, by default.
     public static let maximumQueuedCallsPerCaller = 256
 
     struct Work: Sendable {
         let message: Message
         let loop: ConnectionLoop
         let run: @Sendable (MethodCall) async throws -> [DBusValue]
+        /// The length of the call's body in the wire format.
+        var bytes = 0
     }
 
     /// One caller's queued calls: a queue with a moving head, so taking the next call is O(1).
@@ -118,12 +139,18 @@ public final class ObjectServer: Sendable {
         private var queue: [Work] = []
         private var head = 0
         var count: Int { queue.count - head }
+        /// The body bytes of the calls waiting.
+        private(set) var bytes = 0
 
-        mutating func append(_ work: Work) { queue.append(work) }
+        mutating func append(_ work: Work) {
+            queue.append(work)
+            bytes += work.bytes
+        }
 
         mutating func next() -> Work? {
             guard head < queue.count else { return nil }
             let work = queue[head]
+            bytes -= work.bytes
             head += 1
             if head == queue.count {
                 queue.removeAll(keepingCapacity: true)
@@ -136,6 +163,7 @@ public final class ObjectServer: Sendable {
     private struct State {
         var objects: [ObjectPath: [String: ExportedInterface]] = [:]
         var errorNames = ErrorNames()
+        var limits = Limits()
         var lanes: [String: Lane] = [:]
         var closed = false
         /// Set while `serve()` runs: callers whose lanes are ready to drain.
@@ -154,6 +182,11 @@ public final class ObjectServer: Sendable {
     public var errorNames: ErrorNames {
         get { state.withLock { $0.errorNames } }
         set { state.withLock { $0.errorNames = newValue } }
+    }
+
+    public var limits: Limits {
+        get { state.withLock { $0.limits } }
+        set { state.withLock { $0.limits = newValue } }
     }
 
     /// Exports interfaces at a path. Throws if the path is taken or an interface is incomplete.
@@ -309,22 +342,63 @@ public final class ObjectServer: Sendable {
 
     // MARK: Routing (on the connection's thread)
 
-    func route(_ message: Message, loop: ConnectionLoop) {
-        switch resolve(message) {
+    /// Routes a call from its headers and signature; its arguments are read only for a call
+    /// that will be handled (or a property call, which names its property in them), and only
+    /// when they are within `limits.maximumCallBodyBytes`.
+    func route(_ incoming: IncomingMessage, loop: ConnectionLoop) {
+        let header = incoming.header
+        var readFirst: (message: Message, bytes: Int)?
+        if header.interface == Self.propertiesInterface {
+            guard let read = readArguments(of: incoming, loop: loop) else { return }
+            readFirst = read
+        }
+        let resolution = resolve(readFirst?.message ?? header, signature: incoming.signature)
+        switch resolution {
         case .reply(let body):
-            respond(message.makeReply(body), to: message, loop: loop, onLoopThread: true)
+            respond(header.makeReply(body), to: header, loop: loop, onLoopThread: true)
         case .error(let name, let text):
-            respond(message.makeError(name: name, message: text), to: message, loop: loop, onLoopThread: true)
+            respond(header.makeError(name: name, message: text), to: header, loop: loop, onLoopThread: true)
         case .handler(let run):
-            enqueue(Work(message: message, loop: loop, run: run), loop: loop)
+            guard let read = readFirst ?? readArguments(of: incoming, loop: loop) else { return }
+            enqueue(Work(message: read.message, loop: loop, run: run, bytes: read.bytes), loop: loop)
         case .immediate(let handler):
+            guard let read = readFirst ?? readArguments(of: incoming, loop: loop) else { return }
+            let (message, bytes) = read
             // Inline unless this caller has calls queued, which must be answered first.
             let busy = state.withLock { $0.lanes[message.sender ?? ""] != nil }
             if busy {
-                enqueue(Work(message: message, loop: loop, run: { call in try handler(call) }), loop: loop)
+                enqueue(Work(message: message, loop: loop, run: { call in try handler(call) }, bytes: bytes), loop: loop)
             } else {
                 respond(runImmediate(handler, for: message), to: message, loop: loop, onLoopThread: true, immediate: true)
             }
+        }
+    }
+
+    /// The call with its arguments read, and their length; nil when they are over the bound
+    /// or cannot be read, and the caller has been answered.
+    private func readArguments(of incoming: IncomingMessage, loop: ConnectionLoop) -> (message: Message, bytes: Int)? {
+        let header = incoming.header
+        let (limit, names) = state.withLock { ($0.limits.maximumCallBodyBytes, $0.errorNames) }
+        let method = "\(header.interface ?? "").\(header.member ?? "")"
+        guard let bytes = incoming.bodyLength(upTo: limit) else {
+            logger.debug("Refused a call with arguments over the bound", metadata: [
+                "sender": "\(header.sender ?? "")", "method": "\(method)", "limit": "\(limit)",
+            ])
+            let text = "\(method): the arguments take more than \(limit) bytes, the most this service reads in one call; "
+                + "send less in each call, or pass bulk data through a file descriptor"
+            respond(header.makeError(name: names.limitsExceeded, message: text), to: header, loop: loop, onLoopThread: true)
+            return nil
+        }
+        do {
+            return (try incoming.decoded(), bytes)
+        } catch {
+            // Answered, so not worth more than debug: a client could otherwise fill the journal.
+            logger.debug("Refused a call whose arguments could not be read", metadata: [
+                "sender": "\(header.sender ?? "")", "method": "\(method)", "error": "\(error)",
+            ])
+            let text = "\(method): the arguments of type \"\(incoming.signature)\" could not be read: \(error.message)"
+            respond(header.makeError(name: names.invalidArgs, message: text), to: header, loop: loop, onLoopThread: true)
+            return nil
         }
     }
 
@@ -338,11 +412,15 @@ public final class ObjectServer: Sendable {
 
     private func enqueue(_ work: Work, loop: ConnectionLoop) {
         let sender = work.message.sender ?? ""
-        enum Outcome { case queued, full, closed }
+        enum Outcome { case queued, full(ErrorNames), closed }
         let outcome: Outcome = state.withLock { s in
             guard !s.closed else { return .closed }
             let isNew = s.lanes[sender] == nil
-            guard s.lanes[sender, default: Lane()].count < Self.maximumQueuedCallsPerCaller else { return .full }
+            let lane = s.lanes[sender] ?? Lane()
+            // A call alone is always taken: it is within the bound for one call.
+            guard lane.count < s.limits.maximumQueuedCallsPerCaller,
+                lane.count == 0 || lane.bytes + work.bytes <= s.limits.maximumQueuedBytesPerCaller
+            else { return .full(s.errorNames) }
             s.lanes[sender, default: Lane()].append(work)
             if isNew {
                 // Without a serve() running, the lane waits: the next serve() picks it up.
@@ -353,10 +431,10 @@ public final class ObjectServer: Sendable {
         switch outcome {
         case .queued, .closed:
             break
-        case .full:
+        case .full(let names):
             respond(
                 work.message.makeError(
-                    name: errorNames.limitsExceeded,
+                    name: names.limitsExceeded,
                     message: "too many calls waiting from \(sender); wait for replies before sending more"),
                 to: work.message, loop: loop)
         }
@@ -370,8 +448,11 @@ public final class ObjectServer: Sendable {
     }
 
     /// Decides what a call reaches. Pure apart from reading the export table, so the fuzzer
-    /// can drive it without a bus.
-    func resolve(_ message: Message) -> Resolution {
+    /// can drive it without a bus. `signature` is the body's (by default, that of
+    /// `message.body`): routing needs only it and the headers, except for `Properties` calls,
+    /// which need their arguments read.
+    func resolve(_ message: Message, signature: String? = nil) -> Resolution {
+        let signature = signature ?? message.signature
         let path = message.path ?? .root
         let member = message.member ?? ""
         let interface = message.interface
@@ -381,8 +462,8 @@ public final class ObjectServer: Sendable {
         }
 
         if isIntrospect {
-            guard message.body.isEmpty else {
-                return .error(names.invalidArgs, "Introspect takes no arguments, got \"\(message.signature)\"")
+            guard signature.isEmpty else {
+                return .error(names.invalidArgs, "Introspect takes no arguments, got \"\(signature)\"")
             }
             return .reply([.string(Self.introspection(of: table, children: children))])
         }
@@ -406,7 +487,7 @@ public final class ObjectServer: Sendable {
             // name takes these arguments, else the first by name that has the method, for its
             // error. Never the dictionary's order, which changes from one run to the next.
             let having = table.keys.sorted().compactMap { table[$0] }.filter { $0.description.method(named: member) != nil }
-            candidate = having.first { $0.description.method(named: member)?.inputSignature == message.signature }
+            candidate = having.first { $0.description.method(named: member)?.inputSignature == signature }
                 ?? having.first
         }
         guard let exported = candidate, let method = exported.description.method(named: member),
@@ -414,10 +495,10 @@ public final class ObjectServer: Sendable {
         else {
             return .error(names.unknownMethod, "no method \(member) in \(interface ?? "any interface") at \(path)")
         }
-        guard message.signature == method.inputSignature else {
+        guard signature == method.inputSignature else {
             return .error(
                 names.invalidArgs,
-                "\(exported.description.name).\(member) takes arguments of type \"\(method.inputSignature)\", not \"\(message.signature)\"")
+                "\(exported.description.name).\(member) takes arguments of type \"\(method.inputSignature)\", not \"\(signature)\"")
         }
         if let immediate = exported.immediateMethods[member] { return .immediate(immediate) }
         return .handler(handler)

@@ -1,0 +1,159 @@
+import Testing
+
+@testable import BGPolicyDBus
+
+/// Calls and signals are routed on their headers first (`IncomingMessage`): the body is read
+/// only when it will be used, and a call's arguments only within the object server's bounds.
+@Suite("Incoming messages: headers first, bounded arguments")
+struct IncomingMessageTests {
+    @Test("the measured body length is the length libdbus writes, value for value", arguments: RoundTripTable.marshalCases)
+    func bodyLength(_ testCase: RoundTripCase) throws {
+        for body in RoundTripTable.bodies(for: testCase) {
+            let raw = try TypeRoundTripTests.call(body).encode()
+            let expected = WireWriterTests.body(of: try raw.marshalled()).count
+            let incoming = try IncomingMessage(raw.pointer)
+            #expect(incoming.bodyLength(upTo: .max) == expected, "\(body)")
+            #expect(incoming.bodyLength(upTo: expected) == expected)
+            if expected > 0 { #expect(incoming.bodyLength(upTo: expected - 1) == nil, "\(body)") }
+            #expect(incoming.signature == body.signatureText)
+            #expect(incoming.header.body.isEmpty && incoming.header.member == "Take")
+        }
+    }
+
+    @Test("a top-level string argument is read alone, past a big array")
+    func stringArgument() throws {
+        let big = DBusValue.array(element: .byte, Array(repeating: .byte(1), count: 100_000))
+        let raw = try TypeRoundTripTests.call([big, .string("two"), .int32(3), .string("four")]).encode()
+        let incoming = try IncomingMessage(raw.pointer)
+        #expect(incoming.stringArgument(1) == "two")
+        #expect(incoming.stringArgument(3) == "four")
+        #expect(incoming.stringArgument(0) == nil && incoming.stringArgument(2) == nil && incoming.stringArgument(4) == nil)
+        // Far over the bound, the walk stops early.
+        #expect(incoming.bodyLength(upTo: 1000) == nil)
+    }
+}
+
+/// A server with a method taking bytes and one that blocks, with a small bound for tests.
+private struct BoundFixture {
+    static let name = "org.bgpolicy.Test.Bound"
+    static let path = ObjectPath(checked: "/org/bgpolicy/Test/Bound")
+
+    let server: DBusConnection
+    let client: DBusConnection
+    let serving: Task<Void, Never>
+    let gate = Gate()
+    let blocked = Recorder<Int>()
+    let taken = Recorder<Int>()
+
+    init(bus: PrivateBus, limits: ObjectServer.Limits) async throws {
+        server = try await DBusConnection.connect(to: .address(bus.address))
+        client = try await DBusConnection.connect(to: .address(bus.address))
+        var names = ObjectServer.ErrorNames()
+        names.limitsExceeded = "org.bgpolicy.Test.Error.TooMuch"
+        names.invalidArgs = "org.bgpolicy.Test.Error.Invalid"
+        names.unknownMethod = "org.bgpolicy.Test.Error.NoMethod"
+        server.objects.errorNames = names
+        server.objects.limits = limits
+        let description = InterfaceDescription(
+            name: Self.name, documentation: "Bounds.",
+            methods: [
+                .init("Take", inputs: [.init("data", .array(.byte))], outputs: [.init("count", .uint32)], documentation: "Counts."),
+                .init("Block", documentation: "Waits for the test's gate."),
+            ])
+        let (gate, blocked, taken) = (gate, blocked, taken)
+        let interface = ExportedInterface(description)
+            .method("Take") { call in
+                guard case .array(_, let items) = call.arguments.first else { return [.uint32(0)] }
+                taken.append(items.count)
+                return [.uint32(UInt32(items.count))]
+            }
+            .method("Block") { _ in
+                blocked.append(1)
+                await gate.wait()
+                return []
+            }
+        try server.objects.export([interface], at: Self.path)
+        serving = startServing(server)
+    }
+
+    func call(_ member: String, _ body: [DBusValue] = []) async throws -> [DBusValue] {
+        try await client.call(destination: server.uniqueName, path: Self.path, interface: Self.name, member: member, body)
+    }
+
+    func stop() {
+        gate.open()
+        serving.cancel()
+        server.close()
+        client.close()
+    }
+}
+
+private func bytes(_ count: Int) -> DBusValue {
+    .array(element: .byte, Array(repeating: .byte(0), count: count))
+}
+
+@Suite("The object server's bounds on a caller's arguments")
+struct CallBoundTests {
+    @Test("a call over the bound gets limitsExceeded, unread; one at the bound is served")
+    func bodyBound() async throws {
+        let bus = try PrivateBus()
+        var limits = ObjectServer.Limits()
+        limits.maximumCallBodyBytes = 1004  // 4 bytes of length and 1,000 of data
+        let fixture = try await BoundFixture(bus: bus, limits: limits)
+        defer { fixture.stop() }
+        #expect(try await fixture.call("Take", [bytes(1000)]) == [.uint32(1000)])
+        let message = await expectRemoteError("org.bgpolicy.Test.Error.TooMuch") { _ = try await fixture.call("Take", [bytes(1001)]) }
+        #expect(message?.contains("org.bgpolicy.Test.Bound.Take") == true && message?.contains("1004 bytes") == true, "\(message ?? "")")
+        #expect(fixture.taken.all == [1000], "the handler never saw the call over the bound")
+        // Routing is answered from the headers, whatever the arguments' size.
+        await expectRemoteError("org.bgpolicy.Test.Error.NoMethod") {
+            _ = try await fixture.client.call(
+                destination: fixture.server.uniqueName, path: BoundFixture.path, interface: BoundFixture.name, member: "Nope",
+                [bytes(100_000)])
+        }
+        await expectRemoteError("org.bgpolicy.Test.Error.Invalid") {
+            _ = try await fixture.call("Take", [bytes(100_000), .byte(1)])
+        }
+    }
+
+    @Test("a caller's waiting calls are bounded by bytes as well as by count")
+    func queuedBytes() async throws {
+        let bus = try PrivateBus()
+        var limits = ObjectServer.Limits()
+        limits.maximumCallBodyBytes = 10_000
+        limits.maximumQueuedBytesPerCaller = 25_000
+        let fixture = try await BoundFixture(bus: bus, limits: limits)
+        defer { fixture.stop() }
+        let other = try await DBusConnection.connect(to: .address(bus.address))
+        defer { other.close() }
+        let blocked = Task { try await fixture.call("Block") }
+        #expect(await eventually { fixture.blocked.count == 1 })
+        // Behind the blocked call: two of 9,004 bytes fit in 25,000, the third does not.
+        let refused = Recorder<Int>()
+        let queued = (0..<3).map { i in
+            Task {
+                do {
+                    return try await fixture.call("Take", [bytes(9000)])
+                } catch DBusError.remote(let name, _) where name == "org.bgpolicy.Test.Error.TooMuch" {
+                    refused.append(i)
+                    return []
+                }
+            }
+        }
+        #expect(await eventually { refused.count == 1 }, "refused \(refused.count)")
+        #expect(fixture.taken.count == 0)
+        // Another caller has its own budget.
+        let reply = try await withTimeout(.seconds(5), "another caller") {
+            try await other.call(
+                destination: fixture.server.uniqueName, path: BoundFixture.path, interface: BoundFixture.name, member: "Take",
+                [bytes(9000)])
+        }
+        #expect(reply == [.uint32(9000)])
+        fixture.gate.open()
+        _ = try await withTimeout(.seconds(5), "the blocked call") { try await blocked.value }
+        for task in queued { _ = try await withTimeout(.seconds(5), "a queued call") { try await task.value } }
+        #expect(fixture.taken.count == 3 && refused.count == 1)
+        // Once the queue has drained, the budget is whole again.
+        #expect(try await fixture.call("Take", [bytes(9000)]) == [.uint32(9000)])
+    }
+}

@@ -1,0 +1,145 @@
+"""Hostile input on the session bus: big arguments and signals, and arguments that cannot be
+read. The agent answers them (with its own error names) without decoding what it refuses, so
+its memory stays bounded and its connection's thread is not held up for its other callers.
+
+Timing is never judged against a fixed figure: the agent's answer to a big message is
+compared with the bus daemon's answer to the same bytes, measured in the same test."""
+
+import time
+
+from gi.repository import Gio, GLib
+
+import tasks_helpers as th
+from tasks_helpers import AGENT_NAME, AGENT_PATH, SCHEDULER, world  # noqa: F401 - the fixture
+
+BIG = 32 * 1024 * 1024  # bytes of `ay`: far over the agent's 1 MiB bound for a call's arguments
+BUS = "org.freedesktop.DBus"
+BUS_PATH = "/org/freedesktop/DBus"
+
+
+def big_bytes():
+    return GLib.Variant.new_from_bytes(GLib.VariantType("ay"), GLib.Bytes.new(b"\0" * BIG), True)
+
+
+def vm_hwm_kib(pid):
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    raise AssertionError("no VmHWM line")
+
+
+def timed_call(conn, dest, path, iface, method, params):
+    """(seconds, error name or None) of one call."""
+    start = time.perf_counter()
+    try:
+        conn.call_sync(dest, path, iface, method, params, None, Gio.DBusCallFlags.NO_AUTO_START, 120_000, None)
+        name = None
+    except GLib.Error as error:
+        name = Gio.DBusError.get_remote_error(error) or error.message
+    return time.perf_counter() - start, name
+
+
+def bus_pace(conn, params):
+    """How long the bus daemon takes to read the same arguments and answer (UnknownMethod): the
+    machine's pace for moving them through libdbus, the baseline the agent is judged against."""
+    seconds, name = timed_call(conn, BUS, BUS_PATH, BUS, "NoSuchMethod", params)
+    assert name == "org.freedesktop.DBus.Error.UnknownMethod", name
+    return seconds
+
+
+def status_answers(conn):
+    result = th.call(conn, th.ADMIN, "GetStatus", reply_type="(a{sv})")
+    assert "pending" in result[0], result
+
+
+def check_bounded(agent, hwm_before, what):
+    growth = vm_hwm_kib(agent.pid) - hwm_before
+    th.ch.log(f"{what}: peak RSS grew by {growth / 1024:.1f} MiB")
+    # libdbus holds the message it read (and briefly its read buffer): about twice its size.
+    # Decoding an `ay` value by value took 24 bytes per byte (over 750 MiB here).
+    assert growth * 1024 < 4 * BIG, (
+        f"{what}: the agent's peak RSS grew by {growth / 1024:.0f} MiB for a {BIG >> 20} MiB message")
+    assert agent.alive()
+
+
+def test_big_arguments_to_an_unknown_method_are_refused_undecoded(world):
+    agent = world.start_agent()
+    client = world.stack.push(th.ch.GBus(world.address)).conn
+    status_answers(client)
+    params = GLib.Variant.new_tuple(big_bytes())
+    pace = bus_pace(client, params)
+    hwm_before = vm_hwm_kib(agent.pid)
+    seconds, name = timed_call(client, AGENT_NAME, AGENT_PATH, SCHEDULER, "NoSuchMethod", params)
+    th.ch.log(f"\nNoSuchMethod with {BIG >> 20} MiB: agent {seconds:.2f} s, bus {pace:.2f} s")
+    assert name == "org.bgpolicy.Error.UnknownMethod", name
+    check_bounded(agent, hwm_before, "NoSuchMethod")
+    # The agent reads the message once more than the bus does (the bus forwards it): about
+    # twice the bus's time. Decoding it took 20 to 60 times as long.
+    assert seconds < 6 * pace + 0.5, f"the agent took {seconds:.2f} s, the bus {pace:.2f} s for the same bytes"
+    status_answers(client)
+
+
+def test_big_submit_options_are_refused_with_limits_exceeded(world):
+    agent = world.start_agent()
+    client = world.stack.push(th.ch.GBus(world.address)).conn
+    status_answers(client)
+    options = GLib.Variant("a{sv}", {"earliest_begin": big_bytes()})
+    params = GLib.Variant.new_tuple(GLib.Variant("s", "x"), GLib.Variant("s", "refresh"), options)
+    pace = bus_pace(client, params)
+    hwm_before = vm_hwm_kib(agent.pid)
+    start = time.perf_counter()
+    try:
+        th.call(client, SCHEDULER, "Submit", "ssa{sv}", ("x", "refresh", {"earliest_begin": big_bytes()}), timeout=120)
+        raise AssertionError("a Submit with 32 MiB of options succeeded")
+    except th.AgentError as error:
+        seconds = time.perf_counter() - start
+        assert error.name == "org.bgpolicy.Error.LimitsExceeded", error
+        assert "Submit" in error.message and "1048576 bytes" in error.message, error.message
+    th.ch.log(f"\nSubmit with {BIG >> 20} MiB of options: agent {seconds:.2f} s, bus {pace:.2f} s")
+    check_bounded(agent, hwm_before, "Submit")
+    assert seconds < 6 * pace + 0.5, f"the agent took {seconds:.2f} s, the bus {pace:.2f} s for the same bytes"
+    # A Submit of an ordinary size is still served.
+    th.call(client, SCHEDULER, "Register", "asa{sv}", (["x"], th.register_options(app_id="org.example.Big")), "(s)")
+    th.call(client, SCHEDULER, "Submit", "ssa{sv}", ("x", "refresh", th.submit_options(earliest_begin=th.later(3600))))
+    assert [p["identifier"] for p in agent.list_pending() if p["app_id"] == "org.example.Big"] == ["x"]
+
+
+def test_a_big_signal_nobody_wants_is_dropped_undecoded(world):
+    agent = world.start_agent()
+    client = world.stack.push(th.ch.GBus(world.address)).conn
+    status_answers(client)
+    params = GLib.Variant.new_tuple(big_bytes())
+    # The baseline: the same signal to the bus daemon, then a call it answers after reading it.
+    start = time.perf_counter()
+    client.emit_signal(BUS, "/org/example/Big", "org.example.Big", "Big", params)
+    client.call_sync(BUS, BUS_PATH, BUS, "GetId", None, None, Gio.DBusCallFlags.NONE, 120_000, None)
+    pace = time.perf_counter() - start
+    hwm_before = vm_hwm_kib(agent.pid)
+    # A unicast signal to the agent; messages from one sender arrive in order, so GetStatus is
+    # answered only once the agent has dealt with the signal.
+    start = time.perf_counter()
+    client.emit_signal(AGENT_NAME, "/org/example/Big", "org.example.Big", "Big", params)
+    status_answers(client)
+    seconds = time.perf_counter() - start
+    th.ch.log(f"\nunwanted {BIG >> 20} MiB signal: agent {seconds:.2f} s, bus {pace:.2f} s")
+    check_bounded(agent, hwm_before, "an unwanted signal")
+    assert seconds < 6 * pace + 0.5, f"the agent took {seconds:.2f} s, the bus {pace:.2f} s for the same bytes"
+
+
+def test_arguments_that_cannot_be_read_get_the_agents_invalid_argument(world):
+    """A handle in a variant with no descriptor passed: libdbus lets it through, our reader
+    refuses it, and the answer is the agent's own error, not freedesktop's InvalidArgs."""
+    world.start_agent()
+    client = world.stack.push(th.ch.GBus(world.address)).conn
+    options = GLib.Variant("a{sv}", {"earliest_begin": GLib.Variant("h", 0)})
+    params = GLib.Variant.new_tuple(GLib.Variant("s", "x"), GLib.Variant("s", "refresh"), options)
+    for _ in range(2):
+        try:
+            client.call_sync(AGENT_NAME, AGENT_PATH, SCHEDULER, "Submit", params, None,
+                             Gio.DBusCallFlags.NO_AUTO_START, 10_000, None)
+            raise AssertionError("a Submit whose options cannot be read succeeded")
+        except GLib.Error as error:
+            name = Gio.DBusError.get_remote_error(error)
+            assert name == "org.bgpolicy.Error.InvalidArgument", error.message
+            assert "Submit" in error.message, error.message
