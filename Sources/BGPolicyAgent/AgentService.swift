@@ -30,6 +30,7 @@ public struct AgentService: Service {
         names.invalidArgs = BGPolicyErrorName.invalidArgument.dbusName
         names.failed = BGPolicyErrorName.failed.dbusName
         names.limitsExceeded = BGPolicyErrorName.limitsExceeded.dbusName
+        names.unavailable = BGPolicyErrorName.unavailable.dbusName
         return names
     }()
 

@@ -86,7 +86,7 @@ public struct ExportedInterface: Sendable {
 /// `limits.maximumCallBodyBytes`. Calls that reach a handler are queued per caller and run
 /// by `serve()`: calls from one caller run in order, different callers run concurrently, and
 /// a caller with too many calls or bytes waiting gets `LimitsExceeded` instead of growing the
-/// queue.
+/// queue. Once `serve()` has been cancelled, calls get `unavailable` until it runs again.
 public final class ObjectServer: Sendable {
     public static let propertiesInterface = "org.freedesktop.DBus.Properties"
     public static let introspectableInterface = "org.freedesktop.DBus.Introspectable"
@@ -103,6 +103,8 @@ public final class ObjectServer: Sendable {
         public var invalidArgs = "org.freedesktop.DBus.Error.InvalidArgs"
         public var failed = "org.freedesktop.DBus.Error.Failed"
         public var limitsExceeded = "org.freedesktop.DBus.Error.LimitsExceeded"
+        /// Calls that arrive once `serve()` has ended, or are cancelled by its end.
+        public var unavailable = "org.freedesktop.DBus.Error.Failed"
         public init() {}
     }
 
@@ -168,6 +170,9 @@ public final class ObjectServer: Sendable {
         var closed = false
         /// Set while `serve()` runs: callers whose lanes are ready to drain.
         var ready: AsyncStream<String>.Continuation?
+        /// Set from the end of a `serve()` until the next one: calls are answered
+        /// `unavailable`, not queued for a server that has stopped.
+        var stopping = false
     }
 
     private let state = Mutex(State())
@@ -188,6 +193,9 @@ public final class ObjectServer: Sendable {
         get { state.withLock { $0.limits } }
         set { state.withLock { $0.limits = newValue } }
     }
+
+    /// Whether `serve()` has ended (or is ending) and not run again.
+    var isStopping: Bool { state.withLock { $0.stopping } }
 
     /// Exports interfaces at a path. Throws if the path is taken or an interface is incomplete.
     public func export(_ interfaces: [ExportedInterface], at path: ObjectPath) throws {
@@ -223,14 +231,16 @@ public final class ObjectServer: Sendable {
     // MARK: Serving
 
     /// Runs handlers until the task is cancelled or the connection closes. Calls already
-    /// started are finished before it returns. It may run again after it returns (calls that
-    /// arrived meanwhile wait for it), but only once at a time: a second concurrent call
-    /// logs an error and returns at once.
+    /// started are finished before it returns; from its cancellation, calls that have not
+    /// started, and new ones, are answered `errorNames.unavailable`. It may run again after it
+    /// returns, but only once at a time: a second concurrent call logs an error and returns at
+    /// once. Calls that arrive before the first `serve()` wait for it.
     public func serve() async {
         let (ready, continuation) = AsyncStream.makeStream(of: String.self)
         let started: Bool = state.withLock { s in
             guard s.ready == nil, !s.closed else { return false }
             s.ready = continuation
+            s.stopping = false
             // Lanes that filled while nobody served.
             for sender in s.lanes.keys { continuation.yield(sender) }
             return true
@@ -243,8 +253,27 @@ public final class ObjectServer: Sendable {
             for await sender in ready {
                 group.addTask { await self.drain(sender) }
             }
+            // Cancelled (or closed): nothing will start a drain for a lane now.
+            state.withLock { s in
+                s.ready = nil
+                s.stopping = true
+            }
         }
-        state.withLock { $0.ready = nil }
+        // The drains have ended; lanes that never had one are answered here.
+        let (left, names) = state.withLock { s in
+            let left = s.lanes.values
+            s.lanes = [:]
+            return (Array(left), s.errorNames)
+        }
+        for var lane in left {
+            while let work = lane.next() {
+                respond(Self.stoppingError(for: work.message, names: names), to: work.message, loop: work.loop)
+            }
+        }
+    }
+
+    private static func stoppingError(for message: Message, names: ErrorNames) -> Message {
+        message.makeError(name: names.unavailable, message: "the service is stopping; call again once it is back")
     }
 
     private func drain(_ sender: String) async {
@@ -285,6 +314,8 @@ public final class ObjectServer: Sendable {
         state.withLock { s in
             // Modified in place: copying the lane out would copy its queue on every call.
             guard s.lanes[sender] != nil else { return nil }
+            // Stopping: what is left is answered once the running calls are done.
+            guard !s.stopping else { return nil }
             guard let work = s.lanes[sender]!.next() else {
                 s.lanes[sender] = nil
                 return nil
@@ -308,7 +339,7 @@ public final class ObjectServer: Sendable {
                 return message.makeError(name: names.failed, message: e.message)
             }
         case is CancellationError:
-            return message.makeError(name: names.failed, message: "the call was cancelled: the service is shutting down")
+            return message.makeError(name: names.unavailable, message: "the call was cancelled: the service is stopping")
         default:
             logger.error("A method handler failed", metadata: ["member": "\(message.member ?? "")", "error": "\(error)"])
             return message.makeError(name: names.failed, message: "internal error: \(error)")
@@ -412,9 +443,10 @@ public final class ObjectServer: Sendable {
 
     private func enqueue(_ work: Work, loop: ConnectionLoop) {
         let sender = work.message.sender ?? ""
-        enum Outcome { case queued, full(ErrorNames), closed }
+        enum Outcome { case queued, full(ErrorNames), closed, stopping(ErrorNames) }
         let outcome: Outcome = state.withLock { s in
             guard !s.closed else { return .closed }
+            guard !s.stopping else { return .stopping(s.errorNames) }
             let isNew = s.lanes[sender] == nil
             let lane = s.lanes[sender] ?? Lane()
             // A call alone is always taken: it is within the bound for one call.
@@ -431,6 +463,8 @@ public final class ObjectServer: Sendable {
         switch outcome {
         case .queued, .closed:
             break
+        case .stopping(let names):
+            respond(Self.stoppingError(for: work.message, names: names), to: work.message, loop: loop)
         case .full(let names):
             respond(
                 work.message.makeError(
