@@ -234,12 +234,15 @@ final class ConnectionLoop: @unchecked Sendable {
         guard dbus_connection_send(connection, raw.pointer, nil) != 0 else { throw .outOfMemory }
     }
 
+    /// A message carrying descriptors (anywhere, a variant's included) on a connection that
+    /// cannot pass them (TCP): libdbus would drop it and give no pending call, which read as
+    /// a lost connection.
     private func checkFileDescriptors(_ raw: RawMessage) throws(DBusError) {
         guard let connection else { return }
-        if let sig = dbus_message_get_signature(raw.pointer), strchr(sig, 104) != nil,  // 'h'
+        if dbus_message_contains_unix_fds(raw.pointer) != 0,
             dbus_connection_can_send_type(connection, DBusType.unixFD.typeCode) == 0
         {
-            throw .invalidValue("this connection cannot pass file descriptors")
+            throw .invalidValue("this connection cannot pass file descriptors (a Unix socket can; TCP cannot)")
         }
     }
 

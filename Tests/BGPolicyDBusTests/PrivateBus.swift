@@ -9,10 +9,11 @@ final class PrivateBus: @unchecked Sendable {
     /// another process) is never signalled again.
     private let killed = Mutex(false)
 
-    init() throws {
+    /// The stock session configuration, or `configFile`.
+    init(configFile: String? = nil) throws {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: "/usr/bin/dbus-daemon")
-        process.arguments = ["--session", "--nofork", "--nopidfile", "--print-address=1"]
+        process.arguments = [configFile.map { "--config-file=\($0)" } ?? "--session", "--nofork", "--nopidfile", "--print-address=1"]
         let pipe = Pipe()
         process.standardOutput = pipe
         process.standardError = FileHandle.nullDevice
