@@ -70,18 +70,27 @@ public final class DBusConnection: Sendable {
 
     /// Opens a private connection (exit-on-disconnect off) and registers with the bus.
     public static func connect(to bus: Bus, logger: Logger = Logger(label: "org.bgpolicy.dbus")) async throws -> DBusConnection {
+        try await connect(to: bus, logger: logger, spawn: ConnectionLoop.spawnDetachedThread)
+    }
+
+    /// `connect`, with what starts the connection's thread (tests make it fail).
+    static func connect(to bus: Bus, logger: Logger, spawn: @escaping ConnectionLoop.ThreadSpawner) async throws -> DBusConnection {
         let address = try address(for: bus)
         let loop = try ConnectionLoop()
         let disconnected = DisconnectSignal()
         let unique: String = try await withCheckedThrowingContinuation { continuation in
-            loop.start { loop in
-                do {
-                    let name = try loop.open(address: address)
-                    continuation.resume(returning: name)
-                } catch {
-                    loop.stop()
-                    continuation.resume(throwing: error)
+            do {
+                try loop.start(spawn: spawn) { loop in
+                    do {
+                        let name = try loop.open(address: address)
+                        continuation.resume(returning: name)
+                    } catch {
+                        loop.stop()
+                        continuation.resume(throwing: error)
+                    }
                 }
+            } catch {
+                continuation.resume(throwing: error)
             }
         }
         let connection = DBusConnection(loop: loop, uniqueName: unique, logger: logger, disconnected: disconnected)

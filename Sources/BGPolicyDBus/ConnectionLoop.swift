@@ -81,20 +81,33 @@ final class ConnectionLoop: @unchecked Sendable {
         _ = withUnsafeBytes(of: &one) { write(wakeFD, $0.baseAddress, 8) }
     }
 
-    /// Starts the thread. `setUp` runs first on it, and opens the connection.
-    func start(setUp: @escaping @Sendable (ConnectionLoop) -> Void) {
-        let box = Unmanaged.passRetained(ThreadStart(loop: self, setUp: setUp))
+    /// Creates a detached thread running `body(argument)`; returns pthread_create's result.
+    typealias ThreadSpawner = @Sendable (
+        _ body: @escaping @convention(c) (UnsafeMutableRawPointer?) -> UnsafeMutableRawPointer?, _ argument: UnsafeMutableRawPointer
+    ) -> Int32
+
+    static let spawnDetachedThread: ThreadSpawner = { body, argument in
         var thread = pthread_t()
-        let rc = pthread_create(&thread, nil, { raw in
+        let rc = pthread_create(&thread, nil, body, argument)
+        if rc == 0 { pthread_detach(thread) }
+        return rc
+    }
+
+    /// Starts the thread. `setUp` runs first on it, and opens the connection. Throws, and runs
+    /// nothing, when the thread cannot be created: a connection without its thread would
+    /// leave every call waiting for ever.
+    func start(spawn: ThreadSpawner = ConnectionLoop.spawnDetachedThread, setUp: @escaping @Sendable (ConnectionLoop) -> Void) throws(DBusError) {
+        let box = Unmanaged.passRetained(ThreadStart(loop: self, setUp: setUp))
+        let rc = spawn({ raw in
             let start = Unmanaged<ThreadStart>.fromOpaque(raw!).takeRetainedValue()
             start.loop.threadMain(setUp: start.setUp)
             return nil
         }, box.toOpaque())
-        if rc == 0 {
-            pthread_detach(thread)
-        } else {
+        guard rc == 0 else {
             box.release()
-            setUp(self)  // setUp sees no connection and reports the failure
+            queue.withLock { $0.stopped = true }
+            throw .connectionFailed(
+                name: "org.freedesktop.DBus.Error.Failed", message: "could not start the D-Bus thread: \(SystemCalls.errnoDescription(rc))")
         }
     }
 
