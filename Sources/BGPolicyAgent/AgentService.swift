@@ -102,10 +102,15 @@ public struct AgentService: Service {
         // A process left stopped, or a unit left frozen or throttled, by an agent that crashed.
         await engine.undoLeftEnforcement()
         await engine.publishStatus(nextWindow: nil)
-        // Connections that leave: their unverified ids are freed and their slices closed.
+        // Connections that leave: their unverified ids are freed and their slices closed. Every
+        // connection of the session that leaves is one signal: a big buffer, so that a burst
+        // while the engine is busy loses none (a drop leaves an app's slice running to its
+        // deadline, and is logged). About 0.5 kB each: 32 MB at the very worst, only if the
+        // engine falls 65,536 disconnects behind.
         let vanished = try await connection.subscribe(
             MatchRule(sender: "org.freedesktop.DBus", interface: "org.freedesktop.DBus", member: "NameOwnerChanged",
-                      arguments: [2: ""]))
+                      arguments: [2: ""]),
+            buffer: 65_536)
 
         let hub = ConditionsHub(logger: logger)
         let liveConfiguration = LiveConfiguration(environment)

@@ -105,7 +105,11 @@ public final class DBusConnection: Sendable {
             }
             loop.onSignal = { incoming in
                 do {
-                    try subscriptions.deliver(incoming)
+                    for (rule, count) in try subscriptions.deliver(incoming) {
+                        log.warning(
+                            "Signals dropped: their reader fell behind by more than its buffer; the oldest went",
+                            metadata: ["match": "\(rule.text)", "dropped": "\(count)"])
+                    }
                 } catch {
                     // A peer's doing, and nothing to answer: debug, or a client could fill the journal.
                     log.debug("Dropped a signal whose arguments could not be read", metadata: [
@@ -234,10 +238,14 @@ public final class DBusConnection: Sendable {
     /// signal sent afterwards is missed. Dropping the subscription, or cancelling the task
     /// that iterates it, removes the rule (leaving a loop early while still holding the
     /// subscription keeps it).
-    public func subscribe(_ rule: MatchRule) async throws -> SignalSubscription {
+    ///
+    /// - Parameter buffer: how many signals wait for a reader that is behind; past it the
+    ///   oldest go, and the connection's logger says so (the first drop, then every 1,000th).
+    public func subscribe(_ rule: MatchRule, buffer: Int = 4096) async throws -> SignalSubscription {
         try rule.validate()
         let id = nextID()
-        let (stream, continuation) = AsyncThrowingStream.makeStream(of: Message.self, throwing: (any Error).self, bufferingPolicy: .bufferingNewest(4096))
+        let (stream, continuation) = AsyncThrowingStream.makeStream(
+            of: Message.self, throwing: (any Error).self, bufferingPolicy: .bufferingNewest(max(1, buffer)))
         // Register locally first, so signals that arrive while AddMatch is in flight are kept.
         subscriptions.add(id: id, rule: rule, continuation: continuation)
         continuation.onTermination = { [weak self] _ in
@@ -359,6 +367,8 @@ final class SubscriptionRegistry: Sendable {
     private struct Entry {
         let rule: MatchRule
         let continuation: AsyncThrowingStream<Message, any Error>.Continuation
+        /// Signals its full buffer dropped so far.
+        var dropped = 0
     }
 
     private struct State {
@@ -410,25 +420,28 @@ final class SubscriptionRegistry: Sendable {
     /// Called on the loop thread for every incoming signal. Its body is read only when a
     /// subscriber wants it (an `argN` is read alone, without the rest): a signal nobody wants
     /// costs its headers, whatever its size.
-    func deliver(_ incoming: IncomingMessage) throws(DBusError) {
+    /// Returns the subscriptions whose buffer dropped a signal to take this one, with their
+    /// drops so far, when that is worth a log line (the first, then every 1,000th).
+    func deliver(_ incoming: IncomingMessage) throws(DBusError) -> [(MatchRule, Int)] {
         try deliver(header: incoming.header, stringArgument: incoming.stringArgument, decoded: incoming.decoded)
     }
 
     /// `deliver(_:)` on its parts: the headers, what reads a top-level string argument, and
     /// what reads the whole message.
+    @discardableResult
     func deliver(
         header: Message, stringArgument: (Int) -> String?, decoded: () throws(DBusError) -> Message
-    ) throws(DBusError) {
+    ) throws(DBusError) -> [(MatchRule, Int)] {
         // The bus's own NameOwnerChanged keeps the owners of the names followed: only the bus
         // can send as it, and its signals are small.
         let ownerChange = header.sender == DBusConnection.busName && header.interface == DBusConnection.busName
             && header.member == "NameOwnerChanged"
         typealias Continuation = AsyncThrowingStream<Message, any Error>.Continuation
-        let (candidates, tracking) = state.withLock { s -> ([(MatchRule, Continuation)], Bool) in
-            var out: [(MatchRule, Continuation)] = []
-            for entry in s.entries.values {
+        let (candidates, tracking) = state.withLock { s -> ([(UInt64, MatchRule, Continuation)], Bool) in
+            var out: [(UInt64, MatchRule, Continuation)] = []
+            for (id, entry) in s.entries {
                 let owner = entry.rule.sender.flatMap { s.owners[$0] }
-                if entry.rule.matchesHeaders(header, senderOwner: owner) { out.append((entry.rule, entry.continuation)) }
+                if entry.rule.matchesHeaders(header, senderOwner: owner) { out.append((id, entry.rule, entry.continuation)) }
             }
             return (out, ownerChange && !s.tracked.isEmpty)
         }
@@ -439,8 +452,8 @@ final class SubscriptionRegistry: Sendable {
             read[index] = value
             return value
         }
-        let targets = candidates.filter { rule, _ in rule.matchesArguments(argument) }.map(\.1)
-        guard !targets.isEmpty || tracking else { return }
+        let targets = candidates.filter { _, rule, _ in rule.matchesArguments(argument) }
+        guard !targets.isEmpty || tracking else { return [] }
         let message = try decoded()
         if tracking, message.body.count == 3, case .string(let name) = message.body[0],
             case .string(let newOwner) = message.body[2]
@@ -449,7 +462,16 @@ final class SubscriptionRegistry: Sendable {
                 if s.tracked[name] != nil { s.owners[name] = newOwner.isEmpty ? nil : newOwner }
             }
         }
-        for continuation in targets { continuation.yield(message) }
+        var worthLogging: [(MatchRule, Int)] = []
+        for (id, rule, continuation) in targets {
+            guard case .dropped = continuation.yield(message) else { continue }
+            let count = state.withLock { s -> Int in
+                s.entries[id]?.dropped += 1
+                return s.entries[id]?.dropped ?? 0
+            }
+            if count == 1 || count % 1000 == 0 { worthLogging.append((rule, count)) }
+        }
+        return worthLogging
     }
 
     func finishAll(throwing error: any Error) {
