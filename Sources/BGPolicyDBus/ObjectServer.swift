@@ -173,6 +173,8 @@ public final class ObjectServer: Sendable {
         /// Set from the end of a `serve()` until the next one: calls are answered
         /// `unavailable`, not queued for a server that has stopped.
         var stopping = false
+        /// From the start of a `serve()` to the end of its tidy-up: one at a time.
+        var serving = false
     }
 
     private let state = Mutex(State())
@@ -238,7 +240,8 @@ public final class ObjectServer: Sendable {
     public func serve() async {
         let (ready, continuation) = AsyncStream.makeStream(of: String.self)
         let started: Bool = state.withLock { s in
-            guard s.ready == nil, !s.closed else { return false }
+            guard !s.serving, !s.closed else { return false }
+            s.serving = true
             s.ready = continuation
             s.stopping = false
             // Lanes that filled while nobody served.
@@ -263,6 +266,7 @@ public final class ObjectServer: Sendable {
         let (left, names) = state.withLock { s in
             let left = s.lanes.values
             s.lanes = [:]
+            s.serving = false
             return (Array(left), s.errorNames)
         }
         for var lane in left {
@@ -390,13 +394,12 @@ public final class ObjectServer: Sendable {
         case .error(let name, let text):
             respond(header.makeError(name: name, message: text), to: header, loop: loop, onLoopThread: true)
         case .handler(let run):
-            guard let read = readFirst ?? readArguments(of: incoming, loop: loop) else { return }
+            guard let read = readFirst ?? readArguments(of: incoming, queued: true, loop: loop) else { return }
             enqueue(Work(message: read.message, loop: loop, run: run, bytes: read.bytes), loop: loop)
         case .immediate(let handler):
-            guard let read = readFirst ?? readArguments(of: incoming, loop: loop) else { return }
-            let (message, bytes) = read
             // Inline unless this caller has calls queued, which must be answered first.
-            let busy = state.withLock { $0.lanes[message.sender ?? ""] != nil }
+            let busy = state.withLock { $0.lanes[header.sender ?? ""] != nil }
+            guard let (message, bytes) = readFirst ?? readArguments(of: incoming, queued: busy, loop: loop) else { return }
             if busy {
                 enqueue(Work(message: message, loop: loop, run: { call in try handler(call) }, bytes: bytes), loop: loop)
             } else {
@@ -407,17 +410,30 @@ public final class ObjectServer: Sendable {
 
     /// The call with its arguments read, and their length; nil when they are over the bound
     /// or cannot be read, and the caller has been answered.
-    private func readArguments(of incoming: IncomingMessage, loop: ConnectionLoop) -> (message: Message, bytes: Int)? {
+    ///
+    /// `queued`: the call will wait in its caller's lane, so the lane's bounds are checked on
+    /// its measured length before the arguments are read: a caller whose lane is full is
+    /// answered without the agent decoding what it would refuse.
+    private func readArguments(
+        of incoming: IncomingMessage, queued: Bool = false, loop: ConnectionLoop
+    ) -> (message: Message, bytes: Int)? {
         let header = incoming.header
-        let (limit, names) = state.withLock { ($0.limits.maximumCallBodyBytes, $0.errorNames) }
-        let method = "\(header.interface ?? "").\(header.member ?? "")"
-        guard let bytes = incoming.bodyLength(upTo: limit) else {
+        let limit = state.withLock { $0.limits.maximumCallBodyBytes }
+        func method() -> String { "\(header.interface ?? "").\(header.member ?? "")" }
+        // No arguments: nothing to measure (GetStatus, on every redraw of a settings panel).
+        let bytes = incoming.signature.isEmpty ? 0 : incoming.bodyLength(upTo: limit)
+        guard let bytes else {
             logger.debug("Refused a call with arguments over the bound", metadata: [
-                "sender": "\(header.sender ?? "")", "method": "\(method)", "limit": "\(limit)",
+                "sender": "\(header.sender ?? "")", "method": "\(method())", "limit": "\(limit)",
             ])
-            let text = "\(method): the arguments take more than \(limit) bytes, the most this service reads in one call; "
+            let text = "\(method()): the arguments take more than \(limit) bytes, the most this service reads in one call; "
                 + "send less in each call, or pass bulk data through a file descriptor"
-            respond(header.makeError(name: names.limitsExceeded, message: text), to: header, loop: loop, onLoopThread: true)
+            let name = state.withLock { $0.errorNames.limitsExceeded }
+            respond(header.makeError(name: name, message: text), to: header, loop: loop, onLoopThread: true)
+            return nil
+        }
+        if queued, let refusal = admission(of: header.sender ?? "", bytes: bytes) {
+            respond(refusal(header), to: header, loop: loop, onLoopThread: true)
             return nil
         }
         do {
@@ -425,12 +441,55 @@ public final class ObjectServer: Sendable {
         } catch {
             // Answered, so not worth more than debug: a client could otherwise fill the journal.
             logger.debug("Refused a call whose arguments could not be read", metadata: [
-                "sender": "\(header.sender ?? "")", "method": "\(method)", "error": "\(error)",
+                "sender": "\(header.sender ?? "")", "method": "\(method())", "error": "\(error)",
             ])
-            let text = "\(method): the arguments of type \"\(incoming.signature)\" could not be read: \(error.message)"
-            respond(header.makeError(name: names.invalidArgs, message: text), to: header, loop: loop, onLoopThread: true)
+            let text = "\(method()): the arguments of type \"\(incoming.signature)\" could not be read: \(error.message)"
+            let name = state.withLock { $0.errorNames.invalidArgs }
+            respond(header.makeError(name: name, message: text), to: header, loop: loop, onLoopThread: true)
             return nil
         }
+    }
+
+    /// Why a call of `bytes` from `sender` would be refused by `enqueue` now, as the error
+    /// reply to make for it; nil when it would be queued. (`enqueue` checks again: a lane may
+    /// change in between, and then the call is refused after it was read, as before.)
+    private func admission(of sender: String, bytes: Int) -> ((Message) -> Message)? {
+        let outcome = state.withLock { s in Self.outcome(for: s.lanes[sender] ?? Lane(), bytes: bytes, in: s) }
+        switch outcome {
+        case .queued, .closed: return nil
+        case .stopping(let names): return { Self.stoppingError(for: $0, names: names) }
+        case .full(let names, let why): return { Self.fullError(for: $0, sender: sender, why: why, names: names) }
+        }
+    }
+
+    private enum Outcome {
+        enum Bound { case calls(Int), bytes(Int) }
+        case queued, full(ErrorNames, Bound), closed, stopping(ErrorNames)
+    }
+
+    /// What `enqueue` does with a call of `bytes` for `lane`, in state `s`.
+    private static func outcome(for lane: Lane, bytes: Int, in s: State) -> Outcome {
+        guard !s.closed else { return .closed }
+        guard !s.stopping else { return .stopping(s.errorNames) }
+        guard lane.count < s.limits.maximumQueuedCallsPerCaller else {
+            return .full(s.errorNames, .calls(s.limits.maximumQueuedCallsPerCaller))
+        }
+        // A call alone is always taken: it is within the bound for one call.
+        guard lane.count == 0 || lane.bytes + bytes <= s.limits.maximumQueuedBytesPerCaller else {
+            return .full(s.errorNames, .bytes(s.limits.maximumQueuedBytesPerCaller))
+        }
+        return .queued
+    }
+
+    private static func fullError(for message: Message, sender: String, why: Outcome.Bound, names: ErrorNames) -> Message {
+        let bound =
+            switch why {
+            case .calls(let most): "\(most) calls already wait"
+            case .bytes(let most): "the calls waiting would take over \(most) bytes of arguments"
+            }
+        return message.makeError(
+            name: names.limitsExceeded,
+            message: "too many calls waiting from \(sender) (\(bound)); wait for replies before sending more")
     }
 
     private func runImmediate(_ handler: ImmediateMethodHandler, for message: Message) -> Message {
@@ -443,16 +502,10 @@ public final class ObjectServer: Sendable {
 
     private func enqueue(_ work: Work, loop: ConnectionLoop) {
         let sender = work.message.sender ?? ""
-        enum Outcome { case queued, full(ErrorNames), closed, stopping(ErrorNames) }
         let outcome: Outcome = state.withLock { s in
-            guard !s.closed else { return .closed }
-            guard !s.stopping else { return .stopping(s.errorNames) }
             let isNew = s.lanes[sender] == nil
-            let lane = s.lanes[sender] ?? Lane()
-            // A call alone is always taken: it is within the bound for one call.
-            guard lane.count < s.limits.maximumQueuedCallsPerCaller,
-                lane.count == 0 || lane.bytes + work.bytes <= s.limits.maximumQueuedBytesPerCaller
-            else { return .full(s.errorNames) }
+            let outcome = Self.outcome(for: s.lanes[sender] ?? Lane(), bytes: work.bytes, in: s)
+            guard case .queued = outcome else { return outcome }
             s.lanes[sender, default: Lane()].append(work)
             if isNew {
                 // Without a serve() running, the lane waits: the next serve() picks it up.
@@ -465,12 +518,8 @@ public final class ObjectServer: Sendable {
             break
         case .stopping(let names):
             respond(Self.stoppingError(for: work.message, names: names), to: work.message, loop: loop)
-        case .full(let names):
-            respond(
-                work.message.makeError(
-                    name: names.limitsExceeded,
-                    message: "too many calls waiting from \(sender); wait for replies before sending more"),
-                to: work.message, loop: loop)
+        case .full(let names, let why):
+            respond(Self.fullError(for: work.message, sender: sender, why: why, names: names), to: work.message, loop: loop)
         }
     }
 

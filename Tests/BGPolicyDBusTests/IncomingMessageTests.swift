@@ -134,7 +134,9 @@ struct CallBoundTests {
             Task {
                 do {
                     return try await fixture.call("Take", [bytes(9000)])
-                } catch DBusError.remote(let name, _) where name == "org.bgpolicy.Test.Error.TooMuch" {
+                } catch DBusError.remote(let name, let message) where name == "org.bgpolicy.Test.Error.TooMuch" {
+                    // The message names the bound that refused it: bytes here, not the count.
+                    #expect(message.contains("over 25000 bytes of arguments"), "\(message)")
                     refused.append(i)
                     return []
                 }
