@@ -29,8 +29,9 @@ struct IncomingMessage {
     }
 
     /// The body's length in the wire format, or nil when it is more than `limit` bytes: the
-    /// walk stops there, so its cost is bounded by `limit`, not by the body. Nothing is copied:
-    /// arrays of fixed-size values (`ay`) are measured at once, other values one by one.
+    /// walk stops there. Nothing is copied, and arrays are measured at once from their length
+    /// on the wire, so the walk takes a step per top-level argument and struct field, never
+    /// one per element (an `av` of 260,000 bytes is one step, not 260,000).
     func bodyLength(upTo limit: Int) -> Int? {
         var iter = DBusMessageIter()
         guard dbus_message_iter_init(pointer, &iter) != 0 else { return 0 }
@@ -121,16 +122,10 @@ private struct BodyWalk {
             offset += 4
             let element = dbus_message_iter_get_element_type(&iter)
             align(Self.alignment(element))
+            // Asked of the array's own reader, which holds its length.
             var sub = DBusMessageIter()
             dbus_message_iter_recurse(&iter, &sub)
-            if let size = Self.fixedSize(element), element != Self.code("h") {
-                var items: UnsafeMutableRawPointer? = nil
-                var count: Int32 = 0
-                dbus_message_iter_get_fixed_array(&sub, &items, &count)
-                offset += Int(max(count, 0)) * size
-            } else {
-                return measure(&sub)
-            }
+            offset += Int(max(bgpolicy_dbus_iter_array_bytes(&sub), 0))
         case Self.code("r"), Self.code("e"), Self.code("("), Self.code("{"):
             align(8)
             var sub = DBusMessageIter()
