@@ -418,9 +418,13 @@ public final class ObjectServer: Sendable {
         of incoming: IncomingMessage, queued: Bool = false, loop: ConnectionLoop
     ) -> (message: Message, bytes: Int)? {
         let header = incoming.header
+        // No arguments: nothing to measure, and no lock taken (GetStatus, on every redraw of a
+        // settings panel).
+        if incoming.signature.isEmpty && !queued {
+            return (header, 0)
+        }
         let limit = state.withLock { $0.limits.maximumCallBodyBytes }
         func method() -> String { "\(header.interface ?? "").\(header.member ?? "")" }
-        // No arguments: nothing to measure (GetStatus, on every redraw of a settings panel).
         let bytes = incoming.signature.isEmpty ? 0 : incoming.bodyLength(upTo: limit)
         guard let bytes else {
             logger.debug("Refused a call with arguments over the bound", metadata: [
