@@ -230,12 +230,11 @@ def test_apps_the_agent_starts_take_turns(activation_world):
                                                           if start > min(s for s, _ in spans) + 1), (waited, spans)
 
 
-def test_a_launch_waiting_its_turn_is_held_when_background_work_is_switched_off(activation_world):
-    """With one start at a time, two apps not running are due in the same window, and each takes
-    3 s to start. The user switches background work off while the second waits for the first:
-    the first start goes on, the second is held (logged), its request stays pending, and nothing
-    starts it. Switched back on, it runs in the next window."""
-    world = activation_world
+def two_slow_apps_due_in_one_window(world):
+    """Two D-Bus activatable apps that take 3 s to start, each run once to register and submit
+    a refresh due in the same second (the tests' 1-s grid), then gone; an agent that starts
+    one app at a time. Waits until the window starts one of them. Returns the agent, the two
+    app ids, their event logs, what lists an app's launches, and the app started first."""
     apps = ["org.example.SlowMail", "org.example.SlowNotes"]
     logs = {app_id: world.tmp / f"{app_id}.log" for app_id in apps}
 
@@ -249,8 +248,8 @@ def test_a_launch_waiting_its_turn_is_held_when_background_work_is_switched_off(
             f"[D-BUS Service]\nName={app_id}\nExec={' '.join(command(app_id, '--start-delay', 3))}\n")
     agent = world.start_agent(config="[slices]\nrefresh = 10s\nexpiration_warning = 2s\nconcurrent_starts = 1\n")
     env = dict(os.environ, DBUS_SESSION_BUS_ADDRESS=world.address)
-    # Both requests lift at the same second (the tests' 1-s grid), so one window takes both;
-    # time enough before it for both first runs.
+    # Both requests lift at the same second, so one window takes both; time enough before it
+    # for both first runs.
     due = int(time.time()) + 15.5
     for app_id in apps:
         first = th.ch.Proc([*command(app_id, "--submit", "--due-in", due - time.time())], env,
@@ -264,6 +263,16 @@ def test_a_launch_waiting_its_turn_is_held_when_background_work_is_switched_off(
         return [e for e in read_log(logs[app_id]) if e["type"] == "Launched"]
     first_app = th.wait_until(lambda: next((a for a in apps if launched(a)), None), due - time.time() + 15,
                               "the window starts one of the apps")
+    return agent, apps, logs, launched, first_app
+
+
+def test_a_launch_waiting_its_turn_is_held_when_background_work_is_switched_off(activation_world):
+    """With one start at a time, two apps not running are due in the same window, and each takes
+    3 s to start. The user switches background work off while the second waits for the first:
+    the first start goes on, the second is held (logged), its request stays pending, and nothing
+    starts it. Switched back on, it runs in the next window."""
+    world = activation_world
+    agent, apps, logs, launched, first_app = two_slow_apps_due_in_one_window(world)
     agent.set_global_enabled(False)
     held_app = next(a for a in apps if a != first_app)
     th.wait_until(lambda: [line for line in agent.stderr().splitlines()
@@ -287,32 +296,7 @@ def test_a_launch_waiting_its_turn_is_held_when_the_battery_falls_critical(tmp_p
     so the second launch is held, its request pending. (Only the switches and sleep were
     checked again.)"""
     with th.open_world(tmp_path, power="battery", activation=True) as world:
-        apps = ["org.example.SlowMail", "org.example.SlowNotes"]
-        logs = {app_id: world.tmp / f"{app_id}.log" for app_id in apps}
-
-        def command(app_id, *extra):
-            return [str(part) for part in [
-                PYTHON, th.__file__, "activated", "--app-id", app_id, "--bus-name", app_id,
-                "--identifier", f"{app_id}.refresh", "--log", logs[app_id], "--proc-root", world.proc_root, *extra]]
-
-        for app_id in apps:
-            (world.service_dir / f"{app_id}.service").write_text(
-                f"[D-BUS Service]\nName={app_id}\nExec={' '.join(command(app_id, '--start-delay', 3))}\n")
-        agent = world.start_agent(config="[slices]\nrefresh = 10s\nexpiration_warning = 2s\nconcurrent_starts = 1\n")
-        env = dict(os.environ, DBUS_SESSION_BUS_ADDRESS=world.address)
-        due = int(time.time()) + 15.5
-        for app_id in apps:
-            first = th.ch.Proc([*command(app_id, "--submit", "--due-in", due - time.time())], env,
-                               name=f"first run of {app_id}")
-            world.stack.push(first)
-            assert first.popen.wait(timeout=20) == 0, f"{read_log(logs[app_id])}\n{first.stderr()}"
-            th.wait_until(lambda: (agent.app_record(app_id) or {}).get("connected") is False, 5, f"{app_id} is gone")
-        assert time.time() < due - 1, "the first runs took too long for the test's window"
-
-        def launched(app_id):
-            return [e for e in read_log(logs[app_id]) if e["type"] == "Launched"]
-        first_app = th.wait_until(lambda: next((a for a in apps if launched(a)), None), due - time.time() + 15,
-                                  "the window starts one of the apps")
+        agent, apps, logs, launched, first_app = two_slow_apps_due_in_one_window(world)
         world.testbed.set_attribute(world.bat, "energy_now", "1800000")  # 3 % of 60 Wh
         world.testbed.uevent(world.bat, "change")
         held_app = next(a for a in apps if a != first_app)
