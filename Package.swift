@@ -157,7 +157,9 @@ let package = Package(
         ),
 
         .testTarget(name: "BGPolicyCoreTests", dependencies: ["BGPolicyCore"], swiftSettings: strictSettings),
-        .testTarget(name: "BGPolicyDBusTests", dependencies: ["BGPolicyDBus"], swiftSettings: strictSettings),
+        // A private dbus-daemon for the tests that need a real bus.
+        .target(name: "BGPolicyTestSupport", path: "Tests/Support", swiftSettings: strictSettings),
+        .testTarget(name: "BGPolicyDBusTests", dependencies: ["BGPolicyDBus", "BGPolicyTestSupport"], swiftSettings: strictSettings),
         .testTarget(
             name: "BGPolicySystemTests",
             dependencies: ["BGPolicySystem", "BGPolicyCore", "BGPolicyDBus", .product(name: "Logging", package: "swift-log")],
@@ -170,7 +172,7 @@ let package = Package(
         ),
         .testTarget(
             name: "BackgroundTasksTests",
-            dependencies: ["BackgroundTasks", "BGPolicyCore", "BGPolicyDBus"],
+            dependencies: ["BackgroundTasks", "BGPolicyCore", "BGPolicyDBus", "BGPolicyTestSupport"],
             swiftSettings: strictSettings
         ),
         .testTarget(

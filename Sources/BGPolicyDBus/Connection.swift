@@ -282,11 +282,24 @@ public final class DBusConnection: Sendable {
         let rule = MatchRule.nameOwnerChanged(for: name)
         do {
             _ = try await callBus("AddMatch", [.string(rule.text)])
+            // Kept only if no NameOwnerChanged came meanwhile: one read after this reply
+            // is newer than it (see `SubscriptionRegistry.setOwner`).
             subscriptions.setOwner(try await nameOwner(of: name), of: name)
         } catch {
             untrackOwner(of: name)
             throw error
         }
+    }
+
+    /// Follows who owns the well-known `name`, as this connection reads it: see
+    /// `NameOwnerFollower`. Following ends when the follower is stopped or released.
+    public func followOwner(of name: String) async throws -> NameOwnerFollower {
+        try DBusNames.checkBusName(name)
+        guard !name.hasPrefix(":") else {
+            throw DBusError.usage("\(name) is a unique name, which never changes hands: there is no owner to follow")
+        }
+        try await trackOwner(of: name)
+        return NameOwnerFollower(name: name, registry: subscriptions) { [weak self] in self?.untrackOwner(of: name) }
     }
 
     private func untrackOwner(of name: String) {
@@ -362,6 +375,47 @@ final class DisconnectSignal: Sendable {
     }
 }
 
+/// Who owns a well-known name, as this connection has read it (`DBusConnection.followOwner`).
+///
+/// `owner` is kept on the connection's thread from the bus's `NameOwnerChanged`, in order
+/// with the messages around it. The bus sends a new owner's change before anything that owner
+/// sends after taking the name, so a method handler that runs on the connection's thread
+/// (`ExportedInterface.method(_:immediate:)`) and compares the caller with `owner` sees the
+/// caller's change already. `watchNameOwner`'s stream is read by a task some time later and
+/// cannot promise that.
+public final class NameOwnerFollower: Sendable {
+    public let name: String
+    private let registry: SubscriptionRegistry
+    private let release: Mutex<(@Sendable () -> Void)?>
+
+    init(name: String, registry: SubscriptionRegistry, release: @escaping @Sendable () -> Void) {
+        self.name = name
+        self.registry = registry
+        self.release = Mutex(release)
+    }
+
+    deinit {
+        stop()
+    }
+
+    /// The unique name of the owner; nil when the name has none, or once following stopped.
+    public var owner: String? {
+        guard isFollowing else { return nil }
+        return registry.owner(of: name)
+    }
+
+    private var isFollowing: Bool { release.withLock { $0 != nil } }
+
+    /// Stops following (the match rule is removed when nothing else needs it). Idempotent.
+    public func stop() {
+        let release = release.withLock { r in
+            defer { r = nil }
+            return r
+        }
+        release?()
+    }
+}
+
 /// Signal subscribers and the owners of the well-known names they follow.
 final class SubscriptionRegistry: Sendable {
     private struct Entry {
@@ -375,6 +429,8 @@ final class SubscriptionRegistry: Sendable {
         var entries: [UInt64: Entry] = [:]
         var owners: [String: String] = [:]
         var tracked: [String: Int] = [:]
+        /// Tracked names a `NameOwnerChanged` has been read for since their tracking began.
+        var heard: Set<String> = []
     }
 
     private let state = Mutex(State())
@@ -392,7 +448,9 @@ final class SubscriptionRegistry: Sendable {
     func retainOwnerTracking(_ name: String) -> Bool {
         state.withLock { s in
             s.tracked[name, default: 0] += 1
-            return s.tracked[name] == 1
+            guard s.tracked[name] == 1 else { return false }
+            s.heard.remove(name)
+            return true
         }
     }
 
@@ -403,6 +461,7 @@ final class SubscriptionRegistry: Sendable {
             if count <= 1 {
                 s.tracked[name] = nil
                 s.owners[name] = nil
+                s.heard.remove(name)
                 return true
             }
             s.tracked[name] = count - 1
@@ -410,11 +469,20 @@ final class SubscriptionRegistry: Sendable {
         }
     }
 
+    /// The owner `GetNameOwner` gave when tracking began. Ignored once a `NameOwnerChanged`
+    /// for the name has been read: the signals come in order with the reply, so the last one
+    /// read by now is at least as new as it. (The reply's task can run after the loop thread has
+    /// read a later change, which it would otherwise undo.)
     func setOwner(_ owner: String?, of name: String) {
         state.withLock { s in
-            guard s.tracked[name] != nil else { return }
+            guard s.tracked[name] != nil, !s.heard.contains(name) else { return }
             s.owners[name] = owner
         }
+    }
+
+    /// The owner of a tracked name as read so far; nil when it has none or is not tracked.
+    func owner(of name: String) -> String? {
+        state.withLock { $0.owners[name] }
     }
 
     /// Called on the loop thread for every incoming signal. Its body is read only when a
@@ -459,7 +527,9 @@ final class SubscriptionRegistry: Sendable {
             case .string(let newOwner) = message.body[2]
         {
             state.withLock { s in
-                if s.tracked[name] != nil { s.owners[name] = newOwner.isEmpty ? nil : newOwner }
+                guard s.tracked[name] != nil else { return }
+                s.owners[name] = newOwner.isEmpty ? nil : newOwner
+                s.heard.insert(name)
             }
         }
         var worthLogging: [(MatchRule, Int)] = []

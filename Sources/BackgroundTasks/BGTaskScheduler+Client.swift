@@ -32,8 +32,14 @@ extension BGTaskScheduler {
     }
 
     /// Anyone on the session bus can call the app; only the agent may start or stop its work.
+    ///
+    /// The owner is the link's, as its connection's thread has read it: the bus sends the
+    /// agent's `NameOwnerChanged` ahead of anything the agent sends after taking its name, so an
+    /// agent that calls the moment it starts (as D-Bus activation by this app's own `Register`
+    /// may) is known already. The owner stream is read by a task a moment later, too late for
+    /// such a call. (Without a link, in tests, `agentOwner` stands in.)
     private func checkCaller(_ call: MethodCall) throws {
-        let owner = state.withLock { $0.agentOwner }
+        let owner = state.withLock { s in s.link.map { $0.agent.owner } ?? s.agentOwner }
         guard let owner, call.sender == owner else {
             throw ClientCallError(
                 .accessDenied, "only bgpolicyd, the owner of \(BGPolicyNames.busName), may call \(BGPolicyNames.clientInterface)")

@@ -113,7 +113,8 @@ public final class BGTaskScheduler: Sendable {
         /// Set by the first call that needed the agent: from then on, an agent that restarts is
         /// sent `Register` without waiting for the app's next call, so it can launch the app.
         var wantsAgent = false
-        /// The unique name of the agent, the only caller `Client1` answers.
+        /// The unique name of the agent, as the owner stream last said: for registration.
+        /// `Client1` checks its caller against the link's `agent`, which is never behind a call.
         var agentOwner: String?
         var running: [String: BGTask] = [:]
         var backgroundTasks: [String: BackgroundTaskEntry] = [:]
@@ -443,9 +444,12 @@ public final class BGTaskScheduler: Sendable {
             let connection = try await DBusConnection.connect(to: bus)
             do {
                 try connection.objects.export([clientInterface()], at: Self.clientPath)
+                // Who may call Client1, read on the connection's thread; the stream below
+                // drives registration, on a task of its own.
+                let follower = try await connection.followOwner(of: BGPolicyNames.busName)
                 let owners = try await connection.watchNameOwner(BGPolicyNames.busName)
                 let owner = try await connection.nameOwner(of: BGPolicyNames.busName)
-                let link = AgentLink(connection: connection)
+                let link = AgentLink(connection: connection, agent: follower)
                 let kept: Bool = state.withLock { s in
                     // `disconnect()` was called meanwhile: this connection is not kept.
                     guard s.disconnects == epoch else { return false }
@@ -579,6 +583,9 @@ public final class BGTaskScheduler: Sendable {
 /// One connection to the bus and what runs on it.
 final class AgentLink: Sendable {
     let connection: DBusConnection
+    /// The agent's unique name as the connection's thread has read it: the only caller
+    /// `Client1` answers.
+    let agent: NameOwnerFollower
     private struct State {
         var tasks: [Task<Void, Never>] = []
         var nameRequested = false
@@ -586,8 +593,9 @@ final class AgentLink: Sendable {
     }
     private let state = Mutex(State())
 
-    init(connection: DBusConnection) {
+    init(connection: DBusConnection, agent: NameOwnerFollower) {
         self.connection = connection
+        self.agent = agent
     }
 
     func start(_ tasks: Task<Void, Never>...) {
@@ -619,6 +627,7 @@ final class AgentLink: Sendable {
             return s.tasks
         }
         for task in tasks { task.cancel() }
+        agent.stop()
         connection.close()
     }
 }

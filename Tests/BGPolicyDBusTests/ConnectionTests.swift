@@ -1,4 +1,5 @@
 import Foundation
+import BGPolicyTestSupport
 import Testing
 @testable import BGPolicyDBus
 

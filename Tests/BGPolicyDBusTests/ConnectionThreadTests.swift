@@ -1,5 +1,6 @@
 import Glibc
 import Logging
+import BGPolicyTestSupport
 import Testing
 
 @testable import BGPolicyDBus

@@ -1,5 +1,6 @@
 import Foundation
 import Glibc
+import BGPolicyTestSupport
 import Testing
 
 @testable import BGPolicyDBus

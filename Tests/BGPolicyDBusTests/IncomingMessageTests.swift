@@ -1,3 +1,4 @@
+import BGPolicyTestSupport
 import Testing
 
 @testable import BGPolicyDBus

@@ -1,6 +1,7 @@
 import Foundation
 import FoundationXML
 import Synchronization
+import BGPolicyTestSupport
 import Testing
 
 @testable import BGPolicyDBus

@@ -1,4 +1,5 @@
 import Glibc
+import BGPolicyTestSupport
 import Testing
 
 @testable import BGPolicyDBus

@@ -1,5 +1,6 @@
 import Foundation
 import Synchronization
+import BGPolicyTestSupport
 import Testing
 
 @testable import BGPolicyDBus

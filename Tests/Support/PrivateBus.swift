@@ -1,16 +1,17 @@
 import Foundation
 import Synchronization
 
-/// A private dbus-daemon for one test: never the machine's own bus.
-final class PrivateBus: @unchecked Sendable {
-    let address: String
+/// A private dbus-daemon for one test: never the machine's own bus. Shared by the test targets
+/// that need a real bus (the D-Bus layer's and the client library's).
+public final class PrivateBus: @unchecked Sendable {
+    public let address: String
     private let process: Process
     /// Set once the daemon has been killed and reaped, so its pid (which the kernel may give to
     /// another process) is never signalled again.
     private let killed = Mutex(false)
 
     /// The stock session configuration, or `configFile`.
-    init(configFile: String? = nil) throws {
+    public init(configFile: String? = nil) throws {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: "/usr/bin/dbus-daemon")
         process.arguments = [configFile.map { "--config-file=\($0)" } ?? "--session", "--nofork", "--nopidfile", "--print-address=1"]
@@ -37,7 +38,7 @@ final class PrivateBus: @unchecked Sendable {
     }
 
     /// Kills the daemon at once, as if it crashed, and waits for it to exit.
-    func crash() {
+    public func crash() {
         let alreadyKilled = killed.withLock { k in
             defer { k = true }
             return k
