@@ -19,8 +19,9 @@ extension TaskEngine {
         let logged = try store.usageEvents(since: since, limit: Self.warmEventsLimit).filter { $0.time <= now }
         if var planner = refreshPlanner {
             planner.registeredAppCount = apps.count
-            // In the log's order; registrations count as opens but are not in the log: each
-            // app's last use comes from its record when that is newer than its last logged open.
+            // In the log's order. Registrations that counted as opens are in the log; a database
+            // written before they were has only each app's last one, in its record: it counts
+            // when it is newer than the app's last logged open.
             var events = logged.enumerated().map { (time: $1.time, order: $0, appID: $1.appID, opened: $1.state == .foreground) }
             var lastLogged: [AppID: UnixTime] = [:]
             for event in events where event.opened {
@@ -144,13 +145,20 @@ extension TaskEngine {
     }
 
     /// A registration that means the user opened the app (`RegistrationMeaning.opened`). The
-    /// predictor counts it as an open unless one was just recorded (the app's unit appeared, or
-    /// it reported itself in the foreground). The usage log does not get the open (it gets the
-    /// close, when the app's last connection goes: `lastConnectionClosed`); the app's record
-    /// keeps the registration (`last_used_at`), which the predictor reads back at start.
+    /// predictor counts it as an open, and the usage log gets it (as it gets the close, when the
+    /// app's last connection goes: `lastConnectionClosed`), unless one was just recorded (the
+    /// app's unit appeared, or it reported itself in the foreground) or a unit of the app runs:
+    /// the unit's appearance was the open, and this is a process of the same use.
+    ///
+    /// For an app the user manager does not see (a session without app scopes, an app id of its
+    /// own word), registrations are its only opens: kept in the record alone (`last_used_at`),
+    /// as they were, a restart learned one open per app and every logged close, and forgot its
+    /// habits. The record's `last_used_at` still stands in for a database written before.
     func noteRegistrationAsOpen(_ appID: AppID, at time: UnixTime) {
         selfReportedInUse.insert(appID)
+        guard !appsWithUnits.contains(appID) else { return }
         if let last = refreshPlanner?.predictor.lastOpen(of: appID.rawValue), time - last < 60 { return }
+        appendUsageOrWarn(appID, .foreground, at: time, metadata: ["app.id": "\(appID)", "source": "registration"])
         noteOpen(appID, at: time)
     }
 

@@ -77,7 +77,7 @@ extension TaskEngine {
     /// The last bus connection of `appID` closed. An app in use by its own word alone (it
     /// registered, or reported itself in the foreground, and no app unit of it runs) has exited:
     /// the user left it, as when an app unit goes. The usage log gets the close (the open came
-    /// from the registration, which the app's record keeps, or from `ReportUsage`), so that a
+    /// from the registration or from `ReportUsage`, and is logged too), so that a
     /// restart does not take the app for one still open; and the window after use may refresh
     /// it. An app with a running unit is left when its unit goes; an app the agent launched and
     /// the user never opened was not in use.

@@ -9,6 +9,7 @@ Apps are made "unused for 30 days" by registering them, stopping the agent and m
 times back in its database (the agent is the only writer, so only while it is stopped)."""
 
 import os
+import re
 import sqlite3
 import time
 
@@ -90,6 +91,8 @@ def registered_long_ago(world, app_ids, pending_for=()):
     long_ago = time.time() - DAYS_30
     with sqlite3.connect(database(world)) as db:
         db.execute("UPDATE apps SET registered_at = ?, last_used_at = ?", (long_ago, long_ago))
+        # The registrations' opens (and closes) in the usage log went with them.
+        db.execute("UPDATE usage SET time = ?", (long_ago,))
     agent.restart()
     for app_id in app_ids:
         assert last_used(agent, app_id) <= long_ago + 1, agent.app_record(app_id)
@@ -141,6 +144,8 @@ def test_app_unit_opens_refresh_last_used_and_lift_the_inactivity_rule(world):
 
     agent.stop()
     assert usage_rows(world) == [
+        # The set-up's registrations, 30 days ago.
+        (MAPS, "foreground"), (KONSOLE, "foreground"), (DOLPHIN, "foreground"), (BYSTANDER, "foreground"),
         (KONSOLE, "foreground"), (MAPS, "foreground"), (DOLPHIN, "foreground"),
         (MAPS, "background"), ("org.gnome.Weather", "foreground"), (KONSOLE, "background"),
     ]
@@ -202,10 +207,38 @@ def test_an_app_known_by_its_own_word_is_left_when_its_last_connection_closes(wo
     emit(manager, "UnitRemoved", UNITS[KONSOLE])
     th.wait_until(lambda: "in_use" not in agent.status(), th.TIMEOUT, "Konsole to be left as its unit goes")
     agent.stop()
-    assert usage_rows(world) == [(notes, "background"), (KONSOLE, "background")]
+    # Notes' registration is its open; Konsole's, while its unit runs, is part of that use.
+    assert usage_rows(world) == [(notes, "foreground"), (notes, "background"), (KONSOLE, "background")]
     agent.restart()
     wait_subscribed(agent, manager)
     assert "Usage learned from the log" in agent.stderr(), agent.stderr_tail()
+    assert "in_use" not in agent.status(), agent.status()
+
+
+def test_opens_known_only_from_registrations_are_learned_again_after_a_restart(world):
+    """An app the user manager does not see (no app unit: a session without app scopes, or an
+    unverified app id) is opened only by its registrations. Each is in the usage log, as its
+    close is, so a restart learns every one: it used to learn the closes and only the last open
+    (from the app's record), and forget the app's habits. The first use is moved an hour back
+    while the agent is stopped, so that the second is no repeat of it (opens within a minute
+    count once)."""
+    notes = "org.example.Notes"
+    agent = world.start_agent(planner=True)
+    world.registered_app(notes, [f"{notes}.refresh"]).quit()
+    th.wait_until(lambda: "in_use" not in agent.status(), th.TIMEOUT, "Notes to be left as it exits")
+    agent.stop()
+    with sqlite3.connect(database(world)) as db:
+        db.execute("UPDATE usage SET time = time - 3600")
+        db.execute("UPDATE apps SET last_used_at = last_used_at - 3600")
+    agent.restart()
+    world.registered_app(notes, [f"{notes}.refresh"]).quit()
+    th.wait_until(lambda: "in_use" not in agent.status(), th.TIMEOUT, "Notes to be left as it exits again")
+    agent.stop()
+    assert usage_rows(world) == [(notes, "foreground"), (notes, "background")] * 2
+    agent.restart()
+    learned = re.findall(r"events=(\d+).*Usage learned from the log|Usage learned from the log.*events=(\d+)",
+                         agent.stderr())
+    assert learned and int(learned[-1][0] or learned[-1][1]) == 4, agent.stderr_tail()
     assert "in_use" not in agent.status(), agent.status()
 
 
@@ -347,9 +380,9 @@ def test_the_session_starting_an_app_is_no_open(world):
     emit(manager, "UnitRemoved", UNITS[KONSOLE])
     th.wait_until(lambda: "in_use" not in agent.status(), th.TIMEOUT, "Konsole to be left as its unit goes")
     agent.stop()
-    # The first two rows are the set-up's: Maps and Konsole registered, then exited.
-    assert usage_rows(world) == [(MAPS, "background"), (KONSOLE, "background"),
-                                 (KONSOLE, "foreground"), (KONSOLE, "background")]
+    # The first four rows are the set-up's: Maps and Konsole registered, then exited.
+    assert usage_rows(world) == [(MAPS, "foreground"), (MAPS, "background"), (KONSOLE, "foreground"),
+                                 (KONSOLE, "background"), (KONSOLE, "foreground"), (KONSOLE, "background")]
 
 
 def test_a_scope_the_session_started_is_still_the_sessions_after_a_restart(world):
@@ -432,8 +465,10 @@ def test_an_app_running_before_the_agent_restarted_is_not_opened_again(world):
     newcomer.quit()
     th.wait_until(lambda: "in_use" not in agent.status(), th.TIMEOUT, "News to be left as it exits")
     agent.stop()
-    # Maps' ReportUsage before the restart, then the two exits; Maps' is none (it was not in use).
-    assert usage_rows(world) == [(MAPS, "background"), (notes, "background"), (news, "background")]
+    # The two registrations and Maps' ReportUsage before the restart; News' registration after
+    # it (the others' were no opens); the two exits, Maps' none (it was not in use).
+    assert usage_rows(world) == [(notes, "foreground"), (MAPS, "foreground"), (MAPS, "background"),
+                                 (news, "foreground"), (notes, "background"), (news, "background")]
 
 
 def test_retention_counts_back_from_the_newest_event_when_the_clock_says_later(world):
