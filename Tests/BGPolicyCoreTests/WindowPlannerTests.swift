@@ -682,6 +682,27 @@ struct WindowPlannerTests {
         #expect(planner.contentReasons(app: app, context: context(now, planning: facts)).map(\.rule) == [.appDisabled])
     }
 
+    /// A wake held by a rule that lifts by time alone (here the wait after a failed delivery)
+    /// is looked at again in the window after it lifts. With no request of the app pending,
+    /// nothing else set a timer for it, and it waited for some unrelated event.
+    @Test func aContentWakeHeldByTheWaitAfterAFailedDeliveryIsLookedAtAgainWhenItEnds() {
+        let failed = Clock.at(10, 3)
+        let facts = PlanningFacts(contentAvailable: [AppID(rawValue: mail)!])
+        var app = appState(mail, lastUsed: failed - 600)
+        app.lastDeliveryFailureAt = failed
+        app.failedDeliveries = 1
+        let apps = [app.record.appID: app]
+        let lift = failed + RunWhenEligiblePolicy.deliveryRetryDelay(afterFailures: 1)
+        let held = planner.decide(pending: [], apps: apps, context: context(Clock.at(10, 4), planning: facts))
+        #expect(held.launches.isEmpty)
+        #expect(planner.contentReasons(app: app, context: context(Clock.at(10, 4), planning: facts)).map(\.rule) == [.unreachable])
+        #expect(held.nextEvaluation == WindowPlanner.gridPoint(atOrAfter: lift, grid: 900))
+        #expect(held.nextEvaluation == Clock.at(10, 15))
+        let then = planner.decide(pending: [], apps: apps, context: context(Clock.at(10, 15), planning: facts))
+        #expect(then.launches.map(\.appID) == [app.record.appID])
+        #expect(then.launches.first?.contentAvailable == true)
+    }
+
     // MARK: Gates and Explain
 
     struct GateCase: Sendable, CustomTestStringConvertible {

@@ -201,8 +201,17 @@ public struct WindowPlanner: SchedulingPolicy {
                 let appID = work[index].app.record.appID
                 candidates.append(RefreshPlanner.Candidate(appID: appID.rawValue, weight: weight(of: appID)))
             }
-            let wakes = !content.isEmpty && content.contains(work[index].app.record.appID)
-                && contentReasons(app: work[index].app, context: context, words: false).isEmpty
+            var wakes = false
+            if !content.isEmpty && content.contains(work[index].app.record.appID) {
+                let held = contentReasons(app: work[index].app, context: context, words: false)
+                wakes = held.isEmpty
+                // A wake held by rules that all lift by time (the wait after a failed delivery,
+                // an overrun's penalty) is looked at again in the window after they lift: with
+                // no request of the app pending, nothing else sets a timer for it.
+                if !wakes, let lift = RunWhenEligiblePolicy.timeAllLift(held) {
+                    wake(at: Self.gridPoint(atOrAfter: lift, grid: grid))
+                }
+            }
             // The app just left has its say in any window.
             let left = refresh != nil && afterUse?.appID == work[index].app.record.appID
             if left { leftCandidate = refresh }
@@ -432,6 +441,6 @@ public struct WindowPlanner: SchedulingPolicy {
     /// The rules that hold back an app's content-available wake: those of a plain request with
     /// no conditions of its own (the switches, battery, power saver, use, conduct, reachability).
     public func contentReasons(app: AppSchedulingState, context: SchedulingContext, words: Bool = true) -> [BlockingReason] {
-        rules.appReasonsBefore(app, context, words: words) + rules.appReasonsAfter(app, nil, context, words: words)
+        rules.contentReasons(app: app, context: context, words: words)
     }
 }
