@@ -336,12 +336,16 @@ extension TaskEngine {
             // idle). The rules are asked again; a simulated launch ignores them, as it does
             // every rule but reachability.
             if !simulated {
-                let (still, changed) = stillRunnable(launch.requests, of: appID)
-                if still.count < launch.requests.count {
+                let (still, wakeStill, changed) = stillRunnable(launch.requests, of: appID, contentAvailable: launch.contentAvailable)
+                let heldWake = launch.contentAvailable && !wakeStill
+                if still.count < launch.requests.count || heldWake {
                     logger.info(
                         "Launch held: \(changed.map(\.rawValue).sorted().joined(separator: ", ")) changed while the app waited for its turn to start",
-                        metadata: ["app.id": "\(appID)", "held": "\(launch.requests.count - still.count)"])
+                        metadata: ["app.id": "\(appID)", "held": "\(launch.requests.count - still.count)",
+                                   "content_available": "\(heldWake ? "held" : launch.contentAvailable ? "goes" : "none")"])
                 }
+                // A held wake stays queued (it is taken only below), for the next window.
+                if heldWake { launch.contentAvailable = false }
                 if still.isEmpty && !launch.contentAvailable { return }
                 launch.requests = still
             }
@@ -531,10 +535,13 @@ extension TaskEngine {
     /// app's delivery under way (this one).
     static let decidedLaunchRules: Set<BlockingRule> = [.nextWindow, .predictedUse, .refreshInterval, .appBusy]
 
-    /// Of `requests`, decided for a launch, those the rules still let run now, and the rules
+    /// Of `requests`, decided for a launch, those the rules still let run now; whether the
+    /// app's content-available wake, if the launch carries one, may still go; and the rules
     /// that hold the others.
-    func stillRunnable(_ requests: ArraySlice<TaskRequest>, of appID: AppID) -> (ArraySlice<TaskRequest>, Set<BlockingRule>) {
-        guard var state = schedulingState(of: appID) else { return ([], []) }
+    func stillRunnable(
+        _ requests: ArraySlice<TaskRequest>, of appID: AppID, contentAvailable: Bool = false
+    ) -> (ArraySlice<TaskRequest>, contentAvailable: Bool, Set<BlockingRule>) {
+        guard var state = schedulingState(of: appID) else { return ([], false, []) }
         state.busy = false
         let facts = context(now: Self.wallNow(), concerning: [appID])
         var changed: Set<BlockingRule> = []
@@ -544,7 +551,14 @@ extension TaskEngine {
             changed.formUnion(rules)
             return rules.isEmpty
         }
-        return (ArraySlice(still), changed)
+        var wakeStill = false
+        if contentAvailable {
+            let rules = Set(policy.contentReasons(app: state, context: facts, words: false).map(\.rule))
+                .subtracting(Self.decidedLaunchRules)
+            changed.formUnion(rules)
+            wakeStill = rules.isEmpty
+        }
+        return (ArraySlice(still), wakeStill, changed)
     }
 
     /// Gives the slice its CPU monitor, from the process's CPU time now.

@@ -139,6 +139,12 @@ public struct RunWhenEligiblePolicy: SchedulingPolicy {
         return .available
     }
 
+    /// Those of a plain request with no conditions of its own (the switches, battery, power
+    /// saver, use, conduct, reachability).
+    public func contentReasons(app: AppSchedulingState, context: SchedulingContext, words: Bool = true) -> [BlockingReason] {
+        appReasonsBefore(app, context, words: words) + appReasonsAfter(app, nil, context, words: words)
+    }
+
     public func backgroundTaskRefusal(context: SchedulingContext) -> BlockingReason? {
         // User-started work ignores the switches, power saver and low battery, as on iOS: only
         // sleep and a nearly empty battery stop it.

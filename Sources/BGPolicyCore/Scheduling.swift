@@ -331,6 +331,9 @@ public protocol SchedulingPolicy: Sendable {
 
     /// Why user-started work (`BeginBackgroundTask`) may not start now, or `nil` when it may.
     func backgroundTaskRefusal(context: SchedulingContext) -> BlockingReason?
+
+    /// The rules that hold back an app's content-available wake now.
+    func contentReasons(app: AppSchedulingState, context: SchedulingContext, words: Bool) -> [BlockingReason]
 }
 
 extension SchedulingPolicy {

@@ -1075,7 +1075,7 @@ def main_activated(args):
     """An app that the bus starts: it writes its own place in the fake proc tree, registers with
     app_id and bus_name, exports Client1, then takes the name; it completes what it is given."""
     address = args.address or os.environ.get("DBUS_STARTER_ADDRESS") or os.environ["DBUS_SESSION_BUS_ADDRESS"]
-    if args.start_delay and not args.submit:
+    if args.start_delay and not (args.submit or args.register_only):
         # A slow start: the process is up, but takes its name only after a while.
         AppProgram.record_to(args.log, "Launched", pid=os.getpid())
         time.sleep(args.start_delay)
@@ -1104,6 +1104,8 @@ def main_activated(args):
     reply = call(conn, "org.freedesktop.DBus", "RequestName", "su", (args.bus_name, 4), "(u)",
                  dest="org.freedesktop.DBus", path="/org/freedesktop/DBus")[0]
     program.record("NameRequested", reply=reply)
+    if args.register_only:
+        return 0  # registered: the app is closed now
     if args.submit:
         try:
             call(conn, SCHEDULER, "Submit", "ssa{sv}",
@@ -1197,6 +1199,7 @@ def main(argv=None):
     p.add_argument("--log", required=True)
     p.add_argument("--proc-root")
     p.add_argument("--submit", action="store_true", help="submit a refresh (due in --due-in seconds), then exit")
+    p.add_argument("--register-only", action="store_true", help="register, take the bus name, then exit")
     p.add_argument("--due-in", type=float, default=3600, help="the submitted refresh's earliest_begin, from now")
     p.add_argument("--work-seconds", type=float, default=0.2)
     p.add_argument("--start-delay", type=float, default=0, help="seconds to wait before connecting, when started")

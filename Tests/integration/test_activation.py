@@ -309,6 +309,55 @@ def test_a_launch_waiting_its_turn_is_held_when_the_battery_falls_critical(tmp_p
         assert "critical-battery" in agent.explain(held_app, f"{held_app}.refresh")["blocking"]
 
 
+def test_a_content_wake_waiting_its_turn_is_held_when_background_work_is_switched_off(activation_world):
+    """With one start at a time, SlowMail's refresh starts it (3 s to start). Meanwhile a
+    content-available wake for SlowNotes, which is not running either, is notified: the next
+    window's launch for it waits for SlowMail's turn. The user switches background work off
+    during the wait: the wake is held (logged) and stays queued, and nothing starts SlowNotes.
+    (Only requests were asked about again: the wake went out.) Switched back on, it is
+    delivered."""
+    world = activation_world
+    mail, notes = "org.example.SlowMail", "org.example.SlowNotes"
+    logs = {app_id: world.tmp / f"{app_id}.log" for app_id in (mail, notes)}
+
+    def command(app_id, *extra):
+        return [str(part) for part in [
+            PYTHON, th.__file__, "activated", "--app-id", app_id, "--bus-name", app_id,
+            "--identifier", f"{app_id}.refresh", "--log", logs[app_id], "--proc-root", world.proc_root, *extra]]
+
+    for app_id in (mail, notes):
+        (world.service_dir / f"{app_id}.service").write_text(
+            f"[D-BUS Service]\nName={app_id}\nExec={' '.join(command(app_id, '--start-delay', 3))}\n")
+    agent = world.start_agent(config="[slices]\nrefresh = 10s\nexpiration_warning = 2s\nconcurrent_starts = 1\n")
+    env = dict(os.environ, DBUS_SESSION_BUS_ADDRESS=world.address)
+    for app_id, extra in ((mail, ["--submit", "--due-in", 6]), (notes, ["--register-only"])):
+        first = th.ch.Proc([*command(app_id, *extra)], env, name=f"first run of {app_id}")
+        world.stack.push(first)
+        assert first.popen.wait(timeout=20) == 0, f"{read_log(logs[app_id])}\n{first.stderr()}"
+        th.wait_until(lambda: (agent.app_record(app_id) or {}).get("connected") is False, 5, f"{app_id} is gone")
+
+    def events(app_id, kind):
+        return [e for e in read_log(logs[app_id]) if e["type"] == kind]
+    launched = th.wait_until(lambda: events(mail, "Launched"), 20, "the window starts SlowMail")
+    th.call(world.session.conn, th.SCHEDULER, "NotifyContentAvailable", "sa{sv}", (notes, {}), None, 10.0)
+    # The next window (the tests' 1-s grid) decides the wake's launch, which waits for the turn
+    # SlowMail holds for 3 s.
+    time.sleep(1.3)
+    assert [e for e in events(mail, "Registered") if e["mono"] > launched[0]["mono"]] == [], \
+        "SlowMail started too soon for the test's timing"
+    agent.set_global_enabled(False)
+    th.wait_until(lambda: [line for line in agent.stderr().splitlines()
+                           if "Launch held" in line and f"app.id={notes}" in line and "content_available=held" in line],
+                  10, "SlowNotes' wake to be held after its wait")
+    th.wait_until(lambda: events(mail, "RunTask"), 10, "SlowMail's start goes on")
+    time.sleep(1.5)
+    assert events(notes, "Launched") == [], read_log(logs[notes])
+
+    agent.set_global_enabled(True)
+    run = th.wait_until(lambda: events(notes, "RunTask"), 20, "SlowNotes' wake delivered once switched back on")
+    assert run[0]["kind"] == "content-available", run
+
+
 def slow_notes_and_mail_each_with_a_refresh(world):
     """Notes and Mail, D-Bus activatable apps that take 3 s to start when the agent starts them,
     each run once to register and submit a refresh, then gone; an agent that starts one app at
