@@ -33,18 +33,13 @@ extension TaskEngine {
                 }
             }
             events.sort { ($0.time, $0.order) < ($1.time, $1.order) }
-            appsInUse = []
             planner.adaptsThresholds = false
-            for event in events {
-                if event.opened {
-                    planner.recordOpen(of: event.appID.rawValue, at: event.time)
-                    appsInUse.insert(event.appID)
-                } else {
-                    planner.recordClose(of: event.appID.rawValue, at: event.time)
-                    appsInUse.remove(event.appID)
-                }
-            }
+            let inUse = planner.learn(
+                events.map { RefreshPlanner.LoggedUse(time: $0.time, appID: $0.appID.rawValue, opened: $0.opened) },
+                localOffset: { Self.localUTCOffset(at: $0) })
+            appsInUse = Set(inUse.compactMap(AppID.init(rawValue:)))
             inUseByLogAtStart = appsInUse
+            planner.utcOffsetSeconds = Self.localUTCOffset(at: now)
             planner.advance(to: now)
             planner.adaptsThresholds = true
             refreshPlanner = planner

@@ -1,0 +1,47 @@
+/// The usage log learned again at start (the agent's `warmPlanner`).
+extension RefreshPlanner {
+    /// One row of the usage log as the planner learns it: an open, or the app left.
+    public struct LoggedUse: Sendable, Equatable {
+        public var time: Double
+        public var appID: String
+        public var opened: Bool
+
+        public init(time: Double, appID: String, opened: Bool) {
+            self.time = time
+            self.appID = appID
+            self.opened = opened
+        }
+    }
+
+    /// Learns `log`, in order, as the running agent learned it, and returns the apps it leaves
+    /// in use (opened and not left).
+    ///
+    /// - Only the close of an app in use is a leave, as for the running agent: the log also
+    ///   has the ends of launches the agent made and apps reporting themselves in the
+    ///   background when not in use, and each such close learned as a leave would start a
+    ///   trial of the user coming back that fails, lowering the app's chance after every restart.
+    /// - Each event's time of day is the one the clock showed then (`localOffset`): 8 weeks of
+    ///   log may span a change to or from daylight saving time, which the running agent
+    ///   follows too; learned with today's offset, the weeks before it would teach every habit
+    ///   an hour off. The offset is asked once per hour of the log (zones change it on the hour,
+    ///   or in a few on the half hour), not per event, and is left at the last event's.
+    public mutating func learn(_ log: [LoggedUse], localOffset: (Double) -> Double) -> Set<String> {
+        var inUse: Set<String> = []
+        var offsetHour = -Double.infinity
+        for event in log {
+            let hour = (event.time / 3600).rounded(.down)
+            if hour != offsetHour {
+                offsetHour = hour
+                let offset = localOffset(event.time)
+                if utcOffsetSeconds != offset { utcOffsetSeconds = offset }
+            }
+            if event.opened {
+                recordOpen(of: event.appID, at: event.time)
+                inUse.insert(event.appID)
+            } else if inUse.remove(event.appID) != nil {
+                recordClose(of: event.appID, at: event.time)
+            }
+        }
+        return inUse
+    }
+}
