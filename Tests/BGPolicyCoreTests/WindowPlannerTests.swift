@@ -428,6 +428,21 @@ struct WindowPlannerTests {
         #expect(decision.leftRefreshed == AppLeft(appID: mailID, at: at))
         #expect(decision.window(of: mailID) == WakeWindow(at: at, kind: .afterUse))
         #expect(decision.window(of: chatID) == WakeWindow(at: at, kind: .afterOpen))
+
+        // With one refresh left in the pool, Mail's takes it, and the window after the open has
+        // none to spend (as in replay, where each window's refreshes are recorded before the
+        // next chooses). Each chooser read the pool as if the others had taken nothing, and two
+        // refreshes went for one token; the pool's floor at 0 forgave the debt.
+        var poor = refresh
+        var snapshot = poor.snapshot()!
+        snapshot.tokens = 1
+        poor.restore(snapshot, at: at + 5)
+        #expect(poor.budgetLeft == 1)
+        var poorFacts = facts
+        poorFacts.refresh = poor
+        let one = planner.decide(pending: pending, apps: apps, context: context(at + 5, strategy: .predicted, planning: poorFacts))
+        #expect(one.launches.map(\.appID) == [mailID])
+        #expect(one.leftRefreshed == AppLeft(appID: mailID, at: at))
     }
 
     /// When the user leaves an app, a window opens for a minute for that app's refresh, if the

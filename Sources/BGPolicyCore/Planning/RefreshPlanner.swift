@@ -264,11 +264,11 @@ public struct RefreshPlanner: Sendable {
         chooseAfterOpenIndices(at: time, among: candidates).map { candidates[$0].appID }
     }
 
-    /// `chooseAfterOpen`, as indices into `candidates`, in the order chosen; `skip` and
-    /// `located` as for `chooseIndices`.
+    /// `chooseAfterOpen`, as indices into `candidates`, in the order chosen; `skip`, `located`
+    /// and `spent` as for `chooseIndices`.
     func chooseAfterOpenIndices(at time: Double, among candidates: [Candidate], skip: [Bool]? = nil,
-                                located: [Located?]? = nil) -> [Int] {
-        guard mayOpenWindow(opportunistic: true) else { return [] }
+                                located: [Located?]? = nil, spent: Int = 0) -> [Int] {
+        guard mayOpenWindow(opportunistic: true), tokensLeft(spent) > 0 else { return [] }
         let eligible = eligibleCandidates(at: time, among: candidates, skip: skip, located: located)
         guard !eligible.isEmpty else { return [] }
         let threshold = max(ReplayMath.exp(logAppThreshold), ReplayMath.exp(logThreshold))
@@ -276,7 +276,7 @@ public struct RefreshPlanner: Sendable {
             follow.probability(of: candidates[i].appID, at: time) * candidates[i].standing
         }
         // No share per window: the user is here now, and the thresholds keep the pool's reserve.
-        let chosen = Self.best(Int(tokens.rounded(.down)), of: eligible.count) { a, b in
+        let chosen = Self.best(tokensLeft(spent), of: eligible.count) { a, b in
             if scores[a] != scores[b] { return scores[a] > scores[b] }
             return candidates[eligible[a].candidate].appID < candidates[eligible[b].candidate].appID
         }
@@ -443,25 +443,35 @@ public struct RefreshPlanner: Sendable {
     /// `choose`, as indices into `candidates`, in the order chosen. Candidates whose `skip` entry
     /// is true are left out, as if absent. An `opportunistic` window may open in a slot that
     /// already had one. `located`, when given, is `locate(_:)` of the same candidates (worked
-    /// out once for a decision and its look-ahead).
+    /// out once for a decision and its look-ahead). `spent`: refreshes another window of the
+    /// same decision chose and that are not recorded yet (`recordWindow`), whose tokens are
+    /// not this window's to spend.
     func chooseIndices(at time: Double, among candidates: [Candidate], skip: [Bool]? = nil,
-                       located: [Located?]? = nil, opportunistic: Bool = false) -> [Int] {
-        rankedChoice(at: time, among: candidates, skip: skip, located: located, gate: .window(opportunistic: opportunistic))
+                       located: [Located?]? = nil, opportunistic: Bool = false, spent: Int = 0) -> [Int] {
+        rankedChoice(at: time, among: candidates, skip: skip, located: located, gate: .window(opportunistic: opportunistic),
+                     spent: spent)
     }
 
-    /// `chooseAlongside`, as indices into `candidates`; `skip` and `located` as for `chooseIndices`.
+    /// `chooseAlongside`, as indices into `candidates`; `skip`, `located` and `spent` as for
+    /// `chooseIndices`.
     func chooseAlongsideIndices(at time: Double, among candidates: [Candidate], skip: [Bool]? = nil,
-                                located: [Located?]? = nil) -> [Int] {
-        rankedChoice(at: time, among: candidates, skip: skip, located: located, gate: .alongside)
+                                located: [Located?]? = nil, spent: Int = 0) -> [Int] {
+        rankedChoice(at: time, among: candidates, skip: skip, located: located, gate: .alongside, spent: spent)
+    }
+
+    /// Whole refreshes left in the pool once `spent` are taken out.
+    private func tokensLeft(_ spent: Int) -> Int {
+        max(Int(tokens.rounded(.down)) - spent, 0)
     }
 
     /// The one chooser behind `chooseIndices` and `chooseAlongsideIndices`.
     private func rankedChoice(at time: Double, among candidates: [Candidate], skip: [Bool]?, located: [Located?]?,
-                              gate: WindowGate) -> [Int] {
+                              gate: WindowGate, spent: Int = 0) -> [Int] {
         switch gate {
         case .window(let opportunistic): guard mayOpenWindow(opportunistic: opportunistic) else { return [] }
-        case .alongside: guard tokens >= 1 else { return [] }
+        case .alongside: break
         }
+        guard tokensLeft(spent) > 0 else { return [] }
         // The cheap tests first: is anyone eligible, is the window worth it; then rank. Looking
         // ahead (`nextWindow`) tries many slots, and most fail the threshold.
         let eligible = eligibleCandidates(at: time, among: candidates, skip: skip, located: located)
@@ -492,7 +502,7 @@ public struct RefreshPlanner: Sendable {
         // Ranked by score, then app id: only as many as the window may take are picked out.
         let perWake = refreshesPerWindow
         let appThreshold = ReplayMath.exp(logAppThreshold)
-        var chosen = Self.best(min(perWake, Int(tokens.rounded(.down))), of: eligible.count) { a, b in
+        var chosen = Self.best(min(perWake, tokensLeft(spent)), of: eligible.count) { a, b in
             if scores[a] != scores[b] { return scores[a] > scores[b] }
             return candidates[eligible[a].candidate].appID < candidates[eligible[b].candidate].appID
         }

@@ -252,9 +252,12 @@ public struct WindowPlanner: SchedulingPolicy {
                     skip = [Bool](repeating: false, count: candidates.count)
                     skip?[index] = true
                 }
+                // Each window spends only what the ones before it in this decision left: they
+                // are recorded (`recordWindow`) only once launched, as replay records each
+                // window before the next chooses.
                 for index in planner.chooseIndices(
                     at: context.now, among: candidates, skip: skip, located: located,
-                    opportunistic: window.kind != .planned)
+                    opportunistic: window.kind != .planned, spent: count)
                 {
                     chosen[index] = true
                     count += 1
@@ -264,7 +267,9 @@ public struct WindowPlanner: SchedulingPolicy {
                 var skip = notRefreshOnly
                 if let index = leftCandidate { skip[index] = true }
                 if afterOpen != nil {
-                    for index in planner.chooseAfterOpenIndices(at: context.now, among: candidates, skip: skip, located: located) {
+                    for index in planner.chooseAfterOpenIndices(
+                        at: context.now, among: candidates, skip: skip, located: located, spent: count)
+                    {
                         chosen[index] = true
                         skip[index] = true
                         count += 1
@@ -274,7 +279,9 @@ public struct WindowPlanner: SchedulingPolicy {
                 // A window that opens, or opened in the last minute, takes what a grid window
                 // would take among the rest too: the machine is awake for it anyway.
                 if count > 0 || opened != nil {
-                    for index in planner.chooseAlongsideIndices(at: context.now, among: candidates, skip: skip, located: located) {
+                    for index in planner.chooseAlongsideIndices(
+                        at: context.now, among: candidates, skip: skip, located: located, spent: count)
+                    {
                         chosen[index] = true
                         count += 1
                         alongsideChose = true
