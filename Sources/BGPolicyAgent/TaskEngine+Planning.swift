@@ -250,6 +250,31 @@ extension TaskEngine {
     /// the plan is, and a slice of the app running now, which ends within minutes.
     static let rulesTheTimelinePlans: Set<BlockingRule> = [.nextWindow, .predictedUse, .refreshInterval, .appBusy]
 
+    /// The pending refreshes the planner may plan, in app-id order, and when those held by a
+    /// rule come free. Each as the rules stand now (besides `rulesTheTimelinePlans`): one held
+    /// by a rule that lifts at a known time (its earliest_begin, an overrun penalty, a retry
+    /// after a failed delivery) is planned from then on; one held by a rule that lifts only when
+    /// something changes (a switch, power saver, a low battery, an app that cannot be reached,
+    /// sleep) is not planned at all.
+    func plannedRefreshes(_ context: SchedulingContext) -> (candidates: [RefreshPlanner.Candidate], notBefore: [String: UnixTime]) {
+        let weights = context.planning.refreshWeights
+        var notBefore: [String: UnixTime] = [:]
+        var candidates: [RefreshPlanner.Candidate] = []
+        for appID in pending.keys.sorted() {
+            guard let refresh = pending[appID]?.values.first(where: { $0.kind == .refresh }),
+                let state = schedulingState(of: appID)
+            else { continue }
+            let held = policy.explain(refresh, app: state, context: context).blocking
+                .filter { !Self.rulesTheTimelinePlans.contains($0.rule) }
+            if !held.isEmpty {
+                guard let lifts = RunWhenEligiblePolicy.timeAllLift(held) else { continue }
+                notBefore[appID.rawValue] = lifts
+            }
+            candidates.append(RefreshPlanner.Candidate(appID: appID.rawValue, weight: weights[appID] ?? 1))
+        }
+        return (candidates, notBefore)
+    }
+
     /// `GetTimeline`: the next 24 hours as the planner sees them now (see `AgentInterfaces`).
     /// The refresh plan assumes each app resubmits after every refresh, as apps do, and that
     /// nothing else happens: no open, no change of conditions.
@@ -265,26 +290,7 @@ extension TaskEngine {
         var planned: [AppID: [UnixTime]] = [:]
         var windows = Set<UnixTime>()
         if let planner = refreshPlanner {
-            let weights = context.planning.refreshWeights
-            // Each pending refresh as the rules stand now (besides `rulesTheTimelinePlans`): one
-            // held by a rule that lifts at a known time (its earliest_begin, an overrun penalty,
-            // a retry after a failed delivery) is planned from then on; one held by a rule that
-            // lifts only when something changes (a switch, power saver, a low battery, an app
-            // that cannot be reached, sleep) is not planned at all.
-            var notBefore: [String: UnixTime] = [:]
-            var candidates: [RefreshPlanner.Candidate] = []
-            for appID in pending.keys.sorted() {
-                guard let refresh = pending[appID]?.values.first(where: { $0.kind == .refresh }),
-                    let state = schedulingState(of: appID)
-                else { continue }
-                let held = policy.explain(refresh, app: state, context: context).blocking
-                    .filter { !Self.rulesTheTimelinePlans.contains($0.rule) }
-                if !held.isEmpty {
-                    guard let lifts = RunWhenEligiblePolicy.timeAllLift(held) else { continue }
-                    notBefore[appID.rawValue] = lifts
-                }
-                candidates.append(RefreshPlanner.Candidate(appID: appID.rawValue, weight: weights[appID] ?? 1))
-            }
+            let (candidates, notBefore) = plannedRefreshes(context)
             var future = planner
             // Looking for the next window after `time`, among the candidates free at `freeAt`.
             var time = now

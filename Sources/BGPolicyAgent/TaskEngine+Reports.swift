@@ -102,7 +102,14 @@ extension TaskEngine {
                 "\(appID) has no pending request '\(SchedulerError.shown(identifier))': submit it first ('bgpolicy history \(appID)' shows what happened to earlier ones).")
             return d
         }
-        let explanation = policy.explain(request, app: state, context: context(now: Self.wallNow()))
+        var facts = context(now: Self.wallNow())
+        if request.kind == .refresh, facts.planning.refresh != nil {
+            // The window the refresh goes in depends on the others pending (see
+            // `PlanningFacts.refreshCandidates`): those free now, as `GetTimeline` plans them.
+            let (candidates, notBefore) = plannedRefreshes(facts)
+            facts.planning.refreshCandidates = candidates.filter { (notBefore[$0.appID] ?? -.infinity) <= facts.now }
+        }
+        let explanation = policy.explain(request, app: state, context: facts)
         d["state"] = Variant("pending")
         d["kind"] = Variant(request.kind.rawValue)
         d["runnable"] = Variant(explanation.runnable)

@@ -223,6 +223,37 @@ struct WindowPlannerTests {
         #expect(planner.decide(pending: [held, clean], apps: apps, context: ctx).nextEvaluation == Clock.at(day: 21, 7, 15))
     }
 
+    /// Explain's earliest window is the first that refreshes the request with every app's
+    /// refresh pending (`PlanningFacts.refreshCandidates`), as the decision will make it: a
+    /// window is worth what all the apps it chooses serve. Mail and News both wait at 06:00;
+    /// the 09:00 window, for Mail's open at 09:05, has room for News too (the pool is full), and
+    /// the decision there refreshes both. Worked out for News alone, Explain named the window
+    /// before its own open at 19:35.
+    @Test func explainNamesTheFirstWindowThatTakesTheRequestAmongEveryAppsRefresh() throws {
+        var refresh = Self.routinePlanner()
+        let now = Clock.at(day: 21, 6, 0)
+        refresh.advance(to: now)
+        let apps = [AppID(rawValue: mail)!: appState(mail, lastUsed: now - 75_000),
+                    AppID(rawValue: news)!: appState(news, lastUsed: now - 37_000)]
+        let pending = [request(mail, .refresh, at: now), request(news, .refresh, at: now)]
+        let newsApp = apps[AppID(rawValue: news)!]!
+        let alone = planner.explain(pending[1], app: newsApp, context: context(now, strategy: .predicted, planning: PlanningFacts(refresh: refresh)))
+        let all = [mail, news].map { RefreshPlanner.Candidate(appID: $0) }
+        let facts = PlanningFacts(refresh: refresh, refreshCandidates: all)
+        let explanation = planner.explain(pending[1], app: newsApp, context: context(now, strategy: .predicted, planning: facts))
+        let named = try #require(explanation.earliestRun)
+        #expect(explanation.blocking.map(\.rule) == [.predictedUse])
+        #expect(named < (alone.earliestRun ?? .infinity), "with every refresh \(named - Clock.at(day: 21, 0, 0)), alone \((alone.earliestRun ?? 0) - Clock.at(day: 21, 0, 0))")
+
+        // The decision's own timer goes to that window, and the window refreshes News.
+        let decision = planner.decide(pending: pending, apps: apps, context: context(now, strategy: .predicted, planning: PlanningFacts(refresh: refresh)))
+        #expect(decision.nextEvaluation == named)
+        var then = refresh
+        then.advance(to: named)
+        let window = planner.decide(pending: pending, apps: apps, context: context(named, strategy: .predicted, planning: PlanningFacts(refresh: then)))
+        #expect(window.refreshed.map(\.rawValue).contains(news), "refreshed \(window.refreshed)")
+    }
+
     /// `[refresh] lead` moves the window by whole 15-min slots: the opens at 09:05 are served by
     /// the 09:00 window with the default 10 min, by 08:45 with 20 or 25 min, by 08:30 with 40 min.
     @Test(arguments: [(10, 0, 9, 0), (14, 0, 9, 0), (20, 900, 8, 45), (25, 900, 8, 45), (40, 1800, 8, 30), (60, 3600, 8, 0)])

@@ -759,6 +759,24 @@ public struct RefreshPlanner: Sendable {
         return nil
     }
 
+    /// The first window after `time`, within `horizon` seconds, that refreshes `appID` when
+    /// `candidates` (in app-id order, `appID` among them) are pending: `nextWindow` one window
+    /// after another, each recorded as made (so the refresh intervals and the budget of those
+    /// it took hold for the next), as `GetTimeline` plans them. Nil when none does.
+    public func firstWindow(refreshing appID: String, after time: Double, among candidates: [Candidate],
+                            horizon: Double = 86_400) -> Double? {
+        var future = self
+        var from = time
+        let end = time + horizon
+        while from < end, let next = future.nextWindow(after: from, among: candidates, horizon: end - from) {
+            if next.apps.contains(appID) { return next.time }
+            future.advance(to: next.time)
+            future.recordWindow(at: next.time, refreshed: next.apps)
+            from = next.time
+        }
+        return nil
+    }
+
     // MARK: Across restarts
 
     /// What the planner must not forget when the agent restarts, and cannot learn again from

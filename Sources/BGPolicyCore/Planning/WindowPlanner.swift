@@ -184,8 +184,9 @@ public struct WindowPlanner: SchedulingPolicy {
                 if let planner = predicted, !content.contains(appID), work[index].requests.allSatisfy({ $0.kind == .refresh }) {
                     // A refresh alone runs when the refresh planner chooses it: from its first
                     // window after the lift, not the grid's (a wake-up for nothing).
+                    // (From the slot that starts at the lift, if one does.)
                     let candidate = RefreshPlanner.Candidate(appID: appID.rawValue, weight: weight(of: appID))
-                    if let next = planner.nextWindow(after: lifts, among: [candidate]) { wake(at: next.time) }
+                    if let next = planner.nextWindow(after: lifts - 1, among: [candidate]) { wake(at: next.time) }
                 } else {
                     // A time rule lifts at the window on or after it: work due close together batches.
                     wake(at: Self.gridPoint(atOrAfter: lifts, grid: grid))
@@ -336,6 +337,19 @@ public struct WindowPlanner: SchedulingPolicy {
         // The request as the refresh planner weighs it (only asked of a refresh).
         let candidate = RefreshPlanner.Candidate(
             appID: request.appID.rawValue, weight: context.planning.refreshWeights[request.appID] ?? 1)
+        /// The first planned window after `time` that refreshes the request: among every app's
+        /// pending refresh when the engine gave them, else as if it were alone.
+        func plannedWindow(_ planner: RefreshPlanner, after time: UnixTime) -> UnixTime? {
+            guard var all = context.planning.refreshCandidates else {
+                return planner.nextWindow(after: time, among: [candidate])?.time
+            }
+            if let at = all.firstIndex(where: { $0.appID >= candidate.appID }) {
+                if all[at].appID == candidate.appID { all[at] = candidate } else { all.insert(candidate, at: at) }
+            } else {
+                all.append(candidate)
+            }
+            return planner.firstWindow(refreshing: candidate.appID, after: time, among: all)
+        }
         if !reasons.isEmpty {
             // The request runs no earlier than the window after its last time rule lifts; a
             // refresh, no earlier than the refresh planner's first window after it (`decide`).
@@ -343,8 +357,9 @@ public struct WindowPlanner: SchedulingPolicy {
             guard request.kind == .refresh, let planner = predicted else {
                 return .waiting(reasons, earliestRun: Self.gridPoint(atOrAfter: lift, grid: grid))
             }
-            if let next = planner.nextWindow(after: lift, among: [candidate]) {
-                return .waiting(reasons, earliestRun: next.time)
+            // (From the slot that starts at the lift, if one does.)
+            if let next = plannedWindow(planner, after: lift - 1) {
+                return .waiting(reasons, earliestRun: next)
             }
             reasons.append(BlockingReason(
                 rule: .predictedUse,
@@ -385,21 +400,21 @@ public struct WindowPlanner: SchedulingPolicy {
                         + ((context.planning.refreshWeights[request.appID] ?? 1) < 1
                             ? " (a longer gap than usual: its recent refreshes brought no data or overran)" : ""),
                     liftsAt: at))
-                if let next = planner.nextWindow(after: max(context.now, at - 1), among: [candidate]) {
-                    return .waiting(reasons, earliestRun: next.time)
+                if let next = plannedWindow(planner, after: max(context.now, at - 1)) {
+                    return .waiting(reasons, earliestRun: next)
                 }
                 return .waiting(reasons, earliestRun: nil)
             case nil:
                 break
             }
             if reasons.isEmpty {
-                if let next = planner.nextWindow(after: context.now, among: [candidate]) {
+                if let next = plannedWindow(planner, after: context.now) {
                     reasons.append(BlockingReason(
                         rule: .predictedUse,
                         words: "refresh runs in the wake window before \(appID) is likely to be opened; "
-                            + "the planned window is in \(RunWhenEligiblePolicy.durationWords(next.time - context.now))",
-                        liftsAt: next.time))
-                    return .waiting(reasons, earliestRun: next.time)
+                            + "the planned window is in \(RunWhenEligiblePolicy.durationWords(next - context.now))",
+                        liftsAt: next))
+                    return .waiting(reasons, earliestRun: next)
                 }
                 reasons.append(BlockingReason(
                     rule: .predictedUse,
