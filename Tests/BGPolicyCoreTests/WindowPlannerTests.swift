@@ -210,6 +210,12 @@ struct WindowPlannerTests {
         #expect(explanation.blocking.map(\.rule) == [.earliestBegin])
         #expect(explanation.earliestRun == planned)
 
+        // Held until 09:00 exactly, the start of the slot whose window serves the 09:05 open:
+        // that window, not the next slot's.
+        let untilNine = request(mail, .refresh, at: now, earliest: Clock.at(day: 21, 9, 0))
+        #expect(planner.decide(pending: [untilNine], apps: apps, context: ctx).nextEvaluation == Clock.at(day: 21, 9, 0))
+        #expect(planner.explain(untilNine, app: apps.first!.value, context: ctx).earliestRun == Clock.at(day: 21, 9, 0))
+
         // The same request to a planner that has learned nothing and has no budget.
         let cold = PlanningFacts(refresh: RefreshPlanner(registeredAppCount: 1))
         let coldContext = context(now, strategy: .predicted, planning: cold)
