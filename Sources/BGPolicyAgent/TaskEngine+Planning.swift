@@ -172,14 +172,15 @@ extension TaskEngine {
         refreshPlanner?.recordOpenedUnseen(appID.rawValue)
     }
 
-    /// The planner's facts now. The planner itself must already be advanced to now.
+    /// The planner's facts at `now`. The planner itself must already be advanced to `now`.
     /// The weights are worked out for `concerned` apps only (every app when `nil`): an
     /// evaluation after one app's Submit needs that app's, not a thousand.
-    func planningFacts(concerning concerned: [AppID]? = nil) -> PlanningFacts {
+    func planningFacts(concerning concerned: [AppID]? = nil, at now: UnixTime) -> PlanningFacts {
         var weights: [AppID: Double] = [:]
         for appID in concerned ?? Array(apps.keys) {
-            guard let runtime = apps[appID] else { continue }
-            let weight = Self.refreshWeight(noDataStreak: noDataStreak[appID] ?? 0, violations: runtime.violations)
+            guard apps[appID] != nil else { continue }
+            let violations = recentViolations(of: appID, at: now).count
+            let weight = Self.refreshWeight(noDataStreak: noDataStreak[appID] ?? 0, violations: violations)
             if weight < 1 { weights[appID] = weight }
         }
         refreshPlanner?.registeredAppCount = apps.count
@@ -262,7 +263,7 @@ extension TaskEngine {
         var candidates: [RefreshPlanner.Candidate] = []
         for appID in pending.keys.sorted() {
             guard let refresh = pending[appID]?.values.first(where: { $0.kind == .refresh }),
-                let state = schedulingState(of: appID)
+                let state = schedulingState(of: appID, at: context.now)
             else { continue }
             let held = policy.explain(refresh, app: state, context: context).blocking
                 .filter { !Self.rulesTheTimelinePlans.contains($0.rule) }

@@ -24,7 +24,7 @@ extension TaskEngine {
         let context = context(now: now)
         var out: [[String: Variant]] = []
         for appID in pending.keys.sorted() {
-            guard let state = schedulingState(of: appID) else { continue }
+            guard let state = schedulingState(of: appID, at: now) else { continue }
             for request in (pending[appID] ?? [:]).values.sorted(by: { $0.identifier < $1.identifier }) {
                 let explanation = policy.explain(request, app: state, context: context)
                 var d = Self.dictionary(request)
@@ -39,8 +39,10 @@ extension TaskEngine {
     }
 
     func listApps() -> [[String: Variant]] {
-        let context = context(now: Self.wallNow())
+        let now = Self.wallNow()
+        let context = context(now: now)
         return apps.keys.sorted().compactMap { appID -> [String: Variant]? in
+            let violations = recentViolations(of: appID, at: now)
             guard let runtime = apps[appID] else { return nil }
             let record = runtime.record
             var d: [String: Variant] = [
@@ -54,7 +56,7 @@ extension TaskEngine {
                 "registered_at": Variant(Int64(record.registeredAt)),
                 "pending": Variant(UInt32(pending[appID]?.count ?? 0)),
                 "running": Variant(UInt32(slices.values.filter { $0.appID == appID }.reduce(0) { $0 + $1.openMembers.count })),
-                "violations": Variant(UInt32(clamping: runtime.violations)),
+                "violations": Variant(UInt32(clamping: violations.count)),
                 "refresh_status": Variant(policy.refreshStatus(app: record, context: context).rawValue),
             ]
             if let busName = record.busName { d["bus_name"] = Variant(busName) }
@@ -93,7 +95,8 @@ extension TaskEngine {
                 "Running now as task \(member.taskID) in slice \(slice.id), \(Int(max(0, slice.length.seconds - slice.elapsed))) s left.")
             return d
         }
-        guard let request = pending[appID]?[identifier], let state = schedulingState(of: appID) else {
+        let now = Self.wallNow()
+        guard let request = pending[appID]?[identifier], let state = schedulingState(of: appID, at: now) else {
             d["state"] = Variant("not-pending")
             d["runnable"] = Variant(false)
             d["blocking"] = Variant([String]())
@@ -102,7 +105,7 @@ extension TaskEngine {
                 "\(appID) has no pending request '\(SchedulerError.shown(identifier))': submit it first ('bgpolicy history \(appID)' shows what happened to earlier ones).")
             return d
         }
-        var facts = context(now: Self.wallNow())
+        var facts = context(now: now)
         if request.kind == .refresh, facts.planning.refresh != nil {
             // The window the refresh goes in depends on the others pending (see
             // `PlanningFacts.refreshCandidates`): those free now, as `GetTimeline` plans them.

@@ -89,16 +89,18 @@ extension TaskEngine {
         }
         return SchedulingContext(
             now: now, conditions: conditions, globalEnabled: globalEnabled, sleeping: sleeping,
-            configuration: configuration, planning: planningFacts(concerning: concerned))
+            configuration: configuration, planning: planningFacts(concerning: concerned, at: now))
     }
 
-    func schedulingState(of appID: AppID) -> AppSchedulingState? {
+    /// What the policy knows of the app at `now`, besides its record.
+    func schedulingState(of appID: AppID, at now: UnixTime) -> AppSchedulingState? {
+        let violations = recentViolations(of: appID, at: now)
         guard let runtime = apps[appID] else { return nil }
         let busy = delivering.contains(appID) || slices.values.contains { $0.appID == appID }
         return AppSchedulingState(
             record: runtime.record, reachable: !runtime.connections.isEmpty || runtime.record.busName != nil,
             lastDeliveryFailureAt: runtime.lastDeliveryFailureAt, failedDeliveries: runtime.failedDeliveries, busy: busy,
-            recentViolations: runtime.violations, lastViolationAt: runtime.lastViolationAt)
+            recentViolations: violations.count, lastViolationAt: violations.last)
     }
 
     func evaluate() {
@@ -119,7 +121,7 @@ extension TaskEngine {
         var work: [AppWork] = []
         work.reserveCapacity(concerned.count)
         for appID in concerned.sorted() {
-            guard saving[appID] == nil, let state = schedulingState(of: appID) else { continue }
+            guard saving[appID] == nil, let state = schedulingState(of: appID, at: now) else { continue }
             let mine = RunWhenEligiblePolicy.launchOrder(pending[appID].map { Array($0.values) } ?? [])
             guard !mine.isEmpty || contentWakes.wake(for: appID) != nil else { continue }
             work.append(AppWork(app: state, requests: mine))
@@ -220,13 +222,13 @@ extension TaskEngine {
             "The wall clock was set; planning again",
             metadata: ["step.seconds": "\(Int(step.rounded()))", "time": "\(Int64(Self.wallNow()))"])
         // What measures how long ago something happened stays as long ago as it was: the
-        // planner's last refreshes and wake-ups, the retry after a failed delivery, the overrun
-        // penalty, and the windows open now. A clock set back must not hold them longer, nor
-        // one set forward lift them early.
+        // planner's last refreshes and wake-ups, the retry after a failed delivery, the
+        // violations (their penalty, and when they stop counting), and the windows open now. A
+        // clock set back must not hold them longer, nor one set forward lift them early.
         refreshPlanner?.wallClockStepped(by: step)
         for appID in apps.keys {
             apps[appID]?.lastDeliveryFailureAt? += step
-            apps[appID]?.lastViolationAt? += step
+            apps[appID]?.violations.wallClockStepped(by: step)
         }
         opportunity?.at += step
         appOpenedAt? += step
@@ -541,9 +543,10 @@ extension TaskEngine {
     func stillRunnable(
         _ requests: ArraySlice<TaskRequest>, of appID: AppID, contentAvailable: Bool = false
     ) -> (ArraySlice<TaskRequest>, contentAvailable: Bool, Set<BlockingRule>) {
-        guard var state = schedulingState(of: appID) else { return ([], false, []) }
+        let now = Self.wallNow()
+        guard var state = schedulingState(of: appID, at: now) else { return ([], false, []) }
         state.busy = false
-        let facts = context(now: Self.wallNow(), concerning: [appID])
+        let facts = context(now: now, concerning: [appID])
         var changed: Set<BlockingRule> = []
         let still = requests.filter { request in
             let rules = Set(policy.explain(request, app: state, context: facts).blocking.map(\.rule))

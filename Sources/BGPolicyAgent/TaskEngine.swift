@@ -22,8 +22,9 @@ actor TaskEngine {
         var lastDeliveryFailureAt: UnixTime?
         /// Deliveries that failed in a row; the wait before the next doubles with each.
         var failedDeliveries = 0
-        var violations: Int = 0
-        var lastViolationAt: UnixTime?
+        /// Its violations of the last 7 days; read through `recentViolations(of:at:)`, which
+        /// forgets the older ones first.
+        var violations = RecentViolations()
     }
 
     /// An unfinished `BeginBackgroundTask`.
@@ -200,9 +201,7 @@ actor TaskEngine {
         let since = now - Self.violationMemory
         for record in try store.apps() {
             var runtime = AppRuntime(record: record)
-            let violations = try store.violations(appID: record.appID, since: since)
-            runtime.violations = violations.count
-            runtime.lastViolationAt = violations.last
+            runtime.violations = RecentViolations(try store.violationTimes(appID: record.appID, since: since), now: now)
             apps[record.appID] = runtime
         }
         for request in try store.pendingRequests() {
@@ -238,8 +237,8 @@ actor TaskEngine {
     /// History is kept this long (8 weeks), pruned at start and every 1000 entries.
     static let historyRetention: UnixTime = 56 * 86_400
 
-    /// Violations older than this no longer count against an app.
-    static let violationMemory: UnixTime = 7 * 86_400
+    /// Violations older than this no longer count against an app (`RecentViolations`).
+    static let violationMemory = RecentViolations.memory
 
     static func wallNow() -> UnixTime {
         var ts = timespec()
@@ -706,9 +705,16 @@ actor TaskEngine {
 
     /// Counts a violation against the app's future opportunities (the store has its row).
     func noteViolation(of appID: AppID, at time: UnixTime) {
-        guard apps[appID] != nil else { return }
-        apps[appID]?.violations += 1
-        apps[appID]?.lastViolationAt = time
+        apps[appID]?.violations.record(at: time)
+    }
+
+    /// The app's violations that count at `now`, the wall clock: those of the last 7 days.
+    /// Older ones are forgotten here, when they are asked about, so that they stop counting
+    /// while the agent runs and not only at its next start (`RecentViolations`).
+    func recentViolations(of appID: AppID, at now: UnixTime) -> RecentViolations {
+        guard var violations = apps[appID]?.violations else { return RecentViolations() }
+        if violations.advance(to: now) { apps[appID]?.violations = violations }
+        return violations
     }
 
     func history(since: Int64, limit: UInt32) throws(SchedulerError) -> [HistoryEntry] {

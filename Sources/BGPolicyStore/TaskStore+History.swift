@@ -35,25 +35,25 @@ extension TaskStore {
         }
     }
 
-    /// How many violations since `since` count against the app (`HistoryEvent.isViolation`),
-    /// and the time of the latest. The tasks of one slice that overran or was throttled are
-    /// written at one time with one event: they count once, as the running agent counts them.
-    public func violations(appID: AppID, since: UnixTime) throws(StoreError) -> (count: Int, last: UnixTime?) {
+    /// The times of the app's violations since `since` (`HistoryEvent.isViolation`), oldest
+    /// first: one for each distinct time and event. The tasks of one slice that overran or was
+    /// throttled are written at one time with one event: they count once, as the running agent
+    /// counts them (`RecentViolations`).
+    public func violationTimes(appID: AppID, since: UnixTime) throws(StoreError) -> [UnixTime] {
         try read { db in
             let events = HistoryEvent.allCases.filter(\.isViolation).map(\.rawValue)
             let placeholders = Array(repeating: "?", count: events.count).joined(separator: ", ")
             var arguments: StatementArguments = [appID.rawValue, since]
             arguments += StatementArguments(events)
-            let row = try Row.fetchOne(
+            return try UnixTime.fetchAll(
                 db,
                 sql: """
-                    SELECT COUNT(*) AS count, MAX(time) AS last FROM (
+                    SELECT time FROM (
                         SELECT DISTINCT time, event FROM history
                         WHERE app_id = ? AND time >= ? AND event IN (\(placeholders)))
+                    ORDER BY time
                     """,
                 arguments: arguments)
-            guard let row else { return (0, nil) }
-            return (try row.decode(Int.self, forColumn: "count"), try row.decode(Double?.self, forColumn: "last"))
         }
     }
 

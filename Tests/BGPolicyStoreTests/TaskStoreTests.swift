@@ -230,10 +230,10 @@ struct TaskStoreTests {
         #expect(ids.count == 7 && Set(ids).count == 7)
     }
 
-    @Test("violations counts the app's violating events since a time and gives the latest")
+    @Test("violationTimes gives the times of the app's violating events since a time, oldest first")
     func violations() throws {
         let store = try TaskStore.inMemory()
-        #expect(try store.violations(appID: Sample.maps, since: 0) == (0, nil))
+        #expect(try store.violationTimes(appID: Sample.maps, since: 0).isEmpty)
         var time = 0.0
         for event in HistoryEvent.allCases {
             time += 1
@@ -242,11 +242,11 @@ struct TaskStoreTests {
         }
         let violating = HistoryEvent.allCases.filter(\.isViolation)
         #expect(violating.count == 6)
-        let all = try store.violations(appID: Sample.maps, since: 0)
+        let all = try store.violationTimes(appID: Sample.maps, since: 0)
         #expect(all.count == violating.count)
         #expect(all.last == Double(HistoryEvent.allCases.lastIndex { $0.isViolation }! + 1))
         let expiredAt = Double(HistoryEvent.allCases.firstIndex(of: .expired)! + 1)
-        let later = try store.violations(appID: Sample.maps, since: expiredAt + 1)
+        let later = try store.violationTimes(appID: Sample.maps, since: expiredAt + 1)
         #expect(later.count == violating.count - 1)
     }
 
@@ -257,9 +257,8 @@ struct TaskStoreTests {
         for _ in 0..<3 { try store.append(Sample.entry(.expired, at: 10)) }
         for _ in 0..<2 { try store.append(Sample.entry(.cpuThrottled, at: 20)) }
         try store.append(Sample.entry(.expired, at: 30))
-        let counted = try store.violations(appID: Sample.maps, since: 0)
-        #expect(counted.count == 3)
-        #expect(counted.last == 30)
+        let counted = try store.violationTimes(appID: Sample.maps, since: 0)
+        #expect(counted == [10, 20, 30])
     }
 
     @Test("pruning drops the entries before a time and keeps the ids of the rest")

@@ -8,6 +8,7 @@ machine, which is on AC (a umockdev testbed) with no system bus."""
 
 import json
 import os
+import sqlite3
 import time
 
 import pytest
@@ -415,7 +416,10 @@ def test_two_tasks_due_together_share_one_slice(world):
 
 def test_a_shared_slice_that_overruns_is_one_violation(world):
     """Two tasks the agent put in one slice both overrun it: one violation, not two (sharing a
-    slice is the agent's choice), in the running agent and after a restart."""
+    slice is the agent's choice), in the running agent and after a restart. Seven days on it no
+    longer counts, and the agent lets it go while it runs, not only at its next start: its rows
+    are moved back to 7 days less half a minute ago while the agent is stopped (the agent is the
+    only writer), so that it still counts at the start and stops counting half a minute later."""
     world.start_logind(locked=True)
     agent = world.start_agent(config="[slices]\nprocessing = 3s\nexpiration_warning = 1s\n")
     th.wait_until(lambda: agent.status()["conditions"].get("locked") is True, 5, "the agent sees the locked session")
@@ -434,6 +438,18 @@ def test_a_shared_slice_that_overruns_is_one_violation(world):
     agent.stop()
     agent.restart()
     assert agent.app_record(app_id)["violations"] == 1
+
+    agent.stop()
+    db = sqlite3.connect(world.tmp / "state" / "bgpolicy" / "bgpolicy.sqlite")
+    with db:
+        moved = db.execute("UPDATE history SET time = ? WHERE app_id = ? AND event = 'expired'",
+                           (time.time() - 7 * 86400 + 30, app_id)).rowcount
+    db.close()
+    assert moved == 2
+    agent.restart()
+    assert agent.app_record(app_id)["violations"] == 1
+    th.wait_until(lambda: agent.app_record(app_id)["violations"] == 0, 45,
+                  "the violation to stop counting 7 days after it, while the agent runs")
 
 
 def test_an_app_that_vanishes_mid_slice_is_recorded_vanished(world):

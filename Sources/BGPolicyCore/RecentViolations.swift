@@ -1,0 +1,60 @@
+/// An app's violations (overruns, CPU enforcement) that still count against it: those of the
+/// last 7 days, counted at the time they are asked about. Counted once at start and only ever
+/// raised after it, an app that overran on the 1st, the 15th and the 30th day of one run of the
+/// agent stood at three on the 30th, and only a restart forgave the old ones.
+///
+/// Each time is that of one slice's violation of one kind: the tasks of a slice that overran
+/// share one (`Slice.violationsCounted`), and the store counts distinct times and events.
+///
+/// The times are the wall clock's, as the history's rows are. A step of the clock that the
+/// agent hears moves them with it (`wallClockStepped`), so each stays as long ago as it was,
+/// like the other times the agent measures from. A time later than now can only come from a
+/// clock set back unheard: by rows the store kept from before a step made while the agent was
+/// stopped, or by a step `WallClockWatch` could not hear. Such a time is taken as now the moment
+/// it is seen (`advance(to:)`), so it counts for 7 days from then at most; left as it was, it
+/// would count until the clock caught up with it, which after a clock set back a year is a year
+/// and 7 days. Pure, with the time passed in.
+public struct RecentViolations: Sendable, Equatable {
+    /// How long a violation counts.
+    public static let memory: UnixTime = 7 * 86_400
+
+    /// The times of the violations that count, oldest first.
+    public private(set) var times: [UnixTime] = []
+
+    public init() {}
+
+    /// The violations at `times` (in any order) that count at `now`.
+    public init(_ times: some Sequence<UnixTime>, now: UnixTime) {
+        self.times = times.sorted()
+        advance(to: now)
+    }
+
+    /// How many count, as of the last `advance(to:)` or `record(at:)`.
+    public var count: Int { times.count }
+
+    /// The latest that counts, as of the last `advance(to:)` or `record(at:)`.
+    public var last: UnixTime? { times.last }
+
+    /// A violation at `time`, the wall clock now.
+    public mutating func record(at time: UnixTime) {
+        advance(to: time)
+        times.append(time)
+    }
+
+    /// Forgets the violations older than `memory` at `now` (the wall clock), and takes those
+    /// later than `now` as `now`. Returns whether anything changed. A violation exactly `memory`
+    /// old still counts, as the store's `time >= since` counts it at start.
+    @discardableResult
+    public mutating func advance(to now: UnixTime) -> Bool {
+        let oldest = now - Self.memory
+        guard let first = times.first, let latest = times.last, first < oldest || latest > now else { return false }
+        times = times.drop { $0 < oldest }.map { min($0, now) }
+        return true
+    }
+
+    /// The wall clock was set `step` seconds forward (or back): each violation stays as long ago
+    /// as it was.
+    public mutating func wallClockStepped(by step: Double) {
+        for index in times.indices { times[index] += step }
+    }
+}
