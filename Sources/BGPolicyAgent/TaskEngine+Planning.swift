@@ -151,7 +151,7 @@ extension TaskEngine {
     /// habits. The record's `last_used_at` still stands in for a database written before.
     func noteRegistrationAsOpen(_ appID: AppID, at time: UnixTime) {
         selfReportedInUse.insert(appID)
-        guard !appsWithUnits.contains(appID) else { return }
+        guard !openedUnits.contains(appID) else { return }
         if let last = refreshPlanner?.predictor.lastOpen(of: appID.rawValue), time - last < 60 { return }
         appendUsageOrWarn(appID, .foreground, at: time, metadata: ["app.id": "\(appID)", "source": "registration"])
         noteOpen(appID, at: time)

@@ -4,9 +4,10 @@ import BGPolicySystem
 import Logging
 
 extension TaskEngine {
-    /// An app unit appeared or went in the systemd user manager: the usage log gets a row
-    /// (foreground for an open, background for a close), and an open of a registered app
-    /// counts as its use, which lifts the inactivity rule and may let its work run now.
+    /// An app unit appeared or went in the systemd user manager. The app's first unit is an
+    /// open and its last unit's end a leave (`OpenedAppUnits`): the usage log gets a row
+    /// (foreground, background), and an open of a registered app counts as its use, which lifts
+    /// the inactivity rule and may let its work run now.
     ///
     /// Failures are logged, never thrown: nobody is waiting for an answer, and a missed row
     /// only makes the usage log a little less complete.
@@ -30,15 +31,33 @@ extension TaskEngine {
             if sessionStartedUnits.followers.contains(event.unit) != wasFollower { saveSessionStartedUnits() }
             return
         }
-        appendUsageOrWarn(appID, event.change == .opened ? .foreground : .background, at: now, metadata: metadata)
-        logger.debug("App unit changed", metadata: metadata)
         guard event.change == .opened else {
-            appsWithUnits.remove(appID)
+            // A launch of an app already running often makes a unit that hands its window to
+            // the running process and ends at once: the user has not left the app.
+            guard openedUnits.close(event.unit, of: appID) else {
+                logger.debug("App unit closed while another of the app runs; the app is not left", metadata: metadata)
+                return
+            }
+            appendUsageOrWarn(appID, .background, at: now, metadata: metadata)
+            logger.debug("App unit changed", metadata: metadata)
             noteLeft(appID, at: now)
             return
         }
-        appsWithUnits.insert(appID)
         do {
+            guard openedUnits.open(event.unit, of: appID) else {
+                // Another launch of an app already open (a terminal's next window, a browser's
+                // launch handed to its running process) is use: the record keeps it as the last
+                // use (`bgpolicy apps`), so an app the user keeps launching is not held as
+                // unused. It opens nothing, though: the predictor and `FollowEstimator` learn
+                // the moments the user opens an app not in use, the window after an open is for
+                // the apps the user may go on to, and the usage log pairs each open with one
+                // leave, that of the app's last unit.
+                logger.debug("App unit opened while another of the app runs; a use, not an open", metadata: metadata)
+                try noteLastUse(of: appID, at: now)
+                return
+            }
+            appendUsageOrWarn(appID, .foreground, at: now, metadata: metadata)
+            logger.debug("App unit changed", metadata: metadata)
             try noteUse(of: appID, at: now)
         } catch {
             logger.warning("Could not record that the app was used", metadata: metadata.merging(["error": "\(error)"]) { $1 })
@@ -53,15 +72,14 @@ extension TaskEngine {
     /// not, so that windows after an open may refresh it again. Neither gets a window or a
     /// usage row: when it happened is not known. Apps in use by their own word (a registration,
     /// `ReportUsage`) in this run stay in use; an app the agent is launching itself is not
-    /// counted by its unit, as in `appUnitChanged`. Session units no longer running are
-    /// forgotten.
+    /// counted by its unit, as in `appUnitChanged`. Each app's units are remembered, so that it
+    /// is left when the last of them goes. Session units no longer running are forgotten.
     func appUnitsRunning(_ units: [RunningAppUnit]) {
         if sessionStartedUnits.keepOnly(running: Set(units.map(\.unit))) { saveSessionStartedUnits() }
-        let opened = units.filter { !sessionStartedUnits.contains(unit: $0.unit) }
-        let running = Set(opened.map(\.appID))
-        appsWithUnits = running.filter { !isLaunching($0) }
+        openedUnits = OpenedAppUnits(
+            running: units.filter { !sessionStartedUnits.contains(unit: $0.unit) && !isLaunching($0.appID) })
         guard refreshPlanner != nil else { return }
-        let inUse = appsWithUnits.union(appsInUse.intersection(selfReportedInUse))
+        let inUse = openedUnits.apps.union(appsInUse.intersection(selfReportedInUse))
         guard inUse != appsInUse else { return }
         let closedUnseen = appsInUse.subtracting(inUse)
         logger.info(
@@ -79,10 +97,10 @@ extension TaskEngine {
     /// the user left it, as when an app unit goes. The usage log gets the close (the open came
     /// from the registration or from `ReportUsage`, and is logged too), so that a
     /// restart does not take the app for one still open; and the window after use may refresh
-    /// it. An app with a running unit is left when its unit goes; an app the agent launched and
-    /// the user never opened was not in use.
+    /// it. An app with a running unit is left when its last unit goes; an app the agent launched
+    /// and the user never opened was not in use.
     func lastConnectionClosed(_ appID: AppID) {
-        guard appsInUse.contains(appID), selfReportedInUse.contains(appID), !appsWithUnits.contains(appID) else { return }
+        guard appsInUse.contains(appID), selfReportedInUse.contains(appID), !openedUnits.contains(appID) else { return }
         let now = Self.wallNow()
         appendUsageOrWarn(appID, .background, at: now, metadata: ["app.id": "\(appID)"])
         logger.info("App left: its last bus connection closed, and no app unit of it runs", metadata: ["app.id": "\(appID)"])
@@ -117,6 +135,12 @@ extension TaskEngine {
     /// cannot be saved; the predictor has learned the open by then, as the usage log has it.
     func noteUse(of appID: AppID, at time: UnixTime) throws(StoreError) {
         noteOpen(appID, at: time)
+        try noteLastUse(of: appID, at: time)
+    }
+
+    /// A registered app's record keeps `time` as its last use, which lifts the 7-day rule and may
+    /// let its work run now. Throws when the record cannot be saved.
+    func noteLastUse(of appID: AppID, at time: UnixTime) throws(StoreError) {
         guard var record = apps[appID]?.record else { return }
         record.lastUsedAt = time
         try store.saveApp(record)

@@ -120,10 +120,10 @@ actor TaskEngine {
     /// themselves in the foreground, and have not been left since): in use whatever the user
     /// manager's units say.
     var selfReportedInUse: Set<AppID> = []
-    /// Apps with an app unit running that the user opened (not one the agent launched), as the
-    /// user manager said at connect and since: such an app is left when its unit goes, not when
-    /// its bus connection does.
-    var appsWithUnits: Set<AppID> = []
+    /// The app units running that the user opened (not ones the agent launched), by app, as the
+    /// user manager said at connect and since: such an app is left when its last unit goes, not
+    /// when its bus connection does.
+    var openedUnits = OpenedAppUnits()
     /// The apps the usage log left in use when the agent started (`warmPlanner`): an app that
     /// registers again from a process older than the agent is in use only if it is one of them
     /// (`noteRegistrationOfRunningApp`).

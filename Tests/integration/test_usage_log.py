@@ -242,6 +242,41 @@ def test_opens_known_only_from_registrations_are_learned_again_after_a_restart(w
     assert "in_use" not in agent.status(), agent.status()
 
 
+@pytest.mark.parametrize("listed", [False, True])
+def test_an_app_with_two_units_is_left_when_the_last_goes(world, listed):
+    """Konsole is launched twice: KDE makes a scope for each launch, and the second hands its
+    window to the running Konsole and ends at once (or keeps its window for a while). The app is
+    in use until its last unit goes: the second scope going is no leave (Konsole is still in
+    use, the usage log gets no close), nor is its coming a second open (no row); the first going
+    is the leave, with its one close. The same when both scopes already run as the agent starts
+    (`listed`: the user manager lists them, and the listing writes no row)."""
+    second = "app-org.kde.konsole-d4e5f6.scope"
+    _, manager = start_manager(world)
+    if listed:
+        for unit in (UNITS[KONSOLE], second):
+            manager.mock("AddMockUnit", "s", (unit,))
+            th.call(world.session.conn, MANAGER, "StartUnit", "ss", (unit, "replace"), reply_type="(o)",
+                    dest=MANAGER_NAME, path="/org/freedesktop/systemd1")
+    agent = world.start_agent(planner=True)
+    wait_subscribed(agent, manager)
+    if not listed:
+        emit(manager, "UnitNew", UNITS[KONSOLE])
+        emit(manager, "UnitNew", second)
+    th.wait_until(lambda: agent.status().get("in_use") == [KONSOLE], th.TIMEOUT, "Konsole's units to put it in use")
+
+    # Maps opens after the second scope goes: signals are handled in order, so once Maps is in
+    # use, the second scope's end has been seen too.
+    emit(manager, "UnitRemoved", second)
+    emit(manager, "UnitNew", UNITS[MAPS])
+    th.wait_until(lambda: MAPS in agent.status().get("in_use", []), th.TIMEOUT, "Maps' unit to put it in use")
+    assert agent.status().get("in_use") == [MAPS, KONSOLE], agent.status()
+    emit(manager, "UnitRemoved", UNITS[KONSOLE])
+    th.wait_until(lambda: agent.status().get("in_use") == [MAPS], th.TIMEOUT, "Konsole to be left as its last unit goes")
+    agent.stop()
+    opened = [] if listed else [(KONSOLE, "foreground")]
+    assert usage_rows(world) == opened + [(MAPS, "foreground"), (KONSOLE, "background")]
+
+
 def test_agent_follows_the_manager_when_absent_at_start_and_when_it_restarts(world):
     agent, long_ago = registered_long_ago(world, [MAPS, KONSOLE])
     # No manager yet: the agent serves all the same.
