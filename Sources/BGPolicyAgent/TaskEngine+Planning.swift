@@ -21,14 +21,13 @@ extension TaskEngine {
             planner.registeredAppCount = apps.count
             // In the log's order. Registrations that counted as opens are in the log; a database
             // written before they were has only each app's last one, in its record: it counts
-            // when it is newer than the app's last logged open.
+            // for an app with no open logged. (Not whenever it is newer than the app's last
+            // logged open: a second unit of an app in use keeps the record's last use, and is
+            // no open.)
             var events = logged.enumerated().map { (time: $1.time, order: $0, appID: $1.appID, opened: $1.state == .foreground) }
-            var lastLogged: [AppID: UnixTime] = [:]
-            for event in events where event.opened {
-                lastLogged[event.appID] = max(lastLogged[event.appID] ?? event.time, event.time)
-            }
+            let openLogged = Set(events.lazy.filter(\.opened).map(\.appID))
             for (appID, runtime) in apps {
-                if let used = runtime.record.lastUsedAt, used > since, used <= now, used > (lastLogged[appID] ?? -.infinity) {
+                if let used = runtime.record.lastUsedAt, used > since, used <= now, !openLogged.contains(appID) {
                     events.append((used, events.count, appID, true))
                 }
             }
