@@ -18,9 +18,13 @@ extension AgentInterfaces {
             process names itself with the app_id option of Register. A connection sees and
             touches only its own app's requests. Errors: org.bgpolicy.Error.NotRegistered,
             NotPermitted, TooManyPendingRequests, Unavailable, InvalidArgument, AccessDenied,
-            UnknownTask, LimitsExceeded (too many calls waiting, or content-available wakes
-            over the hour's allowance) and Failed (the database refused a write: nothing was
-            changed), each with a message that says what to do.
+            UnknownTask, LimitsExceeded (a call's arguments over 1 MiB in the wire format;
+            more than 256 calls, or 4 MiB of arguments, waiting from one caller; 16
+            background tasks under way for the app; content-available wakes over the
+            hour's allowance), Failed (the database refused a write: nothing was changed),
+            and for a call the agent cannot route UnknownObject, UnknownInterface,
+            UnknownMethod, UnknownProperty or PropertyReadOnly, each with a message that
+            says what to do.
             """,
         methods: [
             .init(
@@ -125,7 +129,8 @@ extension AgentInterfaces {
                 documentation: """
                     ReportUsage:
                     Tells the agent the user is using the app, for apps whose launches it cannot see.
-                    An app unused for 7 days gets no background launches until it is used again.
+                    An app unused for [limits] inactive_after (7 days by default) gets no background
+                    launches until it is used again.
                     "background" may start the app's pending refresh at once, when the planner has
                     learned that the user often comes back to the app soon.
                     """),
@@ -169,7 +174,7 @@ extension AgentInterfaces {
                 inputs: [
                     .init("task_id", .string, "Pass it to Scheduler1.SetTaskCompleted when the work is done."),
                     .init("identifier", .string, "The submitted task identifier."),
-                    .init("kind", .string, "\"refresh\", \"processing\", \"content-available\" or \"transfers\"."),
+                    .init("kind", .string, "\"refresh\", \"processing\" or \"content-available\"; \"transfers\" is reserved for background transfers, a later step, and not sent yet."),
                     .init("seconds", .uint32, "How long the app has, from now."),
                     .init("info", asv, "\"slice_id\" (s) tasks with the same slice_id share one slice; \"deadline\" (x) the Unix time the slice ends; for \"content-available\", the payload's keys too."),
                 ],

@@ -12,7 +12,9 @@ public enum AgentInterfaces {
             @short_description: Status and control of bgpolicyd, for the bgpolicy command and settings panels.
 
             Served by bgpolicyd at /org/bgpolicy/Agent1 on the session bus, under the name
-            org.bgpolicy.Agent1. Errors are org.bgpolicy.Error.* with a message a person can act on.
+            org.bgpolicy.Agent1. Errors are org.bgpolicy.Error.* with a message a person can act on;
+            a call the agent cannot route gets UnknownObject, UnknownInterface, UnknownMethod,
+            UnknownProperty or PropertyReadOnly (setting Conditions).
             Every method but GetStatus (and the Conditions property) answers AccessDenied to a
             caller in a Flatpak or snap sandbox, or one whose process the agent cannot see: an
             app schedules its own work through org.bgpolicy.Scheduler1, and these controls
@@ -140,8 +142,8 @@ public enum AgentInterfaces {
                     (aa{sv}) per app "app_id" (s), "probabilities" (ad) the predicted probability of an
                     open in each slot (none with "every-window", which predicts nothing), "refreshes"
                     (ax) its planned refresh windows (if it resubmits after each, as apps do),
-                    "pending" (as) its pending identifiers, "inactive" (b) unused for 7 days, so
-                    nothing is planned.
+                    "pending" (as) its pending identifiers, "inactive" (b) unused for [limits]
+                    inactive_after (7 days by default), so nothing is planned.
                     """)],
                 documentation: """
                     GetTimeline:
@@ -155,13 +157,19 @@ public enum AgentInterfaces {
                     SimulateLaunch:
                     Delivers that pending request now, ignoring every rule except that the app must be
                     reachable: a supported way to test an app's task handler. Returns once RunTask was
-                    answered. UnknownTask when no such request is pending; Unavailable when the app
-                    cannot be reached (the request stays pending).
+                    answered. NotRegistered for an unknown app; UnknownTask when no such request is
+                    pending; Unavailable when the app cannot be reached (the request stays pending), or
+                    while a delivery to the app, or a change to its requests, is on its way (try again
+                    in a moment).
                     """),
             .init(
                 "SimulateExpiration",
                 inputs: [.init("app_id", .string, "A registered app."), .init("identifier", .string, "One of its running tasks.")],
-                documentation: "SimulateExpiration:\nSends ExpireTask for that running task now. UnknownTask when it is not running."),
+                documentation: """
+                    SimulateExpiration:
+                    Sends ExpireTask for that running task now. NotRegistered for an unknown app;
+                    UnknownTask when it is not running.
+                    """),
         ],
         properties: [
             .init(

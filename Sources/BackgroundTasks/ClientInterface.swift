@@ -20,7 +20,7 @@ enum ClientInterface {
                 inputs: [
                     .init("task_id", .string, "The agent's id for this run; pass it to Scheduler1.SetTaskCompleted."),
                     .init("identifier", .string, "The identifier of the request being delivered."),
-                    .init("kind", .string, "refresh, processing, content-available or transfers."),
+                    .init("kind", .string, "refresh, processing or content-available; transfers is reserved, and not sent yet."),
                     .init("seconds", .uint32, "The time granted, from now."),
                     .init(
                         "info", .dictionary(key: .string, value: .variant),
