@@ -319,7 +319,7 @@ extension TaskEngine {
         if let due = evaluationTimerDue, due < end { windows.insert(due) }
 
         let rows: [[String: Variant]] = shown.map { appID in
-            let record = apps[appID]?.record
+            let record = apps[appID].map { usedNowIfInUse($0.record, at: now) }
             let lastUsed = max(record?.lastUsedAt ?? record?.registeredAt ?? now, record?.registeredAt ?? now)
             // None without a refresh planner (`every-window`): nothing is predicted, not zero.
             let probabilities = refreshPlanner.map { planner in

@@ -98,9 +98,20 @@ extension TaskEngine {
         guard let runtime = apps[appID] else { return nil }
         let busy = delivering.contains(appID) || slices.values.contains { $0.appID == appID }
         return AppSchedulingState(
-            record: runtime.record, reachable: !runtime.connections.isEmpty || runtime.record.busName != nil,
+            record: usedNowIfInUse(runtime.record, at: now), reachable: !runtime.connections.isEmpty || runtime.record.busName != nil,
             lastDeliveryFailureAt: runtime.lastDeliveryFailureAt, failedDeliveries: runtime.failedDeliveries, busy: busy,
             recentViolations: violations.count, lastViolationAt: violations.last)
+    }
+
+    /// `record` as the rules see it: an app the user has open (`appsInUse`) is in use now,
+    /// however long ago it was opened. Its record's last use is its last open, and an app kept
+    /// open for over `[limits] inactive_after` (a mail client left open through a week of
+    /// suspends) was held back as unused, and shown so.
+    func usedNowIfInUse(_ record: AppRecord, at now: UnixTime) -> AppRecord {
+        guard appsInUse.contains(record.appID), (record.lastUsedAt ?? -.infinity) < now else { return record }
+        var record = record
+        record.lastUsedAt = now
+        return record
     }
 
     func evaluate() {

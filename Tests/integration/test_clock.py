@@ -143,7 +143,8 @@ def test_a_clock_set_weeks_ahead_while_the_agent_runs_prunes_nothing_early(world
 
     stepped_at = time.time()
     usage_before, history_before = counts(stepped_at)
-    assert usage_before == len(old) and history_before > 0, (usage_before, history_before)
+    # The old rows, and the registrations' opens.
+    assert usage_before >= len(old) and history_before > 0, (usage_before, history_before)
     with clock_stepped(9 * 7 * 86400):
         for i in range(1000):
             app.scheduler("ReportUsage", "s", ("foreground" if i % 2 == 0 else "background",))

@@ -182,6 +182,28 @@ def test_apps_in_use_are_those_whose_units_run_when_the_agent_connects(world):
     assert usage_rows(world)[2:] == [(MAPS, "foreground")]
 
 
+def test_an_app_kept_open_for_weeks_is_not_held_as_unused(world):
+    """Konsole was opened 30 days ago and its unit still runs (a terminal left open through
+    weeks of suspends): it is in use, so the 7-day rule does not hold its refresh, and the
+    timeline does not show it inactive. Its record's last use is its last open, by which it
+    was held back as unused before. Maps, opened as long ago and not running, is held."""
+    _, manager = start_manager(world)
+    world.start_agent(planner=True)
+    agent, _ = registered_long_ago(world, [KONSOLE, MAPS], pending_for=[KONSOLE, MAPS])
+    wait_subscribed(agent, manager)
+    assert "app-inactive" in agent.explain(KONSOLE, f"{KONSOLE}.refresh")["blocking"]
+    manager.mock("AddMockUnit", "s", (UNITS[KONSOLE],))
+    th.call(world.session.conn, MANAGER, "StartUnit", "ss", (UNITS[KONSOLE], "replace"), reply_type="(o)",
+            dest=MANAGER_NAME, path="/org/freedesktop/systemd1")
+    agent.stop()
+    agent.restart()
+    th.wait_until(lambda: agent.status().get("in_use") == [KONSOLE], th.TIMEOUT, "Konsole's running unit to put it in use")
+    assert "app-inactive" not in agent.explain(KONSOLE, f"{KONSOLE}.refresh")["blocking"]
+    assert "app-inactive" in agent.explain(MAPS, f"{MAPS}.refresh")["blocking"]
+    rows = {row["app_id"]: row for row in agent.admin("GetTimeline", "s", ("",), reply_type="(a{sv})")[0]["apps"]}
+    assert (rows[KONSOLE]["inactive"], rows[MAPS]["inactive"]) == (False, True), rows
+
+
 def test_an_app_known_by_its_own_word_is_left_when_its_last_connection_closes(world):
     """Notes has no app unit: it registered, which counts as an open, so when its last bus
     connection closes the user left it. `in_use` drops it, the usage log gets the close, and a
