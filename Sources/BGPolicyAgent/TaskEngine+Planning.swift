@@ -149,8 +149,13 @@ extension TaskEngine {
     /// as they were, a restart learned one open per app and every logged close, and forgot its
     /// habits. The record's `last_used_at` still stands in for a database written before.
     func noteRegistrationAsOpen(_ appID: AppID, at time: UnixTime) {
+        // Nor is a registration of an app already in use by its own word: the same process
+        // registering again (a new identifier list), or a second one of the app. The log pairs
+        // each open with one leave, the app's last connection closing.
+        let alreadyInUse = appsInUse.contains(appID) && selfReportedInUse.contains(appID)
         selfReportedInUse.insert(appID)
-        guard !openedUnits.contains(appID) else { return }
+        // Without a refresh planner nothing tracks use (`noteOpen`), and no leave would follow.
+        guard refreshPlanner != nil, !alreadyInUse, !openedUnits.contains(appID) else { return }
         if let last = refreshPlanner?.predictor.lastOpen(of: appID.rawValue), time - last < 60 { return }
         appendUsageOrWarn(appID, .foreground, at: time, metadata: ["app.id": "\(appID)", "source": "registration"])
         noteOpen(appID, at: time)
@@ -264,7 +269,9 @@ extension TaskEngine {
             guard let refresh = pending[appID]?.values.first(where: { $0.kind == .refresh }),
                 let state = schedulingState(of: appID, at: context.now)
             else { continue }
-            let held = policy.explain(refresh, app: state, context: context).blocking
+            // The rules alone: the planner's own are what is being planned (and its look-ahead
+            // per app, which `explain` runs, cost a timeline's worth for each).
+            let held = policy.ruleReasons(for: refresh, app: state, context: context, words: false)
                 .filter { !Self.rulesTheTimelinePlans.contains($0.rule) }
             if !held.isEmpty {
                 guard let lifts = RunWhenEligiblePolicy.timeAllLift(held) else { continue }

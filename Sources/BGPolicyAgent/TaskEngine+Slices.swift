@@ -357,9 +357,11 @@ extension TaskEngine {
                         metadata: ["app.id": "\(appID)", "held": "\(launch.requests.count - still.count)",
                                    "content_available": "\(heldWake ? "held" : launch.contentAvailable ? "goes" : "none")"])
                 }
-                // A held wake stays queued (it is taken only below), for the next window.
+                // A held wake stays queued (it is taken only below), for the next window; the
+                // slice is then as long as the requests alone need.
                 if heldWake { launch.contentAvailable = false }
                 if still.isEmpty && !launch.contentAvailable { return }
+                if heldWake { launch.sliceLength = RunWhenEligiblePolicy.sliceLength(for: still, configuration) }
                 launch.requests = still
             }
             if runtime.latestConnection != nil { handOnTurn() }

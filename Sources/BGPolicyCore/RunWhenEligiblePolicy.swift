@@ -192,8 +192,14 @@ public struct RunWhenEligiblePolicy: SchedulingPolicy {
     func blockingReasons(
         for request: TaskRequest, app: AppSchedulingState, context: SchedulingContext
     ) -> [BlockingReason] {
-        appReasonsBefore(app, context, words: true) + requestReasons(request, context, words: true)
-            + appReasonsAfter(app, request, context, words: true)
+        ruleReasons(for: request, app: app, context: context, words: true)
+    }
+
+    public func ruleReasons(
+        for request: TaskRequest, app: AppSchedulingState, context: SchedulingContext, words: Bool
+    ) -> [BlockingReason] {
+        appReasonsBefore(app, context, words: words) + requestReasons(request, context, words: words)
+            + appReasonsAfter(app, request, context, words: words)
     }
 
     /// The app-level rules that come before the request's own: sleep, the switches, the battery,
@@ -439,7 +445,7 @@ public struct RunWhenEligiblePolicy: SchedulingPolicy {
     }
 
     /// The slice requests share: the longest their kinds get; zero for none.
-    static func sliceLength(for requests: ArraySlice<TaskRequest>, _ configuration: PolicyConfiguration) -> Duration {
+    public static func sliceLength(for requests: ArraySlice<TaskRequest>, _ configuration: PolicyConfiguration) -> Duration {
         var refresh = false, processing = false
         for index in requests.indices {
             if requests[index].kind == .refresh { refresh = true } else { processing = true }

@@ -341,6 +341,11 @@ public protocol SchedulingPolicy: Sendable {
 
     /// The rules that hold back an app's content-available wake now.
     func contentReasons(app: AppSchedulingState, context: SchedulingContext, words: Bool) -> [BlockingReason]
+
+    /// The rules that hold `request` back now, besides the wake windows and the refresh
+    /// planner: the machine, the switches, power, use, the request's own conditions, the app's
+    /// conduct and reachability. Without the planner's look-ahead, which `explain` runs.
+    func ruleReasons(for request: TaskRequest, app: AppSchedulingState, context: SchedulingContext, words: Bool) -> [BlockingReason]
 }
 
 extension SchedulingPolicy {

@@ -74,11 +74,15 @@ public final class BGTaskScheduler: Sendable {
         }
 
         /// `Register` of `generation` was answered by `sender`: it counts only if that agent
-        /// still owns the name (or its start has not been seen yet). An agent that restarted
-        /// while Register was on its way has not heard it, and nothing else would tell this app
-        /// to send it again. Returns whether it counts.
-        mutating func registered(_ generation: Int, answeredBy sender: String?) -> Bool {
-            guard agentOwner == nil || sender == nil || agentOwner == sender else { return false }
+        /// still owns the name, `owner` (or its start has not been seen yet). An agent that
+        /// restarted while Register was on its way has not heard it, and nothing else would tell
+        /// this app to send it again. Returns whether it counts.
+        ///
+        /// `owner` is the link's follower's, read on the connection's thread: the owner stream
+        /// (`agentOwner`) may not have seen the agent that answered yet, and a Register it
+        /// answered would not count, and be sent again at once, until it had.
+        mutating func registered(_ generation: Int, answeredBy sender: String?, owner: String?) -> Bool {
+            guard owner == nil || sender == nil || owner == sender else { return false }
             registeredGeneration = generation
             registeredWith = sender
             return true
@@ -533,7 +537,7 @@ public final class BGTaskScheduler: Sendable {
                             if s.registering?.attempt == attempt { s.registering = nil }
                             if s.link === link {
                                 s.registeredAppID = registeredAs
-                                _ = s.registered(generation, answeredBy: reply.sender)
+                                _ = s.registered(generation, answeredBy: reply.sender, owner: link.agent.owner)
                             }
                         }
                     } catch {

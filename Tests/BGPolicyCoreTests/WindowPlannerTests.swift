@@ -215,6 +215,17 @@ struct WindowPlannerTests {
         let untilNine = request(mail, .refresh, at: now, earliest: Clock.at(day: 21, 9, 0))
         #expect(planner.decide(pending: [untilNine], apps: apps, context: ctx).nextEvaluation == Clock.at(day: 21, 9, 0))
         #expect(planner.explain(untilNine, app: apps.first!.value, context: ctx).earliestRun == Clock.at(day: 21, 9, 0))
+        // Held until half a second into it: the same window, at the lift. A timer at its start,
+        // before the lift, found the refresh still held and was set to the same moment again,
+        // evaluating every 50 ms until the lift.
+        let justAfter = Clock.at(day: 21, 9, 0) + 0.5
+        let untilJustAfter = request(mail, .refresh, at: now, earliest: justAfter)
+        #expect(planner.decide(pending: [untilJustAfter], apps: apps, context: ctx).nextEvaluation == justAfter)
+        #expect(planner.explain(untilJustAfter, app: apps.first!.value, context: ctx).earliestRun == justAfter)
+        var atLift = refresh
+        atLift.advance(to: justAfter)
+        let liftCtx = context(justAfter, strategy: .predicted, planning: PlanningFacts(refresh: atLift))
+        #expect(planner.decide(pending: [untilJustAfter], apps: apps, context: liftCtx).refreshed.map(\.rawValue) == [mail])
 
         // The same request to a planner that has learned nothing and has no budget.
         let cold = PlanningFacts(refresh: RefreshPlanner(registeredAppCount: 1))
@@ -248,6 +259,8 @@ struct WindowPlannerTests {
         let facts = PlanningFacts(refresh: refresh, refreshCandidates: all)
         let explanation = planner.explain(pending[1], app: newsApp, context: context(now, strategy: .predicted, planning: facts))
         let named = try #require(explanation.earliestRun)
+        let aloneNamed = try #require(alone.earliestRun, "alone, News' own evening window")
+        #expect(aloneNamed > Clock.at(day: 21, 18, 0))
         #expect(explanation.blocking.map(\.rule) == [.predictedUse])
         #expect(named < (alone.earliestRun ?? .infinity), "with every refresh \(named - Clock.at(day: 21, 0, 0)), alone \((alone.earliestRun ?? 0) - Clock.at(day: 21, 0, 0))")
 

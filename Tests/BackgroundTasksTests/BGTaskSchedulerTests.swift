@@ -116,13 +116,13 @@ struct BGTaskSchedulerTests {
         var s = BGTaskScheduler.State()
         s.agentOwner = ":1.5"
         let restarted = s.agentChanged(to: ":1.9")
-        let fromTheOldOne = s.registered(1, answeredBy: ":1.5")
+        let fromTheOldOne = s.registered(1, answeredBy: ":1.5", owner: s.agentOwner)
         #expect(restarted && !fromTheOldOne && s.registeredGeneration == nil)
-        let fromTheNewOne = s.registered(1, answeredBy: ":1.9")
+        let fromTheNewOne = s.registered(1, answeredBy: ":1.9", owner: s.agentOwner)
         #expect(fromTheNewOne && s.registeredGeneration == 1 && s.registeredWith == ":1.9")
 
         var activated = BGTaskScheduler.State()
-        let answered = activated.registered(1, answeredBy: ":1.7")
+        let answered = activated.registered(1, answeredBy: ":1.7", owner: activated.agentOwner)
         let again = activated.agentChanged(to: ":1.7")
         #expect(answered && !again && activated.registeredGeneration == 1, "the agent that answered needs no second Register")
         // It goes, and a new one comes: that one is sent Register.

@@ -23,15 +23,15 @@ extension RefreshPlanner {
     /// - Each event's time of day is the one the clock showed then (`localOffset`): 8 weeks of
     ///   log may span a change to or from daylight saving time, which the running agent
     ///   follows too; learned with today's offset, the weeks before it would teach every habit
-    ///   an hour off. The offset is asked once per hour of the log (zones change it on the hour,
-    ///   or in a few on the half hour), not per event, and is left at the last event's.
+    ///   an hour off. The offset is asked once per half hour of the log (zones change it on the
+    ///   hour, or in a few on the half hour), not per event, and is left at the last event's.
     public mutating func learn(_ log: [LoggedUse], localOffset: (Double) -> Double) -> Set<String> {
         var inUse: Set<String> = []
-        var offsetHour = -Double.infinity
+        var offsetPeriod = -Double.infinity
         for event in log {
-            let hour = (event.time / 3600).rounded(.down)
-            if hour != offsetHour {
-                offsetHour = hour
+            let period = (event.time / 1800).rounded(.down)
+            if period != offsetPeriod {
+                offsetPeriod = period
                 let offset = localOffset(event.time)
                 if utcOffsetSeconds != offset { utcOffsetSeconds = offset }
             }

@@ -184,9 +184,11 @@ public struct WindowPlanner: SchedulingPolicy {
                 if let planner = predicted, !content.contains(appID), work[index].requests.allSatisfy({ $0.kind == .refresh }) {
                     // A refresh alone runs when the refresh planner chooses it: from its first
                     // window after the lift, not the grid's (a wake-up for nothing).
-                    // (From the slot that starts at the lift, if one does.)
+                    // (From the slot that starts at the lift, if one does; a lift a moment into
+                    // a slot finds that slot's window, still open then, and wakes at the lift:
+                    // its start, before the lift, would be evaluated again and again.)
                     let candidate = RefreshPlanner.Candidate(appID: appID.rawValue, weight: weight(of: appID))
-                    if let next = planner.nextWindow(after: lifts - 1, among: [candidate]) { wake(at: next.time) }
+                    if let next = planner.nextWindow(after: lifts - 1, among: [candidate]) { wake(at: max(next.time, lifts)) }
                 } else {
                     // A time rule lifts at the window on or after it: work due close together batches.
                     wake(at: Self.gridPoint(atOrAfter: lifts, grid: grid))
@@ -357,9 +359,9 @@ public struct WindowPlanner: SchedulingPolicy {
             guard request.kind == .refresh, let planner = predicted else {
                 return .waiting(reasons, earliestRun: Self.gridPoint(atOrAfter: lift, grid: grid))
             }
-            // (From the slot that starts at the lift, if one does.)
+            // (From the slot that starts at the lift, if one does, as in `decide`.)
             if let next = plannedWindow(planner, after: lift - 1) {
-                return .waiting(reasons, earliestRun: next)
+                return .waiting(reasons, earliestRun: max(next, lift))
             }
             reasons.append(BlockingReason(
                 rule: .predictedUse,
@@ -401,7 +403,7 @@ public struct WindowPlanner: SchedulingPolicy {
                             ? " (a longer gap than usual: its recent refreshes brought no data or overran)" : ""),
                     liftsAt: at))
                 if let next = plannedWindow(planner, after: max(context.now, at - 1)) {
-                    return .waiting(reasons, earliestRun: next)
+                    return .waiting(reasons, earliestRun: max(next, at))
                 }
                 return .waiting(reasons, earliestRun: nil)
             case nil:
@@ -462,6 +464,12 @@ public struct WindowPlanner: SchedulingPolicy {
 
     /// The rules that hold back an app's content-available wake: those of a plain request with
     /// no conditions of its own (the switches, battery, power saver, use, conduct, reachability).
+    public func ruleReasons(
+        for request: TaskRequest, app: AppSchedulingState, context: SchedulingContext, words: Bool
+    ) -> [BlockingReason] {
+        rules.ruleReasons(for: request, app: app, context: context, words: words)
+    }
+
     public func contentReasons(app: AppSchedulingState, context: SchedulingContext, words: Bool = true) -> [BlockingReason] {
         rules.contentReasons(app: app, context: context, words: words)
     }
