@@ -313,8 +313,7 @@ extension TaskEngine {
                     continue
                 }
                 guard let next = nextFree else { break }
-                future.advance(to: next.time)
-                future.recordWindow(at: next.time, refreshed: next.apps)
+                future.planWindow(at: next.time, refreshing: next.apps)
                 for app in next.apps {
                     if let appID = AppID(rawValue: app) { planned[appID, default: []].append(next.time) }
                 }

@@ -17,6 +17,10 @@ struct PlanningResults: Sendable {
     /// Slices the planner's decision started, and refreshes among them.
     var launches = 0
     var refreshes = 0
+    /// `Explain` of one app's refresh between windows: with every app's refresh pending, as the
+    /// agent asks it (the first window that takes it, planned window after window), and alone.
+    var explainAll = Samples()
+    var explainAlone = Samples()
 
     static let p99TargetNanoseconds = 1_000_000.0
 }
@@ -101,6 +105,22 @@ enum PlanningBench {
         let decision = planner.decide(work: work, context: context)
         results.launches = decision.launches.count
         results.refreshes = decision.refreshed.count
+
+        // Explain, five minutes after the window, of the refresh of the app in the middle.
+        let asked = work[work.count / 2]
+        if let request = asked.requests.first(where: { $0.kind == .refresh }) {
+            let between = now + 300
+            let everyRefresh = work.map { RefreshPlanner.Candidate(appID: $0.app.record.appID.rawValue) }
+            let all = SchedulingContext(
+                now: between, conditions: conditions, configuration: configuration,
+                planning: PlanningFacts(refresh: refresh, refreshCandidates: everyRefresh))
+            let alone = SchedulingContext(
+                now: between, conditions: conditions, configuration: configuration, planning: PlanningFacts(refresh: refresh))
+            for _ in 0..<max(decisions / 10, 5) {
+                results.explainAll.values.append(time { planner.explain(request, app: asked.app, context: all).blocking.count })
+                results.explainAlone.values.append(time { planner.explain(request, app: asked.app, context: alone).blocking.count })
+            }
+        }
         return results
     }
 }
@@ -116,6 +136,8 @@ extension PlanningResults {
              Format.ratio(planner.median, baseline.median), "—", "—"],
             ["decision p99, \(Format.thousands(apps)) apps × 11 (µs)", us(planner.percentile(99)), us(baseline.percentile(99)), what,
              Format.ratio(planner.percentile(99), baseline.percentile(99)), "≤ 1000 µs", met(planner.percentile(99))],
+            ["Explain of a refresh, \(Format.thousands(apps)) apps' pending, p50 (µs)", us(explainAll.median), us(explainAlone.median),
+             "Explain of the refresh alone", Format.ratio(explainAll.median, explainAlone.median), "—", "—"],
         ]
         return Format.table(header, body)
     }
@@ -134,6 +156,8 @@ extension PlanningResults {
             ("planner_p50_us", JSON.number(planner.median / 1e3)), ("planner_p99_us", JSON.number(planner.percentile(99) / 1e3)),
             ("baseline_p50_us", JSON.number(baseline.median / 1e3)), ("baseline_p99_us", JSON.number(baseline.percentile(99) / 1e3)),
             ("launches", "\(launches)"), ("refreshes", "\(refreshes)"),
+            ("explain_all_p50_us", JSON.number(explainAll.median / 1e3)),
+            ("explain_alone_p50_us", JSON.number(explainAlone.median / 1e3)),
         ])
     }
 }
