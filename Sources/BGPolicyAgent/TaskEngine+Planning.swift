@@ -34,7 +34,7 @@ extension TaskEngine {
             events.sort { ($0.time, $0.order) < ($1.time, $1.order) }
             planner.adaptsThresholds = false
             let inUse = planner.learn(
-                events.map { RefreshPlanner.LoggedUse(time: $0.time, appID: $0.appID.rawValue, opened: $0.opened) },
+                events.map { UsageEvent(time: $0.time, appID: $0.appID.rawValue, kind: $0.opened ? .open : .close) },
                 localOffset: { Self.localUTCOffset(at: $0) })
             appsInUse = Set(inUse.compactMap(AppID.init(rawValue:)))
             inUseByLogAtStart = appsInUse

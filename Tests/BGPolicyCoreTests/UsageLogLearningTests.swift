@@ -17,15 +17,15 @@ struct UsageLogLearningTests {
     /// Mail, opened at 09:00, left at 09:10, opened again at 09:15 and left at 09:30, every day
     /// for two weeks; with `strays`, the log also has a close of Mail at 12:00 each day, when it
     /// is not in use (the end of a launch the agent made, or Mail saying it is in the background).
-    static func twoWeeks(strays: Bool) -> [RefreshPlanner.LoggedUse] {
-        var log: [RefreshPlanner.LoggedUse] = []
+    static func twoWeeks(strays: Bool) -> [UsageEvent] {
+        var log: [UsageEvent] = []
         for d in 0..<14 {
             let nine = monday + Double(d) * day + 9 * 3600
             log += [
-                .init(time: nine, appID: mail, opened: true), .init(time: nine + 600, appID: mail, opened: false),
-                .init(time: nine + 900, appID: mail, opened: true), .init(time: nine + 1800, appID: mail, opened: false),
+                .init(time: nine, appID: mail, kind: .open), .init(time: nine + 600, appID: mail, kind: .close),
+                .init(time: nine + 900, appID: mail, kind: .open), .init(time: nine + 1800, appID: mail, kind: .close),
             ]
-            if strays { log.append(.init(time: nine + 3 * 3600, appID: mail, opened: false)) }
+            if strays { log.append(.init(time: nine + 3 * 3600, appID: mail, kind: .close)) }
         }
         return log
     }
@@ -46,11 +46,11 @@ struct UsageLogLearningTests {
 
     @Test func theAppsLeftInUseAreThoseOpenedAndNotLeft() {
         var planner = Self.planner()
-        let log: [RefreshPlanner.LoggedUse] = [
-            .init(time: Self.monday, appID: Self.mail, opened: true),
-            .init(time: Self.monday + 60, appID: "org.example.News", opened: true),
-            .init(time: Self.monday + 120, appID: Self.mail, opened: false),
-            .init(time: Self.monday + 180, appID: "org.example.Maps", opened: false),
+        let log: [UsageEvent] = [
+            .init(time: Self.monday, appID: Self.mail, kind: .open),
+            .init(time: Self.monday + 60, appID: "org.example.News", kind: .open),
+            .init(time: Self.monday + 120, appID: Self.mail, kind: .close),
+            .init(time: Self.monday + 180, appID: "org.example.Maps", kind: .close),
         ]
         #expect(planner.learn(log, localOffset: { _ in 0 }) == ["org.example.News"])
     }
@@ -62,9 +62,9 @@ struct UsageLogLearningTests {
     @Test func eachEventIsLearnedInTheLocalTimeOfItsDay() {
         let change = Self.monday + 14 * Self.day
         func offset(_ t: Double) -> Double { t < change ? 3600 : 7200 }
-        let log = (0..<21).map { d -> RefreshPlanner.LoggedUse in
+        let log = (0..<21).map { d -> UsageEvent in
             let midnight = Self.monday + Double(d) * Self.day
-            return .init(time: midnight + 8 * 3600 - offset(midnight), appID: Self.mail, opened: true)
+            return .init(time: midnight + 8 * 3600 - offset(midnight), appID: Self.mail, kind: .open)
         }
         let end = Self.monday + 21 * Self.day
         let eight = end + 8 * 3600 - 7200, nine = eight + 3600

@@ -1,18 +1,6 @@
-/// The usage log learned again at start (the agent's `warmPlanner`).
+/// The usage log learned again at start (the agent's `warmPlanner`), as the same events a
+/// trace holds (`UsageEvent`).
 extension RefreshPlanner {
-    /// One row of the usage log as the planner learns it: an open, or the app left.
-    public struct LoggedUse: Sendable, Equatable {
-        public var time: Double
-        public var appID: String
-        public var opened: Bool
-
-        public init(time: Double, appID: String, opened: Bool) {
-            self.time = time
-            self.appID = appID
-            self.opened = opened
-        }
-    }
-
     /// Learns `log`, in order, as the running agent learned it, and returns the apps it leaves
     /// in use (opened and not left).
     ///
@@ -25,7 +13,7 @@ extension RefreshPlanner {
     ///   follows too; learned with today's offset, the weeks before it would teach every habit
     ///   an hour off. The offset is asked once per half hour of the log (zones change it on the
     ///   hour, or in a few on the half hour), not per event, and is left at the last event's.
-    public mutating func learn(_ log: [LoggedUse], localOffset: (Double) -> Double) -> Set<String> {
+    public mutating func learn(_ log: [UsageEvent], localOffset: (Double) -> Double) -> Set<String> {
         var inUse: Set<String> = []
         var offsetPeriod = -Double.infinity
         for event in log {
@@ -35,7 +23,7 @@ extension RefreshPlanner {
                 let offset = localOffset(event.time)
                 if utcOffsetSeconds != offset { utcOffsetSeconds = offset }
             }
-            if event.opened {
+            if event.kind == .open {
                 recordOpen(of: event.appID, at: event.time)
                 inUse.insert(event.appID)
             } else if inUse.remove(event.appID) != nil {
