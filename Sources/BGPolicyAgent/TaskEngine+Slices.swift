@@ -100,7 +100,7 @@ extension TaskEngine {
         return AppSchedulingState(
             record: usedNowIfInUse(runtime.record, at: now), reachable: !runtime.connections.isEmpty || runtime.record.busName != nil,
             lastDeliveryFailureAt: runtime.lastDeliveryFailureAt, failedDeliveries: runtime.failedDeliveries, busy: busy,
-            recentViolations: violations.count, lastViolationAt: violations.last)
+            violations: violations, configuration: configuration)
     }
 
     /// `record` as the rules see it: an app the user has open (`appsInUse`) is in use now,

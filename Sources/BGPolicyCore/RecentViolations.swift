@@ -52,6 +52,25 @@ public struct RecentViolations: Sendable, Equatable {
         return true
     }
 
+    /// When a hold that lasts `penalty(n)` after the latest violation, n being how many count,
+    /// ends: the first time t at which t ≥ latest + penalty(those still counting at t). The
+    /// older violations stop counting as they reach `memory`, and the penalty shrinks with
+    /// them: taken with today's count alone, the hold of an app whose oldest overrun ages out
+    /// during it lasted the longer penalty, up to the cap (8 hours), after it had ended. Nil
+    /// with none. `penalty` must not grow as the count falls.
+    public func penaltyEnd(_ penalty: (Int) -> UnixTime) -> UnixTime? {
+        guard let latest = times.last else { return nil }
+        var end = latest + penalty(times.count)
+        // After the `aged` oldest have stopped counting: a violation exactly `memory` old still
+        // counts (`advance(to:)`), so it stops the moment after.
+        for aged in 1..<times.count {
+            let from = (times[aged - 1] + Self.memory).nextUp
+            if from >= end { break }
+            end = min(end, max(from, latest + penalty(times.count - aged)))
+        }
+        return end
+    }
+
     /// The wall clock was set `step` seconds forward (or back): each violation stays as long ago
     /// as it was.
     public mutating func wallClockStepped(by step: Double) {

@@ -58,7 +58,8 @@ public struct RunWhenEligiblePolicy: SchedulingPolicy {
             Self.appConditionsHold(
                 enabled: work[index].app.record.enabled, lastUsedAt: work[index].app.record.lastUsedAt,
                 registeredAt: work[index].app.record.registeredAt, recentViolations: work[index].app.recentViolations,
-                lastViolationAt: work[index].app.lastViolationAt, reachable: work[index].app.reachable,
+                lastViolationAt: work[index].app.lastViolationAt,
+                overrunPenaltyEndsAt: work[index].app.overrunPenaltyEndsAt, reachable: work[index].app.reachable,
                 lastDeliveryFailureAt: work[index].app.lastDeliveryFailureAt,
                 failedDeliveries: work[index].app.failedDeliveries, busy: work[index].app.busy, context)
             ? []
@@ -262,7 +263,8 @@ public struct RunWhenEligiblePolicy: SchedulingPolicy {
     static func appConditionsHold(_ app: AppSchedulingState, _ context: SchedulingContext) -> Bool {
         appConditionsHold(
             enabled: app.record.enabled, lastUsedAt: app.record.lastUsedAt, registeredAt: app.record.registeredAt,
-            recentViolations: app.recentViolations, lastViolationAt: app.lastViolationAt, reachable: app.reachable,
+            recentViolations: app.recentViolations, lastViolationAt: app.lastViolationAt,
+            overrunPenaltyEndsAt: app.overrunPenaltyEndsAt, reachable: app.reachable,
             lastDeliveryFailureAt: app.lastDeliveryFailureAt, failedDeliveries: app.failedDeliveries, busy: app.busy, context)
     }
 
@@ -272,7 +274,8 @@ public struct RunWhenEligiblePolicy: SchedulingPolicy {
     @inline(__always)
     static func appConditionsHold(
         enabled: Bool, lastUsedAt: UnixTime?, registeredAt: UnixTime, recentViolations: Int, lastViolationAt: UnixTime?,
-        reachable: Bool, lastDeliveryFailureAt: UnixTime?, failedDeliveries: Int, busy: Bool, _ context: SchedulingContext
+        overrunPenaltyEndsAt: UnixTime?, reachable: Bool, lastDeliveryFailureAt: UnixTime?, failedDeliveries: Int,
+        busy: Bool, _ context: SchedulingContext
     ) -> Bool {
         let now = context.now
         let conditions = context.conditions
@@ -287,8 +290,9 @@ public struct RunWhenEligiblePolicy: SchedulingPolicy {
         if now - max(lastUsedAt ?? registeredAt, registeredAt) > configuration.limits.inactiveAfter.seconds {
             return false
         }
-        if recentViolations > 0, let lastViolationAt,
-            now < lastViolationAt + overrunPenalty(violations: recentViolations, configuration)
+        if let end = overrunPenaltyEnd(
+            recentViolations: recentViolations, lastViolationAt: lastViolationAt, endsAt: overrunPenaltyEndsAt, configuration),
+            now < end
         {
             return false
         }
@@ -372,16 +376,22 @@ public struct RunWhenEligiblePolicy: SchedulingPolicy {
         let now = context.now
         let appID = app.record.appID
         var reasons: [BlockingReason] = []
-        if app.recentViolations > 0, let lastViolation = app.lastViolationAt {
-            let penalty = Self.overrunPenalty(violations: app.recentViolations, context.configuration)
-            let end = lastViolation + penalty
+        if let lastViolation = app.lastViolationAt,
+            let end = Self.overrunPenaltyEnd(
+                recentViolations: app.recentViolations, lastViolationAt: lastViolation,
+                endsAt: app.overrunPenaltyEndsAt, context.configuration)
+        {
+            // Shorter than the count's penalty when older violations age out during it.
+            let penalty = end - lastViolation
             if now < end {
                 let times = app.recentViolations == 1 ? "once" : "\(app.recentViolations) times"
                 reasons.append(BlockingReason(
                     rule: .overrunPenalty,
                     words: words
                         ? "\(appID) overran its time \(times) in the last 7 days, so it waits "
-                            + "\(Self.durationWords(penalty)) after the last overrun: "
+                            + (penalty < Self.overrunPenalty(violations: app.recentViolations, context.configuration)
+                                ? "\(Self.durationWords(penalty)) after the last overrun (the oldest stop counting meanwhile): "
+                                : "\(Self.durationWords(penalty)) after the last overrun: ")
                             + "another \(Self.durationWords(end - now))" : "",
                     liftsAt: end))
             }
@@ -437,8 +447,20 @@ public struct RunWhenEligiblePolicy: SchedulingPolicy {
         return level
     }
 
+    /// When the overrun penalty of an app with `recentViolations`, the last at
+    /// `lastViolationAt`, ends: `endsAt` when the engine worked it out from the violations'
+    /// times (`RecentViolations.penaltyEnd`), else the last plus the count's penalty. Nil with
+    /// no violation.
+    @inline(__always)
+    static func overrunPenaltyEnd(
+        recentViolations: Int, lastViolationAt: UnixTime?, endsAt: UnixTime?, _ configuration: PolicyConfiguration
+    ) -> UnixTime? {
+        guard recentViolations > 0, let lastViolationAt else { return nil }
+        return endsAt ?? lastViolationAt + overrunPenalty(violations: recentViolations, configuration)
+    }
+
     /// refresh.minInterval doubled for each violation after the first, capped.
-    static func overrunPenalty(violations: Int, _ configuration: PolicyConfiguration) -> Double {
+    public static func overrunPenalty(violations: Int, _ configuration: PolicyConfiguration) -> Double {
         // 2^(n-1) as a Double cannot overflow: it becomes infinity, and the cap takes over.
         let factor = Double(sign: .plus, exponent: max(violations - 1, 0), significand: 1)
         return min(configuration.refresh.minInterval.seconds * factor, maximumPenalty.seconds)

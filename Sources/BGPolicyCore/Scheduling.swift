@@ -97,10 +97,15 @@ public struct AppSchedulingState: Sendable, Equatable {
     /// Violations (overruns, CPU enforcement) in the last 7 days, and when the last one was.
     public var recentViolations: Int
     public var lastViolationAt: UnixTime?
+    /// When the overrun penalty ends (`RunWhenEligiblePolicy.overrunPenaltyEnd`), worked out
+    /// from the times of the violations when they are known, so that the hold shortens as the
+    /// older ones age out; from the count and the last alone otherwise.
+    public var overrunPenaltyEndsAt: UnixTime?
 
     public init(
         record: AppRecord, reachable: Bool, lastDeliveryFailureAt: UnixTime? = nil, failedDeliveries: Int = 0,
-        busy: Bool = false, recentViolations: Int = 0, lastViolationAt: UnixTime? = nil
+        busy: Bool = false, recentViolations: Int = 0, lastViolationAt: UnixTime? = nil,
+        overrunPenaltyEndsAt: UnixTime? = nil
     ) {
         self.record = record
         self.reachable = reachable
@@ -109,6 +114,22 @@ public struct AppSchedulingState: Sendable, Equatable {
         self.busy = busy
         self.recentViolations = recentViolations
         self.lastViolationAt = lastViolationAt
+        self.overrunPenaltyEndsAt = overrunPenaltyEndsAt
+    }
+
+    /// The state of an app whose violations counting now are `violations`: their count, the
+    /// last, and when the overrun penalty they earn under `configuration` ends.
+    public init(
+        record: AppRecord, reachable: Bool, lastDeliveryFailureAt: UnixTime? = nil, failedDeliveries: Int = 0,
+        busy: Bool = false, violations: RecentViolations, configuration: PolicyConfiguration
+    ) {
+        self.init(
+            record: record, reachable: reachable, lastDeliveryFailureAt: lastDeliveryFailureAt,
+            failedDeliveries: failedDeliveries, busy: busy, recentViolations: violations.count,
+            lastViolationAt: violations.last,
+            overrunPenaltyEndsAt: violations.penaltyEnd {
+                RunWhenEligiblePolicy.overrunPenalty(violations: $0, configuration)
+            })
     }
 }
 

@@ -27,6 +27,37 @@ struct RecentViolationsTests {
         #expect(violations.count == 0 && violations.last == nil)
     }
 
+    /// `refresh.min_interval`'s 15 min doubled per violation after the first, capped at 8 h,
+    /// as `RunWhenEligiblePolicy.overrunPenalty` has it by default.
+    static func penalty(_ count: Int) -> Double { min(900 * Double(1 << min(count - 1, 20)), 28_800) }
+
+    @Test func thePenaltyShrinksWhenAnOlderViolationAgesOutDuringIt() {
+        // Five overruns: one 7 days less an hour before the last four. The count's penalty
+        // (4 h) would hold the app until last + 4 h, but an hour after the last the oldest stops
+        // counting, and four earn 2 h: the hold ends at last + 2 h.
+        let last = start + 10 * day
+        let violations = RecentViolations([last - 7 * day + 3600, last - 3, last - 2, last - 1, last], now: last)
+        #expect(violations.count == 5)
+        #expect(violations.penaltyEnd(Self.penalty) == last + 7200)
+    }
+
+    @Test func aPenaltyThatWouldEndBeforeTheAgingEndsWhenTheOldestStopsCounting() {
+        // Five overruns earn 4 h. The oldest stops counting 3 h after the last (the moment after
+        // it is 7 days old), when four earn 2 h, already past: the hold ends then.
+        let last = start + 10 * day
+        let oldest = last - 7 * day + 3 * 3600
+        let violations = RecentViolations([oldest, last - 3, last - 2, last - 1, last], now: last)
+        #expect(violations.penaltyEnd(Self.penalty) == (oldest + 7 * day).nextUp)
+        #expect(violations.penaltyEnd(Self.penalty)! < last + Self.penalty(5))
+    }
+
+    @Test func withoutAgingThePenaltyIsTheCounts() {
+        let last = start + 10 * day
+        #expect(RecentViolations([last], now: last).penaltyEnd(Self.penalty) == last + 900)
+        #expect(RecentViolations([last - day, last - 1, last], now: last).penaltyEnd(Self.penalty) == last + 3600)
+        #expect(RecentViolations().penaltyEnd(Self.penalty) == nil)
+    }
+
     @Test func aViolationExactlySevenDaysOldStillCountsAsTheStoreCountsIt() {
         var violations = RecentViolations([start], now: start + 7 * day)
         #expect(violations.count == 1)

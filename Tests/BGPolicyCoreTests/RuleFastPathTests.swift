@@ -91,4 +91,31 @@ struct RuleFastPathTests {
         // Both answers occur, so agreement is not agreement on one constant.
         #expect(held > 0 && held < checked)
     }
+
+    @Test func theAppTestAgreesWithTheReasonsWhenThePenaltyEndsEarlyOrLate() {
+        // The engine works the penalty's end out from the violations' times: before the count's
+        // (an older one ages out during it) or, had anything made it so, after it.
+        let policy = RunWhenEligiblePolicy()
+        let now: UnixTime = 1_700_000_000
+        var conditions = Conditions()
+        conditions.onBattery = false
+        let context = SchedulingContext(now: now, conditions: conditions)
+        var held = 0
+        for (violations, lastViolation) in [(1, now - 60), (3, now - 60), (3, now - 7200)] as [(Int, UnixTime)] {
+            for endsAt in [nil, now - 1, now, now + 1, now + 30_000] as [UnixTime?] {
+                let app = AppSchedulingState(
+                    record: AppRecord(
+                        appID: AppID(rawValue: "org.example.App")!, identifiers: ["org.example.App.x"],
+                        identity: .flatpak, registeredAt: now - 60, lastUsedAt: now - 60),
+                    reachable: true, recentViolations: violations, lastViolationAt: lastViolation,
+                    overrunPenaltyEndsAt: endsAt)
+                let fast = RunWhenEligiblePolicy.appConditionsHold(app, context)
+                let reasons = policy.appReasonsBefore(app, context, words: false) + policy.appReasonsAfter(app, nil, context, words: false)
+                #expect(fast == reasons.isEmpty, "\(violations) at \(lastViolation), ends at \(String(describing: endsAt))")
+                if let endsAt { #expect(fast == (endsAt <= now)) }
+                if !fast { held += 1 }
+            }
+        }
+        #expect(held > 0 && held < 15)
+    }
 }

@@ -291,6 +291,28 @@ struct RunWhenEligiblePolicyTests {
         #expect(setup.explain().runnable)
     }
 
+    @Test("the penalty ends early when an older violation ages out during it")
+    func penaltyShortensAsViolationsAgeOut() {
+        var setup = Setup()
+        // Three overruns: the oldest 7 days less 10 min before the last two, a minute ago.
+        // Three earn 1 h; 10 min after the last the oldest stops counting, and two earn 30 min.
+        let last = now - 60
+        let violations = RecentViolations([last - 7 * 86_400 + 600, last - 1, last], now: now)
+        setup.app = AppSchedulingState(
+            record: setup.app.record, reachable: true, violations: violations, configuration: setup.context.configuration)
+        let explanation = setup.explain()
+        #expect(explanation.blocking.map(\.rule) == [.overrunPenalty])
+        #expect(explanation.earliestRun == last + 1800)
+        #expect(explanation.blocking.first?.liftsAt == last + 1800)
+        #expect(explanation.blocking.first?.words.contains("waits 30 min after the last overrun (the oldest stop counting meanwhile)") == true)
+        // The decision's next evaluation is at that end, not at the three's hour.
+        #expect(setup.decide().nextEvaluation == last + 1800)
+
+        setup.context.now = last + 1800
+        #expect(setup.explain().runnable)
+        #expect(setup.decide().launches.count == 1)
+    }
+
     @Test("the penalty follows the configured interval")
     func penaltyFromConfiguration() {
         var setup = Setup()
