@@ -138,7 +138,8 @@ public enum AgentInterfaces {
                     The next 24 hours as the planner sees them now: "now" (x); "start" (x) the start
                     of the first slot; "slot_seconds" (u) 900; "slots" (u) 96; "grid_seconds" (u) the
                     window grid now (900 on battery, 300 on AC); "windows" (ax) the planned wake
-                    windows; "strategy" (s) the refresh strategy, "predicted" or "every-window"; "apps"
+                    windows; "strategy" (s) the refresh strategy, "predicted" or "every-window";
+                    "inactive_after_seconds" (x) [limits] inactive_after; "apps"
                     (aa{sv}) per app "app_id" (s), "probabilities" (ad) the predicted probability of an
                     open in each slot (none with "every-window", which predicts nothing), "refreshes"
                     (ax) its planned refresh windows (if it resubmits after each, as apps do),

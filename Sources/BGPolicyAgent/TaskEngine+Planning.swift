@@ -350,6 +350,7 @@ extension TaskEngine {
             "windows": Variant(windows.sorted().map { Int64($0.rounded()) }),
             "apps": Variant(rows),
             "strategy": Variant(configuration.refresh.strategy.rawValue),
+            "inactive_after_seconds": Variant(Int64(inactiveAfter.rounded(.down))),
         ]
     }
 }

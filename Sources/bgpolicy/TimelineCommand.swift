@@ -145,7 +145,14 @@ enum TimelineReply {
             slotSeconds: Int(slotSeconds), slots: Int(slots),
             gridSeconds: Int(try required(reply, "grid_seconds", as: UInt32.self)),
             windows: try required(reply, "windows", as: [Int64].self).map(Double.init),
-            apps: apps, strategy: strategy)
+            apps: apps, strategy: strategy,
+            // Optional: an agent of the release before it did not send it.
+            inactiveAfterSeconds: try optional(reply, "inactive_after_seconds", as: Int64.self).map(Double.init))
+    }
+
+    private static func optional<T: DBusRepresentable>(_ dict: VariantDictionary, _ key: String, as _: T.Type) throws -> T? {
+        guard dict[key] != nil else { return nil }
+        return try required(dict, key, as: T.self)
     }
 
     private static func required<T: DBusRepresentable>(

@@ -26,7 +26,7 @@ enum TimelineFixture {
         """
 
     static func day(_ apps: [Timeline.App], windows: [UnixTime] = []) -> Timeline {
-        Timeline(now: start + 60, start: start, windows: windows, apps: apps)
+        Timeline(now: start + 60, start: start, windows: windows, apps: apps, inactiveAfterSeconds: 7 * 86_400)
     }
 
     static func probabilities(_ values: [Int: Double], slots: Int = 96) -> [Double] {
@@ -143,6 +143,14 @@ struct TimelineRenderTests {
         let lines = text.split(separator: "\n")
         #expect(lines.contains("org.example.Backup  inactive: unused for 7 days, nothing planned"))
         #expect(lines.contains("org.example.New     no usage data yet"))
+        // As configured: `[limits] inactive_after = 36h`; and from an agent that did not say.
+        var configured = timeline
+        configured.inactiveAfterSeconds = 36 * 3600
+        #expect(TimelineText.render(configured, utcOffsetSeconds: 0, width: nil, color: false).split(separator: "\n")
+            .contains("org.example.Backup  inactive: unused for 1 day 12 h, nothing planned"))
+        configured.inactiveAfterSeconds = nil
+        #expect(TimelineText.render(configured, utcOffsetSeconds: 0, width: nil, color: false).split(separator: "\n")
+            .contains("org.example.Backup  inactive: unused for [limits] inactive_after, nothing planned"))
         #expect(lines.contains("org.example.Quiet   no use predicted in the next 24 h"))
         // The inactive app's chances are not drawn, and nothing else has any: no heat legend.
         #expect(!text.contains("█"))
@@ -264,7 +272,10 @@ struct TimelineRenderTests {
         #expect(svg.contains(">a&lt;b&amp;&quot;c&apos;d&gt;</text>"))
         #expect(!svg.contains("a<b"))
         #expect(svg.contains(">org.example.Mail</text>"))
-        #expect(svg.contains("inactive: unused for 7 days, nothing planned"))
+        // `small` does not say for how long (an agent from before it did).
+        #expect(svg.contains("inactive: unused for [limits] inactive_after, nothing planned"))
+        timeline.inactiveAfterSeconds = 2 * 86_400
+        #expect(TimelineSVG.render(timeline, utcOffsetSeconds: 3600).contains("inactive: unused for 2 days, nothing planned"))
         // One cell per slot with a visible chance: Mail's six, Feeds' two, the new app's one,
         // and the legend's four.
         #expect(svg.ranges(of: ##"fill="#1f6feb" fill-opacity"##).count == 6 + 2 + 1 + 4)

@@ -186,9 +186,10 @@ def test_an_app_kept_open_for_weeks_is_not_held_as_unused(world):
     """Konsole was opened 30 days ago and its unit still runs (a terminal left open through
     weeks of suspends): it is in use, so the 7-day rule does not hold its refresh, and the
     timeline does not show it inactive. Its record's last use is its last open, by which it
-    was held back as unused before. Maps, opened as long ago and not running, is held."""
+    was held back as unused before. Maps, opened as long ago and not running, is held, and the
+    timeline says for how long unused, as configured."""
     _, manager = start_manager(world)
-    world.start_agent(planner=True)
+    world.start_agent(planner=True, config="[limits]\ninactive_after = 20d\n")
     agent, _ = registered_long_ago(world, [KONSOLE, MAPS], pending_for=[KONSOLE, MAPS])
     wait_subscribed(agent, manager)
     assert "app-inactive" in agent.explain(KONSOLE, f"{KONSOLE}.refresh")["blocking"]
@@ -200,8 +201,13 @@ def test_an_app_kept_open_for_weeks_is_not_held_as_unused(world):
     th.wait_until(lambda: agent.status().get("in_use") == [KONSOLE], th.TIMEOUT, "Konsole's running unit to put it in use")
     assert "app-inactive" not in agent.explain(KONSOLE, f"{KONSOLE}.refresh")["blocking"]
     assert "app-inactive" in agent.explain(MAPS, f"{MAPS}.refresh")["blocking"]
-    rows = {row["app_id"]: row for row in agent.admin("GetTimeline", "s", ("",), reply_type="(a{sv})")[0]["apps"]}
+    (timeline,) = agent.admin("GetTimeline", "s", ("",), reply_type="(a{sv})")
+    rows = {row["app_id"]: row for row in timeline["apps"]}
     assert (rows[KONSOLE]["inactive"], rows[MAPS]["inactive"]) == (False, True), rows
+    assert timeline["inactive_after_seconds"] == 20 * 86400
+    strips = agent.cli("timeline").stdout.splitlines()
+    assert any(line.startswith(MAPS) and "inactive: unused for 20 days, nothing planned" in line for line in strips), strips
+    assert not any(line.startswith(KONSOLE) and "inactive" in line for line in strips), strips
 
 
 def test_an_app_known_by_its_own_word_is_left_when_its_last_connection_closes(world):

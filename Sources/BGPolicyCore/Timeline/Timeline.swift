@@ -11,7 +11,8 @@ public struct Timeline: Sendable, Equatable {
         public var refreshes: [UnixTime]
         /// Its pending task identifiers.
         public var pending: [String]
-        /// Not used for 7 days: nothing is planned for it.
+        /// Not used for `[limits] inactive_after` (`Timeline.inactiveAfterSeconds`): nothing is
+        /// planned for it.
         public var inactive: Bool
 
         public init(appID: String, probabilities: [Double], refreshes: [UnixTime] = [], pending: [String] = [], inactive: Bool = false) {
@@ -38,10 +39,14 @@ public struct Timeline: Sendable, Equatable {
     /// nothing: the apps come without probabilities, and a pending refresh runs in the next
     /// wake window.
     public var strategy: RefreshStrategy
+    /// `[limits] inactive_after`: how long unused makes an app `inactive`. Nil when the agent
+    /// did not say (one from before it did).
+    public var inactiveAfterSeconds: Double?
 
     public init(
         now: UnixTime, start: UnixTime, slotSeconds: Int = 900, slots: Int = 96, gridSeconds: Int = 900,
-        windows: [UnixTime] = [], apps: [App] = [], strategy: RefreshStrategy = .predicted
+        windows: [UnixTime] = [], apps: [App] = [], strategy: RefreshStrategy = .predicted,
+        inactiveAfterSeconds: Double? = nil
     ) {
         self.now = now
         self.start = start
@@ -51,6 +56,16 @@ public struct Timeline: Sendable, Equatable {
         self.windows = windows
         self.apps = apps
         self.strategy = strategy
+        self.inactiveAfterSeconds = inactiveAfterSeconds
+    }
+
+    /// What an inactive app's strip says: for how long unused, as the agent is configured
+    /// (`[limits] inactive_after`, 7 days by default, may be set to 2 days or 30).
+    public var inactiveWords: String {
+        guard let seconds = inactiveAfterSeconds, seconds.isFinite, seconds > 0 else {
+            return "inactive: unused for [limits] inactive_after, nothing planned"
+        }
+        return "inactive: unused for \(RunWhenEligiblePolicy.durationWords(seconds, roundingUp: false)), nothing planned"
     }
 
     /// What an app's strip says when the agent predicts nothing (`strategy` `every-window`).

@@ -76,7 +76,7 @@ public enum TimelineSVG {
             let y = appsY + Double(i) * appRowHeight
             out.append(text(margin, y + 12, labels[i], attributes: ##"fill="#24292f""##))
             if app.inactive {
-                out.append(text(left + 6, y + 12, "inactive: unused for 7 days, nothing planned", attributes: ##"fill="#57606a""##))
+                out.append(text(left + 6, y + 12, t.inactiveWords, attributes: ##"fill="#57606a""##))
                 continue
             }
             out.append(

@@ -154,7 +154,7 @@ public enum TimelineText {
         func appRows(_ app: Timeline.App, _ probabilities: [Double]) -> [String] {
             let label = TimelineSafeText.truncated(TimelineSafeText.clean(app.appID), to: labelWidth)
             if app.inactive {
-                return [row(label, [paint("inactive: unused for 7 days, nothing planned", "2")])]
+                return [row(label, [paint(t.inactiveWords, "2")])]
             }
             var strip: [String]
             if t.strategy == .everyWindow {
