@@ -161,7 +161,8 @@ public enum AgentInterfaces {
                     answered. NotRegistered for an unknown app; UnknownTask when no such request is
                     pending; Unavailable when the app cannot be reached (the request stays pending), or
                     while a delivery to the app, or a change to its requests, is on its way (try again
-                    in a moment).
+                    in a moment); Failed when the agent could not record the slice (a full disk, a
+                    damaged database; the request stays pending).
                     """),
             .init(
                 "SimulateExpiration",

@@ -465,6 +465,26 @@ def test_a_completion_on_a_full_disk_is_refused_and_can_be_sent_again(world):
     assert [e["result"] for e in agent.events("completed", task_id=run["task_id"])] == ["new-data"]
 
 
+def test_a_simulated_launch_on_a_full_disk_is_refused_and_the_request_stays(world):
+    """`SimulateLaunch` records the slice before it delivers: on a full disk it answers `Failed`,
+    delivers nothing, and the request stays pending, to be launched once there is room."""
+    disk = simulated_full_disk(world)
+    agent = disk.start_agent(world)
+    app = world.registered_app(APP, IDENTIFIERS)
+    app.submit(IDENTIFIERS[0], "refresh", earliest_begin=later(3600))
+
+    disk.fill(agent)
+    message = expect_error("Failed", agent.simulate_launch, APP, IDENTIFIERS[0])
+    assert "nothing was changed" in message, message
+    assert pending_identifiers(agent) == [IDENTIFIERS[0]]
+    assert agent.status()["running"] == [] and app.events_of("RunTask") == [], app.app_events()
+
+    disk.free(agent)
+    agent.simulate_launch(APP, IDENTIFIERS[0])
+    app.wait_run_task(IDENTIFIERS[0], timeout=15)
+    assert pending_identifiers(agent) == []
+
+
 def test_tasks_left_running_do_not_keep_the_agent_from_starting_on_a_full_disk(world):
     """Closing the tasks a killed agent left running (`interrupted`) takes a write. On a full
     disk it is put off to the next start, rather than the agent failing to start (systemd would
