@@ -141,6 +141,24 @@ stage_units() {
     out=$(find "$tmp/lower" -not -type d)
     [[ -z $out ]] || { printf 'make uninstall prefix=... left files behind:\n%s\n' "$out" >&2; return 1; }
     echo "units: make install prefix=... libexecdir=... (GNU's lower-case names) installs there, and uninstalls"
+
+    # Enabled by a user, then uninstalled: the links systemctl made to the unit go with it, and
+    # a link to another unit stays. (No SUDO_USER: the links are the caller's.)
+    XDG_RUNTIME_DIR="$tmp/run" XDG_CONFIG_HOME="$tmp/config" systemctl --user enable "$unit" >/dev/null 2>&1
+    [[ -L $tmp/config/systemd/user/default.target.wants/bgpolicyd.service ]] || {
+        echo "systemctl --user enable made no link to test make uninstall with" >&2
+        return 1
+    }
+    ln -s "$tmp/elsewhere/other.service" "$tmp/config/systemd/user/default.target.wants/other.service"
+    SUDO_USER='' XDG_CONFIG_HOME="$tmp/config" pristine_make uninstall PREFIX="$tmp/prefix" >/dev/null
+    out=$(find "$tmp/config" -type l)
+    [[ $out == "$tmp/config/systemd/user/default.target.wants/other.service" ]] || {
+        printf 'make uninstall left these links (only other.service should stay):\n%s\n' "$out" >&2
+        return 1
+    }
+    out=$(find "$tmp/prefix" -not -type d)
+    [[ -z $out ]] || { printf 'make uninstall PREFIX=... left files behind:\n%s\n' "$out" >&2; return 1; }
+    echo "units: make uninstall removes the user's enablement links to the unit, and every file"
 }
 
 stage_integration() {

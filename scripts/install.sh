@@ -89,12 +89,30 @@ put() { # put MODE SOURCE TARGET
     say "installed $DESTDIR$3"
 }
 
+# Runs "$@" as the owner of the source tree when root runs this in a tree someone else owns
+# (`make && sudo make install`): a build as root leaves root-owned files in .build-release and
+# a root-owned Package.resolved, which the owner's next `make` cannot write. As the owner, or
+# in a tree root owns (a build container), it runs as it is.
+as_tree_owner() {
+    local owner
+    owner=$(stat -c %u "$ROOT")
+    if [[ $EUID -ne 0 || $owner -eq 0 ]]; then
+        "$@"
+        return
+    fi
+    local name home
+    name=$(getent passwd "$owner" | cut -d: -f1) || die "the owner of $ROOT (uid $owner) has no account here: build as them first"
+    home=$(getent passwd "$owner" | cut -d: -f6)
+    runuser -u "$name" -- env HOME="$home" PATH="$PATH" SWIFT="$SWIFT" "$@"
+}
+
 do_install() {
-    swift_build_release --product bgpolicyd
-    swift_build_release --product bgpolicy
-    swift_build_release --product generate-manual
+    [[ $EUID -ne 0 || $(stat -c %u "$ROOT") -eq 0 ]] || say "building as the owner of $ROOT, not as root"
+    # (lib.sh anew in the owner's shell: it finds the toolchain and the build folders.)
+    as_tree_owner bash -c 'source "$1/scripts/lib.sh"; for p in bgpolicyd bgpolicy generate-manual; do
+        swift_build_release --product "$p"; done' bash "$ROOT"
     local bin f day
-    bin=$(release_bin)
+    bin=$(as_tree_owner bash -c 'source "$1/scripts/lib.sh"; release_bin' bash "$ROOT")
     gen=$(mktemp -d) # global: the EXIT trap runs after this function has returned
     trap 'rm -rf "$gen"' EXIT
     generate "$ROOT/systemd/$unit.in" >"$gen/$unit"
@@ -134,7 +152,34 @@ do_install() {
     fi
 }
 
+# The links `systemctl --user enable bgpolicyd` made to the installed unit (its WantedBy= and
+# Alias=, and the unit itself when enabled by path): for the user who runs this, or who ran
+# sudo, in their configuration ($XDG_CONFIG_HOME/systemd/user), and for every user in
+# /etc/systemd/user (`systemctl --global enable`). Left behind they dangle, and systemctl
+# warns of them at every daemon-reload. Only links that name this unit file are touched.
+remove_enablement() {
+    local installed="$SYSTEMDUSERUNITDIR/$unit" config home dir link
+    config=${XDG_CONFIG_HOME:-$HOME/.config}
+    if [[ $EUID -eq 0 && -n ${SUDO_USER:-} && $SUDO_USER != root ]]; then
+        home=$(getent passwd "$SUDO_USER" | cut -d: -f6) && config="$home/.config"
+    fi
+    for dir in "$config/systemd/user" /etc/systemd/user; do
+        [[ -d $dir ]] || continue
+        while IFS= read -r -d '' link; do
+            [[ $(readlink "$link") == "$installed" ]] || continue
+            if rm -f "$link" 2>/dev/null; then say "removed $link"; else say "could not remove $link"; fi
+        done < <(find "$dir" -maxdepth 2 -type l -print0 2>/dev/null)
+    done
+    # The agent this unit runs for the user who runs this, if their manager has it loaded from
+    # this very file (never another install's, nor a test's).
+    if [[ $EUID -ne 0 ]] && command -v systemctl >/dev/null &&
+        [[ $(systemctl --user show -P FragmentPath "$unit" 2>/dev/null) == "$installed" ]]; then
+        systemctl --user stop "$unit" 2>/dev/null && say "stopped your $unit"
+    fi
+}
+
 do_uninstall() {
+    [[ -n $DESTDIR ]] || remove_enablement
     local f targets=(
         "$DESTDIR$BINDIR/bgpolicy" "$DESTDIR$LIBEXECDIR/bgpolicyd"
         "$DESTDIR$SYSTEMDUSERUNITDIR/$unit" "$DESTDIR$DBUSSERVICEDIR/$activation"
@@ -158,6 +203,12 @@ do_uninstall() {
         say "removed $DESTDIR$DOCDIR/Docs"
     fi
     [[ ! -d $DESTDIR$DOCDIR ]] || rmdir --ignore-fail-on-non-empty "$DESTDIR$DOCDIR"
+    if [[ -z $DESTDIR ]]; then
+        say ""
+        say "Other users who enabled the agent keep links to the removed unit, which systemd ignores;"
+        say "each can remove theirs with:"
+        say "  find ~/.config/systemd/user -lname '$SYSTEMDUSERUNITDIR/$unit' -delete; systemctl --user daemon-reload"
+    fi
 }
 
 case $mode in
