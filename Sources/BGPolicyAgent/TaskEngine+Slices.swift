@@ -562,7 +562,10 @@ extension TaskEngine {
         let facts = context(now: now, concerning: [appID])
         var changed: Set<BlockingRule> = []
         let still = requests.filter { request in
-            let rules = Set(policy.explain(request, app: state, context: facts).blocking.map(\.rule))
+            // The rules alone: the windows' and the planner's were decided with the launch, and
+            // `explain` would plan the refresh's next window to name them (a day's look-ahead
+            // over every app, at each launch's start turn).
+            let rules = Set(policy.ruleReasons(for: request, app: state, context: facts, words: false).map(\.rule))
                 .subtracting(Self.decidedLaunchRules)
             changed.formUnion(rules)
             return rules.isEmpty
