@@ -148,7 +148,7 @@ public struct AgentService: Service {
             await engine.sleepEvent(event)
         }
         // Apps opening and closing, from the systemd user manager on this same bus.
-        let appUnits = AppUnitSource(sessionBus: connection)
+        let appUnits = AppUnitSource(sessionBus: connection) { try await AgentExecutor.sleep(for: $0) }
 
         // Subscribe before asking for the name, so a NameLost cannot slip past.
         let nameLost = try await connection.nameLostSignals()

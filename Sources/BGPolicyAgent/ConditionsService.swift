@@ -37,6 +37,7 @@ struct ConditionsService: Sendable {
         let hub = hub
         let context = SourceContext(
             logger: logger.with(source: name), rereads: rereads.stream,
+            sleep: { try await AgentExecutor.sleep(for: $0) },
             report: { report in await hub.apply(report, from: name) })
         await source.run(context)
         // A source that returned is not live, whatever it said last; unless it was cancelled:

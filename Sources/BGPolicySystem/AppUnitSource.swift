@@ -21,9 +21,13 @@ public struct AppUnitSource: Sendable {
     static let interface = SystemdUserManagerProxy.interface
 
     let connection: DBusConnection
+    let sleep: Sleep
 
-    public init(sessionBus: DBusConnection) {
+    /// `sleep`: how the source waits before subscribing again after a failure
+    /// (`SourceContext.sleep`).
+    public init(sessionBus: DBusConnection, sleep: @escaping Sleep = Sleeping.task) {
         connection = sessionBus
+        self.sleep = sleep
     }
 
     /// Runs until the task is cancelled, calling `running` with the app units that run each
@@ -36,7 +40,7 @@ public struct AppUnitSource: Sendable {
         // No re-reads: there is no state to read again, only signals to follow. The
         // continuation is kept alive so that the follower does not see the stream end.
         let (rereads, keepAlive) = AsyncStream.makeStream(of: Void.self)
-        let follower = DaemonFollower(connection: connection, name: Self.busName, logger: logger)
+        let follower = DaemonFollower(connection: connection, name: Self.busName, logger: logger, sleep: sleep)
         await follower.run(rereads: rereads, lost: {}) { owner in
             // One rule for the manager's signals, not one per member, so that a unit's
             // UnitNew and UnitRemoved cannot be reordered between two streams.

@@ -18,12 +18,30 @@ public struct SourceContext: Sendable {
     public let report: @Sendable (ConditionReport) async -> Void
     /// Ticks when everything should be read again (after resume from sleep).
     public let rereads: AsyncStream<Void>
+    /// How a source waits (before reading a daemon again after a failure).
+    public let sleep: Sleep
 
-    public init(logger: Logger, rereads: AsyncStream<Void>, report: @escaping @Sendable (ConditionReport) async -> Void) {
+    public init(
+        logger: Logger, rereads: AsyncStream<Void>, sleep: @escaping Sleep = Sleeping.task,
+        report: @escaping @Sendable (ConditionReport) async -> Void
+    ) {
         self.logger = logger
         self.rereads = rereads
+        self.sleep = sleep
         self.report = report
     }
+}
+
+/// A wait of a duration, which throws `CancellationError` when its task is cancelled.
+///
+/// The agent passes its executor's (`AgentExecutor.sleep(for:)`): `Task.sleep` runs on
+/// libdispatch, whose workqueue monitor then wakes the process once a second for as long as it
+/// lives, and one daemon read retried after a failure left the agent doing that for good.
+public typealias Sleep = @Sendable (Duration) async throws -> Void
+
+public enum Sleeping {
+    /// `Task.sleep`: for tools and tests, which do not run on the agent's executor.
+    public static let task: Sleep = { try await Task.sleep(for: $0) }
 }
 
 /// Sleep and resume, as logind announces them.

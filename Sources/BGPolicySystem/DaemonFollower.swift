@@ -22,6 +22,8 @@ struct DaemonFollower: Sendable {
     let connection: DBusConnection
     let name: String
     let logger: Logger
+    /// The wait between attempts (`SourceContext.sleep`).
+    let sleep: Sleep
 
     func run(
         rereads: AsyncStream<Void>,
@@ -57,7 +59,7 @@ struct DaemonFollower: Sendable {
         var running: Task<Void, Never>?
         var owner: String?
         func start(_ newOwner: String) {
-            let name = self.name, logger = self.logger
+            let name = self.name, logger = self.logger, sleep = self.sleep
             running = Task {
                 var wait = Self.firstRetry
                 var failures = 0
@@ -82,7 +84,7 @@ struct DaemonFollower: Sendable {
                             level: failures == 1 ? .warning : .debug, "Lost track of a daemon; trying again",
                             metadata: ["bus.name": "\(name)", "error": "\(error)", "retry.seconds": "\(wait.components.seconds)"])
                     }
-                    do { try await Task.sleep(for: wait) } catch { return }
+                    do { try await sleep(wait) } catch { return }
                     wait = min(wait * 2, Self.longestRetry)
                 }
             }

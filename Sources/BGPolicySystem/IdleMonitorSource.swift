@@ -48,7 +48,7 @@ public struct IdleMonitorSource: ConditionSource {
     }
 
     public func run(_ context: SourceContext) async {
-        let follower = DaemonFollower(connection: connection, name: Self.busName, logger: context.logger)
+        let follower = DaemonFollower(connection: connection, name: Self.busName, logger: context.logger, sleep: context.sleep)
         await follower.run(rereads: context.rereads, lost: { await context.report(.lost) }) { owner in
             try await follow(owner: owner, context: context)
         }

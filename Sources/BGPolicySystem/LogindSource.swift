@@ -35,7 +35,7 @@ public struct LogindSource: ConditionSource {
     }
 
     public func run(_ context: SourceContext) async {
-        let follower = DaemonFollower(connection: connection, name: Self.busName, logger: context.logger)
+        let follower = DaemonFollower(connection: connection, name: Self.busName, logger: context.logger, sleep: context.sleep)
         await follower.run(rereads: context.rereads, lost: { await context.report(.lost) }) { owner in
             let manager = RemoteObject(connection: connection, owner: owner, path: Self.managerPath, interface: Self.managerInterface)
             let sleeps = try await connection.subscribe(

@@ -55,7 +55,8 @@ public struct PowerProfilesSource: ConditionSource {
         _ endpoint: Endpoint, rereads: AsyncStream<Void>, context: SourceContext,
         update: @escaping @Sendable (PowerProfile?) async -> Void
     ) async {
-        let follower = DaemonFollower(connection: connection, name: endpoint.busName, logger: context.logger)
+        let follower = DaemonFollower(
+            connection: connection, name: endpoint.busName, logger: context.logger, sleep: context.sleep)
         await follower.run(rereads: rereads, lost: { await update(nil) }) { owner in
             let object = RemoteObject(connection: connection, owner: owner, path: endpoint.path, interface: endpoint.interface)
             let changes = try await object.propertiesChanged()

@@ -22,7 +22,7 @@ public struct UPowerSource: ConditionSource {
     }
 
     public func run(_ context: SourceContext) async {
-        let follower = DaemonFollower(connection: connection, name: Self.busName, logger: context.logger)
+        let follower = DaemonFollower(connection: connection, name: Self.busName, logger: context.logger, sleep: context.sleep)
         await follower.run(rereads: context.rereads, lost: { await context.report(.lost) }) { owner in
             try await session(owner: owner, context: context)
         }

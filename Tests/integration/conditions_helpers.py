@@ -510,6 +510,29 @@ class Agent:
         return "\n".join(self.proc.stderr().splitlines()[-lines:])
 
 
+def thread_switches(pid):
+    """{thread name (with its id): voluntary + involuntary context switches} of process `pid`,
+    one entry per thread: how often each has woken."""
+    out = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/status") as f:
+                fields = dict(line.split(":", 1) for line in f if ":" in line)
+        except FileNotFoundError:  # the thread ended
+            continue
+        name = f"{fields['Name'].strip()} ({tid})"
+        out[name] = int(fields["voluntary_ctxt_switches"]) + int(fields["nonvoluntary_ctxt_switches"])
+    return out
+
+
+def wakes_over(pid, seconds):
+    """The context switches of each thread of `pid` in the next `seconds` (threads that woke)."""
+    before = thread_switches(pid)
+    time.sleep(seconds)
+    after = thread_switches(pid)
+    return {name: n - before.get(name, 0) for name, n in after.items() if n - before.get(name, 0) > 0}
+
+
 def find_bin_dir():
     configured = os.environ.get("BGPOLICY_BUILD_DIR")
     if configured:

@@ -579,3 +579,9 @@ def test_a_daemon_that_stalls_is_read_again_once_it_answers(world):
                               what="NetworkManager read again once it answers")
     assert c["connectivity"] == "full" and c["network_type"] == "wifi", c
     assert agent.proc.alive()
+    # The wait between attempts ran on the agent's executor: nothing ticks afterwards. Run with
+    # `Task.sleep`, it started libdispatch's workqueue monitor, which woke the agent once a second
+    # from then on.
+    time.sleep(2)
+    woke = h.wakes_over(agent.proc.pid, 10)
+    assert sum(woke.values()) <= 2, f"the idle agent woke after the retry: {woke}"
