@@ -210,7 +210,7 @@ extension TaskEngine {
         guard let due else { return }
         // The wall clock may jump; the timer runs on the monotonic clock and evaluation
         // reads the wall clock again when it fires.
-        let delay = Duration.milliseconds(Int64(max(0.05, min(due - now, 86_400)) * 1000))
+        let delay = Self.timerDelay(until: due, now: now)
         evaluationTimer = Task {
             do { try await AgentExecutor.sleep(for: delay) } catch { return }
             // Replaced after its sleep ended but before it ran (the executor fires due timers
@@ -219,6 +219,16 @@ extension TaskEngine {
             guard !Task.isCancelled else { return }
             self.evaluationTimerFired()
         }
+    }
+
+    /// How long the evaluation timer waits for `due` from `now`: at least 50 ms (a due time
+    /// already past is evaluated at once, not in a loop), at most a day, and never short of
+    /// `due`. Cut to whole milliseconds, the wait ended up to 1 ms before it: three timed lifts
+    /// in five found their window not yet open and set the same timer again, two wake-ups
+    /// where one was due. Rounded up, with a millisecond to spare.
+    static func timerDelay(until due: UnixTime, now: UnixTime) -> Duration {
+        let seconds = max(0.05, min(due - now, 86_400))
+        return .milliseconds(Int64((seconds * 1000).rounded(.up)) + 1)
     }
 
     /// The wall clock was set (`WallClockWatch`). The evaluation timer runs on the monotonic
@@ -1043,6 +1053,8 @@ extension TaskEngine {
         delivering.insert(appID)
         let length = request.kind == .refresh ? configuration.slices.refresh : configuration.slices.processing
         try await deliver(Launch(appID: appID, requests: [request], sliceLength: length), simulated: true)
+        // Its work went: the evaluation timer may have been set for it (`endSaving`).
+        requestEvaluation()
     }
 
     /// The unfinished task of `appID` with that identifier, and its slice.

@@ -298,6 +298,10 @@ actor TaskEngine {
             }
         case .resumed:
             sleeping = false
+            // The timer's monotonic clock stopped while the machine slept: a wake planned for
+            // 08:00 and armed at 23:00 would come 8 hours late after a night's sleep. It is
+            // dropped, and the evaluation sets it again for the time left (as `wallClockSet`).
+            scheduleEvaluation(at: nil, now: Self.wallNow())
             requestEvaluation()
         }
     }
@@ -309,7 +313,12 @@ actor TaskEngine {
             name, from: appID, slice: "the app left the bus during its slice; closed as failed",
             backgroundTask: "the app left the bus before ending its background task")
         logger.info("App connection left", metadata: ["app.id": "\(appID)", "bus.unique": "\(name)"])
-        if apps[appID]?.connections.isEmpty ?? true { lastConnectionClosed(appID) }
+        if apps[appID]?.connections.isEmpty ?? true {
+            lastConnectionClosed(appID)
+            // Unreachable now, with no bus_name to start it by: its work waits for it to
+            // register again, and the evaluation timer may have been set for that work.
+            if apps[appID]?.record.busName == nil, !(pending[appID]?.isEmpty ?? true) { requestEvaluation() }
+        }
     }
 
     /// Takes the connection `name` off `appID`, then closes as failed the tasks of its slices
@@ -549,7 +558,10 @@ actor TaskEngine {
         // until it is on disk, and put back as it was if the write fails.
         pending[appID, default: [:]][identifier] = request
         beginSaving(appID)
-        defer { endSaving(appID) }
+        // A replaced request may have been what the evaluation timer was set for (a later
+        // earliest_begin): every app is evaluated, which can move the timer later, as an
+        // evaluation of this app alone cannot.
+        defer { endSaving(appID, removedWork: previous != nil) }
         let store = store
         do {
             try await writer.run { () throws(StoreError) in try store.savePending(request, history: entry) }

@@ -214,6 +214,37 @@ def test_the_timer_goes_with_the_only_work_it_was_for(world):
     th.wait_until(lambda: "next_window" in agent.status(), 5, "the timer comes back with the switch")
 
 
+def test_the_timer_follows_work_replaced_run_or_left_unreachable(world):
+    """The timer is set for the work as it is now: a request resubmitted for later moves it
+    later, one run by SimulateLaunch takes it away, and so does an app without a bus_name
+    leaving the bus (its work waits for it to register again). Each left the old timer, which
+    woke the agent once for nothing (an evaluation of the one app can only bring it forward)."""
+    agent = world.start_agent()
+    app = world.registered_app("org.example.Sync", ["org.example.Sync.refresh"])
+
+    def next_window():
+        return agent.status().get("next_window")
+
+    soon = later(600)
+    app.submit("org.example.Sync.refresh", "refresh", earliest_begin=soon)
+    th.wait_until(lambda: next_window() is not None and abs(next_window() - soon) <= 2, 5, "the timer for 10 min")
+    hour = later(3600)
+    app.submit("org.example.Sync.refresh", "refresh", earliest_begin=hour)
+    th.wait_until(lambda: next_window() is not None and abs(next_window() - hour) <= 2, 5,
+                  f"the timer moved to the resubmitted time (it is {next_window()}, {hour} wanted)")
+
+    agent.simulate_launch("org.example.Sync", "org.example.Sync.refresh")
+    app.wait_run_task("org.example.Sync.refresh", timeout=10)
+    th.wait_until(lambda: next_window() is None, 5, f"the timer gone with the work run (it is {next_window()})")
+
+    later_app = world.registered_app("org.example.Away", ["org.example.Away.refresh"])
+    later_app.submit("org.example.Away.refresh", "refresh", earliest_begin=soon)
+    th.wait_until(lambda: next_window() is not None, 5, "the timer for the app's work")
+    later_app.quit()
+    th.wait_until(lambda: next_window() is None, 5, f"the timer gone with the app's reach (it is {next_window()})")
+    assert [p["identifier"] for p in agent.list_pending()] == ["org.example.Away.refresh"]
+
+
 def test_report_usage(world):
     agent = world.start_agent()
     app = world.registered_app("org.example.Used", ["org.example.Used.refresh"])
