@@ -282,6 +282,17 @@ extension TaskEngine {
         return (candidates, notBefore)
     }
 
+    /// The refresh plan from `context.now` through `end` (`RefreshPlan`), of every pending
+    /// refresh the planner may plan (`plannedRefreshes`), or up to the first window that
+    /// refreshes `appID` when given. Nil without a refresh planner.
+    func refreshPlan(_ context: SchedulingContext, through end: UnixTime, stoppingAfter appID: AppID? = nil) -> RefreshPlan? {
+        guard let planner = context.planning.refresh else { return nil }
+        let (candidates, notBefore) = plannedRefreshes(context)
+        var plan = RefreshPlan(planner, from: context.now, among: candidates, notBefore: notBefore)
+        plan.extend(through: end, stoppingAfter: appID?.rawValue)
+        return plan
+    }
+
     /// `GetTimeline`: the next 24 hours as the planner sees them now (see `AgentInterfaces`).
     /// The refresh plan assumes each app resubmits after every refresh, as apps do, and that
     /// nothing else happens: no open, no change of conditions.
@@ -296,31 +307,11 @@ extension TaskEngine {
 
         var planned: [AppID: [UnixTime]] = [:]
         var windows = Set<UnixTime>()
-        if let planner = refreshPlanner {
-            let (candidates, notBefore) = plannedRefreshes(context)
-            var future = planner
-            // Looking for the next window after `time`, among the candidates free at `freeAt`.
-            var time = now
-            var freeAt = now
-            for _ in 0..<Self.timelineSlots {
-                let free = candidates.filter { (notBefore[$0.appID] ?? -.infinity) <= freeAt }
-                let nextFree = future.nextWindow(after: time, among: free, horizon: end - time)
-                // One held comes free before that window: look again from then (a window just
-                // then included).
-                if let lift = notBefore.values.filter({ $0 > freeAt }).min(), lift <= (nextFree?.time ?? end) {
-                    freeAt = lift
-                    time = lift - 1
-                    continue
-                }
-                guard let next = nextFree else { break }
-                future.planWindow(at: next.time, refreshing: next.apps)
-                for app in next.apps {
-                    if let appID = AppID(rawValue: app) { planned[appID, default: []].append(next.time) }
-                }
-                windows.insert(next.time)
-                time = next.time
-                freeAt = next.time
+        if let plan = refreshPlan(context, through: end) {
+            for (app, times) in plan.refreshes {
+                if let appID = AppID(rawValue: app) { planned[appID] = times }
             }
+            windows.formUnion(plan.windows.lazy.map(\.time))
         }
         if let due = evaluationTimerDue, due < end { windows.insert(due) }
 

@@ -1,0 +1,113 @@
+/// The refresh windows the planner will make from a moment on if nothing else happens (no open,
+/// no change of conditions, no new request) and each app submits its refresh again after every
+/// one, as apps do: `RefreshPlanner.nextWindow` one window after another, each recorded as made
+/// (`planWindow(at:refreshing:)`), so that the refresh intervals and the budget of those it took
+/// hold for the next. A refresh held by a rule that lifts at a known time joins the plan then.
+///
+/// `GetTimeline` draws it, and `Explain` and `ListPending` name a refresh's earliest window
+/// from it (`PlanningFacts.refreshPlan`), so that the three agree. A window is worth the share
+/// of all predicted opens its chosen apps serve, so the window a refresh goes in depends on the
+/// others pending: worked out for each refresh alone, the window named could be one that never
+/// opens, or later than the one it goes in, and cost a look-ahead for each (3.7 ms with 1,000
+/// apps, seconds for a `ListPending` of them all).
+///
+/// The plan is made as far as it is asked (`extend(through:stoppingAfter:after:)`) and goes on
+/// from where it stopped, so what it says does not depend on how far it was made:
+/// `firstWindow(refreshing:after:)` plans a copy further when it must.
+public struct RefreshPlan: Sendable {
+    /// A planned window and the apps it refreshes.
+    public struct Window: Sendable, Equatable {
+        public var time: Double
+        public var apps: [String]
+
+        public init(time: Double, apps: [String]) {
+            self.time = time
+            self.apps = apps
+        }
+    }
+
+    /// The windows planned so far, in time order.
+    public private(set) var windows: [Window] = []
+    /// Each app's planned refreshes, in time order.
+    public private(set) var refreshes: [String: [Double]] = [:]
+    /// Every window up to this time is in `windows`.
+    public private(set) var plannedThrough: Double
+
+    /// The planner as the windows so far left it.
+    private var planner: RefreshPlanner
+    private let candidates: [RefreshPlanner.Candidate]
+    private let notBefore: [String: Double]
+    /// The next window is looked for after `time`, among the candidates free at `freeAt`.
+    private var time: Double
+    private var freeAt: Double
+
+    /// A plan from `now` on, nothing planned yet. `candidates` in app-id order, as `nextWindow`
+    /// takes them; `notBefore`, when those held by a rule that lifts by time come free.
+    public init(_ planner: RefreshPlanner, from now: Double, among candidates: [RefreshPlanner.Candidate],
+                notBefore: [String: Double] = [:]) {
+        self.planner = planner
+        self.candidates = candidates
+        self.notBefore = notBefore
+        time = now
+        freeAt = now
+        plannedThrough = now
+    }
+
+    /// Plans every window up to `end` (one starting then included), or up to the first after
+    /// `time` that refreshes `appID`, when given: `Explain` of one request needs no more.
+    /// (No window comes more than `[limits] inactive_after` after the last open of an app: the
+    /// plan has no opens.)
+    public mutating func extend(through end: Double, stoppingAfter appID: String? = nil, after time: Double = -.infinity) {
+        guard end > plannedThrough else { return }
+        // Each turn makes a window (after the last, so one a slot at most) or frees those held
+        // until the next lift (each lift once): this bounds the turns, in case of a mistake.
+        let slots = Int(((end - self.time) / planner.slotSeconds).rounded(.up)) + 1
+        for _ in 0..<(2 * (slots + notBefore.count) + 2) {
+            // No slot starts in what is left to plan: no window can (and `nextWindow` would
+            // first go over every candidate to find so).
+            guard planner.slot(containing: self.time) + planner.slotSeconds <= end else { break }
+            let free = candidates.filter { (notBefore[$0.appID] ?? -.infinity) <= freeAt }
+            let nextFree = planner.nextWindow(after: self.time, among: free, horizon: end - self.time)
+            // One held comes free before that window: look again from then (a window just then
+            // included, as the decision's timer counts it).
+            if let lift = notBefore.values.filter({ $0 > freeAt }).min(), lift <= (nextFree?.time ?? end) {
+                freeAt = lift
+                self.time = lift - 1
+                continue
+            }
+            guard let next = nextFree else { break }
+            planner.planWindow(at: next.time, refreshing: next.apps)
+            // A lift within a second of a window's start brings the window back (as it takes
+            // that refresh when it opens): the same window, with one more app.
+            if let last = windows.indices.last, windows[last].time == next.time {
+                windows[last].apps += next.apps
+            } else {
+                windows.append(Window(time: next.time, apps: next.apps))
+            }
+            for app in next.apps { refreshes[app, default: []].append(next.time) }
+            self.time = next.time
+            freeAt = next.time
+            if let appID, next.time > time, next.apps.contains(appID) {
+                plannedThrough = max(plannedThrough, next.time)
+                return
+            }
+        }
+        plannedThrough = end
+    }
+
+    /// The first planned window after `time`, and within `horizon` seconds of it, that refreshes
+    /// `appID`; nil when none does. Where the plan stops short of that, a copy is planned
+    /// further, from where it stopped: the answer is the same however far the plan was made.
+    public func firstWindow(refreshing appID: String, after time: Double, horizon: Double = 86_400) -> Double? {
+        let end = time + horizon
+        func first(in plan: RefreshPlan) -> Double? {
+            guard let found = plan.refreshes[appID]?.first(where: { $0 > time }) else { return nil }
+            return found <= end ? found : nil
+        }
+        if let found = first(in: self) { return found }
+        guard end > plannedThrough else { return nil }
+        var rest = self
+        rest.extend(through: end, stoppingAfter: appID, after: time)
+        return first(in: rest)
+    }
+}
