@@ -748,6 +748,10 @@ public struct RefreshPlanner: Sendable {
                 latestUntil = max(latestUntil, spans[next].until)
                 next += 1
             }
+            // Every span has begun and ended: none can be chosen from here on. (A plan asked
+            // days ahead, past the 7 days after the last opens, would age the planner slot by
+            // slot to its end for nothing.)
+            if next == spans.count, latestUntil <= slotStart { return nil }
             future.ageWithoutLearning(to: slotStart)
             // The cheap tests of `chooseIndices`, before its pass over the candidates.
             guard latestUntil > slotStart, future.mayOpenWindow(opportunistic: false),
