@@ -282,14 +282,19 @@ extension TaskEngine {
         return (candidates, notBefore)
     }
 
-    /// The refresh plan from `context.now` through `end` (`RefreshPlan`), of every pending
-    /// refresh the planner may plan (`plannedRefreshes`), or up to the first window that
-    /// refreshes `appID` when given. Nil without a refresh planner.
-    func refreshPlan(_ context: SchedulingContext, through end: UnixTime, stoppingAfter appID: AppID? = nil) -> RefreshPlan? {
+    /// The refresh plan from `context.now` (`RefreshPlan`) of every pending refresh the planner
+    /// may plan (`plannedRefreshes`), made through `end`, or up to the first window that
+    /// refreshes `appID` when given; with `end` nil, as far as each of them needs
+    /// (`RefreshPlan.extendForEveryRefresh`). Nil without a refresh planner.
+    func refreshPlan(_ context: SchedulingContext, through end: UnixTime?, stoppingAfter appID: AppID? = nil) -> RefreshPlan? {
         guard let planner = context.planning.refresh else { return nil }
         let (candidates, notBefore) = plannedRefreshes(context)
         var plan = RefreshPlan(planner, from: context.now, among: candidates, notBefore: notBefore)
-        plan.extend(through: end, stoppingAfter: appID?.rawValue)
+        if let end {
+            plan.extend(through: end, stoppingAfter: appID?.rawValue)
+        } else {
+            plan.extendForEveryRefresh()
+        }
         return plan
     }
 

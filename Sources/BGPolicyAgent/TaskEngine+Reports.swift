@@ -21,7 +21,14 @@ extension TaskEngine {
 
     func listPending() -> [[String: Variant]] {
         let now = Self.wallNow()
-        let context = context(now: now)
+        var context = context(now: now)
+        // Every refresh's earliest window is read from one plan of them all, made once, as
+        // `GetTimeline` draws it and `Explain` reads it (see `PlanningFacts.refreshPlan`).
+        // Planned alone, each cost a look-ahead of its own (3.7 ms with 1,000 apps pending:
+        // seconds on the engine's thread for them all), and could name another window.
+        if pending.values.contains(where: { $0.values.contains { $0.kind == .refresh } }) {
+            context.planning.refreshPlan = refreshPlan(context, through: nil)
+        }
         var out: [[String: Variant]] = []
         for appID in pending.keys.sorted() {
             guard let state = schedulingState(of: appID, at: now) else { continue }
@@ -106,11 +113,11 @@ extension TaskEngine {
             return d
         }
         var facts = context(now: now)
-        if request.kind == .refresh, facts.planning.refresh != nil {
+        if request.kind == .refresh {
             // The window the refresh goes in depends on the others pending (see
-            // `PlanningFacts.refreshCandidates`): those free now, as `GetTimeline` plans them.
-            let (candidates, notBefore) = plannedRefreshes(facts)
-            facts.planning.refreshCandidates = candidates.filter { (notBefore[$0.appID] ?? -.infinity) <= facts.now }
+            // `PlanningFacts.refreshPlan`): read from the plan `GetTimeline` draws and
+            // `ListPending` reads, made as far as the first window that takes the app.
+            facts.planning.refreshPlan = refreshPlan(facts, through: now + 86_400, stoppingAfter: appID)
         }
         let explanation = policy.explain(request, app: state, context: facts)
         d["state"] = Variant("pending")

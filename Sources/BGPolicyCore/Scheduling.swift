@@ -190,19 +190,20 @@ public struct PlanningFacts: Sendable {
     /// Apps the user opened and has not left: the window after an open does not refresh them
     /// (the one after they are left may).
     public var appsInUse: Set<AppID>
-    /// For `Explain` only: every app's pending refresh the planner may choose, in app-id order.
+    /// For `Explain` and `ListPending`: the plan of every app's pending refresh from now, as
+    /// `GetTimeline` draws it (`RefreshPlan`), which a refresh's earliest window is read from.
     /// A window's worth is the share of all predicted opens that its chosen apps serve, so the
     /// window a refresh goes in depends on the others; worked out for the refresh alone, the
     /// earliest window named could be one that never opens, or later than the one it goes in.
-    /// Nil: the refresh alone (the decision itself needs none: it has every app).
-    public var refreshCandidates: [RefreshPlanner.Candidate]?
+    /// Nil: the refresh planned alone (the decision itself needs none: it has every app).
+    public var refreshPlan: RefreshPlan?
 
     public init(
         refresh: RefreshPlanner? = nil, opportunity: Opportunity? = nil, refreshWeights: [AppID: Double] = [:],
         contentAvailable: Set<AppID> = [], appOpenedAt: UnixTime? = nil, appLeft: AppLeft? = nil,
-        refreshWindow: WakeWindow? = nil, appsInUse: Set<AppID> = [], refreshCandidates: [RefreshPlanner.Candidate]? = nil
+        refreshWindow: WakeWindow? = nil, appsInUse: Set<AppID> = [], refreshPlan: RefreshPlan? = nil
     ) {
-        self.refreshCandidates = refreshCandidates
+        self.refreshPlan = refreshPlan
         self.refresh = refresh
         self.opportunity = opportunity
         self.refreshWeights = refreshWeights

@@ -240,8 +240,8 @@ struct WindowPlannerTests {
         #expect(planner.decide(pending: [held, clean], apps: apps, context: ctx).nextEvaluation == Clock.at(day: 21, 7, 15))
     }
 
-    /// Explain's earliest window is the first that refreshes the request with every app's
-    /// refresh pending (`PlanningFacts.refreshCandidates`), as the decision will make it: a
+    /// Explain's earliest window is the first that refreshes the request in the plan of every
+    /// app's pending refresh (`PlanningFacts.refreshPlan`), as the decision will make it: a
     /// window is worth what all the apps it chooses serve. Mail and News both wait at 06:00;
     /// the 09:00 window, for Mail's open at 09:05, has room for News too (the pool is full), and
     /// the decision there refreshes both. Worked out for News alone, Explain named the window
@@ -256,13 +256,20 @@ struct WindowPlannerTests {
         let newsApp = apps[AppID(rawValue: news)!]!
         let alone = planner.explain(pending[1], app: newsApp, context: context(now, strategy: .predicted, planning: PlanningFacts(refresh: refresh)))
         let all = [mail, news].map { RefreshPlanner.Candidate(appID: $0) }
-        let facts = PlanningFacts(refresh: refresh, refreshCandidates: all)
+        var plan = RefreshPlan(refresh, from: now, among: all)
+        plan.extend(through: now + 86_400)
+        let planned = try #require(plan.refreshes[news]?.first)
+        let facts = PlanningFacts(refresh: refresh, refreshPlan: plan)
         let explanation = planner.explain(pending[1], app: newsApp, context: context(now, strategy: .predicted, planning: facts))
         let named = try #require(explanation.earliestRun)
         let aloneNamed = try #require(alone.earliestRun, "alone, News' own evening window")
         #expect(aloneNamed > Clock.at(day: 21, 18, 0))
         #expect(explanation.blocking.map(\.rule) == [.predictedUse])
-        #expect(named < (alone.earliestRun ?? .infinity), "with every refresh \(named - Clock.at(day: 21, 0, 0)), alone \((alone.earliestRun ?? 0) - Clock.at(day: 21, 0, 0))")
+        #expect(named == planned, "the plan's \(planned - Clock.at(day: 21, 0, 0)), named \(named - Clock.at(day: 21, 0, 0))")
+        #expect(named < aloneNamed, "with every refresh \(named - Clock.at(day: 21, 0, 0)), alone \(aloneNamed - Clock.at(day: 21, 0, 0))")
+        // A plan not yet made that far is made further for the answer: the same.
+        let unmade = PlanningFacts(refresh: refresh, refreshPlan: RefreshPlan(refresh, from: now, among: all))
+        #expect(planner.explain(pending[1], app: newsApp, context: context(now, strategy: .predicted, planning: unmade)).earliestRun == named)
 
         // The decision's own timer goes to that window, and the window refreshes News.
         let decision = planner.decide(pending: pending, apps: apps, context: context(now, strategy: .predicted, planning: PlanningFacts(refresh: refresh)))
@@ -271,6 +278,29 @@ struct WindowPlannerTests {
         then.advance(to: named)
         let window = planner.decide(pending: pending, apps: apps, context: context(named, strategy: .predicted, planning: PlanningFacts(refresh: then)))
         #expect(window.refreshed.map(\.rawValue).contains(news), "refreshed \(window.refreshed)")
+    }
+
+    /// A refresh held by a rule that lifts at a known time joins the plan then; Explain names
+    /// the plan's first window after the lift that takes it, which the refresh alone would not:
+    /// News held until 08:50 goes in Mail's 09:00 window, not before its own open at 19:35.
+    @Test func explainOfAHeldRefreshNamesThePlansFirstWindowAfterTheLift() throws {
+        var refresh = Self.routinePlanner()
+        let now = Clock.at(day: 21, 6, 0)
+        refresh.advance(to: now)
+        let lift = Clock.at(day: 21, 8, 50)
+        let held = request(news, .refresh, at: now, earliest: lift)
+        let newsApp = appState(news, lastUsed: now - 37_000)
+        let all = [mail, news].map { RefreshPlanner.Candidate(appID: $0) }
+        var plan = RefreshPlan(refresh, from: now, among: all, notBefore: [news: lift])
+        plan.extend(through: now + 86_400)
+        let planned = try #require(plan.refreshes[news]?.first)
+        #expect(planned == Clock.at(day: 21, 9, 0))
+        let explanation = planner.explain(
+            held, app: newsApp, context: context(now, strategy: .predicted, planning: PlanningFacts(refresh: refresh, refreshPlan: plan)))
+        #expect(explanation.blocking.map(\.rule) == [.earliestBegin])
+        #expect(explanation.earliestRun == planned)
+        let alone = planner.explain(held, app: newsApp, context: context(now, strategy: .predicted, planning: PlanningFacts(refresh: refresh)))
+        #expect((alone.earliestRun ?? 0) > Clock.at(day: 21, 18, 0))
     }
 
     /// `[refresh] lead` moves the window by whole 15-min slots: the opens at 09:05 are served by

@@ -37,6 +37,8 @@ public struct RefreshPlan: Sendable {
     private var planner: RefreshPlanner
     private let candidates: [RefreshPlanner.Candidate]
     private let notBefore: [String: Double]
+    /// When the plan starts.
+    private let start: Double
     /// The next window is looked for after `time`, among the candidates free at `freeAt`.
     private var time: Double
     private var freeAt: Double
@@ -48,6 +50,7 @@ public struct RefreshPlan: Sendable {
         self.planner = planner
         self.candidates = candidates
         self.notBefore = notBefore
+        start = now
         time = now
         freeAt = now
         plannedThrough = now
@@ -93,6 +96,16 @@ public struct RefreshPlan: Sendable {
             }
         }
         plannedThrough = end
+    }
+
+    /// Plans through the day after the last pending refresh may come free: the latest lift, or
+    /// the end of the longest refresh interval, and the slot after. The earliest window of each
+    /// (`firstWindow`, within a day of then) is then read from this plan, not from a copy
+    /// planned further for each: what `ListPending` asks of it.
+    public mutating func extendForEveryRefresh() {
+        let longestInterval = planner.minRefreshIntervalSeconds / RefreshPlanner.minimumWeight
+        let lastFree = max(notBefore.values.max() ?? start, start + longestInterval) + planner.slotSeconds
+        extend(through: lastFree + 86_400)
     }
 
     /// The first planned window after `time`, and within `horizon` seconds of it, that refreshes

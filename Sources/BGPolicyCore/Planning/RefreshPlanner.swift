@@ -763,25 +763,7 @@ public struct RefreshPlanner: Sendable {
         return nil
     }
 
-    /// The first window after `time`, within `horizon` seconds, that refreshes `appID` when
-    /// `candidates` (in app-id order, `appID` among them) are pending: `nextWindow` one window
-    /// after another, each recorded as made (so the refresh intervals and the budget of those
-    /// it took hold for the next), as `GetTimeline` plans them (`planWindow(at:refreshing:)`).
-    /// Nil when none does.
-    public func firstWindow(refreshing appID: String, after time: Double, among candidates: [Candidate],
-                            horizon: Double = 86_400) -> Double? {
-        var future = self
-        var from = time
-        let end = time + horizon
-        while from < end, let next = future.nextWindow(after: from, among: candidates, horizon: end - from) {
-            if next.apps.contains(appID) { return next.time }
-            future.planWindow(at: next.time, refreshing: next.apps)
-            from = next.time
-        }
-        return nil
-    }
-
-    /// A window of a plan looked ahead (`firstWindow`, `GetTimeline`), made at `time`: the
+    /// A window of a plan looked ahead (`RefreshPlan`), made at `time`: the
     /// budget and the threshold aged to it as `advance` ages them, without the predictor's
     /// training on the slots in between (their opens are not known, and the plan is made again
     /// when the time comes; training 1,000 apps' models at each slot of a day was most of a

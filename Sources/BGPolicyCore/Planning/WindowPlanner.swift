@@ -339,18 +339,13 @@ public struct WindowPlanner: SchedulingPolicy {
         // The request as the refresh planner weighs it (only asked of a refresh).
         let candidate = RefreshPlanner.Candidate(
             appID: request.appID.rawValue, weight: context.planning.refreshWeights[request.appID] ?? 1)
-        /// The first planned window after `time` that refreshes the request: among every app's
-        /// pending refresh when the engine gave them, else as if it were alone.
+        /// The first planned window after `time` that refreshes the request: in the plan of every
+        /// app's pending refresh when the engine gave one, else as if it were alone.
         func plannedWindow(_ planner: RefreshPlanner, after time: UnixTime) -> UnixTime? {
-            guard var all = context.planning.refreshCandidates else {
+            guard let plan = context.planning.refreshPlan else {
                 return planner.nextWindow(after: time, among: [candidate])?.time
             }
-            if let at = all.firstIndex(where: { $0.appID >= candidate.appID }) {
-                if all[at].appID == candidate.appID { all[at] = candidate } else { all.insert(candidate, at: at) }
-            } else {
-                all.append(candidate)
-            }
-            return planner.firstWindow(refreshing: candidate.appID, after: time, among: all)
+            return plan.firstWindow(refreshing: candidate.appID, after: time)
         }
         if !reasons.isEmpty {
             // The request runs no earlier than the window after its last time rule lifts; a
