@@ -36,12 +36,17 @@ public struct RefreshPlan: Sendable {
     /// The planner as the windows so far left it.
     private var planner: RefreshPlanner
     private let candidates: [RefreshPlanner.Candidate]
-    private let notBefore: [String: Double]
+    /// When each candidate comes free (`-infinity`: free from the start), and those times in
+    /// order: the candidates free are found again only when one passes.
+    private let liftOf: [Double]
+    private let lifts: [Double]
     /// When the plan starts.
     private let start: Double
-    /// The next window is looked for after `time`, among the candidates free at `freeAt`.
+    /// The next window is looked for after `time`, among the candidates free then (`free`, in
+    /// app-id order); `lifts[nextLift]` is the next lift.
     private var time: Double
-    private var freeAt: Double
+    private var free: [RefreshPlanner.Candidate]
+    private var nextLift: Int
 
     /// A plan from `now` on, nothing planned yet. `candidates` in app-id order, as `nextWindow`
     /// takes them; `notBefore`, when those held by a rule that lifts by time come free.
@@ -49,11 +54,18 @@ public struct RefreshPlan: Sendable {
                 notBefore: [String: Double] = [:]) {
         self.planner = planner
         self.candidates = candidates
-        self.notBefore = notBefore
+        // Most often none is held: then no id is looked up, nor the list copied.
+        let liftOf = notBefore.isEmpty
+            ? [Double](repeating: -.infinity, count: candidates.count) : candidates.map { notBefore[$0.appID] ?? -.infinity }
+        self.liftOf = liftOf
+        lifts = Set(liftOf.filter(\.isFinite)).sorted()
         start = now
         time = now
-        freeAt = now
         plannedThrough = now
+        free = lifts.isEmpty ? candidates : candidates.indices.filter { liftOf[$0] <= now }.map { candidates[$0] }
+        nextLift = lifts.firstIndex { $0 > now } ?? lifts.count
+        // Grown one app at a time, the table hashed every id again at each doubling.
+        refreshes.reserveCapacity(candidates.count)
     }
 
     /// Plans every window up to `end` (one starting then included), or up to the first after
@@ -65,16 +77,17 @@ public struct RefreshPlan: Sendable {
         // Each turn makes a window (after the last, so one a slot at most) or frees those held
         // until the next lift (each lift once): this bounds the turns, in case of a mistake.
         let slots = Int(((end - self.time) / planner.slotSeconds).rounded(.up)) + 1
-        for _ in 0..<(2 * (slots + notBefore.count) + 2) {
+        for _ in 0..<(2 * (slots + lifts.count) + 2) {
             // No slot starts in what is left to plan: no window can (and `nextWindow` would
             // first go over every candidate to find so).
             guard planner.slot(containing: self.time) + planner.slotSeconds <= end else { break }
-            let free = candidates.filter { (notBefore[$0.appID] ?? -.infinity) <= freeAt }
             let nextFree = planner.nextWindow(after: self.time, among: free, horizon: end - self.time)
             // One held comes free before that window: look again from then (a window just then
             // included, as the decision's timer counts it).
-            if let lift = notBefore.values.filter({ $0 > freeAt }).min(), lift <= (nextFree?.time ?? end) {
-                freeAt = lift
+            if nextLift < lifts.count, lifts[nextLift] <= (nextFree?.time ?? end) {
+                let lift = lifts[nextLift]
+                nextLift += 1
+                free = candidates.indices.filter { liftOf[$0] <= lift }.map { candidates[$0] }
                 self.time = lift - 1
                 continue
             }
@@ -89,7 +102,6 @@ public struct RefreshPlan: Sendable {
             }
             for app in next.apps { refreshes[app, default: []].append(next.time) }
             self.time = next.time
-            freeAt = next.time
             if let appID, next.time > time, next.apps.contains(appID) {
                 plannedThrough = max(plannedThrough, next.time)
                 return
@@ -104,7 +116,7 @@ public struct RefreshPlan: Sendable {
     /// planned further for each: what `ListPending` asks of it.
     public mutating func extendForEveryRefresh() {
         let longestInterval = planner.minRefreshIntervalSeconds / RefreshPlanner.minimumWeight
-        let lastFree = max(notBefore.values.max() ?? start, start + longestInterval) + planner.slotSeconds
+        let lastFree = max(lifts.last ?? start, start + longestInterval) + planner.slotSeconds
         extend(through: lastFree + 86_400)
     }
 
