@@ -590,3 +590,48 @@ def test_learned_hours_follow_a_change_of_time_zone(laptop):
     assert four_after > 10 * four_before, (four_before, four_after)
     assert nine_after < nine_before / 10, (nine_before, nine_after)
     assert agent.alive()
+
+
+def test_pending_explain_and_the_timeline_name_one_earliest_window(laptop):
+    """`ListPending`, `Explain` and `GetTimeline` read one plan of every app's pending refresh
+    (`RefreshPlan`), which `ListPending` makes once for all its requests. Three weeks of use:
+    four apps opened every day 3 h from now, Maps 5 h from now. A window spends at most its
+    share of the budget, two refreshes with five apps: the window before the four apps' open
+    takes two of their refreshes, and the other two go in later windows, or none. Planned
+    alone, as `ListPending` planned each refresh, every one of the four named that window,
+    while `Explain` named the plan's. Maps' refresh, held by an earliest_begin an hour ahead,
+    joins the plan then. For each refresh, `ListPending`'s earliest window is `Explain`'s and
+    the first refresh `GetTimeline` plans for the app."""
+    world = laptop
+    # Early enough in a 15-min slot that every answer below is of the same slot.
+    wait_between_windows(900, 5, 780)
+    slot = time.time() // 900 * 900
+    together = ["org.example.Chat", "org.example.Mail", "org.example.News", "org.example.Notes"]
+    habits = {**{app_id: 3 * 3600 + 300 for app_id in together}, "org.example.Maps": 5 * 3600 + 300}
+    rows = [row for day in range(1, 22) for app_id, offset in habits.items()
+            for row in ((app_id, "foreground", slot - day * 86400 + offset),
+                        (app_id, "background", slot - day * 86400 + offset + 120))]
+    agent = restart_with_usage(world.start_agent(planner=True), rows)
+    for app_id in habits:
+        # Registered from the background: no open, so the plan rests on the three weeks alone.
+        app = world.app(name=app_id)
+        app.register([f"{app_id}.refresh"], app_id=app_id, background_only=True)
+        held = {"earliest_begin": slot + 3600} if app_id == "org.example.Maps" else {}
+        app.submit(f"{app_id}.refresh", **held)
+
+    pending = {request["app_id"]: request for request in agent.list_pending()}
+    (timeline,) = agent.admin("GetTimeline", "s", ("",), "(a{sv})")
+    planned = {row["app_id"]: row["refreshes"] for row in timeline["apps"]}
+    explained = {app_id: agent.explain(app_id, f"{app_id}.refresh") for app_id in habits}
+    assert time.time() < slot + 900, "the answers span two slots: the plan may differ between them"
+    for app_id, explanation in explained.items():
+        listed = pending[app_id]
+        assert listed["blocking"] == explanation["blocking"], (listed, explanation)
+        assert listed.get("earliest_window") == explanation.get("earliest_window"), (app_id, listed, explanation)
+        assert planned[app_id][:1] == ([listed["earliest_window"]] if "earliest_window" in listed else []), (
+            app_id, listed, planned)
+    assert explained["org.example.Maps"]["blocking"] == ["earliest-begin"], explained
+    assert pending["org.example.Maps"]["earliest_window"] >= slot + 3600, pending
+    windows = [pending[app_id].get("earliest_window") for app_id in together]
+    first = min(w for w in windows if w is not None)
+    assert first <= slot + 3 * 3600 + 300 and windows.count(first) == 2, (slot, windows, planned)
