@@ -266,17 +266,26 @@ extension TaskEngine {
         var notBefore: [String: UnixTime] = [:]
         var candidates: [RefreshPlanner.Candidate] = []
         for appID in pending.keys.sorted() {
-            guard let refresh = pending[appID]?.values.first(where: { $0.kind == .refresh }),
+            guard let requests = pending[appID], requests.values.contains(where: { $0.kind == .refresh }),
                 let state = schedulingState(of: appID, at: context.now)
             else { continue }
-            // The rules alone: the planner's own are what is being planned (and its look-ahead
-            // per app, which `explain` runs, cost a timeline's worth for each).
-            let held = policy.ruleReasons(for: refresh, app: state, context: context, words: false)
-                .filter { !Self.rulesTheTimelinePlans.contains($0.rule) }
-            if !held.isEmpty {
-                guard let lifts = RunWhenEligiblePolicy.timeAllLift(held) else { continue }
-                notBefore[appID.rawValue] = lifts
+            // The app is planned from when the first of its refreshes comes free (with
+            // `[limits] pending_refresh` above 1 it may have several, held until different
+            // times): not from whichever the table gave first.
+            var freeAt: UnixTime?
+            for refresh in requests.values where refresh.kind == .refresh {
+                // The rules alone: the planner's own are what is being planned (and its
+                // look-ahead per app, which `explain` runs, cost a timeline's worth for each).
+                let held = policy.ruleReasons(for: refresh, app: state, context: context, words: false)
+                    .filter { !Self.rulesTheTimelinePlans.contains($0.rule) }
+                guard !held.isEmpty else {
+                    freeAt = -.infinity
+                    break
+                }
+                if let lifts = RunWhenEligiblePolicy.timeAllLift(held) { freeAt = min(freeAt ?? lifts, lifts) }
             }
+            guard let freeAt else { continue }
+            if freeAt > context.now { notBefore[appID.rawValue] = freeAt }
             candidates.append(RefreshPlanner.Candidate(appID: appID.rawValue, weight: weights[appID] ?? 1))
         }
         return (candidates, notBefore)

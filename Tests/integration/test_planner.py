@@ -635,3 +635,37 @@ def test_pending_explain_and_the_timeline_name_one_earliest_window(laptop):
     windows = [pending[app_id].get("earliest_window") for app_id in together]
     first = min(w for w in windows if w is not None)
     assert first <= slot + 3 * 3600 + 300 and windows.count(first) == 2, (slot, windows, planned)
+
+
+def test_an_app_with_two_refreshes_is_planned_from_the_first_to_come_free(laptop):
+    """With `[limits] pending_refresh = 2` an app may have two refreshes pending, held until
+    different times. Maps, opened every day 5 h from now, submits one held for an hour and one
+    for seven: the plan takes Maps from the first to come free, so `GetTimeline` plans its
+    refresh in the window before its open, and `ListPending` and `Explain` name that window for
+    the first and the plan's next after seven hours for the second. The plan took whichever of
+    the two the table gave first: as often the one held for seven hours, which put Maps' first
+    refresh past its open."""
+    world = laptop
+    wait_between_windows(900, 5, 780)
+    slot = time.time() // 900 * 900
+    rows = [row for day in range(1, 22) for row in (
+        ("org.example.Maps", "foreground", slot - day * 86400 + 5 * 3600 + 300),
+        ("org.example.Maps", "background", slot - day * 86400 + 5 * 3600 + 420))]
+    agent = restart_with_usage(world.start_agent(config="[limits]\npending_refresh = 2\n", planner=True), rows)
+    maps = world.app(name="org.example.Maps")
+    maps.register(["org.example.Maps.refresh", "org.example.Maps.later"], app_id="org.example.Maps", background_only=True)
+    maps.submit("org.example.Maps.later", earliest_begin=slot + 7 * 3600)
+    maps.submit("org.example.Maps.refresh", earliest_begin=slot + 3600)
+
+    pending = {request["identifier"]: request for request in agent.list_pending()}
+    (timeline,) = agent.admin("GetTimeline", "s", ("org.example.Maps",), "(a{sv})")
+    (row,) = timeline["apps"]
+    explained = {identifier: agent.explain("org.example.Maps", identifier) for identifier in pending}
+    assert time.time() < slot + 900, "the answers span two slots: the plan may differ between them"
+    assert row["refreshes"] and slot + 3600 <= row["refreshes"][0] <= slot + 5 * 3600 + 300, (slot, row)
+    first, later = pending["org.example.Maps.refresh"], pending["org.example.Maps.later"]
+    assert first["earliest_window"] == row["refreshes"][0], (first, row)
+    assert later.get("earliest_window", math.inf) >= slot + 7 * 3600, (slot, later)
+    for identifier, explanation in explained.items():
+        assert pending[identifier]["blocking"] == explanation["blocking"] == ["earliest-begin"], explanation
+        assert pending[identifier].get("earliest_window") == explanation.get("earliest_window"), (pending, explanation)
