@@ -86,7 +86,9 @@ public enum AgentInterfaces {
                 outputs: [.init("requests", aasv, """
                     Every app's pending requests, with the keys of Scheduler1.GetPending plus "app_id" (s),
                     "blocking" (as) the rules that keep it from running now, "reasons" (as) the same in
-                    words, and "earliest_window" (x, when known) the earliest time it can run.
+                    words, and "earliest_window" (x, when known) the earliest time it can run, as Explain
+                    gives it: for a refresh under the predicted strategy, the first window that takes it
+                    in the refresh plan of every app's pending refresh that GetTimeline draws.
                     """)],
                 documentation: "ListPending:\nWhat is waiting to run, and why."),
             .init(
@@ -128,7 +130,8 @@ public enum AgentInterfaces {
                     app-inactive, overrun-penalty, unreachable, app-busy, sleeping, and the planner's
                     next-window, predicted-use, refresh-interval; "reasons" (as) the same in words;
                     "summary" (s) one sentence; "earliest_window" (x, when known) the earliest wake
-                    window it can run in.
+                    window it can run in (for a refresh under the predicted strategy, the first that
+                    takes it in the plan GetTimeline draws, as ListPending gives it).
                     """)],
                 documentation: "Explain:\nWhy a request has not run yet. NotRegistered for an unknown app."),
             .init(
