@@ -24,8 +24,8 @@ extension TaskEngine {
         var context = context(now: now)
         // Every refresh's earliest window is read from one plan of them all, made once, as
         // `GetTimeline` draws it and `Explain` reads it (see `PlanningFacts.refreshPlan`).
-        // Planned alone, each cost a look-ahead of its own (3.7 ms with 1,000 apps pending:
-        // seconds on the engine's thread for them all), and could name another window.
+        // Planned alone, each cost a look-ahead of its own (up to 3.7 ms with 1,000 apps
+        // pending: 2 s on the engine's thread for them all), and could name another window.
         if pending.values.contains(where: { $0.values.contains { $0.kind == .refresh } }) {
             context.planning.refreshPlan = refreshPlan(context, through: nil)
         }

@@ -76,7 +76,7 @@ public struct RefreshPlan: Sendable {
         guard end > plannedThrough else { return }
         // Each turn makes a window (after the last, so one a slot at most) or frees those held
         // until the next lift (each lift once): this bounds the turns, in case of a mistake.
-        let slots = Int(((end - self.time) / planner.slotSeconds).rounded(.up)) + 1
+        let slots = Int(min((end - self.time) / planner.slotSeconds, 1e7).rounded(.up)) + 1
         for _ in 0..<(2 * (slots + lifts.count) + 2) {
             // No slot starts in what is left to plan: no window can (and `nextWindow` would
             // first go over every candidate to find so).
