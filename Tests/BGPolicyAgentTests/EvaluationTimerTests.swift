@@ -1,3 +1,4 @@
+import BGPolicyCore
 import Testing
 
 @testable import BGPolicyAgent
@@ -20,5 +21,39 @@ struct EvaluationTimerTests {
         let now = 1_795_352_400.0
         #expect(TaskEngine.timerDelay(until: now - 60, now: now) == .milliseconds(51))
         #expect(TaskEngine.timerDelay(until: now + 3 * 86_400, now: now) == .milliseconds(86_400_001))
+    }
+}
+
+@Suite("A replacing Submit evaluates every app only when the request may now wait longer")
+struct ReplacementTests {
+    static let old = TaskRequest(
+        appID: AppID(rawValue: "org.example.Mail")!, identifier: "org.example.Mail.refresh", kind: .refresh,
+        earliestBegin: 1_795_352_400, submittedAt: 1_795_352_000)
+
+    @Test func theSameRequestSentAgainDoesNot() {
+        var again = Self.old
+        again.submittedAt += 60
+        #expect(!TaskEngine.mayWaitLonger(again, than: Self.old))
+        again.earliestBegin = Self.old.earliestBegin! - 600
+        #expect(!TaskEngine.mayWaitLonger(again, than: Self.old))
+    }
+
+    @Test func laterOrWithMoreConditionsDoes() {
+        var later = Self.old
+        later.earliestBegin = Self.old.earliestBegin! + 3600
+        #expect(TaskEngine.mayWaitLonger(later, than: Self.old))
+        var network = Self.old
+        network.requiresNetwork = true
+        #expect(TaskEngine.mayWaitLonger(network, than: Self.old))
+        var power = Self.old
+        power.requiresExternalPower = true
+        #expect(TaskEngine.mayWaitLonger(power, than: Self.old))
+        var processing = Self.old
+        processing.kind = .processing
+        #expect(TaskEngine.mayWaitLonger(processing, than: Self.old))
+        var anytime = Self.old
+        anytime.earliestBegin = nil
+        #expect(!TaskEngine.mayWaitLonger(anytime, than: Self.old))
+        #expect(TaskEngine.mayWaitLonger(Self.old, than: anytime))
     }
 }
