@@ -159,7 +159,7 @@ do_install() {
 # warns of them at every daemon-reload. Only links that name this unit file are touched.
 remove_enablement() {
     local installed="$SYSTEMDUSERUNITDIR/$unit" config home dir link
-    config=${XDG_CONFIG_HOME:-$HOME/.config}
+    config=${XDG_CONFIG_HOME:-${HOME:-}/.config}
     if [[ $EUID -eq 0 && -n ${SUDO_USER:-} && $SUDO_USER != root ]]; then
         home=$(getent passwd "$SUDO_USER" | cut -d: -f6) && config="$home/.config"
     fi
@@ -174,7 +174,8 @@ remove_enablement() {
     # this very file (never another install's, nor a test's).
     if [[ $EUID -ne 0 ]] && command -v systemctl >/dev/null &&
         [[ $(systemctl --user show -P FragmentPath "$unit" 2>/dev/null) == "$installed" ]]; then
-        systemctl --user stop "$unit" 2>/dev/null && say "stopped your $unit"
+        # (Not `stop && say`: a stop that fails would end the uninstall under `set -e`.)
+        if systemctl --user stop "$unit" 2>/dev/null; then say "stopped your $unit"; fi
     fi
 }
 
