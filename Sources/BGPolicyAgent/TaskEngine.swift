@@ -490,6 +490,18 @@ actor TaskEngine {
                        "unit": "\(identity.unit ?? "-")", "usage": "\(meaning.description)"])
         // Work that went may have been what the timer was set for (`endSaving`).
         if withdrawn.isEmpty { requestEvaluation(for: appID) } else { requestEvaluation() }
+        // A caller that left while this call waited on the bus (its credentials, a holder's
+        // owner) had its NameOwnerChanged handled before it was bound, as nobody's: the app
+        // would stay bound to a dead name, shown connected, with work sent there rather than
+        // to its bus_name. Asked after the binding, so a leave from now on is seen by
+        // `connectionVanished`. A failed question leaves the binding as it is.
+        let callerGone: Bool
+        do { callerGone = try await connection.nameOwner(of: caller) == nil } catch { callerGone = false }
+        if callerGone, boundApp[caller] == appID {
+            logger.info("The app's connection left before its Register was answered",
+                        metadata: ["app.id": "\(appID)", "bus.unique": "\(caller)"])
+            await connectionVanished(caller)
+        }
         return appID
     }
 

@@ -78,6 +78,33 @@ def test_an_unverified_id_is_held_by_one_live_connection(world):
     assert agent.app_record("org.example.Notes")["connected"] is True
 
 
+def test_a_caller_that_leaves_during_its_register_is_not_left_bound(world):
+    """A Register whose caller leaves while the agent asks the bus for its credentials: the
+    bus's NameOwnerChanged comes before the caller is bound, so the agent must ask again once
+    it is. Without that, the app stayed "connected" to a dead name for good, counted as in use,
+    and its work went to that name rather than to its bus_name."""
+    agent = world.start_agent()
+    ids = [f"org.example.Ghost{i}" for i in range(10)]
+    for app_id in ids:
+        conn = th.connect(world.address)
+        message = th.Gio.DBusMessage.new_method_call(
+            th.AGENT_NAME, th.AGENT_PATH, "org.bgpolicy.Scheduler1", "Register")
+        message.set_body(th.GLib.Variant("(asa{sv})", ([f"{app_id}.refresh"], {"app_id": th.GLib.Variant("s", app_id)})))
+        message.set_flags(th.Gio.DBusMessageFlags.NO_REPLY_EXPECTED)
+        conn.send_message(message, th.Gio.DBusSendMessageFlags.NONE)
+        conn.flush_sync(None)
+        conn.close_sync(None)
+
+    def records():
+        return {app["app_id"]: app for app in agent.list_apps()}
+    th.wait_until(lambda: set(ids) <= set(records()), 10, "every Register is handled")
+    # The agent sees each leave at once; a little slack for the last one's signal.
+    th.wait_until(lambda: not [i for i, app in records().items() if i in ids and app["connected"]], 3,
+                  "the agent sees every caller gone")
+    in_use = agent.status().get("in_use", [])
+    assert not set(ids) & set(in_use), in_use
+
+
 def test_an_unverified_caller_can_never_take_a_verified_id(world):
     agent = world.start_agent()
     verified = world.app("maps", cgroup=unit_cgroup("app-gnome-org.example.Maps-1234.scope"))
