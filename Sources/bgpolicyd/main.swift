@@ -24,7 +24,7 @@ enum Main {
                 }
                 exit(0)
             } catch {
-                BGPolicyDaemon.exit(withError: error)
+                BGPolicyDaemon.fail(error)
             }
         }
         dispatchMain()
@@ -48,7 +48,12 @@ struct BGPolicyDaemon: AsyncParsableCommand {
             and history survive a restart. SIGHUP (systemctl --user reload bgpolicyd) reads the \
             configuration again: an invalid file changes nothing, and says why in the log and \
             in 'bgpolicy status'. It logs to standard error, which the user manager \
-            sends to the journal (journalctl --user -u bgpolicyd).
+            sends to the journal (journalctl --user -u bgpolicyd); there each line carries \
+            its priority, so that journalctl -p warning shows the warnings and errors alone.
+
+            Exit status: 0 when stopped by SIGTERM or SIGINT; 78 for an invalid \
+            configuration, or a database only a newer bgpolicy can read, which the service \
+            does not restart into; 64 for a bad option; 1 for any other failure.
             """,
         version: BGPolicyVersion.current)
 
@@ -84,11 +89,7 @@ struct BGPolicyDaemon: AsyncParsableCommand {
         guard let level = Logger.Level(rawValue: logLevel) else {
             throw ValidationError("--log-level must be one of \(Logger.Level.allCases.map(\.rawValue).joined(separator: ", ")), not \"\(logLevel)\"")
         }
-        LoggingSystem.bootstrap { label in
-            var handler = StreamLogHandler.standardError(label: label)
-            handler.logLevel = level
-            return handler
-        }
+        LoggingSystem.bootstrap(JournalLogHandler.bootstrapFactory(level: level))
         let logger = Logger(label: "org.bgpolicy.agent")
         if !quietExecutor {
             logger.warning("Running on the default executor; libdispatch will wake the agent once a second while idle")
@@ -98,5 +99,32 @@ struct BGPolicyDaemon: AsyncParsableCommand {
         let group = ServiceGroup(
             configuration: .init(services: [.init(service: agent)], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
         try await group.run()
+    }
+}
+
+extension BGPolicyDaemon {
+    /// EX_CONFIG (sysexits.h): what a person must fix before a start can succeed. The unit's
+    /// `RestartPreventExitStatus=` keeps systemd from restarting into the same error until
+    /// its start limit hides it.
+    static let configurationExitCode: Int32 = 78
+
+    /// The exit for an error that ended the agent. The agent's own errors are printed as
+    /// "Error: …", at error priority when standard error is the journal (`JournalLogHandler`):
+    /// EX_CONFIG for a configuration or a database only a newer bgpolicy can read, 1 for the
+    /// rest (systemd restarts it). Errors of the command line (`--help`, a bad option) go to
+    /// the argument parser as before.
+    static func fail(_ error: any Error) -> Never {
+        guard let agentError = error as? AgentError else { exit(withError: error) }
+        let code: Int32 = switch agentError {
+        case .configuration, .storeFromNewerVersion: configurationExitCode
+        default: EXIT_FAILURE
+        }
+        let text = "Error: \(agentError)"
+        if JournalLogHandler.isJournalStream(fd: STDERR_FILENO) {
+            JournalLogHandler.writeToStandardError(JournalLogHandler.line(level: .error, label: "", message: text, metadata: [:]))
+        } else {
+            JournalLogHandler.writeToStandardError(text + "\n")
+        }
+        Glibc.exit(code)
     }
 }
