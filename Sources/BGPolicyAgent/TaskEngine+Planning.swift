@@ -131,6 +131,7 @@ extension TaskEngine {
     /// leaving anything.
     func noteLeft(_ appID: AppID, at time: UnixTime) {
         selfReportedInUse.remove(appID)
+        lastUsageReport[appID] = nil
         inUseByLogAtStart.remove(appID)
         guard refreshPlanner != nil, appsInUse.remove(appID) != nil else { return }
         refreshPlanner?.recordClose(of: appID.rawValue, at: time)

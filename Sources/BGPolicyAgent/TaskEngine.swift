@@ -120,6 +120,9 @@ actor TaskEngine {
     /// themselves in the foreground, and have not been left since): in use whatever the user
     /// manager's units say.
     var selfReportedInUse: Set<AppID> = []
+    /// Each app's last `ReportUsage` state in this run, until the user is seen leaving the app
+    /// (`noteLeft`) or its last connection goes: a report of the same state is not recorded.
+    var lastUsageReport: [AppID: UsageState] = [:]
     /// The app units running that the user opened (not ones the agent launched), by app, as the
     /// user manager said at connect and since: such an app is left when its last unit goes, not
     /// when its bus connection does.
@@ -314,6 +317,7 @@ actor TaskEngine {
             backgroundTask: "the app left the bus before ending its background task")
         logger.info("App connection left", metadata: ["app.id": "\(appID)", "bus.unique": "\(name)"])
         if apps[appID]?.connections.isEmpty ?? true {
+            lastUsageReport[appID] = nil
             lastConnectionClosed(appID)
             // Unreachable now, with no bus_name to start it by: its work waits for it to
             // register again, and the evaluation timer may have been set for that work.
@@ -452,6 +456,7 @@ actor TaskEngine {
         } catch {
             throw storeFailed(error, "a registration")
         }
+        noteHistoryWritten(count: withdrawn.count, at: now)
         for identifier in withdrawnIdentifiers { pending[appID]?[identifier] = nil }
         var runtime = apps[appID] ?? AppRuntime(record: record)
         runtime.record = record
@@ -586,6 +591,7 @@ actor TaskEngine {
             if pending[appID]?[identifier] == request { restorePending(appID, identifier, else: previous) }
             throw storeFailed(error, "a request")
         }
+        noteHistoryWritten(count: 1, at: now)
     }
 
     func cancel(caller: String, identifier: String) async throws(SchedulerError) {
@@ -605,6 +611,7 @@ actor TaskEngine {
             if pending[appID]?[identifier] == nil { restorePending(appID, identifier, else: removed) }
             throw storeFailed(error, "a cancellation")
         }
+        noteHistoryWritten(count: 1, at: entry.time)
     }
 
     /// After a failed write of the request of `identifier` (a Submit, a Cancel), while memory
@@ -669,14 +676,20 @@ actor TaskEngine {
         guard let state = UsageState(rawValue: text) else {
             throw .invalid("usage state '\(SchedulerError.shown(text))' is not one of: foreground, background")
         }
+        // The state the app last reported, again: nothing changed. Not a second open for the
+        // predictor, nor a row: an app that reports in a loop must not fill the usage log.
+        if lastUsageReport[appID] == state { return }
         let now = Self.wallNow()
         do {
+            // Remembered once the row is in: a report the disk refused is recorded when sent again.
             try appendUsage(appID, state, at: now)
             if state == .foreground {
                 selfReportedInUse.insert(appID)
+                lastUsageReport[appID] = state
                 try noteUse(of: appID, at: now)
             } else {
                 noteLeft(appID, at: now)
+                lastUsageReport[appID] = state
             }
         } catch {
             throw storeFailed(error, "a usage report")
@@ -731,14 +744,28 @@ actor TaskEngine {
     func appendHistory(_ entry: HistoryEntry, countingViolation: Bool = true) {
         do {
             try store.append(entry)
-            historyAppends += 1
-            if historyAppends % 1000 == 0 {
-                try store.pruneHistory(before: retentionNow(wall: entry.time) - Self.historyRetention)
-            }
+            noteHistoryWritten(count: 1, at: entry.time)
         } catch {
             logger.error("Could not write history", metadata: ["event": "\(entry.event.rawValue)", "error": "\(error)"])
         }
         if countingViolation, entry.event.isViolation, let appID = entry.appID { noteViolation(of: appID, at: entry.time) }
+    }
+
+    /// Counts history rows written, by `appendHistory` or with a change they describe (a
+    /// Submit's, a Cancel's, a registration's withdrawals), and every 1,000 prunes what is past
+    /// retention. Counting them all matters for an app that submits and cancels in a loop:
+    /// only those rows grow the table then, and pruning at start alone would let them fill
+    /// the disk while the agent runs.
+    func noteHistoryWritten(count: Int, at time: UnixTime) {
+        guard count > 0 else { return }
+        let before = historyAppends
+        historyAppends += count
+        guard historyAppends / 1000 != before / 1000 else { return }
+        do {
+            try store.pruneHistory(before: retentionNow(wall: time) - Self.historyRetention)
+        } catch {
+            logger.warning("Could not prune old history; will try again later", metadata: ["error": "\(error)"])
+        }
     }
 
     /// Counts a violation against the app's future opportunities (the store has its row).

@@ -87,10 +87,35 @@ extension TaskStore {
         }
     }
 
-    /// Deletes the entries with `time < before`.
-    public func pruneHistory(before: UnixTime) throws(StoreError) {
+    /// The most history entries kept for one app (or for the entries of no app), however
+    /// recent: an app that submits and cancels in a loop writes a row per call, and retention
+    /// by age alone would let it fill the disk. At ~200 bytes a row, about 4 MB per app, and
+    /// weeks of any app's real use.
+    public static let historyPerAppLimit = 20_000
+
+    /// Deletes the entries with `time < before`, and the oldest of any app's beyond `perApp`.
+    /// Returns the number of entries deleted by the second rule.
+    @discardableResult
+    public func pruneHistory(before: UnixTime, perApp: Int = TaskStore.historyPerAppLimit) throws(StoreError) -> Int {
         try write { db in
             try db.execute(sql: "DELETE FROM history WHERE time < ?", arguments: [before])
+            // history_app_time has every app's count at hand; only an app over the limit is
+            // touched, from its oldest entry on (by time, then id, as GetHistory orders them).
+            let over = try Row.fetchAll(
+                db, sql: "SELECT app_id, COUNT(*) AS n FROM history GROUP BY app_id HAVING n > ?", arguments: [perApp])
+            var trimmed = 0
+            for row in over {
+                let appID: String? = row["app_id"]
+                let excess: Int = row["n"] - perApp
+                try db.execute(
+                    sql: """
+                        DELETE FROM history WHERE id IN (
+                            SELECT id FROM history WHERE app_id IS ? ORDER BY time, id LIMIT ?)
+                        """,
+                    arguments: [appID, excess])
+                trimmed += db.changesCount
+            }
+            return trimmed
         }
     }
 

@@ -275,6 +275,25 @@ struct TaskStoreTests {
         #expect(next > before.last!.id!)
     }
 
+    @Test("pruning keeps at most a number of entries per app, the newest, and leaves the other apps' alone")
+    func prunePerApp() throws {
+        let store = try TaskStore.inMemory()
+        // The flooding app: 8 entries, two of them at the same time (the id breaks the tie).
+        for time in [1.0, 2, 3, 3, 5, 6, 7, 8] { try store.append(Sample.entry(.submitted, at: time, app: Sample.maps)) }
+        for time in [1.5, 2.5] { try store.append(Sample.entry(.submitted, at: time, app: Sample.feeds)) }
+        for time in [0.5, 9] { try store.append(Sample.entry(.globalDisabled, at: time, app: nil)) }
+        let all = try store.history(since: 0, limit: 100)
+        let trimmed = try store.pruneHistory(before: 0, perApp: 3)
+        #expect(trimmed == 5)
+        let kept = try store.history(since: 0, limit: 100)
+        #expect(kept.filter { $0.appID == Sample.maps }.map(\.time) == [6, 7, 8])
+        #expect(kept.filter { $0.appID == Sample.feeds } == all.filter { $0.appID == Sample.feeds })
+        #expect(kept.filter { $0.appID == nil } == all.filter { $0.appID == nil })
+        // Under the limit, nothing more goes.
+        #expect(try store.pruneHistory(before: 0, perApp: 3) == 0)
+        #expect(try store.history(since: 0, limit: 100) == kept)
+    }
+
     // MARK: Usage
 
     @Test("usage records every state, per app, oldest first")

@@ -243,6 +243,28 @@ def test_an_app_known_by_its_own_word_is_left_when_its_last_connection_closes(wo
     assert "in_use" not in agent.status(), agent.status()
 
 
+def test_a_usage_report_of_the_state_reported_last_records_nothing(world):
+    """An app that reports the same state again and again (a loop, a bug) changed nothing: no
+    row each time, and no second open for the predictor. A change is recorded, and once the
+    app is left (its last connection went), its next process's foreground is an open again."""
+    agent = world.start_agent(planner=True)
+    app = world.registered_app("org.example.Loop", ["org.example.Loop.refresh"])
+    for state in ["foreground"] * 50 + ["background"] * 50 + ["foreground"] * 50:
+        app.scheduler("ReportUsage", "s", (state,))
+    app.quit()
+    th.wait_until(lambda: not agent.app_record("org.example.Loop")["connected"], th.TIMEOUT, "the app to leave")
+    again = world.registered_app("org.example.Loop", ["org.example.Loop.refresh"])
+    again.scheduler("ReportUsage", "s", ("foreground",))
+    again.scheduler("ReportUsage", "s", ("foreground",))
+    agent.stop()
+    # The registration is an open; its own foreground report is a second (as it always was).
+    # Then one row per change, the close as the connection went, and the next process's
+    # foreground, once.
+    assert usage_rows(world) == [("org.example.Loop", state) for state in (
+        "foreground", "foreground", "background", "foreground", "background", "foreground")], \
+        usage_rows(world)
+
+
 def test_opens_known_only_from_registrations_are_learned_again_after_a_restart(world):
     """An app the user manager does not see (no app unit: a session without app scopes, or an
     unverified app id) is opened only by its registrations. Each is in the usage log, as its
