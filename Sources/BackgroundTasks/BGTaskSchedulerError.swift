@@ -39,6 +39,13 @@ public struct BGTaskSchedulerError: Error, Sendable, Hashable, CustomStringConve
         /// No pending request, running task or background task has that identifier
         /// (`org.bgpolicy.Error.UnknownTask`).
         case unknownTask
+        /// Over one of the agent's bounds: 16 background tasks under way, a content-available
+        /// wake over the app's hourly limit on battery (the message says when the next is
+        /// allowed), or a call too large (`org.bgpolicy.Error.LimitsExceeded`).
+        case limitsExceeded
+        /// The agent could not do it, such as storing the change on a full disk. Nothing changed,
+        /// and the same call may succeed later (`org.bgpolicy.Error.Failed`).
+        case failed
         /// bgpolicyd is not running on the session bus (and cannot be started), or the bus
         /// itself cannot be reached.
         case agentNotRunning
@@ -77,8 +84,9 @@ extension BGTaskSchedulerError.Code {
             case .invalidArgument: self = .invalidArgument
             case .accessDenied: self = .accessDenied
             case .unknownTask: self = .unknownTask
-            case .unknownObject, .unknownInterface, .unknownMethod, .unknownProperty, .propertyReadOnly,
-                .limitsExceeded, .failed:
+            case .limitsExceeded: self = .limitsExceeded
+            case .failed: self = .failed
+            case .unknownObject, .unknownInterface, .unknownMethod, .unknownProperty, .propertyReadOnly:
                 self = .other
             }
             return

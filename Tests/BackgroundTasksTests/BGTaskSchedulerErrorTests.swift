@@ -9,8 +9,9 @@ struct BGTaskSchedulerErrorTests {
         (.notRegistered, .notRegistered), (.notPermitted, .notPermitted),
         (.tooManyPendingRequests, .tooManyPendingTaskRequests), (.unavailable, .unavailable),
         (.invalidArgument, .invalidArgument), (.accessDenied, .accessDenied), (.unknownTask, .unknownTask),
+        (.limitsExceeded, .limitsExceeded), (.failed, .failed),
         (.unknownObject, .other), (.unknownInterface, .other), (.unknownMethod, .other), (.unknownProperty, .other),
-        (.propertyReadOnly, .other), (.limitsExceeded, .other), (.failed, .other),
+        (.propertyReadOnly, .other),
     ]
 
     @Test("every org.bgpolicy.Error name has a code")
