@@ -64,7 +64,16 @@ public final class BGTask: Sendable, CustomStringConvertible {
     private struct State {
         var expirationHandler: (@Sendable () -> Void)?
         var expired = false
+        /// The newest report of the task's end: on its way, accepted, or refused for good.
         var completion: Task<Void, any Error>?
+        /// That report failed and the agent still holds the task as running (it could not
+        /// store the end, or did not answer): the next `setTaskCompleted` reports again.
+        var mayReportAgain = false
+        /// Counts reports, so that only the newest one's failure reopens the task.
+        var reports = 0
+
+        /// A report is on its way, or has been answered for good.
+        var completed: Bool { completion != nil && !mayReportAgain }
     }
 
     private let state = Mutex(State())
@@ -90,7 +99,7 @@ public final class BGTask: Sendable, CustomStringConvertible {
         set {
             let runNow: Bool = state.withLock { s in
                 s.expirationHandler = newValue
-                return s.expired && s.completion == nil
+                return s.expired && !s.completed
             }
             if runNow, let newValue { Task { newValue() } }
         }
@@ -99,14 +108,21 @@ public final class BGTask: Sendable, CustomStringConvertible {
     /// Whether the agent has asked this task to stop. Long work can poll this between steps.
     public var isExpired: Bool { state.withLock { $0.expired } }
 
-    /// Whether `setTaskCompleted` has been called.
-    public var isCompleted: Bool { state.withLock { $0.completion != nil } }
+    /// Whether `setTaskCompleted` has been called and its report is on its way, accepted, or
+    /// refused for good. False again once a report failed that the agent can still take
+    /// (`.failed`, for instance): the task is still running, and must be completed again.
+    public var isCompleted: Bool { state.withLock { $0.completed } }
 
     /// Tells the agent the work is done, without saying whether there was new data.
     ///
     /// The report is sent in the background; the first call wins and later ones return the same
     /// task. Await the returned task's `value` to know the agent accepted it (it throws
     /// `BGTaskSchedulerError`, for instance `.unknownTask` when the slice had already ended).
+    ///
+    /// When the report fails but the task is still running at the agent (`.failed`, such as a
+    /// full disk, or no answer in time, `.other`), the next call reports again, with its own
+    /// arguments: call it again once there is room. After `.unknownTask`, `.notRegistered` or
+    /// `.agentNotRunning` the task has ended at the agent, and later calls return the failed task.
     @discardableResult
     public func setTaskCompleted(success: Bool) -> Task<Void, any Error> {
         complete(success: success, result: .unspecified)
@@ -120,18 +136,35 @@ public final class BGTask: Sendable, CustomStringConvertible {
 
     private func complete(success: Bool, result: TaskResult) -> Task<Void, any Error> {
         state.withLock { s in
-            if let existing = s.completion { return existing }
-            let report = Task { [reporter, taskID] in try await reporter(taskID, success, result) }
+            if let existing = s.completion, !s.mayReportAgain { return existing }
+            s.reports += 1
+            let number = s.reports
+            let report = Task { [reporter, taskID] in
+                do {
+                    try await reporter(taskID, success, result)
+                } catch {
+                    if BGTaskSchedulerError(error).taskMayStillRun { self.reportFailed(number) }
+                    throw error
+                }
+            }
             s.completion = report
+            s.mayReportAgain = false
             s.expirationHandler = nil
             return report
+        }
+    }
+
+    /// Report `number` failed while the agent still holds the task: the next call reports again.
+    private func reportFailed(_ number: Int) {
+        state.withLock { s in
+            if s.reports == number { s.mayReportAgain = true }
         }
     }
 
     /// Marks the task expired and runs the expiration handler, unless it is already complete.
     func expire() {
         let handler: (@Sendable () -> Void)? = state.withLock { s in
-            guard !s.expired, s.completion == nil else { return nil }
+            guard !s.expired, !s.completed else { return nil }
             s.expired = true
             return s.expirationHandler
         }

@@ -578,10 +578,18 @@ public final class BGTaskScheduler: Sendable {
         return [identifiers.dbusValue, options.dbusValue]
     }
 
-    /// Sends `SetTaskCompleted` for a task the app finished.
+    /// Sends `SetTaskCompleted` for a task the app finished. The task stays in `running` (an
+    /// `ExpireTask` still finds it, a repeated `RunTask` does not start it twice) until the agent
+    /// accepted the end or its answer says the task is gone: after `Failed` (a full disk) the
+    /// agent still runs it, and the app may report again (`BGTask.setTaskCompleted`).
     func reportCompletion(taskID: String, success: Bool, result: TaskResult) async throws {
+        do throws(BGTaskSchedulerError) {
+            _ = try await callAgent("SetTaskCompleted", [.string(taskID), .boolean(success), .string(result.rawValue)])
+        } catch {
+            if !error.taskMayStillRun { _ = state.withLock { $0.running.removeValue(forKey: taskID) } }
+            throw error
+        }
         _ = state.withLock { $0.running.removeValue(forKey: taskID) }
-        _ = try await callAgent("SetTaskCompleted", [.string(taskID), .boolean(success), .string(result.rawValue)])
     }
 }
 

@@ -133,3 +133,19 @@ extension BGTaskSchedulerError {
         }
     }
 }
+
+extension BGTaskSchedulerError {
+    /// After a failed `SetTaskCompleted`, whether the agent may still hold the task as running,
+    /// so that the app may report its end again. The agent keeps it after `Failed` (it could
+    /// not store the end; nothing changed) and `InvalidArgument` (refused before it looked the
+    /// task up), and may after a timeout or a cancelled call (the outcome is unknown; a second
+    /// report of a task that did end is `UnknownTask`). It has none after `UnknownTask`, nor
+    /// after `NotRegistered` or `.agentNotRunning`: an agent that does not know the app, or
+    /// that the app lost, has ended the app's tasks.
+    var taskMayStillRun: Bool {
+        switch code {
+        case .unknownTask, .notRegistered, .agentNotRunning: false
+        default: true
+        }
+    }
+}
