@@ -39,6 +39,9 @@ import Synchronization
 /// `Register` with every registered identifier, and, when `busName` is set, takes that name.
 /// Registering another identifier later re-sends `Register` before the next call. If the agent
 /// restarts, the scheduler registers again by itself. Every method throws `BGTaskSchedulerError`.
+///
+/// One call needs no registration: `notifyContentAvailable(appID:payload:)`, with which a sync
+/// or push service wakes another app. Such a service may make a scheduler for that alone.
 public final class BGTaskScheduler: Sendable {
     /// The scheduler for the app's own id, as the agent derives it (Flatpak, snap or systemd
     /// unit). Apps that run outside all three create their own with an `appID`.
@@ -266,6 +269,51 @@ public final class BGTaskScheduler: Sendable {
             return requests
         } catch {
             throw BGTaskSchedulerError(.other, "the agent's list of pending requests is malformed: \(error.message)")
+        }
+    }
+
+    /// Why the request for `identifier` has not run yet, and the earliest it can: what blocks
+    /// it (switches, battery, conditions it asked for, the planner's windows), in keys and in
+    /// words. For a request that is running, or not pending at all, `state` says so.
+    ///
+    /// The agent's answer has more keys than the typed fields in later versions: they are in
+    /// the explanation's `dictionary`.
+    public func explain(taskRequestWithIdentifier identifier: String) async throws -> Explanation {
+        let reply = try await callAgent("Explain", [.string(identifier)])
+        do throws(DBusError) {
+            return try Explanation(reply.decode([String: Variant].self, at: 0))
+        } catch {
+            throw BGTaskSchedulerError(.other, "the agent's explanation is malformed: \(error.message)")
+        }
+    }
+
+    // MARK: Waking other apps
+
+    /// Tells the agent there is new content for another app, `appID`, as a sync or push service
+    /// does: the counterpart of a silent push. The agent wakes that app in its next wake window
+    /// with a `.contentAvailable` task whose `payload` is this `payload` (its
+    /// `registerContentAvailableHandler`).
+    ///
+    /// The caller need not register anything: a scheduler made only for this sends no
+    /// `Register` and is not an app to the agent. The call returns once the wake is queued; only
+    /// the newest undelivered wake is kept, so a second call before delivery replaces the payload.
+    ///
+    /// - Parameters:
+    ///   - appID: the app to wake, which must have registered with the agent once.
+    ///   - payload: a small hint (a mailbox, a cursor), at most 4096 bytes marshalled, without
+    ///     file descriptors; `slice_id` and `deadline` are reserved keys.
+    /// - Throws: `.notRegistered` for an app the agent does not know, `.invalidArgument` for an
+    ///   `appID` that is no app id or a payload the agent refuses, and `.limitsExceeded` on
+    ///   battery when the app has had its wakes for the hour (the message says when the next is
+    ///   allowed; the content will still be there at the app's next refresh).
+    public func notifyContentAvailable(appID: String, payload: [String: Variant] = [:]) async throws {
+        let link = try await currentLink()
+        do {
+            _ = try await link.connection.call(
+                destination: BGPolicyNames.busName, path: Self.agentPath, interface: BGPolicyNames.schedulerInterface,
+                member: "NotifyContentAvailable", [.string(appID), payload.dbusValue])
+        } catch {
+            throw BGTaskSchedulerError(error)
         }
     }
 

@@ -20,11 +20,11 @@ struct AgentCallTests {
     }
 
     /// Owns `org.bgpolicy.Agent1` on `bus` and serves the `Scheduler1` methods the tests use.
-    /// `SetTaskCompleted` answers the errors in `completionErrors`, first to last, then succeeds.
+    /// A method answers the errors `errors` holds for it, first to last, then succeeds.
     final class FakeAgent: Sendable {
         let connection: DBusConnection
         let calls = Mutex<[Call]>([])
-        let completionErrors = Mutex<[BGPolicyErrorName]>([])
+        let errors = Mutex<[String: [BGPolicyErrorName]]>([:])
         let explanation = Mutex<[String: Variant]>([:])
         let serving = Mutex<Task<Void, Never>?>(nil)
 
@@ -49,19 +49,16 @@ struct AgentCallTests {
                     return [.string("org.example.App")]
                 }
                 .method("SetTaskCompleted") { [weak self] call in
-                    guard let self else { return [] }
-                    record(call, "SetTaskCompleted")
-                    let error: BGPolicyErrorName? = completionErrors.withLock { $0.isEmpty ? nil : $0.removeFirst() }
-                    if let error { throw ClientCallError(error, "the stand-in answers \(error.rawValue)") }
+                    try self?.answer(call, "SetTaskCompleted")
                     return []
                 }
                 .method("Explain") { [weak self] call in
                     guard let self else { return [] }
-                    record(call, "Explain")
+                    try answer(call, "Explain")
                     return [explanation.withLock { $0 }.dbusValue]
                 }
                 .method("NotifyContentAvailable") { [weak self] call in
-                    self?.record(call, "NotifyContentAvailable")
+                    try self?.answer(call, "NotifyContentAvailable")
                     return []
                 }
             try connection.objects.export([interface], at: BGTaskScheduler.agentPath)
@@ -71,6 +68,13 @@ struct AgentCallTests {
 
         func record(_ call: MethodCall, _ member: String) {
             calls.withLock { $0.append(Call(member: member, sender: call.sender, arguments: call.arguments)) }
+        }
+
+        /// Records the call, then throws the next error scripted for `member`, if any.
+        func answer(_ call: MethodCall, _ member: String) throws {
+            record(call, member)
+            let error: BGPolicyErrorName? = errors.withLock { e in e[member]?.isEmpty == false ? e[member]?.removeFirst() : nil }
+            if let error { throw ClientCallError(error, "the stand-in answers \(error.rawValue)") }
         }
 
         func calls(of member: String) -> [Call] { calls.withLock { $0.filter { $0.member == member } } }
@@ -117,7 +121,7 @@ struct AgentCallTests {
         defer { scheduler.disconnect() }
         var tasks = tasksIterator
 
-        agent.completionErrors.withLock { $0 = [.failed] }
+        agent.errors.withLock { $0["SetTaskCompleted"] = [.failed] }
         try await agent.runTask("task-1", in: scheduler)
         let task = try #require(await tasks.next())
         let first = task.setTaskCompleted(success: true, result: .newData)
@@ -151,7 +155,7 @@ struct AgentCallTests {
         defer { scheduler.disconnect() }
         var tasks = tasksIterator
 
-        agent.completionErrors.withLock { $0 = [.unknownTask] }
+        agent.errors.withLock { $0["SetTaskCompleted"] = [.unknownTask] }
         try await agent.runTask("task-2", in: scheduler)
         let task = try #require(await tasks.next())
         let first = task.setTaskCompleted(success: true)
@@ -161,5 +165,75 @@ struct AgentCallTests {
         #expect(scheduler.state.withLock { $0.running.isEmpty })
         #expect(task.setTaskCompleted(success: true) == first)
         #expect(agent.calls(of: "SetTaskCompleted").count == 1)
+    }
+
+    @Test("explain returns the agent's Explain, typed, with the whole answer kept")
+    func explain() async throws {
+        let bus = try PrivateBus()
+        let agent = try await FakeAgent(on: bus)
+        defer { agent.close() }
+        let (scheduler, _) = try await activatedScheduler(on: bus)
+        defer { scheduler.disconnect() }
+
+        let answer: [String: Variant] = [
+            "app_id": Variant(.string("org.example.App")), "identifier": Variant(.string(Self.identifier)),
+            "state": Variant(.string("pending")), "kind": Variant(.string("refresh")), "runnable": Variant(.boolean(false)),
+            "blocking": Variant(["earliest-begin", "no-network"].dbusValue),
+            "reasons": Variant(["it asked to wait until 10:15", "it needs a network"].dbusValue),
+            "summary": Variant(.string("Waits for its earliest begin and a network.")),
+            "earliest_window": Variant(.int64(1_700_000_900)), "a_later_key": Variant(.uint32(7)),
+        ]
+        agent.explanation.withLock { $0 = answer }
+        let why = try await scheduler.explain(taskRequestWithIdentifier: Self.identifier)
+        #expect(why.appID == "org.example.App" && why.identifier == Self.identifier)
+        #expect(why.state == .pending && why.kind == .refresh && !why.isRunnable)
+        #expect(why.blocking == ["earliest-begin", "no-network"])
+        #expect(why.reasons == ["it asked to wait until 10:15", "it needs a network"])
+        #expect(why.summary == "Waits for its earliest begin and a network.")
+        #expect(why.earliestWindow == Date(timeIntervalSince1970: 1_700_000_900))
+        #expect(why.dictionary == answer)
+        #expect(agent.calls(of: "Explain").map(\.arguments) == [[.string(Self.identifier)]])
+
+        // Not pending: no kind, no window; a state this library does not know is nil.
+        agent.explanation.withLock {
+            $0 = ["state": Variant(.string("not-pending")), "runnable": Variant(.boolean(false)), "summary": Variant(.string("none"))]
+        }
+        let none = try await scheduler.explain(taskRequestWithIdentifier: Self.identifier)
+        #expect(none.state == .notPending && none.kind == nil && none.earliestWindow == nil && none.blocking.isEmpty)
+        agent.explanation.withLock { $0 = ["state": Variant(.string("dreaming"))] }
+        #expect(try await scheduler.explain(taskRequestWithIdentifier: Self.identifier).state == nil)
+        // A key of the wrong type is a malformed answer.
+        agent.explanation.withLock { $0 = ["runnable": Variant(.string("yes"))] }
+        let malformed = await #expect(throws: BGTaskSchedulerError.self) {
+            _ = try await scheduler.explain(taskRequestWithIdentifier: Self.identifier)
+        }
+        #expect(malformed?.code == .other)
+    }
+
+    /// A sync or push service wakes another app without registering itself: the agent asks
+    /// nothing of NotifyContentAvailable's caller (Docs/DBusAPI.md), and the library used to
+    /// require a registered identifier for every call.
+    @Test("notifyContentAvailable needs no registration, and passes the agent's refusal on")
+    func notifyContentAvailable() async throws {
+        let bus = try PrivateBus()
+        let agent = try await FakeAgent(on: bus)
+        defer { agent.close() }
+        let notifier = BGTaskScheduler(bus: .address(bus.address))
+        defer { notifier.disconnect() }
+
+        let payload: [String: Variant] = ["mailbox": Variant(.string("INBOX"))]
+        try await notifier.notifyContentAvailable(appID: "org.example.Mail", payload: payload)
+        let calls = agent.calls(of: "NotifyContentAvailable")
+        #expect(calls.map(\.arguments) == [[.string("org.example.Mail"), payload.dbusValue]])
+        #expect(calls.first?.sender == notifier.state.withLock { $0.link?.connection.uniqueName })
+        #expect(agent.calls(of: "Register").isEmpty, "a notifier is not registered as an app")
+        #expect(!notifier.state.withLock { $0.wantsAgent }, "nor registered when the agent restarts")
+
+        agent.errors.withLock { $0["NotifyContentAvailable"] = [.limitsExceeded] }
+        let refused = await #expect(throws: BGTaskSchedulerError.self) {
+            try await notifier.notifyContentAvailable(appID: "org.example.Mail")
+        }
+        #expect(refused?.code == .limitsExceeded)
+        #expect(agent.calls(of: "NotifyContentAvailable").last?.arguments == [.string("org.example.Mail"), [String: Variant]().dbusValue])
     }
 }
