@@ -664,6 +664,11 @@ def test_feed_reader_refreshes_from_a_local_feed_after_simulate_launch(world, tm
     proc = world.stack.push(th.ch.Proc([feed_reader, "--feed", feed, "--cache", cache, "--app-id", app_id,
                                         "--exit-after", "1"], env, name="feed-reader"))
     wait_pending(agent, app_id, identifier, process=proc)
+    # It asks why its refresh waits (BGTaskScheduler.explain): for its begin, 15 minutes ahead.
+    explained = f"explained identifier={identifier} "
+    th.wait_until(lambda: explained in proc.stdout(), 10, "feed-reader explains its refresh")
+    line = next(l for l in proc.stdout().splitlines() if l.startswith(explained))
+    assert " state=pending " in line and "earliest-begin" in line.split(" blocking=")[1].split(" ")[0].split(","), line
     assert not cache.exists(), "refreshed before the launch"
     agent.cli("simulate", "launch", app_id, identifier)
     code = proc.popen.wait(timeout=20)

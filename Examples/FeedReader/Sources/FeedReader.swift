@@ -52,8 +52,26 @@ actor FeedReader {
             EventLog.emit("submitted", ["identifier": request.identifier, "kind": kind])
         } catch let error as BGTaskSchedulerError {
             EventLog.emit("submit-failed", ["identifier": request.identifier, "error": error.code.rawValue, "message": error.message])
+            return
         } catch {
             EventLog.emit("submit-failed", ["identifier": request.identifier, "error": "other", "message": "\(error)"])
+            return
+        }
+        await explain(request.identifier)
+    }
+
+    /// Asks the agent what the request waits for, as a user's "why has it not refreshed?" would.
+    private func explain(_ identifier: String) async {
+        do {
+            let why = try await scheduler.explain(taskRequestWithIdentifier: identifier)
+            EventLog.emit("explained", [
+                "identifier": identifier, "state": why.state?.rawValue ?? "", "blocking": why.blocking.joined(separator: ","),
+                "message": why.summary,
+            ])
+        } catch let error as BGTaskSchedulerError {
+            EventLog.emit("explain-failed", ["identifier": identifier, "error": error.code.rawValue, "message": error.message])
+        } catch {
+            EventLog.emit("explain-failed", ["identifier": identifier, "error": "other", "message": "\(error)"])
         }
     }
 
