@@ -34,7 +34,9 @@ extension AgentInterfaces {
                     .init("options", asv, """
                         "app_id" (s) the app's id, only for processes the agent cannot identify;
                         "bus_name" (s) a well-known, D-Bus-activatable name at which the agent may start
-                        the app when it is not running; "background_only" (b) the process shows no
+                        the app when it is not running: the app id or a name under it
+                        (org.example.App.Service), else AccessDenied; "" withdraws it, and leaving it
+                        out keeps the one given before; "background_only" (b) the process shows no
                         window, so the CPU monitor may stop it with SIGSTOP when it has no systemd unit.
                         Unknown keys are refused.
                         """),

@@ -379,8 +379,10 @@ actor TaskEngine {
                 throw .invalid("task identifier '\(SchedulerError.shown(identifier))': \(problem)")
             }
         }
-        if let busName = options.busName, !(DBusNames.isValidBusName(busName) && !DBusNames.isUniqueName(busName)) {
-            throw .invalid("bus_name '\(SchedulerError.shown(busName))' is not a well-known D-Bus name such as org.example.App")
+        if let busName = options.busName, !busName.isEmpty,
+           !(DBusNames.isValidBusName(busName) && !DBusNames.isUniqueName(busName)) {
+            throw .invalid(
+                "bus_name '\(SchedulerError.shown(busName))' is not a well-known D-Bus name such as org.example.App (or \"\" to register none)")
         }
 
         let identity = pid.map { inspector.identify(pid: $0) }
@@ -429,11 +431,19 @@ actor TaskEngine {
             throw SchedulerError(.accessDenied, "this connection is already registered as \(bound); use one connection per app")
         }
 
+        if let busName = options.busName, !busName.isEmpty, !Self.mayUse(busName: busName, appID: appID, identity: identity.source) {
+            throw SchedulerError(
+                .accessDenied,
+                "bus_name '\(SchedulerError.shown(busName))' is not \(appID)'s: it must be the app id or a name under it (\(appID).Service), as Flatpak lets an app own; the agent starts whatever owns it for this app's work")
+        }
+
         let now = Self.wallNow()
         let previous = apps[appID]?.record
+        // Left out: the one given before. "": none from now on.
+        let busName = options.busName.map { $0.isEmpty ? nil : $0 } ?? previous?.busName
         // Sorted, as the store reads them back, so that a restart does not read as a change.
         var record = AppRecord(
-            appID: appID, identifiers: Set(identifiers).sorted(), busName: options.busName ?? previous?.busName,
+            appID: appID, identifiers: Set(identifiers).sorted(), busName: busName,
             identity: identity.source, backgroundOnly: options.backgroundOnly,
             enabled: previous?.enabled ?? true, registeredAt: previous?.registeredAt ?? now,
             lastUsedAt: previous?.lastUsedAt)
@@ -511,6 +521,16 @@ actor TaskEngine {
     }
 
     static let maximumIdentifiers = 64
+
+    /// Whether an app may name `busName` as the name the agent starts it by: its app id, or a
+    /// name under it (`org.example.App.Service`), the names Flatpak lets an app own and the
+    /// one a D-Bus-activatable desktop file uses. Anything else would let an app have the
+    /// agent start another app for its work, and that app's registration would count as the
+    /// user opening it. A snap's id (`snap.NAME`) is no D-Bus name's prefix, and snapd decides
+    /// which names it may own: its bus_name is taken as given.
+    static func mayUse(busName: String, appID: AppID, identity: IdentitySource) -> Bool {
+        identity == .snap || busName == appID.rawValue || busName.hasPrefix(appID.rawValue + ".")
+    }
 
     func isRegistered(_ appID: AppID) -> Bool { apps[appID] != nil }
 

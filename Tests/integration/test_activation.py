@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 import tasks_helpers as th
-from tasks_helpers import PYTHON, expect_error, later
+from tasks_helpers import PYTHON, expect_error, later, world  # noqa: F401
 
 APP_ID = "org.example.Activated"
 IDENTIFIER = "org.example.Activated.refresh"
@@ -452,3 +452,28 @@ def test_a_simulated_launch_whose_request_went_while_it_waited_its_turn_says_so(
     assert [e for e in read_log(logs[mail]) if e["type"] == "Launched"] == []
     assert opened.events_of("RunTask") == []
     assert [e for e in agent.history() if e.get("app_id") == mail and e.get("event") == "delivered"] == []
+
+
+def test_a_bus_name_is_the_apps_own_and_can_be_withdrawn(world):
+    """An app may name only its app id, or a name under it, as the one the agent starts it by:
+    any other would have the agent start another app for this one's work. Registering with ""
+    withdraws it; leaving the option out keeps the one given before."""
+    agent = world.start_agent()
+    app = world.app("mail")
+    message = expect_error("AccessDenied", app.register, ["org.example.Mail.refresh"],
+                           app_id="org.example.Mail", bus_name="org.example.Maps")
+    assert "org.example.Maps" in message and "org.example.Mail" in message, message
+    # Nor a name that only starts with the same letters.
+    expect_error("AccessDenied", app.register, ["org.example.Mail.refresh"],
+                 app_id="org.example.Mail", bus_name="org.example.MailX")
+    assert agent.app_record("org.example.Mail") is None
+
+    app.register(["org.example.Mail.refresh"], app_id="org.example.Mail", bus_name="org.example.Mail.Background")
+    assert agent.app_record("org.example.Mail")["bus_name"] == "org.example.Mail.Background"
+    app.register(["org.example.Mail.refresh"], app_id="org.example.Mail")
+    assert agent.app_record("org.example.Mail")["bus_name"] == "org.example.Mail.Background"
+    app.register(["org.example.Mail.refresh"], app_id="org.example.Mail", bus_name="")
+    assert "bus_name" not in agent.app_record("org.example.Mail"), agent.app_record("org.example.Mail")
+    message = expect_error("InvalidArgument", app.register, ["org.example.Mail.refresh"],
+                           app_id="org.example.Mail", bus_name=":1.5")
+    assert "well-known" in message, message
