@@ -24,20 +24,33 @@ public struct AgentEnvironment: Sendable {
         return value.isEmpty ? nil : value
     }
 
+    /// An XDG base directory variable: set, not empty, and absolute. The XDG Base Directory
+    /// Specification has a relative path taken as invalid and ignored, so it falls back to the
+    /// default rather than naming a directory under whatever the working directory is.
+    static func xdgDirectory(_ name: String) -> String? {
+        xdgDirectory(value: variable(name))
+    }
+
+    static func xdgDirectory(value: String?) -> String? {
+        guard let value, value.hasPrefix("/") else { return nil }
+        return value
+    }
+
     static func home() -> String {
         if let home = variable("HOME") { return home }
         if let entry = getpwuid(getuid()), let dir = entry.pointee.pw_dir { return String(cString: dir) }
         return "/"
     }
 
-    /// `$XDG_STATE_HOME/bgpolicy`, default `~/.local/state/bgpolicy`.
+    /// `$XDG_STATE_HOME/bgpolicy`, default (unset, empty or relative) `~/.local/state/bgpolicy`.
     public static func defaultStateDirectory() -> String {
-        (variable("XDG_STATE_HOME") ?? home() + "/.local/state") + "/bgpolicy"
+        (xdgDirectory("XDG_STATE_HOME") ?? home() + "/.local/state") + "/bgpolicy"
     }
 
-    /// `$XDG_CONFIG_HOME/bgpolicy/bgpolicy.conf`, default `~/.config/bgpolicy/bgpolicy.conf`.
+    /// `$XDG_CONFIG_HOME/bgpolicy/bgpolicy.conf`, default (unset, empty or relative)
+    /// `~/.config/bgpolicy/bgpolicy.conf`.
     public static func defaultConfigPath() -> String {
-        (variable("XDG_CONFIG_HOME") ?? home() + "/.config") + "/bgpolicy/" + configFileName
+        (xdgDirectory("XDG_CONFIG_HOME") ?? home() + "/.config") + "/bgpolicy/" + configFileName
     }
 
     /// Resolves paths and loads the configuration. An explicit `--config` file must exist;

@@ -1,4 +1,4 @@
-import BGPolicyAgent
+@testable import BGPolicyAgent
 import BGPolicyCore
 import Foundation
 import Testing
@@ -13,6 +13,15 @@ struct AgentEnvironmentTests {
 
     func mode(_ path: String) throws -> Int {
         (try FileManager.default.attributesOfItem(atPath: path)[.posixPermissions] as! NSNumber).intValue
+    }
+
+    @Test("an XDG base directory variable counts only when absolute; a relative one is ignored, as the specification says")
+    func xdgVariables() {
+        #expect(AgentEnvironment.xdgDirectory(value: "/home/u/.state") == "/home/u/.state")
+        #expect(AgentEnvironment.xdgDirectory(value: "rel") == nil)
+        #expect(AgentEnvironment.xdgDirectory(value: "./state") == nil)
+        #expect(AgentEnvironment.xdgDirectory(value: "~/state") == nil)
+        #expect(AgentEnvironment.xdgDirectory(value: nil) == nil)
     }
 
     @Test("creates the state directory and its parents with mode 0700")
