@@ -155,13 +155,30 @@ public final class TaskStore: Sendable {
         }
     }
 
-    /// How the file is opened. `journalMode = .wal` also sets `synchronous = NORMAL` (GRDB's
-    /// WAL set-up); see the type's comment for why that is enough.
+    /// How the file is opened: WAL with `synchronous = NORMAL` (see the type's comment for why
+    /// that is enough), set by the store, not by GRDB's `journalMode = .wal`.
+    ///
+    /// The open must write nothing to a file that is already in WAL mode: GRDB's WAL set-up,
+    /// finding the `-wal` missing or empty (as every clean stop leaves it: the checkpoint
+    /// truncates it, and `compact` does too), creates and drops a table to fill it, for the
+    /// sake of `DatabasePool` readers and snapshots, which the store does not use. On a full
+    /// disk that write failed and the agent could not start at all, where it could have served
+    /// everything it holds with writes refused (`StoreError.full`); and it landed in a damaged
+    /// file before `quick_check` had looked at it. `PRAGMA journal_mode = WAL` alone writes
+    /// only to a file not yet in WAL mode (a new one).
     static var configuration: Configuration {
         var configuration = Configuration()
         configuration.label = "bgpolicy.store"
         configuration.foreignKeysEnabled = true
-        configuration.journalMode = .wal
+        configuration.journalMode = .default
+        configuration.prepareDatabase { db in
+            let mode = try String.fetchOne(db, sql: "PRAGMA journal_mode = WAL")
+            // "memory" for `inMemory()`, which has no file to keep a log beside.
+            guard mode == "wal" || mode == "memory" else {
+                throw DatabaseError(message: "could not switch to WAL (journal_mode is \(mode ?? "unknown"))")
+            }
+            try db.execute(sql: "PRAGMA synchronous = NORMAL")
+        }
         // The agent is the only writer, but `sqlite3` run by a curious user takes locks too.
         configuration.busyMode = .timeout(5)
         return configuration

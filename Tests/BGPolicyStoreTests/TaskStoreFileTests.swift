@@ -21,6 +21,31 @@ struct TaskStoreFileTests {
         #expect(mode == 0o700)
     }
 
+    @Test("opening a sound file writes nothing, though its WAL is empty (a full disk must not stop the start)")
+    func openWritesNothing() throws {
+        let scratch = try ScratchDirectory()
+        defer { scratch.remove() }
+        let path = scratch.path + "/tasks.db"
+        do {
+            let store = try TaskStore(path: path)
+            try store.saveApp(Sample.app(Sample.maps))
+            try store.savePending(Sample.request(Sample.maps, "a"))
+        }
+        // As a clean stop leaves it: everything in the file, the WAL empty (or gone).
+        let before = try Data(contentsOf: URL(fileURLWithPath: path))
+        for _ in 0..<2 {
+            let store = try TaskStore(path: path)
+            #expect(try store.pendingRequests().map(\.identifier) == ["a"])
+            #expect(try store.pragma("journal_mode") == "wal")
+            // GRDB's WAL set-up wrote a transaction into an empty WAL at every open, which a
+            // full disk refused (SQLITE_FULL), so the agent could not start.
+            let wal = (try? FileManager.default.attributesOfItem(atPath: path + "-wal")[.size] as? Int) ?? 0
+            #expect(wal == 0, "the open wrote \(wal) bytes of WAL")
+            try store.checkpoint()
+        }
+        #expect(try Data(contentsOf: URL(fileURLWithPath: path)) == before)
+    }
+
     @Test("everything saved is there after closing and reopening")
     func persistence() throws {
         let scratch = try ScratchDirectory()
