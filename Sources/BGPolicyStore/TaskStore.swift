@@ -23,7 +23,7 @@ public final class TaskStore: Sendable {
     /// empty one, and the agent should say so loudly.
     public let recoveredFromCorruption: String?
     /// When the file was moved aside: the tables whose rows were copied back from it (each
-    /// whole or not at all, `salvage`), and those that could not be.
+    /// whole or not at all, `makeFreshFile`), and those that could not be.
     public let salvaged: (kept: [String], lost: [String])?
 
     /// Runs `body` on the connection, holding the lock on it throughout: the connection
@@ -80,7 +80,7 @@ public final class TaskStore: Sendable {
     /// A file that is corrupt (`PRAGMA quick_check` fails, or it was found damaged while the
     /// agent ran: `damageMarker(of:)`) or is not a database is renamed
     /// `<path>.corrupt-<unix time>` and a fresh one is created in its place, into which every
-    /// table still readable in the old one is copied back (`salvage`: a damaged index loses
+    /// table still readable in the old one is copied back (`makeFreshFile`: a damaged index loses
     /// nothing, since its table is read without it). Any other failure
     /// (permissions, a locked file, a full disk) throws and leaves the file alone: only a file
     /// SQLite itself calls broken is worth giving up.
@@ -116,7 +116,9 @@ public final class TaskStore: Sendable {
             salvaged = nil
         } catch .corrupt(_) {
             let movedTo = try Self.moveAside(path)
+            let kept: (kept: [String], lost: [String])?
             do {
+                kept = try Self.makeFreshFile(at: path, salvaging: movedTo)
                 queue = try reopen(path)
             } catch {
                 // Nothing is lost yet, and nothing must be: the damaged file goes back where it
@@ -126,7 +128,7 @@ public final class TaskStore: Sendable {
                 throw error
             }
             recoveredFromCorruption = movedTo
-            salvaged = Self.salvage(from: movedTo, into: queue)
+            salvaged = kept
         }
         unlink(marker)
         file = Mutex(OpenFile(queue: queue, identity: FileIdentity(of: path)))
@@ -214,41 +216,6 @@ public final class TaskStore: Sendable {
             throw StoreError(error, file: path)
         }
         return queue
-    }
-
-    /// Copies back into the fresh store at `queue` every table of the file moved aside at
-    /// `aside` that can still be read whole: one statement a table, in creation order (parents
-    /// before the tables that refer to them), so a table is kept whole or not at all, and a row
-    /// whose parent was lost fails its table's foreign key. Only from a file of this build's
-    /// schema. Nil when nothing could be tried (the file is no database, or another schema).
-    static func salvage(from aside: String, into queue: DatabaseQueue) -> (kept: [String], lost: [String])? {
-        try? queue.writeWithoutTransaction { db -> (kept: [String], lost: [String])? in
-            try db.execute(sql: "ATTACH DATABASE ? AS aside", arguments: [aside])
-            defer { try? db.execute(sql: "DETACH DATABASE aside") }
-            let theirs = try? String.fetchSet(db, sql: "SELECT identifier FROM aside.grdb_migrations")
-            guard let theirs, theirs == Set(migrator.migrations) else { return nil }
-            let tables = try String.fetchAll(db, sql: """
-                SELECT name FROM main.sqlite_master
-                WHERE type = 'table' AND name NOT LIKE 'sqlite_%' AND name != 'grdb_migrations' ORDER BY rowid
-                """)
-            var kept: [String] = []
-            var lost: [String] = []
-            for table in tables {
-                do {
-                    try db.inSavepoint {
-                        // `WHERE 1`: not SQLite's transfer optimisation, which would copy the
-                        // old indexes' pages too, damaged ones included; rows only, read by a
-                        // scan of the table, and the fresh indexes built from them.
-                        try db.execute(sql: "INSERT INTO main.\"\(table)\" SELECT * FROM aside.\"\(table)\" WHERE 1")
-                        return .commit
-                    }
-                    kept.append(table)
-                } catch {
-                    lost.append(table)
-                }
-            }
-            return (kept, lost)
-        } ?? nil
     }
 
     /// The schema changes this build knows, in order.

@@ -304,6 +304,54 @@ struct TaskStoreFileTests {
         #expect(try store.history(since: 0, limit: 10).count == 1)
     }
 
+    @Test("a damaged file of the previous release (a migration short) keeps its readable tables, and is migrated")
+    func damagedFileOfThePreviousRelease() throws {
+        let scratch = try ScratchDirectory()
+        defer { scratch.remove() }
+        let path = scratch.path + "/tasks.db"
+        let latest = try #require(TaskStore.migrationNames.last)
+        #expect(latest == "v7-refresh-yield", "undo the newest migration below as the release before it left the file")
+        var history = 0
+        do {
+            let store = try TaskStore(path: path)
+            try fill(store)
+            try store.execute(sql: """
+                DELETE FROM grdb_migrations WHERE identifier = 'v7-refresh-yield';
+                ALTER TABLE planner_state DROP COLUMN paid_trials;
+                ALTER TABLE planner_state DROP COLUMN paid_successes;
+                """)
+            history = try #require(try store.rootPage(of: "history"))
+            try store.checkpoint()
+        }
+        try overwrite(page: history, of: path)
+
+        let store = try TaskStore(path: path)
+        #expect(store.recoveredFromCorruption != nil)
+        let salvaged = try #require(store.salvaged, "a file a migration short was not salvaged at all")
+        #expect(salvaged.lost == ["history"])
+        #expect(try store.apps().map(\.appID) == [Sample.feeds, Sample.maps])
+        #expect(try store.pendingRequests().map(\.identifier) == ["a"])
+        // Migrated after the copy, as at an upgrade: the new columns are there.
+        #expect(try store.pragma("quick_check") == "ok")
+        try store.execute(sql: "UPDATE planner_state SET paid_trials = 1")
+        #expect(try TaskStore(path: path).recoveredFromCorruption == nil)
+    }
+
+    @Test("a damaged file whose migration record cannot be read keeps, table by table, what is readable")
+    func damagedMigrationRecord() throws {
+        let scratch = try ScratchDirectory()
+        defer { scratch.remove() }
+        let path = scratch.path + "/tasks.db"
+        try damagedStore(at: path, damage: "grdb_migrations")
+        let store = try TaskStore(path: path)
+        #expect(store.recoveredFromCorruption != nil)
+        let salvaged = try #require(store.salvaged, "nothing was tried")
+        #expect(salvaged.lost == [])
+        #expect(try store.apps().map(\.appID) == [Sample.feeds, Sample.maps])
+        #expect(try store.pendingRequests().map(\.identifier) == ["a"])
+        #expect(try store.history(since: 0, limit: 1_000).count == 200)
+    }
+
     @Test("a fresh file that cannot be made (a full disk) puts the damaged one back, and the next start salvages it")
     func freshFileFails() throws {
         let scratch = try ScratchDirectory()

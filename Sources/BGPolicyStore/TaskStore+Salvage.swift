@@ -1,0 +1,132 @@
+import GRDB
+import Glibc
+
+extension TaskStore {
+    /// Makes the fresh file at `path` in place of the damaged one moved to `aside`, migrated to
+    /// this build's schema, with every table of `aside` that can still be read whole copied
+    /// into it (`copyTables`), and closes it again: the store then opens it as at start
+    /// (`reopen`). Returns the tables kept and lost; nil when nothing could be tried (`aside` is
+    /// no database, not bgpolicy's, or from a newer bgpolicyd). Throws when the fresh file
+    /// cannot be made (a full disk), leaving what it began at `path` for `putBack` to remove.
+    ///
+    /// The rows go into the schema they were written in, and the migrations the old file lacked
+    /// then run on them, as at any upgrade: the fresh file is migrated up to the old file's last
+    /// migration, the tables are copied, and the rest is migrated. So a file damaged under one
+    /// release and first opened by the next (an upgrade is a start) keeps what is readable, as
+    /// one of this release does. Where the old file's migration record cannot be read (it is
+    /// damaged itself), or is not a first part of this build's, or the later migrations fail on
+    /// what was copied, the rows go into this build's schema, by the columns both tables have:
+    /// a table whose rows lack a column that needs a value is lost, whole.
+    static func makeFreshFile(at path: String, salvaging aside: String) throws(StoreError) -> (kept: [String], lost: [String])? {
+        let ours = migrationNames
+        switch migrationRecord(of: aside) {
+        case .notOurs:
+            try fill(path, from: nil, migratedUpTo: nil)
+            return nil
+        case .unreadable:
+            return try fill(path, from: aside, migratedUpTo: nil)
+        case .read(let theirs):
+            guard !theirs.isEmpty, theirs.isSubset(of: ours) else {
+                try fill(path, from: nil, migratedUpTo: nil)
+                return nil
+            }
+            guard Set(ours.prefix(theirs.count)) == theirs else {
+                return try fill(path, from: aside, migratedUpTo: nil)
+            }
+            do {
+                return try fill(path, from: aside, migratedUpTo: ours[theirs.count - 1])
+            } catch {
+                // Begun again from nothing, into this build's schema (a full disk fails again).
+                for suffix in ["-wal", "-shm", ""] { unlink(path + suffix) }
+                return try fill(path, from: aside, migratedUpTo: nil)
+            }
+        }
+    }
+
+    /// What the file moved aside says of its schema.
+    private enum MigrationRecord {
+        /// No database, or no migration record: nothing of it can be read back.
+        case notOurs
+        /// The record is there, but cannot be read.
+        case unreadable
+        case read(Set<String>)
+    }
+
+    private static func migrationRecord(of aside: String) -> MigrationRecord {
+        let record = try? DatabaseQueue().writeWithoutTransaction { db -> MigrationRecord in
+            try db.execute(sql: "ATTACH DATABASE ? AS aside", arguments: [aside])
+            defer { try? db.execute(sql: "DETACH DATABASE aside") }
+            let hasRecord = try Bool.fetchOne(db, sql: """
+                SELECT EXISTS (SELECT 1 FROM aside.sqlite_master WHERE type = 'table' AND name = 'grdb_migrations')
+                """)
+            guard hasRecord == true else { return .notOurs }
+            guard let theirs = try? String.fetchSet(db, sql: "SELECT identifier FROM aside.grdb_migrations") else {
+                return .unreadable
+            }
+            return .read(theirs)
+        }
+        return record ?? .notOurs
+    }
+
+    /// Creates the file at `path`, migrated up to `stage` (all the way when nil), copies the
+    /// tables of `aside` into it (when given), migrates the rest, and closes it.
+    @discardableResult
+    private static func fill(_ path: String, from aside: String?, migratedUpTo stage: String?) throws(StoreError)
+        -> (kept: [String], lost: [String])?
+    {
+        do {
+            let queue = try DatabaseQueue(path: path, configuration: configuration)
+            defer { try? queue.close() }
+            if let stage {
+                try migrator.migrate(queue, upTo: stage)
+            } else {
+                try migrator.migrate(queue)
+            }
+            let salvaged = aside.flatMap { copyTables(from: $0, into: queue) }
+            try migrator.migrate(queue)
+            return salvaged
+        } catch {
+            throw StoreError(error, file: path)
+        }
+    }
+
+    /// Copies into `queue` every table of `aside` that can still be read whole: one statement
+    /// a table, in creation order (parents before the tables that refer to them), so a table
+    /// is kept whole or not at all, and a row whose parent was lost fails its table's foreign
+    /// key. Only the columns both tables have; a table `aside` does not have is neither kept
+    /// nor lost. Nil when `aside` cannot be attached.
+    static func copyTables(from aside: String, into queue: DatabaseQueue) -> (kept: [String], lost: [String])? {
+        try? queue.writeWithoutTransaction { db -> (kept: [String], lost: [String]) in
+            try db.execute(sql: "ATTACH DATABASE ? AS aside", arguments: [aside])
+            defer { try? db.execute(sql: "DETACH DATABASE aside") }
+            let tables = try String.fetchAll(db, sql: """
+                SELECT name FROM main.sqlite_master
+                WHERE type = 'table' AND name NOT LIKE 'sqlite_%' AND name != 'grdb_migrations' ORDER BY rowid
+                """)
+            var kept: [String] = []
+            var lost: [String] = []
+            for table in tables {
+                do {
+                    let theirs = Set(try String.fetchAll(
+                        db, sql: "SELECT name FROM pragma_table_info(?, 'aside')", arguments: [table]))
+                    guard !theirs.isEmpty else { continue }
+                    let columns = try String.fetchAll(db, sql: "SELECT name FROM pragma_table_info(?, 'main')", arguments: [table])
+                        .filter(theirs.contains).map { "\"\($0)\"" }.joined(separator: ", ")
+                    try db.inSavepoint {
+                        // `WHERE 1`: not SQLite's transfer optimisation, which would copy the
+                        // old indexes' pages too, damaged ones included; rows only, read by a
+                        // scan of the table, and the fresh indexes built from them.
+                        try db.execute(sql: """
+                            INSERT INTO main."\(table)" (\(columns)) SELECT \(columns) FROM aside."\(table)" WHERE 1
+                            """)
+                        return .commit
+                    }
+                    kept.append(table)
+                } catch {
+                    lost.append(table)
+                }
+            }
+            return (kept, lost)
+        }
+    }
+}
