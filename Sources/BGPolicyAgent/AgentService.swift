@@ -87,6 +87,11 @@ public struct AgentService: Service {
             }
             logger.critical("\(words)", metadata: metadata)
             recovery = "\(words). The old file is kept as \(moved)"
+            if !store.removedDamagedCopies.isEmpty {
+                logger.warning(
+                    "Removed older damaged databases moved aside before; the newest \(TaskStore.keptDamagedCopies) are kept",
+                    metadata: ["db.removed": "\(store.removedDamagedCopies.joined(separator: ","))"])
+            }
         }
         let engine = TaskEngine(
             store: store, policy: WindowPlanner(), configuration: environment.configuration,

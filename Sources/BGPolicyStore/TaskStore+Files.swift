@@ -53,6 +53,39 @@ extension TaskStore {
         return target
     }
 
+    /// How many damaged files moved aside (`moveAside`) are kept beside the database: the
+    /// newest. Each is a whole database with its WAL, and a file damaged again and again
+    /// would otherwise fill the disk with them.
+    public static let keptDamagedCopies = 3
+
+    /// Removes, with their `-wal` and `-shm`, all but the newest `keep` files `moveAside` left
+    /// beside `path` (`<path>.corrupt-<time>`, then `.1`, `.2`… in the same second; nothing
+    /// else is touched), and returns the paths removed, oldest first.
+    static func removeOldDamagedCopies(of path: String, keeping keep: Int = keptDamagedCopies) -> [String] {
+        let slash = path.lastIndex(of: "/")
+        let directory = slash.map { String(path[...$0]) } ?? ""
+        let prefix = String(path[(slash.map { path.index(after: $0) } ?? path.startIndex)...]) + ".corrupt-"
+        guard let dir = opendir(directory.isEmpty ? "." : directory) else { return [] }
+        var copies: [(order: [Int], path: String)] = []
+        while let entry = readdir(dir) {
+            let name = withUnsafeBytes(of: entry.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
+            guard name.hasPrefix(prefix) else { continue }
+            // "<time>" or "<time>.<n>": not a `-wal` or `-shm`, nor a name someone else chose.
+            let parts = name.dropFirst(prefix.count).split(separator: ".", omittingEmptySubsequences: false)
+            let order = parts.compactMap { part in part.allSatisfy { ("0"..."9").contains($0) } ? Int(part) : nil }
+            guard (1...2).contains(parts.count), order.count == parts.count else { continue }
+            copies.append((order + [0], directory + name))
+        }
+        closedir(dir)
+        copies.sort { $0.order.lexicographicallyPrecedes($1.order) }
+        let removed = copies.dropLast(keep).map(\.path)
+        for copy in removed {
+            // The WAL first, as `moveAside` moves it: never a main file without its own log.
+            for suffix in ["-wal", "-shm", ""] { unlink(copy + suffix) }
+        }
+        return removed
+    }
+
     /// Undoes `moveAside`: removes what was made at `path` since (the fresh file the open left
     /// half made, its `-wal` and `-shm`), then renames `movedTo` and its `-wal` and `-shm` back.
     /// Best effort: a rename that fails leaves the file under its `.corrupt-` name, as before.

@@ -25,6 +25,9 @@ public final class TaskStore: Sendable {
     /// When the file was moved aside: the tables whose rows were copied back from it (each
     /// whole or not at all, `makeFreshFile`), and those that could not be.
     public let salvaged: (kept: [String], lost: [String])?
+    /// When the file was moved aside: the older damaged files removed to keep only the newest
+    /// `keptDamagedCopies` (with their `-wal` and `-shm`), oldest first. The agent logs them.
+    public let removedDamagedCopies: [String]
 
     /// Runs `body` on the connection, holding the lock on it throughout: the connection
     /// changes only when the file was removed under it and written again
@@ -114,6 +117,7 @@ public final class TaskStore: Sendable {
             queue = try Self.open(path: path)
             recoveredFromCorruption = nil
             salvaged = nil
+            removedDamagedCopies = []
         } catch .corrupt(_) {
             let movedTo = try Self.moveAside(path)
             let kept: (kept: [String], lost: [String])?
@@ -129,6 +133,7 @@ public final class TaskStore: Sendable {
             }
             recoveredFromCorruption = movedTo
             salvaged = kept
+            removedDamagedCopies = Self.removeOldDamagedCopies(of: path)
         }
         unlink(marker)
         file = Mutex(OpenFile(queue: queue, identity: FileIdentity(of: path)))
@@ -143,6 +148,7 @@ public final class TaskStore: Sendable {
         self.path = nil
         self.recoveredFromCorruption = nil
         self.salvaged = nil
+        self.removedDamagedCopies = []
     }
 
     /// A private, empty store in memory, for tests and `--no-store` runs.

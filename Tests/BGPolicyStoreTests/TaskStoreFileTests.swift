@@ -398,6 +398,32 @@ struct TaskStoreFileTests {
         #expect(!scratch.exists("tasks.db") && !scratch.exists("tasks.db-wal"))
     }
 
+    @Test("moving a damaged file aside keeps the newest three moved aside, and removes the older ones with their WAL")
+    func oldDamagedCopiesRemoved() throws {
+        let scratch = try ScratchDirectory()
+        defer { scratch.remove() }
+        let path = scratch.path + "/tasks.db"
+        // Four copies from earlier starts (1970: older than the one moved now), one with its
+        // WAL and shared memory, and files that are not copies of the store's.
+        for name in ["tasks.db.corrupt-1000", "tasks.db.corrupt-1000-wal", "tasks.db.corrupt-1000-shm",
+                     "tasks.db.corrupt-2000", "tasks.db.corrupt-3000", "tasks.db.corrupt-3000.1",
+                     "tasks.db.corrupt-notes", "other.db.corrupt-500"] {
+            #expect(FileManager.default.createFile(atPath: scratch.path + "/" + name, contents: Data(name.utf8)))
+        }
+        try Data("not a database, long enough to be read as one".utf8).write(to: URL(fileURLWithPath: path))
+
+        let store = try TaskStore(path: path)
+        let movedTo = try #require(store.recoveredFromCorruption)
+        #expect(store.removedDamagedCopies == [scratch.path + "/tasks.db.corrupt-1000", scratch.path + "/tasks.db.corrupt-2000"])
+        let name = String(movedTo.split(separator: "/").last!)
+        #expect(scratch.names().filter { $0.contains(".corrupt-") }.sorted() == [
+            "other.db.corrupt-500", "tasks.db.corrupt-3000", "tasks.db.corrupt-3000.1", "tasks.db.corrupt-notes", name,
+        ].sorted())
+        // A sound start removes nothing.
+        #expect(try TaskStore(path: path).removedDamagedCopies == [])
+        #expect(TaskStore.removeOldDamagedCopies(of: path).isEmpty)
+    }
+
     /// Removed with its directory, or alone (its `-wal` and `-shm` left behind), under an
     /// open store: the next write puts it back whole, later writes go to it, and a new open
     /// finds everything.
