@@ -135,15 +135,17 @@ extension TaskStore {
         }
     }
 
-    /// Gives the space of deleted rows back, cheaply: checkpoints the WAL and truncates it to
-    /// zero bytes, then, if the file was created with `auto_vacuum = INCREMENTAL`, frees its
-    /// empty pages. Call after `pruneUsage(olderThan:)`.
+    /// Gives back the space the WAL took for a prune: checkpoints it and truncates it to zero
+    /// bytes. Call after `pruneUsage(olderThan:)`. The database file itself does not shrink:
+    /// the pages a prune frees stay in it, and the next inserts reuse them, so the file stops
+    /// growing at about the retention's size. (Between prunes `journal_size_limit` keeps the
+    /// WAL from staying bigger than `walSizeLimit`.)
     ///
     /// Never a full `VACUUM`: it rewrites the whole file (through a temporary copy as big as the
     /// database, plus as much WAL), holds the write lock throughout, and so would stall the
     /// agent, which calls the store on its one executor, for seconds on a big log, and could
-    /// fail on the nearly full disk where space matters most. The free pages a prune leaves are
-    /// reused by the next inserts, so the file stops growing at about the retention's size.
+    /// fail on the nearly full disk where space matters most. Nor `auto_vacuum`, which only a
+    /// new file or a `VACUUM` can turn on.
     public func compact() throws(StoreError) {
         do {
             // Outside a transaction: a checkpoint cannot run inside one.
@@ -152,9 +154,6 @@ extension TaskStore {
                     // Its row (busy, log pages, checkpointed pages) is not an error: busy = 1 only
                     // when another process (a user's `sqlite3`) reads, and the next call catches up.
                     _ = try Row.fetchOne(db, sql: "PRAGMA wal_checkpoint(TRUNCATE)")
-                    if try Int.fetchOne(db, sql: "PRAGMA auto_vacuum") == 2 {
-                        try db.execute(sql: "PRAGMA incremental_vacuum")
-                    }
                 }
             }
         } catch {

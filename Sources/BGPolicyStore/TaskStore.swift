@@ -186,11 +186,19 @@ public final class TaskStore: Sendable {
                 throw DatabaseError(message: "could not switch to WAL (journal_mode is \(mode ?? "unknown"))")
             }
             try db.execute(sql: "PRAGMA synchronous = NORMAL")
+            // The WAL is reused from its start after each checkpoint, but never shrinks: one big
+            // transaction (a prune of a long usage log) would leave it that big for good. Cut
+            // back to this when it is reused; twice what the automatic checkpoint (1,000 pages)
+            // lets it reach otherwise, so that everyday use does not cut and grow it in turn.
+            try db.execute(sql: "PRAGMA journal_size_limit = \(walSizeLimit)")
         }
         // The agent is the only writer, but `sqlite3` run by a curious user takes locks too.
         configuration.busyMode = .timeout(5)
         return configuration
     }
+
+    /// `PRAGMA journal_size_limit`, in bytes (`configuration`).
+    static let walSizeLimit = 8 << 20
 
     /// Opens, checks and migrates the file, closing it again on failure so that it can be moved.
     static func open(path: String) throws(StoreError) -> DatabaseQueue {

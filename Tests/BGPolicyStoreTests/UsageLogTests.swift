@@ -204,6 +204,27 @@ struct UsageLogTests {
         try reopened.compact()
     }
 
+    @Test("a WAL a big transaction grew is cut back to the limit when it is reused")
+    func walSizeLimit() throws {
+        let scratch = try ScratchDirectory()
+        defer { scratch.remove() }
+        let path = scratch.path + "/state.sqlite"
+        let store = try TaskStore(path: path)
+        func walSize() throws -> Int {
+            try (FileManager.default.attributesOfItem(atPath: path + "-wal")[.size] as? NSNumber)?.intValue ?? 0
+        }
+        // About 12 MB in one transaction, then removed, as a prune of a long log does.
+        try store.execute(sql: """
+            WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 12000)
+            INSERT INTO settings (key, value) SELECT 'filler-' || i, zeroblob(1000) FROM n
+            """)
+        #expect(try walSize() > TaskStore.walSizeLimit)
+        // The automatic checkpoint ran after that commit; the next write reuses the WAL.
+        try store.setGlobalEnabled(false)
+        #expect(try walSize() <= TaskStore.walSizeLimit)
+        #expect(try store.pragma("journal_size_limit") == "\(TaskStore.walSizeLimit)")
+    }
+
     @Test("a file made by the first schema migrates, keeping its usage rows")
     func migrateFromV1() throws {
         let scratch = try ScratchDirectory()
