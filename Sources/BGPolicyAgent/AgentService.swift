@@ -69,6 +69,11 @@ public struct AgentService: Service {
             }
             throw AgentError.store(path: environment.databasePath, reason: "\(error)")
         }
+        if store.openedExclusively {
+            logger.error(
+                "The disk is full: the database was opened without its shared-memory file, so only the agent can read it until it next starts; writes fail until there is room",
+                metadata: ["db.path": "\(environment.databasePath)"])
+        }
         // What a start-up recovery did, in words: logged at critical now, and kept in the
         // history once the engine runs, where `bgpolicy history` shows it.
         var recovery: String?

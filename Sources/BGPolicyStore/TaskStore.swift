@@ -174,12 +174,17 @@ public final class TaskStore: Sendable {
     /// everything it holds with writes refused (`StoreError.full`); and it landed in a damaged
     /// file before `quick_check` had looked at it. `PRAGMA journal_mode = WAL` alone writes
     /// only to a file not yet in WAL mode (a new one).
-    static var configuration: Configuration {
+    static var configuration: Configuration { makeConfiguration(exclusive: false) }
+
+    /// `configuration`, or with `locking_mode = EXCLUSIVE` set before anything is read
+    /// (`open(path:)`).
+    static func makeConfiguration(exclusive: Bool) -> Configuration {
         var configuration = Configuration()
         configuration.label = "bgpolicy.store"
         configuration.foreignKeysEnabled = true
         configuration.journalMode = .default
         configuration.prepareDatabase { db in
+            if exclusive { try db.execute(sql: "PRAGMA locking_mode = EXCLUSIVE") }
             let mode = try String.fetchOne(db, sql: "PRAGMA journal_mode = WAL")
             // "memory" for `inMemory()`, which has no file to keep a log beside.
             guard mode == "wal" || mode == "memory" else {
@@ -201,10 +206,23 @@ public final class TaskStore: Sendable {
     static let walSizeLimit = 8 << 20
 
     /// Opens, checks and migrates the file, closing it again on failure so that it can be moved.
+    ///
+    /// On a full disk an existing file whose `-shm` is missing (SQLite removes it, and the
+    /// `-wal`, when the last connection closes: a user's `sqlite3` after the agent stopped)
+    /// cannot even be read: SQLite must write the shared-memory file before the first read.
+    /// Then the file is opened with `locking_mode = EXCLUSIVE`, which keeps the WAL's index in
+    /// the process's memory and needs no `-shm`: the agent starts and serves what it holds,
+    /// writes fail as `.full` until there is room, and no other process can read the file
+    /// until the agent next starts (`openedExclusively`).
     static func open(path: String) throws(StoreError) -> DatabaseQueue {
         let queue: DatabaseQueue
         do {
             queue = try DatabaseQueue(path: path, configuration: configuration)
+        } catch let error as DatabaseError where [.SQLITE_FULL, .SQLITE_IOERR].contains(error.resultCode) && exists(path) {
+            guard let opened = try? DatabaseQueue(path: path, configuration: makeConfiguration(exclusive: true)) else {
+                throw StoreError(error, file: path)
+            }
+            queue = opened
         } catch {
             throw StoreError(error, file: path)
         }
@@ -264,6 +282,13 @@ public final class TaskStore: Sendable {
         } catch {
             throw failure(error)
         }
+    }
+
+    /// The file was opened with `locking_mode = EXCLUSIVE`, because the disk was full and
+    /// the `-shm` could not be made (`open(path:)`): no other process can read it until the
+    /// agent next starts. The agent says so.
+    public var openedExclusively: Bool {
+        (try? pragma("locking_mode")) == "exclusive"
     }
 
     /// What error messages call the database.

@@ -434,12 +434,15 @@ def test_full_disk_loses_no_pending_request_and_the_agent_keeps_serving(world):
     assert pending_identifiers(agent) == IDENTIFIERS
 
 
-def test_a_clean_stop_then_a_start_on_a_full_disk(world):
+@pytest.mark.parametrize("then", ["nothing", "sqlite3"])
+def test_a_clean_stop_then_a_start_on_a_full_disk(world, then):
     """A clean stop folds the WAL into the file and leaves it empty; the next start comes on a
     full disk. The agent starts (its open writes nothing: GRDB's WAL set-up would write a table
     into an empty WAL, which failed as SQLITE_FULL, and systemd soon stops restarting an agent
     that exits), serves every pending request, answers Submit with Failed while the disk is full,
-    and writes again once there is room."""
+    and writes again once there is room. Also when a user's sqlite3 opened the file after the
+    stop: closing it removed the -wal and -shm, and SQLite cannot read a WAL file without
+    writing a -shm first (the agent then keeps the WAL's index in its memory instead)."""
     disk = simulated_full_disk(world)
     if not isinstance(disk, TmpfsDisk):
         pytest.skip("needs a tmpfs to fill while no agent runs")
@@ -451,10 +454,16 @@ def test_a_clean_stop_then_a_start_on_a_full_disk(world):
     agent.stop()
     wal = state_dir(world) / "bgpolicy.sqlite-wal"
     assert not wal.exists() or wal.stat().st_size == 0, "the stop empties the WAL"
+    if then == "sqlite3":
+        db = sqlite3.connect(database(world))
+        db.execute("SELECT count(*) FROM pending").fetchall()
+        db.close()
+        assert not (state_dir(world) / "bgpolicy.sqlite-shm").exists()
 
     disk.fill(agent)
     agent.restart()
     assert agent.alive(), agent.stderr_tail()
+    assert ("opened without its shared-memory file" in agent.proc.stderr()) == (then == "sqlite3"), agent.stderr_tail()
     assert pending_identifiers(agent) == IDENTIFIERS[:2]
     # Every call that writes is refused, saying so, and the agent serves on: a Register...
     app = world.app(name="again")
