@@ -174,9 +174,21 @@ actor TaskEngine {
         // set far ahead at boot (a bad RTC, a mistyped date) must not make every row older
         // than 8 weeks and prune the whole log and history. Read before anything is written.
         // While the agent runs, only the time that passed since counts (`RetentionClock`).
+        // An earlier start in this boot kept its clock: carried on, since rows written while the
+        // clock was wrong would mislead (`RetentionClock.resuming`). Kept again for the next.
         let newest = try? store.newestTimes()
-        retentionClock = RetentionClock(
+        let bootID = Self.bootID()
+        let kept = (try? store.keptRetentionClock()) ?? nil
+        retentionClock = RetentionClock.resuming(
+            kept.map { ($0.clock, sameBoot: bootID != nil && $0.bootID == bootID) },
             wall: now, newestRow: [newest?.history, newest?.usage].compactMap { $0 }.max(), boot: Self.bootNow())
+        if let bootID, kept?.clock != retentionClock {
+            do {
+                try store.keepRetentionClock(retentionClock, bootID: bootID)
+            } catch {
+                logger.warning("Could not keep the retention clock for a restart in this boot", metadata: ["error": "\(error)"])
+            }
+        }
         // Closing those takes a write, which a full disk refuses: that must not keep the agent
         // from starting (systemd would soon give up restarting it). Their rows stay, nothing
         // reads them while the agent runs, and the next start closes them.
@@ -250,6 +262,16 @@ actor TaskEngine {
     }
 
     /// `CLOCK_BOOTTIME` in seconds: time since boot, suspend included; never set.
+    /// The kernel's id of this boot (`/proc/sys/kernel/random/boot_id`); nil when unreadable.
+    static func bootID() -> String? {
+        guard let file = fopen("/proc/sys/kernel/random/boot_id", "r") else { return nil }
+        defer { fclose(file) }
+        var buffer = [CChar](repeating: 0, count: 64)
+        guard fgets(&buffer, Int32(buffer.count), file) != nil else { return nil }
+        let id = String(cString: buffer).filter { !$0.isWhitespace }
+        return id.isEmpty ? nil : id
+    }
+
     static func bootNow() -> Double {
         var boot = timespec()
         clock_gettime(CLOCK_BOOTTIME, &boot)

@@ -9,6 +9,8 @@
 /// that really passed counts. A clock set back prunes less, by the wall clock. The cost: after
 /// a time the agent did not run (the newest row older than its start), retention counts from
 /// that row until the next start, so rows are kept that long more. Nothing is deleted early.
+/// A start in the same boot as an earlier one carries that one's clock on
+/// (`resuming(_:wall:newestRow:boot:)`): the agent stores it with the boot's id.
 public struct RetentionClock: Sendable, Equatable {
     /// The trusted wall time, and the boot-time clock's reading then.
     public let trustedWall: UnixTime
@@ -21,6 +23,33 @@ public struct RetentionClock: Sendable, Equatable {
     public init(wall: UnixTime, newestRow: UnixTime?, boot: Double) {
         trustedWall = min(wall, newestRow ?? wall)
         bootAtTrusted = boot
+    }
+
+    /// The clock kept from an earlier start, as stored.
+    public init(trustedWall: UnixTime, bootAtTrusted: Double) {
+        self.trustedWall = trustedWall
+        self.bootAtTrusted = bootAtTrusted
+    }
+
+    /// The clock for a start: the one an earlier start of this agent in the same boot kept,
+    /// carried on, or a new one from `wall` and `newestRow`.
+    ///
+    /// The newest row is no help when the clock was already set ahead in an earlier run since
+    /// boot: that run wrote rows at the wrong time (every open, every history entry), and a
+    /// clock counted from them would take the real rows for weeks old and prune them all (a
+    /// re-login, a crash, a restart with the clock still wrong). In the same boot the
+    /// boot-time clock still counts from the moment that run trusted, so the clock it kept
+    /// goes on. Across a reboot the boot-time clock starts again, and then only the newest row
+    /// is left to go by, as before.
+    /// - Parameters:
+    ///   - kept: the clock stored by an earlier start, and whether it was stored in this boot.
+    public static func resuming(
+        _ kept: (clock: RetentionClock, sameBoot: Bool)?, wall: UnixTime, newestRow: UnixTime?, boot: Double
+    ) -> RetentionClock {
+        if let kept, kept.sameBoot, kept.clock.bootAtTrusted <= boot, kept.clock.trustedWall.isFinite {
+            return kept.clock
+        }
+        return RetentionClock(wall: wall, newestRow: newestRow, boot: boot)
     }
 
     /// The time to count retention back from, for a row written at `wall` (the wall clock

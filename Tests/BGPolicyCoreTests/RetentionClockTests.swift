@@ -39,4 +39,28 @@ struct RetentionClockTests {
         // A boot-time clock that reads less (it never should) counts no time as passed.
         #expect(clock.now(wall: 2_100, boot: 1) == 2_000)
     }
+
+    @Test func aStartInTheSameBootCarriesTheKeptClockOnWhateverTheRowsSay() {
+        let truth = 1_000_000.0
+        // The first start: the clock right. A minute later it is set a year ahead, and the
+        // run writes rows then. The agent restarts an hour after its first start.
+        let first = RetentionClock(wall: truth, newestRow: truth - 10, boot: 100)
+        let bogusRow = truth + 365 * day
+        let restarted = RetentionClock.resuming(
+            (first, sameBoot: true), wall: truth + 365 * day + 3_600, newestRow: bogusRow, boot: 3_700)
+        #expect(restarted == first)
+        #expect(restarted.now(wall: truth + 365 * day + 3_600, boot: 3_700) == truth - 10 + 3_600)
+        // Counted from the newest row instead, every real row would be a year old.
+        let fresh = RetentionClock(wall: truth + 365 * day + 3_600, newestRow: bogusRow, boot: 3_700)
+        #expect(fresh.now(wall: truth + 365 * day + 3_600, boot: 3_700) == bogusRow)
+    }
+
+    @Test func anotherBootOrNoKeptClockStartsAfresh() {
+        let kept = RetentionClock(wall: 5_000, newestRow: nil, boot: 100)
+        let expected = RetentionClock(wall: 9_000, newestRow: 8_000, boot: 20)
+        #expect(RetentionClock.resuming((kept, sameBoot: false), wall: 9_000, newestRow: 8_000, boot: 20) == expected)
+        #expect(RetentionClock.resuming(nil, wall: 9_000, newestRow: 8_000, boot: 20) == expected)
+        // A kept clock from later on the boot-time clock than now cannot be of this boot.
+        #expect(RetentionClock.resuming((kept, sameBoot: true), wall: 9_000, newestRow: 8_000, boot: 20) == expected)
+    }
 }

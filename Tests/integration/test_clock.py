@@ -123,7 +123,8 @@ def test_a_clock_set_weeks_ahead_while_the_agent_runs_prunes_nothing_early(world
     """Three weeks of usage in the log and an hour of history; the clock is set 9 weeks ahead
     (past the 8 weeks both keep) while the agent runs. The prunes after the next 1,000 usage
     rows and 1,000 history entries count only the time that really passed (`RetentionClock`):
-    every row stays. Without it, both prunes deleted everything written before the step."""
+    every row stays. Without it, both prunes deleted everything written before the step. So
+    does a restart with the clock still ahead, and 1,000 usage rows more."""
     agent = world.start_agent()
     app = world.registered_app("org.example.Mail", ["org.example.Mail.refresh"])
     now = time.time()
@@ -150,6 +151,15 @@ def test_a_clock_set_weeks_ahead_while_the_agent_runs_prunes_nothing_early(world
             app.scheduler("ReportUsage", "s", ("foreground" if i % 2 == 0 else "background",))
         for i in range(1000):
             agent.set_app_enabled("org.example.Mail", i % 2 == 1)
+        assert agent.alive()
+        # A restart with the clock still ahead (a re-login, a crash): the newest rows are
+        # those written at the wrong time, so the start carries on the clock the first start
+        # kept for this boot rather than count from them. Without that, it pruned everything.
+        agent.stop()
+        agent.restart()
+        app = world.registered_app("org.example.Mail", ["org.example.Mail.refresh"], name="mail after the restart")
+        for i in range(1000):
+            app.scheduler("ReportUsage", "s", ("foreground" if i % 2 == 0 else "background",))
         assert agent.alive()
     agent.stop()
     assert counts(stepped_at) == (usage_before, history_before), agent.stderr_tail()
