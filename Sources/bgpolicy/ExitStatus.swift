@@ -30,9 +30,13 @@ enum ExitStatus {
         }
     }
 
-    private static func printError(_ message: String, hint: String?) {
-        var text = "bgpolicy: " + message + "\n"
-        if let hint { text += hint + "\n" }
+    /// Prints "bgpolicy: <message>" and the hint, each on one line. Both may quote text from
+    /// the bus (an app's error, as the agent passes it on; the bus's own words), so each is made
+    /// safe as a table's cell is (`TableText.cell`): an escape sequence cannot reach the
+    /// terminal, and a newline in it cannot start a line that reads as bgpolicy's own.
+    static func printError(_ message: String, hint: String?) {
+        var text = "bgpolicy: " + TableText.cell(message) + "\n"
+        if let hint { text += TableText.cell(hint) + "\n" }
         var bytes = Array(text.utf8)[...]
         while !bytes.isEmpty {
             let n = bytes.withUnsafeBytes { write(STDERR_FILENO, $0.baseAddress, $0.count) }

@@ -48,7 +48,7 @@ struct TimelineCommand: AsyncParsableCommand {
             let offset = Self.utcOffset(at: now)
             if let svg {
                 if let problem = Self.write(TimelineSVG.render(timeline, utcOffsetSeconds: offset), to: svg) {
-                    Self.printError("cannot write \(svg): \(problem)")
+                    ExitStatus.printError("cannot write \(svg): \(problem)", hint: nil)
                     throw Self.cannotCreate
                 }
             }
@@ -94,16 +94,6 @@ struct TimelineCommand: AsyncParsableCommand {
             return file.close()
         } catch {
             return error.message
-        }
-    }
-
-    static func printError(_ message: String) {
-        var bytes = Array(("bgpolicy: " + message + "\n").utf8)[...]
-        while !bytes.isEmpty {
-            let n = bytes.withUnsafeBytes { Glibc.write(STDERR_FILENO, $0.baseAddress, $0.count) }
-            if n < 0 && errno == EINTR { continue }
-            guard n > 0 else { return }
-            bytes = bytes.dropFirst(n)
         }
     }
 }

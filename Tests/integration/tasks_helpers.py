@@ -556,7 +556,7 @@ class TestApp:
 
     def configure(self, **behavior):
         """complete_after (s or None), result, success, burn (bool), complete_on_expire (bool),
-        run_task_error (a D-Bus error name or None)."""
+        run_task_error (a D-Bus error name or None), run_task_error_message (its message)."""
         self.control("Configure", "s", (json.dumps(behavior),))
 
     def complete(self, task_id, success=True, result="new-data"):
@@ -843,6 +843,7 @@ DEFAULT_BEHAVIOR = {
     "burn": False,  # burn one core in a thread while a task runs
     "complete_on_expire": False,
     "run_task_error": None,  # answer RunTask with this D-Bus error instead
+    "run_task_error_message": "the test app refuses this task",  # and this message
     "exit_after_completions": None,
 }
 
@@ -926,7 +927,7 @@ class AppProgram:
                         seconds=seconds, info=info, info_types=self._info_types(parameters))
             error = self.behavior["run_task_error"]
             if error:
-                invocation.return_dbus_error(error, "the test app refuses this task")
+                invocation.return_dbus_error(error, self.behavior["run_task_error_message"])
                 return
             invocation.return_value(None)
             self.tasks[task_id] = {"cpu0": time.process_time(), "mono0": time.monotonic(), "identifier": identifier}

@@ -112,6 +112,26 @@ def test_simulate_launch_errors(world):
     assert app.events_of("RunTask") == []
 
 
+def test_simulate_launch_quotes_an_apps_error_without_its_control_characters(world):
+    """An app that answers RunTask with an error whose message carries escape sequences (a
+    window title, a screen clear), a bell and a right-to-left override: the agent's refusal
+    quotes the app's words, and bgpolicy prints them on stderr with those replaced, as its
+    tables do, so that an app cannot write to the terminal through bgpolicy's errors."""
+    agent = world.start_agent()
+    app_id, identifier = "org.example.Rude", "org.example.Rude.refresh"
+    app = world.registered_app(app_id, [identifier])
+    app.configure(run_task_error="org.example.Rude.Error",
+                  run_task_error_message="no\x1b]0;owned\x07\x1b[2Jthanks\u202eRLO\nbgpolicy: forged")
+    app.submit(identifier, "refresh", earliest_begin=later(3600))
+    cli = agent.cli("simulate", "launch", app_id, identifier, check=False)
+    assert cli.returncode == 1, (cli.returncode, cli.stdout, cli.stderr)
+    assert "org.example.Rude.Error" in cli.stderr and "thanks" in cli.stderr, ascii(cli.stderr)
+    assert not set(cli.stderr) & {"\x1b", "\x07", "\u202e"}, ascii(cli.stderr)
+    # The app's newline does not start a line of bgpolicy's own.
+    assert [line for line in cli.stderr.splitlines() if line.startswith("bgpolicy: ")] == \
+        cli.stderr.splitlines()[:1], ascii(cli.stderr)
+
+
 def test_history_is_the_newest_entries_oldest_first(world):
     agent = world.start_agent()
     app_id, identifier = "org.example.Log", "org.example.Log.refresh"
