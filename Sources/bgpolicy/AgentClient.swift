@@ -51,7 +51,18 @@ struct AgentClient {
                 throw CLIError(
                     "bgpolicyd did not answer within \(timeout.components.seconds) seconds.",
                     hint: "Check its log with 'journalctl --user -u bgpolicyd'.")
-            case _ where name.hasPrefix("org.freedesktop.DBus.Error.Spawn."):
+            // Under systemd, dbus-daemon has the user manager start the unit the activation
+            // file names (SystemdService=dbus-org.bgpolicy.Agent1.service, an alias that
+            // `systemctl --user enable bgpolicyd` makes), and passes its refusal on.
+            case "org.freedesktop.systemd1.NoSuchUnit":
+                throw CLIError(
+                    "bgpolicyd is not running and is not enabled, so the bus cannot start it (\(message)).",
+                    hint: "Enable and start it with 'systemctl --user enable --now bgpolicyd'.")
+            case "org.freedesktop.systemd1.UnitMasked":
+                throw CLIError(
+                    "bgpolicyd is not running and is masked, so the bus cannot start it (\(message)).",
+                    hint: "Unmask it with 'systemctl --user unmask bgpolicyd', then 'systemctl --user enable --now bgpolicyd'.")
+            case _ where name.hasPrefix("org.freedesktop.DBus.Error.Spawn.") || name.hasPrefix("org.freedesktop.systemd1."):
                 throw CLIError(
                     "the bus could not start bgpolicyd: \(message) (\(name)).",
                     hint: "Check 'journalctl --user -u bgpolicyd' and 'systemctl --user status bgpolicyd'.")

@@ -312,6 +312,67 @@ def test_every_command_says_when_the_agent_is_not_running(bus, command):
     assert "systemctl --user start bgpolicyd" in r.stderr
 
 
+# The user manager, as dbus-daemon started with --systemd-activation talks to it: it owns
+# org.freedesktop.systemd1, is sent ActivationRequest(unit) for an activation file with
+# SystemdService=, and answers a unit it cannot start with ActivationFailure(unit, error,
+# message) to the bus, which fails the call that asked for the name with that error.
+FAKE_USER_MANAGER = """
+import sys
+import gi
+gi.require_version("Gio", "2.0")
+from gi.repository import Gio, GLib
+error, message = sys.argv[1], sys.argv[2]
+conn = Gio.bus_get_sync(Gio.BusType.SESSION, None)
+def refuse(conn, sender, path, iface, member, params, _):
+    (unit,) = params.unpack()
+    conn.emit_signal("org.freedesktop.DBus", "/org/freedesktop/systemd1", "org.freedesktop.systemd1.Activator",
+                     "ActivationFailure", GLib.Variant("(sss)", (unit, error, message.replace("UNIT", unit))))
+conn.signal_subscribe("org.freedesktop.DBus", "org.freedesktop.systemd1.Activator", "ActivationRequest",
+                      None, None, Gio.DBusSignalFlags.NONE, refuse, None)
+conn.call_sync("org.freedesktop.DBus", "/org/freedesktop/DBus", "org.freedesktop.DBus", "RequestName",
+               GLib.Variant("(su)", ("org.freedesktop.systemd1", 4)), None, Gio.DBusCallFlags.NONE, -1, None)
+print("ready", flush=True)
+GLib.MainLoop().run()
+"""
+
+
+@pytest.mark.parametrize("error,message,says,hint", [
+    ("org.freedesktop.systemd1.NoSuchUnit", "Unit UNIT not found.",
+     "bgpolicyd is not running and is not enabled", "systemctl --user enable --now bgpolicyd"),
+    ("org.freedesktop.systemd1.UnitMasked", "Unit UNIT is masked.",
+     "bgpolicyd is not running and is masked", "systemctl --user unmask bgpolicyd"),
+    ("org.freedesktop.systemd1.ShuttingDown", "Refusing activation, D-Bus is shutting down.",
+     "the bus could not start bgpolicyd: Refusing activation", "journalctl --user -u bgpolicyd"),
+], ids=["not enabled", "masked", "other"])
+def test_an_installed_agent_the_user_manager_cannot_start(tmp_path, error, message, says, hint):
+    """`make install` without `systemctl --user enable bgpolicyd`: the activation file names a
+    unit alias that does not exist, and systemd's error (not the agent's refusal) says why."""
+    services = tmp_path / "services"
+    services.mkdir()
+    activation = (ROOT / "dbus" / "org.bgpolicy.Agent1.service.in").read_text()
+    (services / "org.bgpolicy.Agent1.service").write_text(activation.replace("@libexecdir@", "/nonexistent"))
+    config = tmp_path / "bus.conf"
+    config.write_text((ROOT / "scripts" / "session-bus.conf").read_text().replace(
+        "<listen>", f"<servicedir>{services}</servicedir><listen>", 1))
+    out = subprocess.run(["dbus-daemon", f"--config-file={config}", "--systemd-activation", "--fork",
+                          "--print-address=1", "--print-pid=1"], capture_output=True, text=True, check=True, timeout=10)
+    address, pid = out.stdout.split()[0], int(out.stdout.split()[1])
+    env = dict(os.environ, DBUS_SESSION_BUS_ADDRESS=address)
+    manager = subprocess.Popen(["/usr/bin/python3", "-c", FAKE_USER_MANAGER, error, message], env=env,
+                               stdout=subprocess.PIPE, text=True)
+    try:
+        assert manager.stdout.readline() == "ready\n"
+        for command in [["status"], ["apps", "--json"]]:
+            r = subprocess.run([str(BIN / "bgpolicy"), *command], env=env, capture_output=True, text=True, timeout=20)
+            assert r.returncode == 69, r
+            assert r.stderr.startswith("bgpolicy: " + says), r.stderr
+            assert hint in r.stderr and "refused" not in r.stderr, r.stderr
+    finally:
+        manager.kill()
+        manager.wait()
+        os.kill(pid, signal.SIGKILL)
+
+
 # --- Introspection ----------------------------------------------------------------------
 
 def test_busctl_introspect_shows_documented_interfaces(agent, bus):
