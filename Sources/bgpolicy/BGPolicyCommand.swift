@@ -14,7 +14,8 @@ struct BGPolicyCommand: AsyncParsableCommand {
             task, say); 64 for a usage error; 69 when bgpolicyd could not be asked (no session \
             bus, not running, no answer in time); 65 for an invalid trace and 66 for one that \
             cannot be read (replay); 73 for a file that cannot be written (replay --refreshes, \
-            timeline --svg). Errors go to standard error, with a line saying what to do.
+            timeline --svg); 74 when standard output cannot be written. Errors go to standard \
+            error, with a line saying what to do.
             """,
         version: BGPolicyVersion.current,
         subcommands: [
@@ -26,6 +27,7 @@ struct BGPolicyCommand: AsyncParsableCommand {
     /// Parses and runs. A first word that is no command is refused as such: left to the parser,
     /// it would reach `status`, the default, as an unexpected argument.
     static func main() async {
+        ExitStatus.checkStandardOutputAtExit()
         let arguments = Array(CommandLine.arguments.dropFirst())
         if let first = arguments.first, !first.hasPrefix("-") {
             let commands = configuration.subcommands.compactMap { $0.configuration.commandName } + ["help"]

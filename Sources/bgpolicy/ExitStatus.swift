@@ -1,7 +1,9 @@
 import ArgumentParser
 import BGPolicyCore
 import BGPolicyDBus
-import Glibc
+// @preconcurrency: for `stdout`, a C global that Swift 6 takes for shared mutable state. It is
+// read only by the exit handler, when no other thread writes it.
+@preconcurrency import Glibc
 
 /// How bgpolicy ends, so that scripts can tell the cases apart (Docs/CLI.md, "Exit status").
 /// Usage errors are ArgumentParser's: 64 (EX_USAGE), with the usage text.
@@ -11,6 +13,23 @@ enum ExitStatus {
     /// bgpolicyd could not be asked, or its answer could not be read: no session bus, not
     /// running, no answer in time, an answer of another version (EX_UNAVAILABLE).
     static let unavailable = ExitCode(69)
+    /// Standard output could not be written: a full disk, a closed descriptor (EX_IOERR).
+    static let outputFailed: Int32 = 74
+
+    /// Makes a failed write to standard output end the program with `outputFailed`, whatever
+    /// path leads to its exit (a command's output, ArgumentParser's help). Without it, stdio
+    /// drops the error when it flushes at exit, and `bgpolicy status --json > /dev/full`
+    /// exits 0 with nothing written.
+    static func checkStandardOutputAtExit() {
+        atexit {
+            let flushFailed = fflush(stdout) != 0
+            let code = errno
+            guard flushFailed || ferror(stdout) != 0 else { return }
+            let reason = flushFailed ? String(cString: strerror(code)) : "a write failed"
+            ExitStatus.printError("cannot write to standard output: \(reason)", hint: nil)
+            _exit(ExitStatus.outputFailed)
+        }
+    }
 
     /// Runs a command's work. A failure is printed to standard error as
     /// "bgpolicy: <message>" and a line saying what to do, and ends the program with its

@@ -373,6 +373,17 @@ def test_an_installed_agent_the_user_manager_cannot_start(tmp_path, error, messa
         os.kill(pid, signal.SIGKILL)
 
 
+@pytest.mark.parametrize("command", [["status", "--json"], ["status"], ["--help"], ["--version"]],
+                         ids=lambda c: " ".join(c))
+def test_a_failed_write_to_standard_output_exits_74(agent, command):
+    """`bgpolicy status --json > /dev/full` must not look like success to a script."""
+    with open("/dev/full", "w") as full:
+        r = subprocess.run([str(BIN / "bgpolicy"), *command], env=agent.env, stdout=full, stderr=subprocess.PIPE,
+                           text=True, timeout=20)
+    assert r.returncode == 74, r
+    assert r.stderr == "bgpolicy: cannot write to standard output: No space left on device\n", r.stderr
+
+
 # --- Introspection ----------------------------------------------------------------------
 
 def test_busctl_introspect_shows_documented_interfaces(agent, bus):
