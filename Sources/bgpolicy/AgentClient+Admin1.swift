@@ -26,6 +26,13 @@ extension AgentClient {
         try await dictionary("Explain", [.string(app), .string(identifier)])
     }
 
+    /// Refuses an app the agent does not know with `NotRegistered`, in explain's words, for a
+    /// command that would otherwise print "nothing" for a mistyped app id (`pending APP`,
+    /// `history APP`): Explain with no identifier, which a known app answers with "not pending".
+    func requireRegistered(_ app: String) async throws {
+        _ = try await explain(app: app, identifier: "")
+    }
+
     /// The next 24 hours of one app, or of every app when `app` is "": a{sv} (see TimelineCommand).
     func timeline(app: String) async throws -> VariantDictionary {
         try await dictionary("GetTimeline", [.string(app)])

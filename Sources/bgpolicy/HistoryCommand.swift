@@ -82,6 +82,7 @@ struct HistoryCommand: AsyncParsableCommand {
                 // entries, then the newest `limit` of them.
                 entries = try await client.history(since: start, limit: UInt32(Self.maximumLimit))
                 entries = Array(entries.filter { $0.string("app_id") == app }.suffix(limit))
+                if entries.isEmpty { try await client.requireRegistered(app) }
             } else {
                 entries = try await client.history(since: start, limit: UInt32(limit))
             }

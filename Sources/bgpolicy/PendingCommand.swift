@@ -23,7 +23,10 @@ struct PendingCommand: AsyncParsableCommand {
             let client = try await AgentClient.connect()
             defer { client.close() }
             var pending = try await client.listPending()
-            if let app { pending = pending.filter { $0.string("app_id") == app } }
+            if let app {
+                pending = pending.filter { $0.string("app_id") == app }
+                if pending.isEmpty { try await client.requireRegistered(app) }
+            }
             print(json ? JSONText.value(pending.dbusValue) : PendingReport(pending, app: app, now: TimeText.now()).text)
         }
     }

@@ -199,15 +199,27 @@ def test_help_text_is_exact(bus, tmp_path, command):
 @pytest.mark.parametrize("command,empty", [
     (["apps"], "No app has registered with bgpolicyd."),
     (["pending"], "Nothing is pending."),
-    (["pending", "org.example.Nobody"], "Nothing is pending for org.example.Nobody."),
     (["history", "--since", "10m"], "No events since "),
-    (["history", "org.example.Nobody", "--limit", "5"], "No events for org.example.Nobody since "),
 ], ids=lambda v: " ".join(v) if isinstance(v, list) else None)
 def test_list_commands_with_no_apps(agent, command, empty):
     r = agent.cli(*command)
     assert r.stdout.startswith(empty), r.stdout
     assert r.stderr == ""
     assert json.loads(agent.cli(*command, "--json").stdout) == []
+
+
+@pytest.mark.parametrize("command", [
+    ["pending", "org.example.Nobody"], ["history", "org.example.Nobody", "--limit", "5"],
+    ["pending", "bad app"], ["history", "bad app"],
+], ids=lambda c: " ".join(c))
+def test_pending_and_history_of_an_unknown_app_are_refused_as_explain_refuses_it(agent, command):
+    """Not "Nothing is pending for …" (status 0), which reads as if the app were known: a typo
+    in an app id is refused with explain's message and status, --json or not."""
+    explain = agent.cli("explain", command[1], "refresh", check=False)
+    assert explain.returncode == 1 and "(NotRegistered)" in explain.stderr, explain
+    for extra in [[], ["--json"]]:
+        r = agent.cli(*command, *extra, check=False)
+        assert (r.returncode, r.stdout, r.stderr) == (1, "", explain.stderr), r
 
 
 def test_history_of_a_fresh_agent_is_an_empty_json_list_for_any_window(agent):

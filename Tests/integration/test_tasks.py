@@ -132,6 +132,21 @@ def test_simulate_launch_quotes_an_apps_error_without_its_control_characters(wor
         cli.stderr.splitlines()[:1], ascii(cli.stderr)
 
 
+def test_pending_and_history_of_a_known_app_with_nothing_to_show(world):
+    """A registered app with nothing pending, or no events in the window, is no error: only
+    an app the agent does not know is refused (test_agent)."""
+    agent = world.start_agent()
+    world.registered_app("org.example.Idle", ["org.example.Idle.refresh"])
+    r = agent.cli("pending", "org.example.Idle")
+    assert (r.stdout, r.stderr) == ("Nothing is pending for org.example.Idle.\n", ""), r
+    assert json.loads(agent.cli("pending", "org.example.Idle", "--json").stdout) == []
+    since = str(int(time.time()) + 30)
+    r = agent.cli("history", "org.example.Idle", "--since", since)
+    assert r.stdout.startswith("No events for org.example.Idle since ") and r.stderr == "", r
+    assert json.loads(agent.cli("history", "org.example.Idle", "--since", since, "--json").stdout) == []
+    assert [e["event"] for e in json.loads(agent.cli("history", "org.example.Idle", "--json").stdout)] == ["registered"]
+
+
 def test_history_is_the_newest_entries_oldest_first(world):
     agent = world.start_agent()
     app_id, identifier = "org.example.Log", "org.example.Log.refresh"
