@@ -84,10 +84,18 @@ stage_units() {
     # Manual pages: one per command, each formatted without a warning (groff's mdoc macros
     # warn about what man would show wrong), and bgpolicyd's lists no subcommand.
     local man="$tmp/prefix/share/man" page command pages=0
+    local expected=() installed=()
     for command in "" .status .apps .pending .history .explain .timeline .enable .disable .simulate \
         .simulate.launch .simulate.expire .replay; do
         [[ -f $man/man1/bgpolicy$command.1 ]] || { echo "make install wrote no man1/bgpolicy$command.1" >&2; return 1; }
+        expected+=("bgpolicy$command.1")
     done
+    # And no other: a page for ArgumentParser's `help` says nothing.
+    for page in "$man"/man1/*.1; do installed+=("${page##*/}"); done
+    [[ $(printf '%s\n' "${installed[@]}" | sort) == $(printf '%s\n' "${expected[@]}" | sort) ]] || {
+        printf 'make install wrote other pages than one per command:\n%s\n' "$(printf '%s\n' "${installed[@]}" | sort)" >&2
+        return 1
+    }
     for page in "$man"/man1/*.1 "$man"/man8/bgpolicyd.8; do
         out=$(groff -mandoc -ww -z "$page" 2>&1) || true
         [[ -z $out ]] || { printf 'groff warns about %s:\n%s\n' "$page" "$out" >&2; return 1; }

@@ -120,6 +120,9 @@ do_install() {
     day=$(manual_date)
     mkdir "$gen/man1" "$gen/man8"
     "$bin/generate-manual" "$bin/bgpolicy" --multi-page --section 1 --date "$day" --output-directory "$gen/man1" >/dev/null
+    # ArgumentParser's `help` is given a page of its own, which says nothing: `man bgpolicy`
+    # tells of it.
+    rm -f "$gen/man1/bgpolicy.help.1"
     "$bin/generate-manual" "$bin/bgpolicyd" --section 8 --date "$day" --output-directory "$gen/man8" >/dev/null
     for f in "$gen"/man1/*.1; do tidy_manual "$f"; done
     tidy_manual "$gen/man8/bgpolicyd.8" flat

@@ -25,7 +25,9 @@ struct BGPolicyCommand: AsyncParsableCommand {
         defaultSubcommand: StatusCommand.self)
 
     /// Parses and runs. A first word that is no command is refused as such: left to the parser,
-    /// it would reach `status`, the default, as an unexpected argument.
+    /// it would reach `status`, the default, as an unexpected argument. So is a word after
+    /// `help` that names no command, which ArgumentParser would skip, printing the help of the
+    /// command before it with success.
     static func main() async {
         ExitStatus.checkStandardOutputAtExit()
         let arguments = Array(CommandLine.arguments.dropFirst())
@@ -35,7 +37,26 @@ struct BGPolicyCommand: AsyncParsableCommand {
                 exit(withError: ValidationError(
                     "'\(first)' is not a bgpolicy command; the commands are: \(commands.joined(separator: ", "))."))
             }
+            if first == "help" { refuseUnknownCommands(arguments.dropFirst().filter { !$0.hasPrefix("-") }) }
         }
         await main(arguments)
+    }
+
+    /// Exits with a usage error unless `words` name a command and its subcommands.
+    private static func refuseUnknownCommands(_ words: [String]) {
+        var command: any ParsableCommand.Type = BGPolicyCommand.self
+        var path = "bgpolicy"
+        for word in words {
+            let subcommands = command.configuration.subcommands
+            guard let next = subcommands.first(where: { $0.configuration.commandName == word }) else {
+                let names = subcommands.compactMap { $0.configuration.commandName }
+                exit(withError: ValidationError(
+                    names.isEmpty
+                        ? "'\(word)' is not a command: '\(path)' has none."
+                        : "'\(word)' is not a \(path) command; the commands are: \(names.joined(separator: ", "))."))
+            }
+            command = next
+            path += " " + word
+        }
     }
 }

@@ -56,6 +56,11 @@ enum ExitStatus {
     static func printError(_ message: String, hint: String?) {
         var text = "bgpolicy: " + TableText.cell(message) + "\n"
         if let hint { text += TableText.cell(hint) + "\n" }
+        writeStandardError(text)
+    }
+
+    /// Writes `text` to standard error as it is, unbuffered.
+    static func writeStandardError(_ text: String) {
         var bytes = Array(text.utf8)[...]
         while !bytes.isEmpty {
             let n = bytes.withUnsafeBytes { write(STDERR_FILENO, $0.baseAddress, $0.count) }

@@ -11,8 +11,15 @@ struct SimulateCommand: AsyncParsableCommand {
         subcommands: [SimulateLaunchCommand.self, SimulateExpireCommand.self])
 
     /// `bgpolicy simulate` alone is a usage error (exit 64), as a missing argument is, rather
-    /// than the help and success.
+    /// than the help and success. Printed here, in ArgumentParser's words: a ValidationError
+    /// thrown from `run()` would be shown with the usage of `bgpolicy`, not of `simulate`.
     func run() async throws {
-        throw ValidationError("name what to simulate: 'launch APP ID' or 'expire APP ID'")
+        ExitStatus.writeStandardError("""
+            Error: name what to simulate: 'launch APP ID' or 'expire APP ID'
+            Usage: \(BGPolicyCommand.usageString(for: SimulateCommand.self))
+              See 'bgpolicy simulate --help' for more information.
+
+            """)
+        throw ExitCode(ExitCode.validationFailure.rawValue)
     }
 }

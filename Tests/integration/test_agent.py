@@ -301,7 +301,10 @@ def test_global_switch_round_trips(agent):
     (["explain", "org.example.Feeds"], "Missing expected argument '<identifier>'"),
     (["simulate", "launch", "org.example.Feeds"], "Missing expected argument '<identifier>'"),
     (["simulate", "stop", "org.example.Feeds", "x"], "unexpected arguments"),
-    (["simulate"], "name what to simulate: 'launch APP ID' or 'expire APP ID'"),
+    (["simulate"], "name what to simulate: 'launch APP ID' or 'expire APP ID'\nUsage: bgpolicy simulate <subcommand>"),
+    (["help", "bogus"], "'bogus' is not a bgpolicy command; the commands are: status, apps"),
+    (["help", "simulate", "bogus"], "'bogus' is not a bgpolicy simulate command; the commands are: launch, expire."),
+    (["help", "status", "bogus"], "'bogus' is not a command: 'bgpolicy status' has none."),
 ], ids=lambda v: " ".join(v) if isinstance(v, list) else None)
 def test_usage_errors_exit_64_without_calling_the_agent(command, says):
     # No bus at all: a usage error is found before bgpolicy connects.
@@ -310,6 +313,16 @@ def test_usage_errors_exit_64_without_calling_the_agent(command, says):
     r = subprocess.run([str(BIN / "bgpolicy"), *command], env=env, capture_output=True, text=True, timeout=20)
     assert r.returncode == 64, r
     assert says in r.stderr, r.stderr
+    assert r.stdout == "", r.stdout
+
+
+@pytest.mark.parametrize("command", [["help", "simulate", "launch"], ["help", "status"], ["help"]],
+                         ids=lambda c: " ".join(c))
+def test_help_for_a_command_names_it(command):
+    r = subprocess.run([str(BIN / "bgpolicy"), *command], env=dict(os.environ, COLUMNS="80"),
+                       capture_output=True, text=True, timeout=20)
+    assert r.returncode == 0 and r.stderr == "", r
+    assert f"USAGE: {' '.join(['bgpolicy', *command[1:]])}" in r.stdout, r.stdout
 
 
 @pytest.mark.parametrize("command", [
