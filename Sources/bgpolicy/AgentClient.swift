@@ -11,9 +11,13 @@ struct AgentClient {
     var answerTimeout = Self.defaultAnswerTimeout
 
     /// Connects to the session bus, or fails with a message that says what to do.
-    static func connect() async throws -> AgentClient {
+    /// `startingAgent`: whether the calls may start the agent by D-Bus activation. The commands
+    /// that change something may (the agent is needed for it); those that only look do not,
+    /// so that `bgpolicy status` after `systemctl --user stop bgpolicyd` says it is not
+    /// running rather than start it to say it runs.
+    static func connect(startingAgent: Bool) async throws -> AgentClient {
         do {
-            return AgentClient(connection: try await DBusConnection.connect(to: .session))
+            return AgentClient(connection: try await DBusConnection.connect(to: .session), startsAgent: startingAgent)
         } catch let error as DBusError {
             throw CLIError(
                 "bgpolicyd is not reachable: \(error.message)",
@@ -41,7 +45,7 @@ struct AgentClient {
             case DBusError.serviceUnknown, DBusError.nameHasNoOwner, "org.freedesktop.DBus.Error.Spawn.ServiceNotFound":
                 throw CLIError(
                     "bgpolicyd is not running on this session bus (nobody owns \(BGPolicyNames.busName)).",
-                    hint: "Start it with 'systemctl --user start bgpolicyd', or from a source tree with 'make run'.")
+                    hint: "Start it with 'systemctl --user start bgpolicyd' ('systemctl --user enable --now bgpolicyd' also starts it at every login), or from a source tree with 'make run'.")
             case DBusError.noReply where message.contains("disconnected"):
                 // The bus's words when the agent leaves the bus before it answers.
                 throw CLIError(

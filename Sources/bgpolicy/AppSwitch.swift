@@ -23,7 +23,7 @@ struct AppSwitch: ParsableArguments {
     /// Turns the switch and says what it did.
     func set(_ enabled: Bool) async throws {
         try await ExitStatus.reporting {
-            let client = try await AgentClient.connect()
+            let client = try await AgentClient.connect(startingAgent: true)
             defer { client.close() }
             if let app {
                 try await client.setAppEnabled(app, enabled)

@@ -16,7 +16,7 @@ struct AppsCommand: AsyncParsableCommand {
 
     func run() async throws {
         try await ExitStatus.reporting {
-            let client = try await AgentClient.connect()
+            let client = try await AgentClient.connect(startingAgent: false)
             defer { client.close() }
             let apps = try await client.listApps()
             print(json ? JSONText.value(apps.dbusValue) : AppsReport(apps, now: TimeText.now()).text)

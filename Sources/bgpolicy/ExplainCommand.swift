@@ -22,7 +22,7 @@ struct ExplainCommand: AsyncParsableCommand {
 
     func run() async throws {
         try await ExitStatus.reporting {
-            let client = try await AgentClient.connect()
+            let client = try await AgentClient.connect(startingAgent: false)
             defer { client.close() }
             let explanation = try await client.explain(app: app, identifier: identifier)
             print(json ? JSONText.object(explanation) : ExplainReport(explanation, now: TimeText.now()).text)

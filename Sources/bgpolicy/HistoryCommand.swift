@@ -72,7 +72,7 @@ struct HistoryCommand: AsyncParsableCommand {
 
     func run() async throws {
         try await ExitStatus.reporting {
-            let client = try await AgentClient.connect()
+            let client = try await AgentClient.connect(startingAgent: false)
             defer { client.close() }
             let now = TimeText.now()
             let start = since.unix(now: now)

@@ -20,7 +20,7 @@ struct PendingCommand: AsyncParsableCommand {
 
     func run() async throws {
         try await ExitStatus.reporting {
-            let client = try await AgentClient.connect()
+            let client = try await AgentClient.connect(startingAgent: false)
             defer { client.close() }
             var pending = try await client.listPending()
             if let app {

@@ -26,7 +26,7 @@ struct SimulateExpireCommand: AsyncParsableCommand {
         try await ExitStatus.reporting(hints: [
             .unknownTask: "Only a running task can be expired; 'bgpolicy status' lists what runs now.",
         ]) {
-            let client = try await AgentClient.connect()
+            let client = try await AgentClient.connect(startingAgent: true)
             defer { client.close() }
             try await client.simulateExpiration(app: app, identifier: identifier)
             print(

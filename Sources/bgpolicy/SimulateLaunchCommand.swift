@@ -26,7 +26,7 @@ struct SimulateLaunchCommand: AsyncParsableCommand {
         try await ExitStatus.reporting(hints: [
             .unknownTask: "Only a pending request can be launched; 'bgpolicy pending \(app)' lists them.",
         ]) {
-            let client = try await AgentClient.connect()
+            let client = try await AgentClient.connect(startingAgent: true)
             defer { client.close() }
             try await client.simulateLaunch(app: app, identifier: identifier)
             print(

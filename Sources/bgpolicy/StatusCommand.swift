@@ -12,7 +12,7 @@ struct StatusCommand: AsyncParsableCommand {
 
     func run() async throws {
         try await ExitStatus.reporting {
-            let client = try await AgentClient.connect()
+            let client = try await AgentClient.connect(startingAgent: false)
             defer { client.close() }
             let reply = try await client.call(BGPolicyNames.adminInterface, "GetStatus")
             let status: [String: Variant]

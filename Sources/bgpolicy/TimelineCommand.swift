@@ -35,7 +35,7 @@ struct TimelineCommand: AsyncParsableCommand {
 
     func run() async throws {
         try await ExitStatus.reporting {
-            let client = try await AgentClient.connect()
+            let client = try await AgentClient.connect(startingAgent: false)
             defer { client.close() }
             let reply = try await client.timeline(app: app ?? "")
             if json, svg == nil {

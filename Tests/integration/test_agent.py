@@ -387,7 +387,14 @@ def test_an_installed_agent_the_user_manager_cannot_start(tmp_path, error, messa
                                stdout=subprocess.PIPE, text=True)
     try:
         assert manager.stdout.readline() == "ready\n"
+        # The commands that only look do not start the agent: the bus asks no one, and the
+        # agent is simply not running.
         for command in [["status"], ["apps", "--json"]]:
+            r = subprocess.run([str(BIN / "bgpolicy"), *command], env=env, capture_output=True, text=True, timeout=20)
+            assert r.returncode == 69, r
+            assert r.stderr.startswith("bgpolicy: bgpolicyd is not running on this session bus"), r.stderr
+        # Those that change something ask the bus to start it, and the user manager refuses.
+        for command in [["disable", "--all"], ["simulate", "launch", "org.example.App", "org.example.App.refresh"]]:
             r = subprocess.run([str(BIN / "bgpolicy"), *command], env=env, capture_output=True, text=True, timeout=20)
             assert r.returncode == 69, r
             assert r.stderr.startswith("bgpolicy: " + says), r.stderr
