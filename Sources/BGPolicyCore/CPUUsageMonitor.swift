@@ -25,14 +25,17 @@ public struct CPUUsageMonitor: Sendable {
     private let window: Double
     private let limit: Double
     private let warningGrace: Double
-    /// Oldest first. The first one is at or before the window's start, so that the span covers
-    /// the whole window once enough time has passed.
+    /// Oldest first, in counted CPU seconds (the raw counter plus `offset`). The first one is at
+    /// or before the window's start, so that the span covers the whole window once enough time
+    /// has passed.
     private var readings: [Reading] = []
     private var phase = Phase.watching
-    /// CPU used before the counter last went backwards.
-    private var cpuBeforeReset = 0.0
-    /// The first reading since the counter last went backwards.
-    private var segmentStart: Double?
+    /// Added to the raw counter: what it lost each time it went backwards.
+    private var offset = 0.0
+    /// The raw counter's last value.
+    private var lastRaw: Double?
+    /// The first counted reading.
+    private var firstCounted: Double?
 
     /// window: min(cpu.window, slice length), chosen by the caller; limit: cpu.limit.
     public init(window: Duration, limit: Percentage, warningGrace: Duration) {
@@ -47,16 +50,18 @@ public struct CPUUsageMonitor: Sendable {
         if let last = readings.last {
             // A monotonic clock does not repeat or go back; such a reading carries no rate.
             guard time > last.time else { return .none }
-            if cpuSeconds < last.cpuSeconds {
-                // The process restarted (or the cgroup was recreated): earlier readings would
-                // give negative usage, so the window starts again from this one.
-                cpuBeforeReset += last.cpuSeconds - (segmentStart ?? last.cpuSeconds)
-                segmentStart = nil
-                readings.removeAll()
-            }
         }
-        if segmentStart == nil { segmentStart = cpuSeconds }
-        readings.append(Reading(time: time, cpuSeconds: cpuSeconds))
+        if let lastRaw, cpuSeconds < lastRaw {
+            // The counter went backwards: a process of the tree read from /proc was reaped or
+            // moved between two readings, or the process restarted. Counted as no use since the
+            // last reading, and the window goes on: starting it again would leave a hog
+            // unjudged for half a window at every such dip.
+            offset += lastRaw - cpuSeconds
+        }
+        lastRaw = cpuSeconds
+        let counted = cpuSeconds + offset
+        if firstCounted == nil { firstCounted = counted }
+        readings.append(Reading(time: time, cpuSeconds: counted))
         // Keep exactly one reading at or before the window's start.
         let windowStart = time - window
         var drop = 0
@@ -71,11 +76,23 @@ public struct CPUUsageMonitor: Sendable {
             phase = .warned(at: time)
             return .warn(averagePercent: average)
         case .warned(let warnedAt) where time - warnedAt >= warningGrace:
+            // Still over the limit is judged on the use since the warning (within the window):
+            // an app that calms down when warned is not held to what it burned before, which
+            // keeps a trailing average over the limit long after the grace.
+            guard let since = averagePercent(since: max(warnedAt, windowStart)), since > limit else { return .none }
             phase = .enforced
-            return .enforce(averagePercent: average)
+            return .enforce(averagePercent: since)
         case .warned, .enforced:
             return .none
         }
+    }
+
+    /// The average from the last reading at or before `start` (or the first there is) to now.
+    private func averagePercent(since start: Double) -> Double? {
+        guard let last = readings.last else { return nil }
+        let from = readings.last { $0.time <= start } ?? readings.first!
+        guard last.time > from.time else { return nil }
+        return (last.cpuSeconds - from.cpuSeconds) * 100 / (last.time - from.time)
     }
 
     /// Over the trailing window, as % of one core; `nil` until two readings span some time.
@@ -92,10 +109,11 @@ public struct CPUUsageMonitor: Sendable {
         return last.time - first.time
     }
 
-    /// Last reading − first reading; across a counter reset, the sum of the stretches before and
-    /// after it (what the restarted process used before its first reading is not known).
+    /// Last reading − first reading, in counted CPU seconds: across a counter that went
+    /// backwards, the sum of the stretches before and after (what was used between the two
+    /// readings around the drop is not known).
     public var totalCPUSeconds: Double {
-        guard let last = readings.last, let segmentStart else { return cpuBeforeReset }
-        return cpuBeforeReset + last.cpuSeconds - segmentStart
+        guard let last = readings.last, let firstCounted else { return 0 }
+        return last.cpuSeconds - firstCounted
     }
 }

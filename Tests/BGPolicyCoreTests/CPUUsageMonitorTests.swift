@@ -82,7 +82,7 @@ struct CPUUsageMonitorTests {
         }
     }
 
-    @Test("a counter that goes backwards restarts the window and never reads negative")
+    @Test("a counter that goes backwards counts no use since the last reading, and the window goes on")
     func counterReset() {
         var monitor = Self.defaultMonitor()
         var steps: [(Double, CPUUsageMonitor.Step)] = []
@@ -96,20 +96,40 @@ struct CPUUsageMonitorTests {
             if let average = monitor.averagePercent { #expect(average >= 0) }
             if step != .none { steps.append((time, step)) }
         }
-        #expect(steps.map(\.0) == [51, 61])
+        // 100 % but for the second around the restart: judged at half the window as ever.
+        #expect(steps.map(\.0) == [30, 40])
         #expect(monitor.totalCPUSeconds == 20 + 99)
     }
 
-    @Test("a counter reset right after a reading leaves no average until time passes")
+    @Test("a counter that dips now and then (a child reaped between two reads of /proc) still gets a hog judged")
+    func dippingCounter() {
+        var monitor = CPUUsageMonitor(window: .seconds(60), limit: 80, warningGrace: .seconds(5))
+        // A 100 % burner whose process tree loses 10 s of counted CPU every 25 s.
+        let steps = Self.run(&monitor, times: stride(from: 0.0, through: 600, by: 5), cpu: { $0 - 10 * ($0 / 25).rounded(.down) })
+        #expect(steps.map(\.time) == [30, 35])
+    }
+
+    @Test("a reading after a drop is averaged with the ones before it")
     func resetClearsAverage() {
         var monitor = Self.defaultMonitor()
         _ = monitor.record(at: 0, cpuSeconds: 50)
         _ = monitor.record(at: 10, cpuSeconds: 55)
         #expect(monitor.averagePercent == 50)
         _ = monitor.record(at: 11, cpuSeconds: 1)
-        #expect(monitor.averagePercent == nil)
+        #expect(monitor.averagePercent == 5.0 * 100 / 11)
         _ = monitor.record(at: 13, cpuSeconds: 2)
-        #expect(monitor.averagePercent == 50)
+        #expect(monitor.averagePercent == 6.0 * 100 / 13)
+        #expect(monitor.totalCPUSeconds == 6)
+    }
+
+    @Test("an app that stops burning when warned is not enforced, though the trailing average stays over the limit past the grace")
+    func compliantApp() {
+        var monitor = CPUUsageMonitor(window: .seconds(60), limit: 80, warningGrace: .seconds(5))
+        // 100 % until the warning at 30 s, then nothing: at 35 s the trailing average is still
+        // 30 / 35 = 86 %, but since the warning it is 0 %.
+        let steps = Self.run(&monitor, times: stride(from: 0.0, through: 600, by: 5), cpu: { min($0, 30) })
+        #expect(steps.map(\.time) == [30])
+        #expect(steps.map(\.step) == [.warn(averagePercent: 100)])
     }
 
     @Test("the average covers exactly the trailing window")
