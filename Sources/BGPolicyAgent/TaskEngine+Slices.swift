@@ -447,19 +447,22 @@ extension TaskEngine {
         slices[sliceID] = slice
 
         var delivered = 0
+        var answeredBy: String?  // the connection that answered RunTask (sent to a bus name)
         do {
             for member in members {
                 let remaining = max(1, slice.length.seconds - slice.elapsed)
                 var info = member.payload ?? [:]
                 info["slice_id"] = Variant(sliceID)
                 info["deadline"] = Variant(Int64(slice.deadline.rounded(.up)))
-                _ = try await connection.call(
-                    destination: target, path: Self.clientPath, interface: BGPolicyNames.clientInterface,
-                    member: "RunTask",
-                    [.string(member.taskID), .string(member.request.identifier),
-                     .string(member.kind.rawValue), .uint32(UInt32(remaining.rounded())),
-                     info.dbusValue],
+                let reply = try await connection.call(
+                    .methodCall(
+                        destination: target, path: Self.clientPath, interface: BGPolicyNames.clientInterface,
+                        member: "RunTask",
+                        body: [.string(member.taskID), .string(member.request.identifier),
+                               .string(member.kind.rawValue), .uint32(UInt32(remaining.rounded())),
+                               info.dbusValue]),
                     timeout: activating ? .seconds(25) : .seconds(10))
+                answeredBy = reply.sender ?? answeredBy
                 delivered += 1
                 if member.kind == .refresh { refreshRan = true }
                 // The app has started and answered: the next app may start.
@@ -497,16 +500,7 @@ extension TaskEngine {
         }
 
         guard var live = slices[sliceID] else { return }  // completed already
-        if activating, let owner = try? await connection.nameOwner(of: target) {
-            // From now on the slice belongs to the connection that took the name: its leaving
-            // closes the slice, and ExpireTask goes to it.
-            let pid = try? await connection.credentials(of: owner).pid
-            if var current = slices[sliceID] {
-                current.connection = owner
-                if let pid { attach(inspector.identify(pid: pid), to: &current) }
-                slices[sliceID] = current
-            }
-        }
+        if activating, !(await tieToOwner(sliceID: sliceID, name: target, answeredBy: answeredBy)) { return }
         live = slices[sliceID] ?? live
         guard slices[sliceID] != nil else { return }
         startTimers(sliceID: sliceID, slice: &live)
@@ -516,6 +510,55 @@ extension TaskEngine {
             metadata: ["app.id": "\(appID)", "slice.id": "\(sliceID)", "tasks": "\(members.count)",
                        "seconds": "\(Int(slice.length.seconds))", "cpu.monitor": "\(live.monitor != nil)"])
         publishStatus(nextWindow: evaluationTimerDue)
+    }
+
+    /// Ties a slice delivered by D-Bus activation, tied until now to the bus name it was sent
+    /// to, to the connection that answered RunTask (else the name's owner): from now on its
+    /// leaving closes the slice, and ExpireTask goes to it. Returns false when the app has left
+    /// the bus already: the slice is then closed as `vanished` (failed, not a violation). Until
+    /// the tie, the app's unique name leaving (`connectionVanished`) matched no slice, so an app
+    /// that crashed right after its answer had its slice run to the deadline and end `expired`,
+    /// a violation.
+    func tieToOwner(sliceID: String, name: String, answeredBy: String?) async -> Bool {
+        let owner: String
+        if let answeredBy {
+            owner = answeredBy
+        } else {
+            do {
+                guard let found = try await connection.nameOwner(of: name) else {
+                    await endSlice(sliceID, as: .vanished, detail: Self.goneAfterAnswer(name))
+                    return false
+                }
+                owner = found
+            } catch {
+                // The bus did not answer: the slice stays with the name (ExpireTask to it does
+                // not start the app again), and ends at its deadline or by SetTaskCompleted.
+                logger.warning(
+                    "Could not learn who owns the name an app was started by; its slice stays tied to the name",
+                    metadata: ["slice.id": "\(sliceID)", "bus.name": "\(name)", "error": "\(error)"])
+                return slices[sliceID] != nil
+            }
+        }
+        // Tied first, so that the owner leaving is seen from now on; whether it left before
+        // (its leaving, seen already, matched nothing), the bus's answer for its credentials says.
+        slices[sliceID]?.connection = owner
+        let pid: UInt32?
+        do {
+            pid = try await connection.credentials(of: owner).pid
+        } catch DBusError.remote(let errorName, _) where errorName == DBusError.nameHasNoOwner {
+            await endSlice(sliceID, as: .vanished, detail: Self.goneAfterAnswer(name))
+            return false
+        } catch {
+            pid = nil
+        }
+        guard var current = slices[sliceID] else { return false }
+        if let pid { attach(inspector.identify(pid: pid), to: &current) }
+        slices[sliceID] = current
+        return true
+    }
+
+    static func goneAfterAnswer(_ name: String) -> String {
+        "the app left the bus right after answering RunTask (started by D-Bus activation as \(name)); closed as failed, not a violation"
     }
 
     static let clientPath = try! ObjectPath(BGPolicyNames.clientObjectPath)

@@ -21,7 +21,7 @@ In the test process:
 
 Run as a program (the apps must be processes of their own: the agent identifies callers by pid):
     tasks_helpers.py app --address ADDR [--no-client]
-    tasks_helpers.py activated --app-id ID --bus-name NAME --identifier ID --log FILE [...]
+    tasks_helpers.py activated --app-id ID --bus-name NAME --identifier ID --log FILE [--exit-after-run-task S] [...]
     tasks_helpers.py flood --address ADDR --app-id ID [--count N] [--inflight N]
 
 Every wait has a timeout; every process is ended when the test ends (conditions_helpers.Stack).
@@ -845,6 +845,8 @@ DEFAULT_BEHAVIOR = {
     "run_task_error": None,  # answer RunTask with this D-Bus error instead
     "run_task_error_message": "the test app refuses this task",  # and this message
     "exit_after_completions": None,
+    "exit_after_run_task": None,  # seconds after answering RunTask to exit without completing (0: at once)
+    "stop_agent_on_run_task": False,  # SIGSTOP the caller of RunTask before answering (the test goes on with it)
 }
 
 
@@ -929,7 +931,26 @@ class AppProgram:
             if error:
                 invocation.return_dbus_error(error, self.behavior["run_task_error_message"])
                 return
+            if self.behavior["stop_agent_on_run_task"]:
+                # The agent held still from before the answer until the test lets it go on:
+                # whatever it does after the reply, it does with the app gone.
+                (pid,) = call(self.conn, "org.freedesktop.DBus", "GetConnectionUnixProcessID", "s", (sender,),
+                              "(u)", dest="org.freedesktop.DBus", path="/org/freedesktop/DBus")
+                os.kill(pid, signal.SIGSTOP)
+                self.record("AgentStopped", pid=pid)
             invocation.return_value(None)
+            exit_after = self.behavior["exit_after_run_task"]
+            if exit_after is not None:
+                # A crash right after the answer (or a while later): the reply is on the wire,
+                # then the process is gone with its task never completed.
+                def leave():
+                    self.record("Exiting", task_id=task_id)
+                    self.conn.flush_sync(None)
+                    os._exit(0)
+                if exit_after == 0:
+                    leave()
+                GLib.timeout_add(int(exit_after * 1000), leave)
+                return
             self.tasks[task_id] = {"cpu0": time.process_time(), "mono0": time.monotonic(), "identifier": identifier}
             if self.behavior["burn"] and self.burner is None:
                 self.burner = Burner()
@@ -1092,7 +1113,9 @@ def main_activated(args):
     program.record("Started", pid=os.getpid(), unique_name=conn.get_unique_name(),
                    starter=os.environ.get("DBUS_STARTER_BUS_TYPE"))
     program.behavior.update(complete_after=args.work_seconds, result="new-data",
-                            exit_after_completions=None if args.submit else 1)
+                            exit_after_completions=None if args.submit else 1,
+                            exit_after_run_task=args.exit_after_run_task,
+                            stop_agent_on_run_task=args.stop_agent_on_run_task)
     try:
         (app_id,) = call(conn, SCHEDULER, "Register", "asa{sv}",
                          ([args.identifier], register_options(args.app_id, args.bus_name)), "(s)")
@@ -1204,6 +1227,10 @@ def main(argv=None):
     p.add_argument("--due-in", type=float, default=3600, help="the submitted refresh's earliest_begin, from now")
     p.add_argument("--work-seconds", type=float, default=0.2)
     p.add_argument("--start-delay", type=float, default=0, help="seconds to wait before connecting, when started")
+    p.add_argument("--exit-after-run-task", type=float, metavar="SECONDS",
+                   help="exit this many seconds after answering RunTask (0: at once), never completing it")
+    p.add_argument("--stop-agent-on-run-task", action="store_true",
+                   help="SIGSTOP the agent before answering RunTask (the test sends SIGCONT)")
     p.add_argument("--limit", type=int, default=60)
     p = sub.add_parser("flood")
     p.add_argument("--address", required=True)

@@ -7,6 +7,7 @@ lines to a file the test reads."""
 
 import json
 import os
+import signal
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -477,3 +478,53 @@ def test_a_bus_name_is_the_apps_own_and_can_be_withdrawn(world):
     message = expect_error("InvalidArgument", app.register, ["org.example.Mail.refresh"],
                            app_id="org.example.Mail", bus_name=":1.5")
     assert "well-known" in message, message
+
+
+
+@pytest.mark.parametrize("app_options", [
+    ["--exit-after-run-task", "0", "--stop-agent-on-run-task"],
+    ["--exit-after-run-task", "0"],
+    ["--exit-after-run-task", "1.5"],
+], ids=["gone-before-the-agent-reads-the-answer", "right-after-answering", "during-the-slice"])
+def test_an_activated_app_that_exits_without_completing_has_its_slice_closed_as_vanished(activation_world, app_options):
+    """An app the bus started that crashes once it has answered RunTask: its slice closes as
+    `vanished` (failed, no violation) when it goes, not at its deadline as `expired`. The first
+    case holds the agent still (SIGSTOP) from before the answer until the app is gone, as a busy
+    agent would be: the slice is still tied to the bus name it was started by (the agent asks
+    who owns it only after the reply), so the app's unique name leaving matched no slice, the
+    name had no owner any more, and the slice ran to its deadline as a violation."""
+    world = activation_world
+    log = world.tmp / "activated.log"
+    command = [str(part) for part in activated_command(world, log)]
+    (world.service_dir / f"{APP_ID}.service").write_text(
+        f"[D-BUS Service]\nName={APP_ID}\nExec={' '.join(command + app_options)}\n")
+    agent = world.start_agent(config="[slices]\nrefresh = 10s\nexpiration_warning = 2s\n")
+    first = th.ch.Proc([*command, "--submit"], dict(os.environ, DBUS_SESSION_BUS_ADDRESS=world.address),
+                       name="first run")
+    world.stack.push(first)
+    assert first.popen.wait(timeout=20) == 0, f"{read_log(log)}\n{first.stderr()}"
+    th.wait_until(lambda: (agent.app_record(APP_ID) or {}).get("connected") is False, 5, "the app is gone")
+
+    launched = time.monotonic()
+    with ThreadPoolExecutor(1) as pool:
+        launch = pool.submit(agent.cli, "simulate", "launch", APP_ID, IDENTIFIER, timeout=30)
+        try:
+            events = th.wait_until(lambda: [e for e in read_log(log) if e["type"] == "Exiting"] and read_log(log),
+                                   15, "the activated app answers RunTask and exits")
+            th.wait_until(lambda: not world.session.has_owner(APP_ID), 5, "the activated app is gone from the bus")
+        finally:
+            for stopped in [e for e in read_log(log) if e["type"] == "AgentStopped"]:
+                os.kill(stopped["pid"], signal.SIGCONT)
+        launch.result()
+    (run,) = [e for e in events if e["type"] == "RunTask"]
+    assert [e["pid"] for e in events if e["type"] == "AgentStopped"] in ([], [agent.pid]), events
+    # Well before the 10 s deadline: the app's leaving closes the slice.
+    entry = agent.wait_history("vanished", task_id=run["task_id"], timeout=6)
+    assert time.monotonic() - launched < 9, "closed only at the deadline"
+    assert (entry["app_id"], entry["identifier"], entry["result"]) == (APP_ID, IDENTIFIER, "failed"), entry
+    assert "left the bus" in entry["detail"], entry
+    # Past the deadline: nothing more for the task, and no violation.
+    time.sleep(max(0, launched + 11 - time.monotonic()))
+    ends = [e["event"] for e in agent.events(task_id=run["task_id"]) if e["event"] != "delivered"]
+    assert ends == ["vanished"], agent.events(task_id=run["task_id"])
+    assert agent.app_record(APP_ID)["violations"] == 0, agent.app_record(APP_ID)
