@@ -137,8 +137,10 @@ extension UnixFD: DBusRepresentable {
     public static var dbusType: DBusType { .unixFD }
     public convenience init(dbusValue: DBusValue) throws(DBusError) {
         guard case .unixFD(let v) = dbusValue else { throw dbusValue.mismatch(Self.dbusType) }
-        // Share ownership by duplicating: each UnixFD closes its own descriptor.
-        let fd = dup(v.rawValue)
+        // Share ownership by duplicating: each UnixFD closes its own descriptor. Close-on-exec,
+        // as libdbus's own copies are, so a child never inherits it (a logind inhibitor would
+        // live as long as the child).
+        let fd = fcntl(v.rawValue, F_DUPFD_CLOEXEC, 3)
         guard fd >= 0 else { throw .invalidValue("could not duplicate file descriptor \(v.rawValue)") }
         self.init(taking: fd)
     }
