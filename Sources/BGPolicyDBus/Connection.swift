@@ -190,6 +190,14 @@ public final class DBusConnection: Sendable {
     ///
     /// - Parameter timeout: after which the call fails with `org.freedesktop.DBus.Error.NoReply`.
     public func call(_ message: Message, timeout: Duration = .seconds(25)) async throws -> Message {
+        let reply = try await exchange(message, timeout: timeout)
+        if let error = reply.asError { throw error }
+        return reply
+    }
+
+    /// `call`, returning an error reply rather than throwing it (its sender tells the bus's own
+    /// errors from libdbus's `NoReply`). `written` is set once the message is handed to libdbus.
+    func exchange(_ message: Message, timeout: Duration = .seconds(25), written: CallWritten? = nil) async throws -> Message {
         precondition(message.kind == .methodCall, "call(_:) sends method calls; use send(_:) for other messages")
         try Task.checkCancellation()
         let raw = try message.encode()
@@ -203,18 +211,16 @@ public final class DBusConnection: Sendable {
         defer {
             if Task.isCancelled { loop.enqueue { loop in loop.forgetCancellation(id: id) } }
         }
-        let reply: Message = try await withTaskCancellationHandler {
+        return try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Message, any Error>) in
                 let queued = loop.enqueue { loop in
-                    loop.startCall(id: id, raw: raw, timeoutMilliseconds: ms, continuation: continuation)
+                    loop.startCall(id: id, raw: raw, timeoutMilliseconds: ms, written: written, continuation: continuation)
                 }
                 if !queued { continuation.resume(throwing: DBusError.disconnected) }
             }
         } onCancel: {
             loop.enqueue { loop in loop.cancelCall(id: id) }
         }
-        if let error = reply.asError { throw error }
-        return reply
     }
 
     /// Calls a method and returns the reply's body.
@@ -250,44 +256,108 @@ public final class DBusConnection: Sendable {
         subscriptions.add(id: id, rule: rule, continuation: continuation)
         continuation.onTermination = { [weak self] _ in
             guard let self else { return }
-            self.unsubscribe(id: id, rule: rule)
+            self.unsubscribe(id: id)
         }
         do {
             if rule.needsOwnerTracking, let name = rule.sender {
-                try await trackOwner(of: name)
+                let tracking = try await trackOwner(of: name)
+                // The subscription holds it from now on, and gives it back when it goes. Only
+                // a lost connection removes the subscription this early.
+                guard subscriptions.hold(tracking, for: id) else {
+                    untrackOwner(tracking)
+                    throw DBusError.disconnected
+                }
             }
-            _ = try await callBus("AddMatch", [.string(rule.text)])
+            try await addMatch(rule)
         } catch {
-            subscriptions.remove(id: id)
-            if rule.needsOwnerTracking, let name = rule.sender { untrackOwner(of: name) }
+            // Its onTermination then finds nothing left to undo.
+            if let tracking = subscriptions.remove(id: id)?.ownerTracking { untrackOwner(tracking) }
             continuation.finish(throwing: error)
             throw error
         }
         return SignalSubscription(stream: stream)
     }
 
-    private func unsubscribe(id: UInt64, rule: MatchRule) {
-        guard subscriptions.remove(id: id) else { return }
+    private func unsubscribe(id: UInt64) {
+        guard let removed = subscriptions.remove(id: id) else { return }
+        removeMatch(removed.rule)
+        if let tracking = removed.ownerTracking { untrackOwner(tracking) }
+    }
+
+    /// Adds `rule` on the bus. A call that fails after AddMatch was written may have added it
+    /// all the same (cancelled, or no reply in time: the bus answers in its own time), so the
+    /// rule is then removed, or it stays for the connection's life. Only the bus's own error
+    /// reply says that it added nothing; removing then could take an identical rule of another
+    /// subscription.
+    private func addMatch(_ rule: MatchRule) async throws {
+        let written = CallWritten()
+        let reply: Message
+        do {
+            reply = try await exchange(
+                .methodCall(destination: Self.busName, path: Self.busPath, interface: Self.busName, member: "AddMatch", body: [.string(rule.text)]),
+                written: written)
+        } catch {
+            if written.isSet { removeMatch(rule) }
+            throw error
+        }
+        if let error = reply.asError {
+            if reply.sender != Self.busName { removeMatch(rule) }  // libdbus's NoReply
+            throw error
+        }
+    }
+
+    /// Removes `rule` from the bus, without waiting: a rule the bus does not have is harmless.
+    private func removeMatch(_ rule: MatchRule) {
         var remove = Message.methodCall(
             destination: Self.busName, path: Self.busPath, interface: Self.busName, member: "RemoveMatch", body: [.string(rule.text)])
         remove.noReplyExpected = true
         try? send(remove)
-        if rule.needsOwnerTracking, let name = rule.sender { untrackOwner(of: name) }
     }
 
     /// Keeps `subscriptions` told who owns `name`, so signals from that owner match rules
-    /// that name the well-known name as their sender.
-    private func trackOwner(of name: String) async throws {
-        guard subscriptions.retainOwnerTracking(name) else { return }
-        let rule = MatchRule.nameOwnerChanged(for: name)
+    /// that name the well-known name as their sender. On return the owner is known and the
+    /// caller holds one share of the tracking, to give back with `untrackOwner` once; on a
+    /// throw it holds nothing.
+    ///
+    /// The first tracker of a name starts the setup (AddMatch, then GetNameOwner) in a task of
+    /// its own, which those after it wait for: a tracker that is cancelled stops waiting, but
+    /// does not fail the others.
+    private func trackOwner(of name: String) async throws -> OwnerTracking {
+        let (tracking, isFirst) = subscriptions.retainOwnerTracking(name)
+        if isFirst {
+            Task { await self.setUpOwnerTracking(tracking) }
+        }
         do {
-            _ = try await callBus("AddMatch", [.string(rule.text)])
-            // Kept only if no NameOwnerChanged came meanwhile: one read after this reply
-            // is newer than it (see `SubscriptionRegistry.setOwner`).
-            subscriptions.setOwner(try await nameOwner(of: name), of: name)
+            try await tracking.wait()
         } catch {
-            untrackOwner(of: name)
+            // Cancelled: give back this share. After a failed setup nothing is held, and the
+            // release does nothing.
+            untrackOwner(tracking)
             throw error
+        }
+        return tracking
+    }
+
+    private func setUpOwnerTracking(_ tracking: OwnerTracking) async {
+        let rule = MatchRule.nameOwnerChanged(for: tracking.name)
+        do {
+            try await addMatch(rule)
+        } catch {
+            subscriptions.ownerTrackingFailed(tracking)
+            tracking.finish(.failure(error))
+            return
+        }
+        do {
+            // The owner read after AddMatch's reply is newer than any change read before it.
+            subscriptions.ownerTrackingMatched(tracking)
+            let owner = try await nameOwner(of: tracking.name)
+            // Every tracker left meanwhile: the rule is this setup's to remove.
+            if !subscriptions.ownerTrackingReady(tracking, owner: owner) { removeMatch(rule) }
+            tracking.finish(.success(()))
+        } catch {
+            subscriptions.ownerTrackingFailed(tracking)
+            removeMatch(rule)
+            tracking.finish(.failure(error))
         }
     }
 
@@ -298,17 +368,69 @@ public final class DBusConnection: Sendable {
         guard !name.hasPrefix(":") else {
             throw DBusError.usage("\(name) is a unique name, which never changes hands: there is no owner to follow")
         }
-        try await trackOwner(of: name)
-        return NameOwnerFollower(name: name, registry: subscriptions) { [weak self] in self?.untrackOwner(of: name) }
+        let tracking = try await trackOwner(of: name)
+        return NameOwnerFollower(name: name, registry: subscriptions) { [weak self] in self?.untrackOwner(tracking) }
     }
 
-    private func untrackOwner(of name: String) {
-        guard subscriptions.releaseOwnerTracking(name) else { return }
-        var remove = Message.methodCall(
-            destination: Self.busName, path: Self.busPath, interface: Self.busName, member: "RemoveMatch",
-            body: [.string(MatchRule.nameOwnerChanged(for: name).text)])
-        remove.noReplyExpected = true
-        try? send(remove)
+    /// Gives back one share of `tracking`; the last removes the rule, unless its setup has not
+    /// finished (the setup then removes it).
+    private func untrackOwner(_ tracking: OwnerTracking) {
+        if subscriptions.releaseOwnerTracking(tracking) { removeMatch(.nameOwnerChanged(for: tracking.name)) }
+    }
+}
+
+/// Set, on the connection's thread, once a call's message is handed to libdbus to write.
+final class CallWritten: Sendable {
+    private let flag = Atomic<Bool>(false)
+    func set() { flag.store(true, ordering: .releasing) }
+    var isSet: Bool { flag.load(ordering: .acquiring) }
+}
+
+/// One setup of the tracking of a name's owner, which its trackers share: they wait for it,
+/// and see how it ended.
+final class OwnerTracking: Sendable {
+    let name: String
+    private struct State {
+        var result: Result<Void, any Error>?
+        var nextWaiter: UInt64 = 0
+        var waiters: [UInt64: CheckedContinuation<Void, any Error>] = [:]
+    }
+    private let state = Mutex(State())
+
+    init(name: String) {
+        self.name = name
+    }
+
+    func finish(_ result: Result<Void, any Error>) {
+        let waiters = state.withLock { s in
+            s.result = result
+            defer { s.waiters = [:] }
+            return Array(s.waiters.values)
+        }
+        for waiter in waiters { waiter.resume(with: result) }
+    }
+
+    /// Returns once the setup succeeded; throws its error, or `CancellationError` at once when
+    /// the waiting task is cancelled.
+    func wait() async throws {
+        let id = state.withLock { s in
+            s.nextWaiter += 1
+            return s.nextWaiter
+        }
+        try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { (c: CheckedContinuation<Void, any Error>) in
+                let now = state.withLock { s -> Result<Void, any Error>? in
+                    if let result = s.result { return result }
+                    if Task.isCancelled { return .failure(CancellationError()) }
+                    s.waiters[id] = c
+                    return nil
+                }
+                if let now { c.resume(with: now) }
+            }
+        } onCancel: {
+            let waiter = state.withLock { $0.waiters.removeValue(forKey: id) }
+            waiter?.resume(throwing: CancellationError())
+        }
     }
 }
 
@@ -423,14 +545,30 @@ final class SubscriptionRegistry: Sendable {
         let continuation: AsyncThrowingStream<Message, any Error>.Continuation
         /// Signals its full buffer dropped so far.
         var dropped = 0
+        /// The share of owner tracking it holds (a well-known sender), once it has it.
+        var ownerTracking: OwnerTracking?
+    }
+
+    /// A subscription just removed: what is left to undo on the bus.
+    struct Removed {
+        let rule: MatchRule
+        let ownerTracking: OwnerTracking?
+    }
+
+    /// A name whose owner is tracked, for the trackers of its current setup.
+    private struct Tracked {
+        let tracking: OwnerTracking
+        var count = 1
+        /// Its setup finished: the rule is on the bus, and the last tracker removes it.
+        var ready = false
+        var owner: String?
+        /// A `NameOwnerChanged` for the name has been read since its rule was added.
+        var heard = false
     }
 
     private struct State {
         var entries: [UInt64: Entry] = [:]
-        var owners: [String: String] = [:]
-        var tracked: [String: Int] = [:]
-        /// Tracked names a `NameOwnerChanged` has been read for since their tracking began.
-        var heard: Set<String> = []
+        var tracked: [String: Tracked] = [:]
     }
 
     private let state = Mutex(State())
@@ -439,50 +577,91 @@ final class SubscriptionRegistry: Sendable {
         state.withLock { $0.entries[id] = Entry(rule: rule, continuation: continuation) }
     }
 
+    /// Removes a subscription; nil if it was already gone.
     @discardableResult
-    func remove(id: UInt64) -> Bool {
-        state.withLock { $0.entries.removeValue(forKey: id) != nil }
+    func remove(id: UInt64) -> Removed? {
+        state.withLock { s in
+            s.entries.removeValue(forKey: id).map { Removed(rule: $0.rule, ownerTracking: $0.ownerTracking) }
+        }
     }
 
-    /// Returns true when this is the first subscriber that needs the name tracked.
-    func retainOwnerTracking(_ name: String) -> Bool {
+    /// Gives the subscription its share of owner tracking; false if the subscription is gone.
+    func hold(_ tracking: OwnerTracking, for id: UInt64) -> Bool {
         state.withLock { s in
-            s.tracked[name, default: 0] += 1
-            guard s.tracked[name] == 1 else { return false }
-            s.heard.remove(name)
+            guard s.entries[id] != nil else { return false }
+            s.entries[id]?.ownerTracking = tracking
             return true
         }
     }
 
-    /// Returns true when the last subscriber that needed the name is gone.
-    func releaseOwnerTracking(_ name: String) -> Bool {
+    /// Takes a share of the tracking of `name`; `isFirst` when the caller is to set it up.
+    func retainOwnerTracking(_ name: String) -> (tracking: OwnerTracking, isFirst: Bool) {
         state.withLock { s in
-            guard let count = s.tracked[name] else { return false }
-            if count <= 1 {
-                s.tracked[name] = nil
-                s.owners[name] = nil
-                s.heard.remove(name)
-                return true
+            if let tracked = s.tracked[name] {
+                s.tracked[name]?.count += 1
+                return (tracked.tracking, false)
             }
-            s.tracked[name] = count - 1
-            return false
+            let tracking = OwnerTracking(name: name)
+            s.tracked[name] = Tracked(tracking: tracking)
+            return (tracking, true)
         }
     }
 
-    /// The owner `GetNameOwner` gave when tracking began. Ignored once a `NameOwnerChanged`
-    /// for the name has been read: the signals come in order with the reply, so the last one
-    /// read by now is at least as new as it. (The reply's task can run after the loop thread has
-    /// read a later change, which it would otherwise undo.)
-    func setOwner(_ owner: String?, of name: String) {
+    /// Gives back a share of `tracking`. Returns true when it was the last and the setup had
+    /// finished, so the caller removes the rule; false, too, for a setup that failed or a
+    /// share already given back.
+    func releaseOwnerTracking(_ tracking: OwnerTracking) -> Bool {
         state.withLock { s in
-            guard s.tracked[name] != nil, !s.heard.contains(name) else { return }
-            s.owners[name] = owner
+            guard let tracked = s.tracked[tracking.name], tracked.tracking === tracking else { return false }
+            guard tracked.count <= 1 else {
+                s.tracked[tracking.name]?.count -= 1
+                return false
+            }
+            s.tracked[tracking.name] = nil
+            return tracked.ready
         }
+    }
+
+    /// The setup's AddMatch was answered: only changes read from now on are newer than the
+    /// owner it asks for next.
+    func ownerTrackingMatched(_ tracking: OwnerTracking) {
+        state.withLock { s in
+            guard s.tracked[tracking.name]?.tracking === tracking else { return }
+            s.tracked[tracking.name]?.heard = false
+        }
+    }
+
+    /// The setup finished with the owner `GetNameOwner` gave. It is ignored once a
+    /// `NameOwnerChanged` has been read: the signals come in order with the reply, so the last
+    /// one read by now is at least as new as it. (The reply's task can run after the loop
+    /// thread has read a later change, which it would otherwise undo.) Returns false when every
+    /// tracker has left, so the setup removes the rule itself.
+    func ownerTrackingReady(_ tracking: OwnerTracking, owner: String?) -> Bool {
+        state.withLock { s in
+            guard var tracked = s.tracked[tracking.name], tracked.tracking === tracking else { return false }
+            tracked.ready = true
+            if !tracked.heard { tracked.owner = owner }
+            s.tracked[tracking.name] = tracked
+            return true
+        }
+    }
+
+    /// The setup failed: its trackers hold nothing, and the next starts afresh.
+    func ownerTrackingFailed(_ tracking: OwnerTracking) {
+        state.withLock { s in
+            guard s.tracked[tracking.name]?.tracking === tracking else { return }
+            s.tracked[tracking.name] = nil
+        }
+    }
+
+    /// How many shares of the tracking of `name` are held, or waited for (tests look).
+    func ownerTrackers(of name: String) -> Int {
+        state.withLock { $0.tracked[name]?.count ?? 0 }
     }
 
     /// The owner of a tracked name as read so far; nil when it has none or is not tracked.
     func owner(of name: String) -> String? {
-        state.withLock { $0.owners[name] }
+        state.withLock { $0.tracked[name]?.owner }
     }
 
     /// Called on the loop thread for every incoming signal. Its body is read only when a
@@ -508,7 +687,7 @@ final class SubscriptionRegistry: Sendable {
         let (candidates, tracking) = state.withLock { s -> ([(UInt64, MatchRule, Continuation)], Bool) in
             var out: [(UInt64, MatchRule, Continuation)] = []
             for (id, entry) in s.entries {
-                let owner = entry.rule.sender.flatMap { s.owners[$0] }
+                let owner = entry.rule.sender.flatMap { s.tracked[$0]?.owner }
                 if entry.rule.matchesHeaders(header, senderOwner: owner) { out.append((id, entry.rule, entry.continuation)) }
             }
             return (out, ownerChange && !s.tracked.isEmpty)
@@ -528,8 +707,8 @@ final class SubscriptionRegistry: Sendable {
         {
             state.withLock { s in
                 guard s.tracked[name] != nil else { return }
-                s.owners[name] = newOwner.isEmpty ? nil : newOwner
-                s.heard.insert(name)
+                s.tracked[name]?.owner = newOwner.isEmpty ? nil : newOwner
+                s.tracked[name]?.heard = true
             }
         }
         var worthLogging: [(MatchRule, Int)] = []

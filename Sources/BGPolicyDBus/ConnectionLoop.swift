@@ -259,7 +259,10 @@ final class ConnectionLoop: @unchecked Sendable {
         }
     }
 
-    func startCall(id: UInt64, raw: RawMessage, timeoutMilliseconds: Int32, continuation: CheckedContinuation<Message, any Error>) {
+    func startCall(
+        id: UInt64, raw: RawMessage, timeoutMilliseconds: Int32, written: CallWritten? = nil,
+        continuation: CheckedContinuation<Message, any Error>
+    ) {
         if cancelledBeforeStart.remove(id) != nil {
             continuation.resume(throwing: CancellationError())
             return
@@ -283,6 +286,7 @@ final class ConnectionLoop: @unchecked Sendable {
             continuation.resume(throwing: DBusError.disconnected)
             return
         }
+        written?.set()
         pendingCalls[id] = PendingCall(pointer: pending, continuation: continuation)
         let context = Unmanaged.passRetained(PendingContext(loop: self, id: id)).toOpaque()
         guard dbus_pending_call_set_notify(pending, pendingNotify, context, pendingContextFree) != 0 else {
@@ -296,6 +300,9 @@ final class ConnectionLoop: @unchecked Sendable {
         // The reply may already be there (libdbus read it while sending).
         if dbus_pending_call_get_completed(pending) != 0 { completeCall(id: id) }
     }
+
+    /// Calls waiting for their reply (tests look).
+    var pendingCallCount: Int { pendingCalls.count }
 
     func cancelCall(id: UInt64) {
         guard let call = pendingCalls.removeValue(forKey: id) else {

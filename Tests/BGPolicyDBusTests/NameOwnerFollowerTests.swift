@@ -37,19 +37,24 @@ struct NameOwnerFollowerTests {
     @Test("an owner read from GetNameOwner does not undo a change read since")
     func aLateReplyDoesNotUndoAChange() throws {
         let registry = SubscriptionRegistry()
-        #expect(registry.retainOwnerTracking(Self.name))
+        let (tracking, isFirst) = registry.retainOwnerTracking(Self.name)
+        #expect(isFirst)
+        registry.ownerTrackingMatched(tracking)
         var change = Message.signal(path: DBusConnection.busPath, interface: DBusConnection.busName, member: "NameOwnerChanged")
         change.sender = DBusConnection.busName
         var message = change
         message.body = [.string(Self.name), .string(":1.4"), .string(":1.9")]
         try registry.deliver(header: change, stringArgument: { _ in nil }, decoded: { message })
-        registry.setOwner(":1.4", of: Self.name)
+        #expect(registry.ownerTrackingReady(tracking, owner: ":1.4"))
         #expect(registry.owner(of: Self.name) == ":1.9")
 
         // Tracking that starts again starts afresh: the reply counts until a change is read.
-        #expect(registry.releaseOwnerTracking(Self.name))
-        #expect(registry.retainOwnerTracking(Self.name))
-        registry.setOwner(":1.9", of: Self.name)
+        #expect(registry.releaseOwnerTracking(tracking))
+        #expect(!registry.releaseOwnerTracking(tracking), "a share given back twice")
+        let (again, isFirstAgain) = registry.retainOwnerTracking(Self.name)
+        #expect(isFirstAgain && again !== tracking)
+        registry.ownerTrackingMatched(again)
+        #expect(registry.ownerTrackingReady(again, owner: ":1.9"))
         #expect(registry.owner(of: Self.name) == ":1.9")
     }
 }

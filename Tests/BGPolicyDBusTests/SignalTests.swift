@@ -233,6 +233,69 @@ struct SignalTests {
         for connection in c { connection.close() }
     }
 
+    /// How many calls `connection` is waiting on a reply for (written to the bus, or queued to be).
+    static func pendingCalls(of connection: DBusConnection) async -> Int {
+        await withCheckedContinuation { (c: CheckedContinuation<Int, Never>) in
+            let queued = connection.loop.enqueue { loop in c.resume(returning: loop.pendingCallCount) }
+            if !queued { c.resume(returning: -1) }
+        }
+    }
+
+    @Test("a subscribe cancelled before the bus answered its AddMatch leaves no match rule on the bus")
+    func cancelledSubscribeLeavesNoRule() async throws {
+        let bus = try PrivateBus()
+        let c = try await connect(3, to: bus)
+        let (listener, emitter, observer) = (c[0], c[1], c[2])
+        defer {
+            bus.resume()
+            for connection in c { connection.close() }
+        }
+        #expect(try await emitter.requestName(Self.wellKnown) == .primaryOwner)
+        guard let baseline = try await Self.matchRules(of: listener, asking: observer) else { return }  // no Debug.Stats
+        // A plain rule, and one whose sender is a well-known name (whose owner tracking is set
+        // up first, by a task of its own that outlives the cancelled subscribe).
+        for rule in [MatchRule(interface: Self.interface, member: "Changed"), MatchRule(sender: Self.wellKnown, interface: Self.interface)] {
+            bus.pause()
+            let subscribing = Task { try await listener.subscribe(rule) }
+            // Cancelled once its first AddMatch is in libdbus's hands: the paused bus reads it later.
+            #expect(await eventually(.seconds(10)) { await Self.pendingCalls(of: listener) == 1 }, "\(rule.text)")
+            subscribing.cancel()
+            let result = try await withTimeout(.seconds(10), "the cancelled subscribe") { await subscribing.result }
+            #expect(throws: CancellationError.self, "\(rule.text)") { try result.get() }
+            bus.resume()
+            try await Self.flush(listener)  // the bus has read the AddMatch, and all sent before GetId
+            let back = await eventually(.seconds(10)) { (try? await Self.matchRules(of: listener, asking: observer)) == baseline }
+            let now = try await Self.matchRules(of: listener, asking: observer)
+            #expect(back, "\(rule.text): \(String(describing: now)) rules, expected \(baseline)")
+        }
+    }
+
+    @Test("a subscriber cancelled while the owner tracking it shares is set up leaves the other subscriber its signals")
+    func cancelledSharerLeavesTheOwnerTracked() async throws {
+        let bus = try PrivateBus()
+        let c = try await connect(2, to: bus)
+        let (listener, emitter) = (c[0], c[1])
+        defer {
+            bus.resume()
+            for connection in c { connection.close() }
+        }
+        #expect(try await emitter.requestName(Self.wellKnown) == .primaryOwner)
+        bus.pause()
+        let first = Task { try await listener.subscribe(MatchRule(sender: Self.wellKnown, interface: Self.interface, member: "Changed")) }
+        // The owner tracking's AddMatch is out, unanswered; then the second takes its share.
+        #expect(await eventually(.seconds(10)) { await Self.pendingCalls(of: listener) == 1 })
+        let second = Task { try await listener.subscribe(MatchRule(sender: Self.wellKnown, interface: Self.interface)) }
+        #expect(await eventually(.seconds(10)) { listener.subscriptions.ownerTrackers(of: Self.wellKnown) == 2 })
+        first.cancel()
+        let cancelled = try await withTimeout(.seconds(10), "the cancelled subscribe") { await first.result }
+        #expect(throws: CancellationError.self) { try cancelled.get() }
+        bus.resume()
+        let subscription = try await withTimeout(.seconds(10), "the second subscribe") { try await second.value }
+        try Self.emit(emitter, "owner")
+        #expect(Self.texts([try await firstSignal(of: subscription, within: .seconds(10))]) == ["owner"])
+        #expect(listener.subscriptions.ownerTrackers(of: Self.wellKnown) == 1)
+    }
+
     @Test("emitPropertiesChanged arrives as PropertiesChanged with the right body")
     func propertiesChanged() async throws {
         let bus = try PrivateBus()

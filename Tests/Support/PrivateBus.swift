@@ -37,6 +37,24 @@ public final class PrivateBus: @unchecked Sendable {
         crash()
     }
 
+    /// Stops the daemon (SIGSTOP) until `resume()`: what its clients send waits in their
+    /// sockets, unanswered, as from a bus that is slow to answer.
+    public func pause() {
+        signal(SIGSTOP)
+    }
+
+    /// Lets a paused daemon go on (SIGCONT); harmless on one that is not paused.
+    public func resume() {
+        signal(SIGCONT)
+    }
+
+    private func signal(_ number: Int32) {
+        killed.withLock { k in
+            guard !k else { return }
+            kill(process.processIdentifier, number)
+        }
+    }
+
     /// Kills the daemon at once, as if it crashed, and waits for it to exit.
     public func crash() {
         let alreadyKilled = killed.withLock { k in
