@@ -31,25 +31,26 @@ public struct RetentionClock: Sendable, Equatable {
         self.bootAtTrusted = bootAtTrusted
     }
 
-    /// The clock for a start: the one an earlier start of this agent in the same boot kept,
-    /// carried on, or a new one from `wall` and `newestRow`.
+    /// The clock for a start: from `wall` and `newestRow` as at any start, but in the same boot
+    /// as an earlier start never later than the clock that one kept, carried on.
     ///
     /// The newest row is no help when the clock was already set ahead in an earlier run since
     /// boot: that run wrote rows at the wrong time (every open, every history entry), and a
     /// clock counted from them would take the real rows for weeks old and prune them all (a
     /// re-login, a crash, a restart with the clock still wrong). In the same boot the
     /// boot-time clock still counts from the moment that run trusted, so the clock it kept
-    /// goes on. Across a reboot the boot-time clock starts again, and then only the newest row
-    /// is left to go by, as before.
+    /// goes on, unless the rows say earlier still: of two readings, the earlier prunes less.
+    /// Across a reboot the boot-time clock starts again, and then only the newest row is left
+    /// to go by, as before.
     /// - Parameters:
     ///   - kept: the clock stored by an earlier start, and whether it was stored in this boot.
     public static func resuming(
         _ kept: (clock: RetentionClock, sameBoot: Bool)?, wall: UnixTime, newestRow: UnixTime?, boot: Double
     ) -> RetentionClock {
-        if let kept, kept.sameBoot, kept.clock.bootAtTrusted <= boot, kept.clock.trustedWall.isFinite {
-            return kept.clock
-        }
-        return RetentionClock(wall: wall, newestRow: newestRow, boot: boot)
+        let fresh = RetentionClock(wall: wall, newestRow: newestRow, boot: boot)
+        guard let kept, kept.sameBoot, kept.clock.bootAtTrusted <= boot, kept.clock.trustedWall.isFinite else { return fresh }
+        let carried = kept.clock.trustedWall + (boot - kept.clock.bootAtTrusted)
+        return RetentionClock(trustedWall: min(carried, fresh.trustedWall), bootAtTrusted: boot)
     }
 
     /// The time to count retention back from, for a row written at `wall` (the wall clock

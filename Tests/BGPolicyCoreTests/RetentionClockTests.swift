@@ -48,8 +48,8 @@ struct RetentionClockTests {
         let bogusRow = truth + 365 * day
         let restarted = RetentionClock.resuming(
             (first, sameBoot: true), wall: truth + 365 * day + 3_600, newestRow: bogusRow, boot: 3_700)
-        #expect(restarted == first)
         #expect(restarted.now(wall: truth + 365 * day + 3_600, boot: 3_700) == truth - 10 + 3_600)
+        #expect(restarted.now(wall: truth + 365 * day + 7_200, boot: 7_300) == truth - 10 + 7_200)
         // Counted from the newest row instead, every real row would be a year old.
         let fresh = RetentionClock(wall: truth + 365 * day + 3_600, newestRow: bogusRow, boot: 3_700)
         #expect(fresh.now(wall: truth + 365 * day + 3_600, boot: 3_700) == bogusRow)
@@ -62,5 +62,15 @@ struct RetentionClockTests {
         #expect(RetentionClock.resuming(nil, wall: 9_000, newestRow: 8_000, boot: 20) == expected)
         // A kept clock from later on the boot-time clock than now cannot be of this boot.
         #expect(RetentionClock.resuming((kept, sameBoot: true), wall: 9_000, newestRow: 8_000, boot: 20) == expected)
+    }
+
+    @Test func inTheSameBootRowsOlderThanTheKeptClockStillCountFromThemselves() {
+        // The kept clock says now, but the log's newest row is 10 weeks older (rows put there
+        // between two starts, a log restored from a backup): the earlier reading prunes less.
+        let now = 10_000_000.0
+        let kept = RetentionClock(wall: now, newestRow: nil, boot: 100)
+        let newest = now - 70 * day
+        let restarted = RetentionClock.resuming((kept, sameBoot: true), wall: now + 60, newestRow: newest, boot: 160)
+        #expect(restarted.now(wall: now + 60, boot: 160) == newest)
     }
 }
