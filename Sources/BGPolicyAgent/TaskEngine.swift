@@ -261,7 +261,6 @@ actor TaskEngine {
         return UnixTime(ts.tv_sec) + UnixTime(ts.tv_nsec) / 1e9
     }
 
-    /// `CLOCK_BOOTTIME` in seconds: time since boot, suspend included; never set.
     /// The kernel's id of this boot (`/proc/sys/kernel/random/boot_id`); nil when unreadable.
     static func bootID() -> String? {
         guard let file = fopen("/proc/sys/kernel/random/boot_id", "r") else { return nil }
@@ -272,6 +271,7 @@ actor TaskEngine {
         return id.isEmpty ? nil : id
     }
 
+    /// `CLOCK_BOOTTIME` in seconds: time since boot, suspend included; never set.
     static func bootNow() -> Double {
         var boot = timespec()
         clock_gettime(CLOCK_BOOTTIME, &boot)
