@@ -1,4 +1,5 @@
 public import BGPolicyCore
+import BGPolicySystem
 import Glibc
 
 /// Where the agent keeps its state and reads its configuration, resolved once at start-up
@@ -74,13 +75,16 @@ public struct AgentEnvironment: Sendable {
         return copy
     }
 
+    /// A configuration file is a few hundred bytes; a bigger one is a mistake (the wrong path).
+    static let maximumConfigurationSize = 1 << 20
+
     /// The configuration in the file at `path`, and the path when there was a file (nil: the
     /// defaults, because the default path has no file).
     static func readConfiguration(at path: String, given: Bool) throws -> (PolicyConfiguration, String?) {
         let text: String
-        switch FileText.read(path) {
-        case .success(let contents):
-            text = contents
+        switch SmallFile.read(path, limit: Self.maximumConfigurationSize, followingSymlinks: true) {
+        case .success(let bytes):
+            text = SmallFile.text(bytes)
         case .failure(let error) where error.code == ENOENT && !given:
             return (.defaults, nil)
         case .failure(let error):
@@ -116,34 +120,5 @@ public struct AgentEnvironment: Sendable {
         if info.st_mode & 0o777 != 0o700 && chmod(stateDirectory, 0o700) != 0 {
             throw AgentError.stateDirectory(path: stateDirectory, reason: "chmod 0700: \(String(cString: strerror(errno)))")
         }
-    }
-}
-
-/// Reading a whole text file with errno-level errors.
-enum FileText {
-    struct Failure: Error, CustomStringConvertible {
-        let code: Int32
-        var description: String { String(cString: strerror(code)) }
-    }
-
-    static let maximumSize = 1 << 20
-
-    static func read(_ path: String) -> Result<String, Failure> {
-        let fd = open(path, O_RDONLY | O_CLOEXEC)
-        guard fd >= 0 else { return .failure(Failure(code: errno)) }
-        defer { close(fd) }
-        var bytes: [UInt8] = []
-        var chunk = [UInt8](repeating: 0, count: 16_384)
-        while true {
-            let n = chunk.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, $0.count) }
-            if n < 0 {
-                if errno == EINTR { continue }
-                return .failure(Failure(code: errno))
-            }
-            if n == 0 { break }
-            bytes += chunk[0..<n]
-            if bytes.count > maximumSize { return .failure(Failure(code: EFBIG)) }
-        }
-        return .success(String(decoding: bytes, as: UTF8.self))
     }
 }

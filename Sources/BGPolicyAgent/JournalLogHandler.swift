@@ -1,5 +1,6 @@
 import Glibc
 public import Logging
+import SystemPackage
 
 /// Log lines for the systemd journal, when the agent's standard error is the journal's stream.
 ///
@@ -95,19 +96,6 @@ public struct JournalLogHandler: LogHandler {
 
     /// One `write(2)` per entry, so that lines of different threads never interleave.
     @Sendable public static func writeToStandardError(_ text: String) {
-        var text = text
-        text.withUTF8 { bytes in
-            var offset = 0
-            while offset < bytes.count {
-                let written = Glibc.write(STDERR_FILENO, bytes.baseAddress! + offset, bytes.count - offset)
-                if written > 0 {
-                    offset += written
-                } else if written < 0 && errno == EINTR {
-                    continue
-                } else {
-                    return
-                }
-            }
-        }
+        _ = try? FileDescriptor.standardError.writeAll(text.utf8)
     }
 }

@@ -263,11 +263,8 @@ actor TaskEngine {
 
     /// The kernel's id of this boot (`/proc/sys/kernel/random/boot_id`); nil when unreadable.
     static func bootID() -> String? {
-        guard let file = fopen("/proc/sys/kernel/random/boot_id", "r") else { return nil }
-        defer { fclose(file) }
-        var buffer = [CChar](repeating: 0, count: 64)
-        guard fgets(&buffer, Int32(buffer.count), file) != nil else { return nil }
-        let id = String(cString: buffer).filter { !$0.isWhitespace }
+        guard let bytes = SmallFile.read("/proc/sys/kernel/random/boot_id", limit: 64) else { return nil }
+        let id = SmallFile.text(bytes).filter { !$0.isWhitespace }
         return id.isEmpty ? nil : id
     }
 

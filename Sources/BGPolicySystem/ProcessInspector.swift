@@ -39,7 +39,7 @@ public struct ProcessInspector: Sendable {
     /// yet unnamed: it is unverified, not identified by its cgroup, because only Flatpak vouches
     /// for what runs in a sandbox and here it names nothing.
     public func identify(pid: UInt32) -> ProcessIdentity {
-        let cgroupText = ProcFile.read("\(procRoot)/\(pid)/cgroup", limit: Self.cgroupFileLimit).map(ProcFile.text)
+        let cgroupText = SmallFile.read("\(procRoot)/\(pid)/cgroup", limit: Self.cgroupFileLimit).map(SmallFile.text)
         let path = cgroupText.flatMap(AppIdentityParser.cgroupPath(fromProcCgroup:))
         let unit = path.flatMap(AppIdentityParser.unitName(fromCgroupPath:))
 
@@ -76,10 +76,10 @@ public struct ProcessInspector: Sendable {
     }
 
     private func flatpakInstance(pid: UInt32) -> FlatpakInstance {
-        // O_NOFOLLOW and the regular-file check in ProcFile: the file lies in the sandbox's root.
-        switch ProcFile.open("\(procRoot)/\(pid)/root/.flatpak-info", limit: Self.flatpakInfoLimit, flags: O_NOFOLLOW) {
+        // Symlinks refused, and the regular-file check in SmallFile: the file lies in the sandbox's root.
+        switch SmallFile.read("\(procRoot)/\(pid)/root/.flatpak-info", limit: Self.flatpakInfoLimit, followingSymlinks: false) {
         case .success(let bytes):
-            return AppIdentityParser.flatpakAppID(fromInfo: ProcFile.text(bytes)).map(FlatpakInstance.app) ?? .unnamed
+            return AppIdentityParser.flatpakAppID(fromInfo: SmallFile.text(bytes)).map(FlatpakInstance.app) ?? .unnamed
         case .failure(let failure):
             // Absent (a host process, or one already gone) or unreadable (a FUSE root, as in a
             // toolbox container, which Flatpak never uses): not a Flatpak instance. Anything
@@ -125,8 +125,8 @@ public struct ProcessInspector: Sendable {
             return nil
         }
         let directory = cgroupPath.hasSuffix("/") ? String(cgroupPath.dropLast()) : cgroupPath
-        guard let bytes = ProcFile.read(cgroupRoot + directory + "/cpu.stat", limit: Self.smallFileLimit) else { return nil }
-        for line in ProcFile.text(bytes).split(separator: "\n") {
+        guard let bytes = SmallFile.read(cgroupRoot + directory + "/cpu.stat", limit: Self.smallFileLimit) else { return nil }
+        for line in SmallFile.text(bytes).split(separator: "\n") {
             let fields = line.split(separator: " ")
             if fields.count == 2, fields[0] == "usage_usec" { return UInt64(fields[1]) }
         }
@@ -179,7 +179,7 @@ public struct ProcessInspector: Sendable {
     }
 
     private static func readStat(at path: String) -> ProcStat? {
-        ProcFile.read(path, limit: smallFileLimit).flatMap(ProcStat.init(parsing:))
+        SmallFile.read(path, limit: smallFileLimit).flatMap(ProcStat.init(parsing:))
     }
 
     static let clockTicksPerSecond: Double = {
@@ -229,47 +229,5 @@ struct ProcStat: Equatable {
         self.stime = UInt64(max(stime, 0))
         self.cutime = UInt64(max(cutime, 0))
         self.cstime = UInt64(max(cstime, 0))
-    }
-}
-
-/// Bounded reads of small files with plain system calls.
-enum ProcFile {
-    /// The file's bytes, or nil when it cannot be opened, is not a regular file, or is larger than `limit`.
-    static func read(_ path: String, limit: Int) -> [UInt8]? {
-        try? open(path, limit: limit, flags: 0).get()
-    }
-
-    /// An `errno` value from a failed read.
-    struct Failure: Error, Equatable {
-        var code: Int32
-    }
-
-    /// Like `read`, but says why it failed (`errno`; EFBIG for a file over `limit`, EINVAL for
-    /// one that is not a regular file).
-    static func open(_ path: String, limit: Int, flags: Int32) -> Result<[UInt8], Failure> {
-        // O_NONBLOCK: a FIFO planted where a file was expected must not block the opener.
-        let fd = Glibc.open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK | flags)
-        guard fd >= 0 else { return .failure(Failure(code: errno)) }
-        defer { close(fd) }
-        var info = stat()
-        guard fstat(fd, &info) == 0 else { return .failure(Failure(code: errno)) }
-        // procfs and cgroupfs files are regular files that report size 0, so read until EOF.
-        guard info.st_mode & S_IFMT == S_IFREG else { return .failure(Failure(code: EINVAL)) }
-        var bytes: [UInt8] = []
-        var chunk = [UInt8](repeating: 0, count: 4096)
-        while true {
-            let n = chunk.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, $0.count) }
-            if n < 0 {
-                if errno == EINTR { continue }
-                return .failure(Failure(code: errno))
-            }
-            if n == 0 { return .success(bytes) }
-            bytes += chunk[..<n]
-            if bytes.count > limit { return .failure(Failure(code: EFBIG)) }
-        }
-    }
-
-    static func text(_ bytes: [UInt8]) -> String {
-        String(decoding: bytes, as: UTF8.self)
     }
 }

@@ -1,6 +1,7 @@
 public import BGPolicyCore
 import Glibc
 import Logging
+import SystemPackage
 
 /// Runs `UdevPowerSource` alone and prints what it reports, for integration tests that drive
 /// a umockdev testbed and for looking at a machine by hand.
@@ -69,13 +70,6 @@ public enum UdevProbe {
 
     /// One unbuffered write per line, so a reader on a pipe sees each report at once.
     private static func writeLine(_ line: String) {
-        var bytes = Array((line + "\n").utf8)
-        var offset = 0
-        while offset < bytes.count {
-            let n = bytes.withUnsafeMutableBytes { write(STDOUT_FILENO, $0.baseAddress! + offset, $0.count - offset) }
-            if n < 0 && errno == EINTR { continue }
-            guard n > 0 else { return }
-            offset += n
-        }
+        _ = try? FileDescriptor.standardOutput.writeAll((line + "\n").utf8)
     }
 }

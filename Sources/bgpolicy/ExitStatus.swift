@@ -4,6 +4,7 @@ import BGPolicyDBus
 // @preconcurrency: for `stdout`, a C global that Swift 6 takes for shared mutable state. It is
 // read only by the exit handler, when no other thread writes it.
 @preconcurrency import Glibc
+import SystemPackage
 
 /// How bgpolicy ends, so that scripts can tell the cases apart (Docs/CLI.md, "Exit status").
 /// Usage errors are ArgumentParser's: 64 (EX_USAGE), with the usage text.
@@ -59,14 +60,9 @@ enum ExitStatus {
         writeStandardError(text)
     }
 
-    /// Writes `text` to standard error as it is, unbuffered.
+    /// Writes `text` to standard error as it is, unbuffered. A write that fails (a closed
+    /// descriptor) is dropped: there is nowhere left to say so.
     static func writeStandardError(_ text: String) {
-        var bytes = Array(text.utf8)[...]
-        while !bytes.isEmpty {
-            let n = bytes.withUnsafeBytes { write(STDERR_FILENO, $0.baseAddress, $0.count) }
-            if n < 0 && errno == EINTR { continue }
-            guard n > 0 else { return }
-            bytes = bytes.dropFirst(n)
-        }
+        _ = try? FileDescriptor.standardError.writeAll(text.utf8)
     }
 }

@@ -1,4 +1,4 @@
-import Glibc
+import SystemPackage
 
 /// A file a command writes (`timeline --svg`, `replay --refreshes`): created, or emptied, when
 /// opened, and written through a buffer, so that a long output (every refresh of a replay,
@@ -7,18 +7,22 @@ import Glibc
 final class OutputFile {
     struct Failure: Error { let message: String }
 
-    private var fd: Int32
+    private var fd: FileDescriptor?
     private var buffer: [UInt8] = []
     private var problem: String?
     static let bufferSize = 1 << 16
 
     init(creating path: String) throws(Failure) {
-        fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
-        guard fd >= 0 else { throw Failure(message: String(cString: strerror(errno))) }
+        do {
+            fd = try FileDescriptor.open(
+                path, .writeOnly, options: [.create, .truncate, .closeOnExec], permissions: [.ownerReadWrite, .groupRead, .otherRead])
+        } catch {
+            throw Failure(message: "\(error)")
+        }
         buffer.reserveCapacity(Self.bufferSize)
     }
 
-    deinit { if fd >= 0 { Glibc.close(fd) } }
+    deinit { try? fd?.close() }
 
     func write(_ text: String) {
         buffer.append(contentsOf: text.utf8)
@@ -29,24 +33,23 @@ final class OutputFile {
     /// went wrong first.
     func close() -> String? {
         flush()
-        guard fd >= 0 else { return problem }
-        if Glibc.close(fd) != 0, problem == nil { problem = String(cString: strerror(errno)) }
-        fd = -1
+        guard let open = fd else { return problem }
+        fd = nil
+        do {
+            try open.close()
+        } catch {
+            if problem == nil { problem = "\(error)" }
+        }
         return problem
     }
 
     private func flush() {
         defer { buffer.removeAll(keepingCapacity: true) }
-        guard problem == nil, fd >= 0 else { return }
-        var written = 0
-        while written < buffer.count {
-            let n = buffer.withUnsafeBytes { Glibc.write(fd, $0.baseAddress! + written, $0.count - written) }
-            if n < 0 && errno == EINTR { continue }
-            guard n > 0 else {
-                problem = n < 0 ? String(cString: strerror(errno)) : "nothing more could be written"
-                return
-            }
-            written += n
+        guard problem == nil, let fd else { return }
+        do {
+            try fd.writeAll(buffer)
+        } catch {
+            problem = "\(error)"
         }
     }
 }

@@ -1,6 +1,7 @@
 import ArgumentParser
 import BGPolicyCore
 import Glibc
+import SystemPackage
 
 /// `bgpolicy replay`: runs a refresh policy in virtual time over a usage trace and prints the
 /// figures of Docs/Replay.md. It works offline: it does not talk to bgpolicyd.
@@ -137,32 +138,27 @@ struct ReplayCommand: ParsableCommand {
 
     enum ReadResult { case success(String), failure(String) }
 
+    /// The whole file at `path`, which may be a pipe (`--trace /dev/stdin`, `<(…)`).
     static func readFile(_ path: String) -> ReadResult {
-        let fd = open(path, O_RDONLY | O_CLOEXEC)
-        guard fd >= 0 else { return .failure(String(cString: strerror(errno))) }
-        defer { close(fd) }
-        var bytes: [UInt8] = []
-        var buffer = [UInt8](repeating: 0, count: 1 << 16)
-        while true {
-            let n = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
-            if n < 0 {
-                if errno == EINTR { continue }
-                return .failure(String(cString: strerror(errno)))
-            }
-            if n == 0 { break }
-            bytes.append(contentsOf: buffer[0..<n])
+        do {
+            let fd = try FileDescriptor.open(path, .readOnly, options: .closeOnExec)
+            return .success(try fd.closeAfter {
+                var bytes: [UInt8] = []
+                var buffer = [UInt8](repeating: 0, count: 1 << 16)
+                while true {
+                    let n = try buffer.withUnsafeMutableBytes { try fd.read(into: $0) }
+                    if n == 0 { break }
+                    bytes.append(contentsOf: buffer[0..<n])
+                }
+                return String(decoding: bytes, as: UTF8.self)
+            })
+        } catch {
+            return .failure("\(error)")
         }
-        return .success(String(decoding: bytes, as: UTF8.self))
     }
 
     static func printError(_ message: String) {
         // The trace's text and the path are quoted in messages: no control character reaches the terminal.
-        var bytes = Array(("bgpolicy: " + TableText.cell(message) + "\n").utf8)[...]
-        while !bytes.isEmpty {
-            let n = bytes.withUnsafeBytes { write(STDERR_FILENO, $0.baseAddress, $0.count) }
-            if n < 0 && errno == EINTR { continue }
-            guard n > 0 else { return }
-            bytes = bytes.dropFirst(n)
-        }
+        ExitStatus.writeStandardError("bgpolicy: " + TableText.cell(message) + "\n")
     }
 }
