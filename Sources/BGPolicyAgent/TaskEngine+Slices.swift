@@ -1015,7 +1015,12 @@ extension TaskEngine {
         let action = configuration.cpu.action
         // Each enforcement is stored before it is done (`remember`), and not done if it cannot be.
         var unrecorded: String?
-        if action != .observe, let unit = slice.unit {
+        if action == .throttle, slice.unit != nil, let cgroup = slice.cgroupPath, inspector.cpuControllerAvailable(cgroupPath: cgroup) == false {
+            // Recorded as what it is: systemd would accept the quota, and it would do nothing.
+            detail = "still at \(percent) % of one core after the warning; not throttled: the cpu controller is not delegated to the "
+                + "systemd user manager (systemd before 252 delegates only pids and memory to user@.service), so a CPU quota "
+                + "would have no effect. Add Delegate=pids memory cpu to user@.service, or set [cpu] action = freeze"
+        } else if action != .observe, let unit = slice.unit {
             let intended: Slice.Enforcement = action == .throttle ? .throttled(unit: unit) : .frozen(unit: unit)
             if let refusal = remember(intended, slice: slice) {
                 unrecorded = refusal

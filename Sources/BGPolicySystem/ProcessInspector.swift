@@ -119,12 +119,31 @@ public struct ProcessInspector: Sendable {
         return CPUReading(cpuSeconds: Double(ticks) / Self.clockTicksPerSecond, fromCgroup: false)
     }
 
-    private func cgroupUsage(_ cgroupPath: String) -> UInt64? {
-        // The path comes from /proc, but the caller passes it: never climb out of the root.
+    /// Whether a CPU quota on the unit whose cgroup is `cgroupPath` can take effect: the `cpu`
+    /// controller is named in the `cgroup.controllers` of the cgroup above it (the slice the
+    /// unit is in). The systemd user manager can turn the controller on for its units only
+    /// where the system manager delegated it to `user@.service` (`Delegate=pids memory cpu`
+    /// from systemd 252; `pids memory` before, where `CPUQuota=` on a user unit is accepted and
+    /// does nothing). Nil when that cannot be read (cgroup v1, a path outside the root, no
+    /// such file): not known, so not assumed either way.
+    public func cpuControllerAvailable(cgroupPath: String) -> Bool? {
+        guard let directory = Self.checkedDirectory(cgroupPath), let slash = directory.lastIndex(of: "/") else { return nil }
+        let parent = String(directory[..<slash])
+        guard let bytes = SmallFile.read(cgroupRoot + parent + "/cgroup.controllers", limit: Self.smallFileLimit) else { return nil }
+        return SmallFile.text(bytes).split(whereSeparator: { $0 == " " || $0 == "\n" }).contains("cpu")
+    }
+
+    /// `cgroupPath` without a trailing slash; nil for a path that could climb out of the root
+    /// (the path comes from /proc, but the caller passes it).
+    private static func checkedDirectory(_ cgroupPath: String) -> String? {
         guard cgroupPath.hasPrefix("/"), !cgroupPath.split(separator: "/").contains(where: { $0 == ".." || $0 == "." }) else {
             return nil
         }
-        let directory = cgroupPath.hasSuffix("/") ? String(cgroupPath.dropLast()) : cgroupPath
+        return cgroupPath.hasSuffix("/") ? String(cgroupPath.dropLast()) : cgroupPath
+    }
+
+    private func cgroupUsage(_ cgroupPath: String) -> UInt64? {
+        guard let directory = Self.checkedDirectory(cgroupPath) else { return nil }
         guard let bytes = SmallFile.read(cgroupRoot + directory + "/cpu.stat", limit: Self.smallFileLimit) else { return nil }
         for line in SmallFile.text(bytes).split(separator: "\n") {
             let fields = line.split(separator: " ")

@@ -199,6 +199,26 @@ struct ProcessInspectorTests {
         #expect(roots.inspector.cpuUsage(pid: 12345, cgroupPath: "relative") == fallback)
     }
 
+    @Test("a CPU quota can work where the slice above the unit has the cpu controller; unknown where that is unreadable")
+    func cpuController() throws {
+        let roots = try FakeRoots()
+        let scope = "\(userManager)/app.slice/app-gnome-org.gnome.Maps-12345.scope"
+        #expect(roots.inspector.cpuControllerAvailable(cgroupPath: scope) == nil)
+        // systemd before 252: user@.service has Delegate=pids memory.
+        try roots.write("memory pids\n", to: "cgroup\(userManager)/app.slice/cgroup.controllers")
+        #expect(roots.inspector.cpuControllerAvailable(cgroupPath: scope) == false)
+        #expect(roots.inspector.cpuControllerAvailable(cgroupPath: scope + "/") == false)
+        // "cpuset" is not "cpu".
+        try roots.write("cpuset io memory pids\n", to: "cgroup\(userManager)/app.slice/cgroup.controllers")
+        #expect(roots.inspector.cpuControllerAvailable(cgroupPath: scope) == false)
+        try roots.write("cpuset cpu io memory pids\n", to: "cgroup\(userManager)/app.slice/cgroup.controllers")
+        #expect(roots.inspector.cpuControllerAvailable(cgroupPath: scope) == true)
+        // A path that could climb out of the root, or a relative one, is not read.
+        try roots.write("memory pids\n", to: "cgroup.controllers")
+        #expect(roots.inspector.cpuControllerAvailable(cgroupPath: "/../x.scope") == nil)
+        #expect(roots.inspector.cpuControllerAvailable(cgroupPath: "relative") == nil)
+    }
+
     @Test("a vanished process reads nil, even when its cgroup remains")
     func vanished() throws {
         let roots = try FakeRoots()

@@ -103,6 +103,29 @@ def test_freeze_action_freezes_then_thaws_the_unit(world):
     assert_cpu_agrees(entry, completed)
 
 
+def test_without_the_cpu_controller_a_throttle_is_not_pretended(world):
+    """systemd before 252 delegates only pids and memory to user@.service: a CPUQuota on a user
+    unit is accepted and does nothing. With the slice above the burner's unit lacking the cpu
+    controller, the agent does not ask for the quota and records what happened: observed, and
+    why, with what the user can do about it."""
+    slice_dir = world.cgroup_root / "user.slice/user-1000.slice/user@1000.service/app.slice"
+    slice_dir.mkdir(parents=True)
+    (slice_dir / "cgroup.controllers").write_text("memory pids\n")
+    systemd = world.start_systemd_mock(units=[BURNER_UNIT])
+    agent = world.start_agent(config=cpu_config("throttle"))
+    app, run = start_burner(world, BURNER_UNIT, "org.example.Burner")
+    observed = agent.wait_history("cpu-observed", app_id="org.example.Burner", timeout=16)
+    assert "the cpu controller is not delegated" in observed["detail"], observed
+    assert "action = freeze" in observed["detail"], observed
+    assert agent.events("cpu-warned", app_id="org.example.Burner")
+    assert agent.events("cpu-throttled", app_id="org.example.Burner") == []
+    assert systemd.calls("SetUnitProperties") == []
+    app.complete(run["task_id"], True, "no-data")
+    agent.wait_history("completed", task_id=run["task_id"], timeout=5)
+    assert systemd.calls("SetUnitProperties") == [], "nothing to lift"
+    assert agent.events("cpu-released", app_id="org.example.Burner") == []
+
+
 def test_processing_on_external_power_is_exempt_while_on_ac(world):
     systemd = world.start_systemd_mock(units=[BURNER_UNIT, EXEMPT_UNIT])
     agent = world.start_agent(config=cpu_config("throttle"))
