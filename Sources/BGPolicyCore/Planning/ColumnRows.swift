@@ -15,3 +15,18 @@ enum ColumnRows {
         return wider
     }
 }
+
+extension ColumnRows {
+    /// Takes `column` out of `cells` (`rows` rows of `capacity` cells, the first `count` of each
+    /// in use): the columns after it move one to the left in every row, and the cell left free at
+    /// the end of each row is `fill`, as a cell never used is. The capacity stays: a forgotten
+    /// app (`UsagePredictor.forget`) frees its column for the next one rather than its memory.
+    static func removeColumn<T>(_ column: Int, from cells: inout [T], rows: Int, capacity: Int, count: Int, fill: T) {
+        precondition(column >= 0 && column < count, "a column in use")
+        for row in 0..<rows {
+            let start = row * capacity
+            for c in column..<(count - 1) { cells[start + c] = cells[start + c + 1] }
+            cells[start + count - 1] = fill
+        }
+    }
+}

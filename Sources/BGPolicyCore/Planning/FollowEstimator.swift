@@ -93,6 +93,18 @@ public struct FollowEstimator: Sendable, Equatable {
         trialStart[i] = nil
     }
 
+    /// Forgets `appID`: its entry, its evidence and any trial it is in; the apps after it move
+    /// up one place. The evidence of all apps together keeps its share, as it names no app.
+    public mutating func forget(_ appID: String) {
+        guard let i = index.removeValue(forKey: appID) else { return }
+        inUse.remove(at: i)
+        lastUse.remove(at: i)
+        trialStart.remove(at: i)
+        trialRecent.remove(at: i)
+        evidence.removeSubrange((2 * i)..<(2 * i + 2))
+        for (id, position) in index where position > i { index[id] = position - 1 }
+    }
+
     /// Ends, as failures, the trials whose span has passed by `time`. (They are all failures,
     /// so the order they end in does not change what is learned.)
     /// The wall clock was set `step` seconds forward (or back): the last uses and the trials

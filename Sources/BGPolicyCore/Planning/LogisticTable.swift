@@ -32,6 +32,15 @@ struct LogisticTable: Sendable {
         return count - 1
     }
 
+    /// Takes the model in `column` out of the table: the models after it move one column to the
+    /// left (their owner renumbers them, `UsagePredictor.forget`), and the column freed at the end
+    /// is as one never used.
+    mutating func remove(column: Int) {
+        ColumnRows.removeColumn(column, from: &weights, rows: featureCount, capacity: capacity, count: count, fill: 0)
+        ColumnRows.removeColumn(column, from: &squares, rows: featureCount, capacity: capacity, count: count, fill: 1)
+        count -= 1
+    }
+
     /// Moves every row to rows of `newCapacity` columns (`ColumnRows.widened`).
     private mutating func grow(to newCapacity: Int) {
         weights = ColumnRows.widened(weights, rows: featureCount, capacity: capacity, count: count, to: newCapacity,

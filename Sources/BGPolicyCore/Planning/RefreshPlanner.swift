@@ -232,6 +232,25 @@ public struct RefreshPlanner: Sendable {
         predictor.recordOpenedUnseen(of: appID)
     }
 
+    /// Forgets `appID` (the user asked the agent to forget the app): its model in the
+    /// predictor, what the estimators learned of it, and its refreshes. It no longer counts
+    /// toward the pool: set `registeredAppCount` without it first, and the pool's daily gain and
+    /// cap fall by its share (what is left is cut to the new cap), and the share funded for it
+    /// goes back, so that the app known again later brings its share anew (`fundNewApps`), as a
+    /// new app does, and starts from the shared prior. What every app learned together (the
+    /// thresholds, what the refreshes paid, the user's activity) stays: it names no app.
+    public mutating func forget(_ appID: String) {
+        if let position = predictor.position(of: appID) { lastRefreshByPosition.remove(at: position) }
+        predictor.forget(appID)
+        lastRefresh[appID] = nil
+        refreshBefore[appID] = nil
+        reuse.forget(appID)
+        paid.forget(appID)
+        follow.forget(appID)
+        fundedApps = min(fundedApps, knownApps)
+        tokens = min(tokens, budgetPerDay)
+    }
+
     /// Whether to refresh `candidate` alone in a window at `time` just after the user left it:
     /// eligible, a token and room for a wake-up left, and the learned chance of a reopen within
     /// 15 min (`reuseProbability`, weighed by its standing) at the window's threshold and at the

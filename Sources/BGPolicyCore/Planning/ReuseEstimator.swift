@@ -62,6 +62,13 @@ public struct ReuseEstimator: Sendable, Equatable {
         if let left = open.removeValue(forKey: appID), time >= left { learn(appID, time - left <= span) }
     }
 
+    /// Forgets `appID`: its own evidence and any trial it is in. The evidence of all apps
+    /// together (`all`) keeps its share, as it names no app.
+    public mutating func forget(_ appID: String) {
+        apps[appID] = nil
+        open[appID] = nil
+    }
+
     /// The wall clock was set `step` seconds forward (or back): the trials under way move with
     /// it, so that each is as long under way as it was (`RefreshPlanner.wallClockStepped`).
     public mutating func wallClockStepped(by step: Double) {

@@ -46,6 +46,16 @@ struct SlotHistoryTable: Sendable {
         return count - 1
     }
 
+    /// Takes the app in `column` out of the table: the apps after it move one column to the left
+    /// (as in `LogisticTable.remove(column:)`), and the column freed at the end has no history.
+    mutating func remove(column: Int) {
+        ColumnRows.removeColumn(column, from: &opens, rows: slotsPerDay, capacity: capacity, count: count, fill: 0)
+        ColumnRows.removeColumn(column, from: &days, rows: slotsPerDay, capacity: capacity, count: count, fill: 0)
+        ColumnRows.removeColumn(column, from: &bins, rows: slotsPerDay, capacity: capacity, count: count, fill: 0)
+        ColumnRows.removeColumn(column, from: &logits, rows: slotsPerDay, capacity: capacity, count: count, fill: .nan)
+        count -= 1
+    }
+
     /// Moves every slot's row to rows of `newCapacity` columns (`ColumnRows.widened`).
     private mutating func grow(to newCapacity: Int) {
         opens = ColumnRows.widened(opens, rows: slotsPerDay, capacity: capacity, count: count, to: newCapacity, fill: 0)

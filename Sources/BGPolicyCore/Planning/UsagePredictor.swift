@@ -152,6 +152,28 @@ public struct UsagePredictor: Sendable {
         openedInUserSlot = true
     }
 
+    /// Forgets `appID` as if it had never been opened (the user asked the agent to forget the
+    /// app): its model, its weights and its slots on past days go, and the apps after it in the
+    /// tables move up one place (so `position(of:)` changes for them). Opened again later, it
+    /// starts from the shared prior, as a new app does. What all apps learned together (the
+    /// prior, the blend, the user's activity, the last open of any app) stays: it names no app,
+    /// and forgetting one app's share of it would mean learning it all again. Returns whether
+    /// the predictor knew the app.
+    @discardableResult
+    public mutating func forget(_ appID: String) -> Bool {
+        guard let i = index.removeValue(forKey: appID) else { return false }
+        weights.remove(column: i)
+        history.remove(column: i)
+        models.remove(at: i)
+        for (id, position) in index where position > i { index[id] = position - 1 }
+        let place = Self.upperBound(of: appID, in: order) - 1
+        precondition(place >= 0 && order[place] == appID, "a known app is in the order")
+        order.remove(at: place)
+        sorted.remove(at: place)
+        for k in sorted.indices where sorted[k] > i { sorted[k] -= 1 }
+        return true
+    }
+
     /// Records that the user left `appID`: it is no longer in use.
     public mutating func recordClose(of appID: String) {
         if let i = index[appID] { models[i].inUse = false }
