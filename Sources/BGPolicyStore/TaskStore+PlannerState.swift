@@ -28,23 +28,27 @@ extension TaskStore {
     /// Replaces the stored snapshot with `snapshot`, in one transaction: a full disk leaves the
     /// one stored before.
     public func savePlannerSnapshot(_ snapshot: RefreshPlanner.Snapshot) throws(StoreError) {
-        try write { db in
-            try db.execute(
-                sql: """
-                    INSERT OR REPLACE INTO planner_state
-                        (id, slot_start, window_threshold, app_threshold, tokens, paid_trials, paid_successes)
-                    VALUES (1, ?, ?, ?, ?, ?, ?)
-                    """,
-                arguments: [snapshot.slotStart, snapshot.windowThreshold, snapshot.appThreshold, snapshot.tokens,
-                            snapshot.refreshesPaid.trials, snapshot.refreshesPaid.successes])
-            try db.execute(sql: "DELETE FROM planner_wakes")
-            for time in Set(snapshot.wakes) {
-                try db.execute(sql: "INSERT INTO planner_wakes (time) VALUES (?)", arguments: [time])
-            }
-            try db.execute(sql: "DELETE FROM planner_refreshes")
-            for (app, time) in snapshot.lastRefresh {
-                try db.execute(sql: "INSERT INTO planner_refreshes (app_id, time) VALUES (?, ?)", arguments: [app, time])
-            }
+        try write { db in try Self.replacePlannerSnapshot(with: snapshot, db) }
+    }
+
+    /// The writes of `savePlannerSnapshot`, inside a transaction of the caller's
+    /// (`forgetApp`, which stores the snapshot of a planner that forgot the app).
+    static func replacePlannerSnapshot(with snapshot: RefreshPlanner.Snapshot, _ db: Database) throws {
+        try db.execute(
+            sql: """
+                INSERT OR REPLACE INTO planner_state
+                    (id, slot_start, window_threshold, app_threshold, tokens, paid_trials, paid_successes)
+                VALUES (1, ?, ?, ?, ?, ?, ?)
+                """,
+            arguments: [snapshot.slotStart, snapshot.windowThreshold, snapshot.appThreshold, snapshot.tokens,
+                        snapshot.refreshesPaid.trials, snapshot.refreshesPaid.successes])
+        try db.execute(sql: "DELETE FROM planner_wakes")
+        for time in Set(snapshot.wakes) {
+            try db.execute(sql: "INSERT INTO planner_wakes (time) VALUES (?)", arguments: [time])
+        }
+        try db.execute(sql: "DELETE FROM planner_refreshes")
+        for (app, time) in snapshot.lastRefresh {
+            try db.execute(sql: "INSERT INTO planner_refreshes (app_id, time) VALUES (?, ?)", arguments: [app, time])
         }
     }
 }
