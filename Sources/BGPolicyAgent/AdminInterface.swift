@@ -115,6 +115,11 @@ struct AdminInterface: Sendable {
                 try await engine.setGlobalEnabled(call.arguments.decode(Bool.self, at: 0))
                 return []
             }
+            .method("ForgetApp") { call in
+                try call.arguments.expect("s")
+                try await requireOutsideSandbox(call.sender)
+                return [try await engine.forgetApp(call.arguments.decode(String.self, at: 0)).dbusValue]
+            }
             .method("GetTimeline") { call in
                 try call.arguments.expect("s")
                 try await requireOutsideSandbox(call.sender)

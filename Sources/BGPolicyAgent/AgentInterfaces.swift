@@ -120,6 +120,30 @@ public enum AgentInterfaces {
                 inputs: [.init("enabled", .boolean, "false stops all background launches.")],
                 documentation: "SetGlobalEnabled:\nThe user's switch for all background work; it survives restarts."),
             .init(
+                "ForgetApp",
+                inputs: [.init("app_id", .string, "A registered app that is not running.")],
+                outputs: [.init("forgotten", asv, """
+                    What was forgotten: "app_id" (s); "identifiers" (as) the task identifiers it had
+                    registered; counts (u) of "pending" requests, queued "content_wakes", "history"
+                    entries (its violations among them), raw "usage_events" and "usage_aggregates"
+                    (hours of the week of older use), its "violations" of the last 7 days, and "rows"
+                    (every stored row removed); "learned_model" (b) whether the refresh planner had
+                    learned its use.
+                    """)],
+                documentation: """
+                    ForgetApp:
+                    Removes everything the agent keeps about an app, for an app that was uninstalled or
+                    whose use the user wants forgotten: its registration and switch, pending requests,
+                    queued content-available wake, history, usage log and what the refresh planner
+                    learned of it (which stops counting toward the shared refresh budget), in memory and
+                    on disk, in one transaction: on failure (Failed, a full disk) nothing is forgotten.
+                    Registered again, the app starts as a new one. NotRegistered for an unknown app;
+                    NotPermitted while the app runs (connected to the bus, a slice or background task
+                    under way, an app unit open): quit it first, since it would register again at once;
+                    Unavailable while a delivery to it, or a change to its requests, is on its way, or
+                    while a CPU limit the agent left on it cannot be lifted yet (try again later).
+                    """),
+            .init(
                 "Explain",
                 inputs: [.init("app_id", .string, "A registered app."), .init("identifier", .string, "One of its task identifiers.")],
                 outputs: [.init("explanation", asv, """

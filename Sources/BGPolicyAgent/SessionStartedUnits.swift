@@ -64,3 +64,12 @@ struct SessionStartedUnits: Sendable {
         AppIdentityParser.isAutostartUnit(unit) || followers.contains(unit)
     }
 }
+
+extension SessionStartedUnits {
+    /// Forgets `appID` (`TaskEngine.forgetApp`): its autostart unit's appearance and its units
+    /// started by the session.
+    mutating func forget(_ appID: AppID) {
+        autostartedAt[appID] = nil
+        followers = followers.filter { AppIdentityParser.appID(fromUnitName: $0) != appID }
+    }
+}
