@@ -85,7 +85,7 @@ stage_units() {
     # warn about what man would show wrong), and bgpolicyd's lists no subcommand.
     local man="$tmp/prefix/share/man" page command pages=0
     local expected=() installed=()
-    for command in "" .status .apps .pending .history .explain .timeline .enable .disable .simulate \
+    for command in "" .status .apps .pending .history .explain .timeline .enable .disable .forget .simulate \
         .simulate.launch .simulate.expire .replay; do
         [[ -f $man/man1/bgpolicy$command.1 ]] || { echo "make install wrote no man1/bgpolicy$command.1" >&2; return 1; }
         expected+=("bgpolicy$command.1")

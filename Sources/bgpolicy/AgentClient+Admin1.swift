@@ -46,6 +46,11 @@ extension AgentClient {
         try await perform("SetGlobalEnabled", [.boolean(enabled)])
     }
 
+    /// What the agent forgot of the app: a{sv} (see ForgetCommand).
+    func forgetApp(_ app: String) async throws -> VariantDictionary {
+        try await dictionary("ForgetApp", [.string(app)])
+    }
+
     /// The agent answers once the app has accepted the task or cannot be reached: up to 25 s
     /// for an app it starts by D-Bus activation, after its turn among apps starting.
     static let launchTimeout: Duration = .seconds(120)

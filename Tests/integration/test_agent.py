@@ -176,7 +176,7 @@ def test_gdbus_and_busctl_call_getstatus(agent, bus):
 HELP_COMMANDS = [
     ["--help"], ["status", "--help"], ["apps", "--help"], ["pending", "--help"], ["history", "--help"],
     ["explain", "--help"], ["timeline", "--help"], ["enable", "--help"], ["disable", "--help"],
-    ["simulate", "--help"], ["simulate", "launch", "--help"], ["simulate", "expire", "--help"],
+    ["forget", "--help"], ["simulate", "--help"], ["simulate", "launch", "--help"], ["simulate", "expire", "--help"],
     ["replay", "--help"],
 ]
 
@@ -250,7 +250,7 @@ def test_explain_of_an_unknown_app(agent):
 
 
 @pytest.mark.parametrize("command", [
-    ["enable", "org.example.Nobody"], ["disable", "org.example.Nobody"],
+    ["enable", "org.example.Nobody"], ["disable", "org.example.Nobody"], ["forget", "org.example.Nobody"],
     ["simulate", "launch", "org.example.Nobody", "refresh"], ["simulate", "expire", "org.example.Nobody", "refresh"],
 ], ids=lambda c: " ".join(c))
 def test_commands_on_an_unknown_app_are_refused(agent, command):
@@ -300,6 +300,8 @@ def test_global_switch_round_trips(agent):
     (["bogus"], "'bogus' is not a bgpolicy command; the commands are: status, apps"),
     (["explain", "org.example.Feeds"], "Missing expected argument '<identifier>'"),
     (["simulate", "launch", "org.example.Feeds"], "Missing expected argument '<identifier>'"),
+    (["forget"], "Missing expected argument '<app>'"),
+    (["forget", "org.example.Feeds", "org.example.Maps"], "Unexpected argument 'org.example.Maps'"),
     (["simulate", "stop", "org.example.Feeds", "x"], "unexpected arguments"),
     (["simulate"], "name what to simulate: 'launch APP ID' or 'expire APP ID'\nUsage: bgpolicy simulate <subcommand>"),
     (["help", "bogus"], "'bogus' is not a bgpolicy command; the commands are: status, apps"),
@@ -327,7 +329,7 @@ def test_help_for_a_command_names_it(command):
 
 @pytest.mark.parametrize("command", [
     ["apps"], ["pending"], ["history"], ["explain", "a.b", "c"], ["enable", "--all"], ["disable", "a.b"],
-    ["simulate", "launch", "a.b", "c"], ["simulate", "expire", "a.b", "c"],
+    ["forget", "a.b"], ["simulate", "launch", "a.b", "c"], ["simulate", "expire", "a.b", "c"],
 ], ids=lambda c: " ".join(c))
 def test_every_command_says_when_the_agent_is_not_running(bus, command):
     env = dict(os.environ, DBUS_SESSION_BUS_ADDRESS=bus.address)

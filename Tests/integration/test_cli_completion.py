@@ -71,7 +71,7 @@ def test_bash_completes_app_ids_and_identifiers_from_the_running_agent(world):
     # App ids: every registered app, then those that start with what was typed.
     assert offered("explain", "") == [mail, maps]
     assert offered("explain", "org.example.Mai") == [mail]
-    for command in (["enable"], ["disable"], ["pending"], ["history"], ["timeline"], ["simulate", "launch"]):
+    for command in (["enable"], ["disable"], ["forget"], ["pending"], ["history"], ["timeline"], ["simulate", "launch"]):
         assert offered(*command, "org.example.Ma") == [mail, maps], command
     assert offered("explain", "org.example.Nobody") == []
 
