@@ -207,7 +207,8 @@ def test_admin1_refuses_apps_in_a_sandbox(world):
                                         ("SetAppEnabled", "sb", ("org.example.Bank", False)),
                                         ("Explain", "ss", ("org.example.Bank", "org.example.Bank.refresh")),
                                         ("SimulateLaunch", "ss", ("org.example.Bank", "org.example.Bank.refresh")),
-                                        ("GetTimeline", "s", ("",))):
+                                        ("GetTimeline", "s", ("",)),
+                                        ("ForgetApp", "s", ("org.example.Bank",))):
             message = expect_error("AccessDenied", app.call, th.ADMIN, method, signature, args)
             assert words in message and "bgpolicy command" in message, (method, message)
         (status,) = app.call(th.ADMIN, "GetStatus")
