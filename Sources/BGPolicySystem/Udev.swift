@@ -150,6 +150,19 @@ enum Udev {
             }
             return count
         }
+
+        /// Reads and clears the error pending on a socket (`SO_ERROR`): 0 when there is none.
+        /// On the monitor's netlink socket that is ENOBUFS, set when uevents overflowed the
+        /// receive buffer and were dropped; until it is read, `poll` keeps reporting `POLLERR`.
+        /// Static, on a descriptor, so that the owner thread's loop can be tested on any socket.
+        static func takeSocketError(_ socket: Int32) throws(UdevError) -> Int32 {
+            var error: Int32 = 0
+            var length = socklen_t(MemoryLayout<Int32>.size)
+            guard getsockopt(socket, SOL_SOCKET, SO_ERROR, &error, &length) == 0 else {
+                throw UdevError(call: "getsockopt(SO_ERROR)", code: errno)
+            }
+            return error
+        }
     }
 }
 

@@ -12,6 +12,12 @@ import Synchronization
 ///
 /// Listening starts before the first enumeration, so a change between the two cannot be
 /// missed: it arrives as a uevent and causes a second enumeration.
+///
+/// Lost uevents are not the end. When a burst overflows the socket's receive buffer the kernel
+/// drops uevents and reports ENOBUFS as an error on the socket (`POLLERR`); the thread clears
+/// it and enumerates again, which covers whatever was lost. Only a socket that hangs up or is
+/// not open (`POLLHUP`, `POLLNVAL`), or an error that reading it does not clear, ends the
+/// thread: the source then reports its facts lost, and nothing starts it again.
 final class UdevPowerSupplyMonitor: Sendable {
     enum Event: Sendable, Equatable {
         /// Every `power_supply` device, sorted by name.
@@ -49,6 +55,14 @@ final class UdevPowerSupplyMonitor: Sendable {
                 return waiters
             }
             for waiter in waiters { waiter.resume() }
+        }
+
+        /// What `stop()` and `rescan()` asked since the last call; the rescan request is taken.
+        func takeRequests() -> (stop: Bool, rescan: Bool) {
+            state.withLock { state in
+                defer { state.rescan = false }
+                return (state.stop, state.rescan)
+            }
         }
     }
 
@@ -170,41 +184,72 @@ final class UdevPowerSupplyMonitor: Sendable {
         // Non-copyable locals end with this scope, in reverse order: monitor, then context.
         let context = try Udev.Context()
         let monitor = try Udev.Monitor.listening(subsystem: Self.subsystem, in: context)
+        let shared = shared
         shared.events.yield(.devices(try Self.enumerate(in: context)))
+        try Self.wait(
+            socket: monitor.fd, wake: wakeFD, requests: { shared.takeRequests() }, drain: { _ = monitor.drain() },
+            enumerate: { () throws(UdevError) in shared.events.yield(.devices(try Self.enumerate(in: context))) })
+    }
 
+    /// Sleeps in `poll` on the uevent socket and the wake eventfd until `requests` says stop;
+    /// calls `enumerate` after uevents, after a rescan request and after lost uevents. Apart
+    /// from libudev (the socket is a descriptor, its reading a closure) so that a test can hand
+    /// it a socket with a real error pending.
+    ///
+    /// On a netlink socket `POLLERR` is the kernel saying that uevents did not fit in the
+    /// receive buffer and were dropped (ENOBUFS). With `POLLIN`, as an overflow comes, `drain`
+    /// clears it (libudev's next `recvmsg` returns the error, which ends that drain; what is
+    /// still queued wakes the next `poll`). Alone, reading `SO_ERROR` clears it. Either way an
+    /// enumeration covers what was lost. `POLLERR` that `SO_ERROR` cannot clear would make
+    /// every `poll` return at once: after `maximumUnclearedErrors` in a row the loop throws
+    /// rather than spin, as it does for `POLLHUP` and `POLLNVAL`.
+    static func wait(
+        socket: Int32, wake: Int32, requests: () -> (stop: Bool, rescan: Bool), drain: () -> Void,
+        enumerate: () throws(UdevError) -> Void
+    ) throws(UdevError) {
         var fds = [
-            pollfd(fd: monitor.fd, events: Int16(POLLIN), revents: 0),
-            pollfd(fd: wakeFD, events: Int16(POLLIN), revents: 0),
+            pollfd(fd: socket, events: Int16(POLLIN), revents: 0),
+            pollfd(fd: wake, events: Int16(POLLIN), revents: 0),
         ]
+        var unclearedErrors = 0
         while true {
             let ready = fds.withUnsafeMutableBufferPointer { poll($0.baseAddress, nfds_t($0.count), -1) }
             if ready < 0 {
                 if errno == EINTR { continue }
                 throw UdevError(call: "poll", code: errno)
             }
-            var enumerate = false
+            var rescan = false
             if fds[1].revents != 0 {
                 var value: UInt64 = 0
-                _ = withUnsafeMutableBytes(of: &value) { read(wakeFD, $0.baseAddress, 8) }
-                let (stop, rescan) = shared.state.withLock { state in
-                    defer { state.rescan = false }
-                    return (state.stop, state.rescan)
-                }
-                if stop { return }
-                enumerate = rescan
+                _ = withUnsafeMutableBytes(of: &value) { read(wake, $0.baseAddress, 8) }
+                let asked = requests()
+                if asked.stop { return }
+                rescan = asked.rescan
             }
-            let socket = fds[0].revents
-            if socket & Int16(POLLIN) != 0 {
-                _ = monitor.drain()
+            let events = fds[0].revents
+            if events & Int16(POLLIN) != 0 {
+                drain()
                 // Enumerate even if nothing passed libudev's checks: a lost burst (ENOBUFS)
                 // also wakes us, and a spare enumeration costs a few file reads.
-                enumerate = true
-            } else if socket & Int16(POLLERR | POLLHUP | POLLNVAL) != 0 {
+                rescan = true
+                unclearedErrors = 0
+            } else if events & Int16(POLLHUP | POLLNVAL) != 0 {
                 throw UdevError(call: "poll(udev monitor)", code: EPIPE)
+            } else if events & Int16(POLLERR) != 0 {
+                if try Udev.Monitor.takeSocketError(socket) == 0 {
+                    unclearedErrors += 1
+                    guard unclearedErrors < maximumUnclearedErrors else { throw UdevError(call: "poll(udev monitor)", code: EIO) }
+                } else {
+                    unclearedErrors = 0
+                }
+                rescan = true
             }
-            if enumerate { shared.events.yield(.devices(try Self.enumerate(in: context))) }
+            if rescan { try enumerate() }
         }
     }
+
+    /// `POLLERR` wake-ups in a row with no error to clear before the loop gives up.
+    static let maximumUnclearedErrors = 3
 
     /// One scan of `power_supply`, copied into values. A device that vanished between the
     /// scan and the read is skipped.

@@ -52,6 +52,78 @@ struct UdevPowerSupplyMonitorTests {
         await monitor.finished()
     }
 
+    /// A real `POLLERR` with nothing to read, as netlink reports uevents dropped from a full
+    /// receive buffer (ENOBUFS): the loop clears the error, enumerates again and goes on. It
+    /// used to throw, which ended the thread and left the agent without udev's power facts
+    /// until it restarted. The socket is a UDP one whose datagram to a closed port came back
+    /// refused (ECONNREFUSED pending): an overflowed netlink socket also has uevents queued
+    /// (`POLLIN` with `POLLERR`, which the loop always handled by draining), and under
+    /// umockdev the "netlink" socket is a Unix one, which never overflows into an error.
+    @Test(.timeLimit(.minutes(1)))
+    func anErrorOnTheSocketIsClearedAndCoveredByAnEnumeration() throws {
+        let socket = try Self.refusedUDPSocket()
+        defer { close(socket) }
+        var pending = pollfd(fd: socket, events: Int16(POLLIN), revents: 0)
+        try #require(poll(&pending, 1, 5000) == 1 && pending.revents == Int16(POLLERR), "no lone POLLERR: \(pending.revents)")
+        let wake = try Self.pipePair()
+        defer { close(wake.read); close(wake.write) }
+        var stop = false
+        var enumerations = 0
+        try UdevPowerSupplyMonitor.wait(
+            socket: socket, wake: wake.read, requests: { (stop, false) },
+            drain: { Issue.record("drained a socket with nothing to read") },
+            enumerate: {
+                enumerations += 1
+                // The loop carries on after the rescan: ask it to stop, as `stop()` does.
+                stop = true
+                var one: UInt64 = 1
+                _ = withUnsafeBytes(of: &one) { write(wake.write, $0.baseAddress, 8) }
+            })
+        #expect(enumerations == 1)
+        // Cleared, not just seen: poll would otherwise report it again at once, for ever.
+        #expect(try Udev.Monitor.takeSocketError(socket) == 0)
+    }
+
+    /// A descriptor that is not open (`POLLNVAL`) still ends the loop, with an error.
+    @Test(.timeLimit(.minutes(1)))
+    func aSocketThatIsNotOpenEndsTheLoop() throws {
+        let wake = try Self.pipePair()
+        defer { close(wake.read); close(wake.write) }
+        #expect(throws: UdevError(call: "poll(udev monitor)", code: EPIPE)) {
+            try UdevPowerSupplyMonitor.wait(
+                socket: 1_000_000, wake: wake.read, requests: { (false, false) }, drain: {},
+                enumerate: { Issue.record("enumerated for a socket that is not open") })
+        }
+    }
+
+    /// A connected UDP socket with ECONNREFUSED pending: its datagram went to a loopback port
+    /// nobody listens on (bound, read and closed first).
+    static func refusedUDPSocket() throws -> Int32 {
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = UInt32(0x7f00_0001).bigEndian
+        let size = socklen_t(MemoryLayout<sockaddr_in>.size)
+        func withAddress<R>(_ body: (UnsafeMutablePointer<sockaddr>) -> R) -> R {
+            withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1, body) }
+        }
+        let probe = Glibc.socket(AF_INET, Int32(SOCK_DGRAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        try #require(probe >= 0)
+        var length = size
+        try #require(withAddress { bind(probe, $0, size) } == 0 && withAddress { getsockname(probe, $0, &length) } == 0)
+        close(probe)
+        let socket = Glibc.socket(AF_INET, Int32(SOCK_DGRAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        try #require(socket >= 0)
+        try #require(withAddress { connect(socket, $0, size) } == 0)
+        try #require(send(socket, "x", 1, 0) == 1)
+        return socket
+    }
+
+    static func pipePair() throws -> (read: Int32, write: Int32) {
+        var fds: [Int32] = [-1, -1]
+        try #require(pipe(&fds) == 0)
+        return (fds[0], fds[1])
+    }
+
     @Test func missingDevicesAreTypedErrors() throws {
         let context = try Udev.Context()
         #expect(throws: UdevError(call: "udev_device_new_from_syspath", code: ENODEV)) {
