@@ -8,10 +8,16 @@ import Synchronization
 ///
 /// - The session: `GetUser(uid)` → `Display`; when that names no session (`/`), the user's
 ///   `Sessions`, preferring an active graphical one. Its `LockedHint` and `IdleHint` are
-///   followed through `PropertiesChanged`, and its `Lock`/`Unlock` signals, which logind sends
-///   on the real session path only. `IdleHint` is not kept current by GNOME or KDE; the core
-///   also counts a locked session as idle, and no input by GNOME's idle monitor
+///   followed through `PropertiesChanged`. `IdleHint` is not kept current by GNOME or KDE; the
+///   core also counts a locked session as idle, and no input by GNOME's idle monitor
 ///   (`IdleMonitorSource`; Docs/Conditions.md).
+/// - Locked is `LockedHint`, and nothing else. logind's `Lock` and `Unlock` signals are
+///   requests to the session's screen locker (`loginctl lock-session`, logind's own locking),
+///   not its state: GNOME's and KDE's lockers act on them and set `LockedHint`, which is
+///   followed; a locker that does not set it (xss-lock with i3lock) says nothing when the user
+///   unlocks, so a `Lock` taken as "locked" stayed so while the user worked, and a locked
+///   session counts as idle, which let processing work run. Such a locker's screen is not seen
+///   as locked; idle is then logind's `IdleHint` (and the idle monitor) alone.
 /// - Sleep: a `sleep` delay inhibitor is held while awake. On `PrepareForSleep(true)` the
 ///   agent is told (it expires running slices), then the inhibitor is released so the machine
 ///   may sleep; on `PrepareForSleep(false)` it is taken again and the agent is told to read
@@ -159,8 +165,6 @@ public struct LogindSource: ConditionSource {
     private func followSession(at sessionPath: ObjectPath, owner: String, context: SourceContext) async throws {
         let session = RemoteObject(connection: connection, owner: owner, path: sessionPath, interface: Self.sessionInterface)
         let changes = try await session.propertiesChanged()
-        let locks = try await connection.subscribe(MatchRule(sender: owner, interface: Self.sessionInterface, member: "Lock", path: sessionPath))
-        let unlocks = try await connection.subscribe(MatchRule(sender: owner, interface: Self.sessionInterface, member: "Unlock", path: sessionPath))
 
         var sample = SessionSample(locked: false, idleHint: false)
         var reported: SessionSample?
@@ -177,26 +181,9 @@ public struct LogindSource: ConditionSource {
             await publish()
         }
         try await read()
-        enum Event: Sendable { case changed, lock, unlock }
-        let (events, feed) = AsyncStream.makeStream(of: Event.self)
-        try await withThrowingTaskGroup(of: Void.self) { group in
-            group.addTask { for try await _ in changes { feed.yield(.changed) } }
-            group.addTask { for try await _ in locks { feed.yield(.lock) } }
-            group.addTask { for try await _ in unlocks { feed.yield(.unlock) } }
-            for await event in events {
-                switch event {
-                case .changed: try await read()
-                // Lock and Unlock ask the session's locker to act; LockedHint confirms it later.
-                case .lock:
-                    sample.locked = true
-                    await publish()
-                case .unlock:
-                    sample.locked = false
-                    await publish()
-                }
-            }
-            group.cancelAll()
-        }
+        // Lock and Unlock are not followed: they ask the locker to act, and LockedHint says
+        // whether it did (see the type's comment).
+        for try await _ in changes { try await read() }
     }
 
     /// The user's graphical session: `User.Display`, else an active graphical session of the

@@ -378,10 +378,38 @@ def test_session_lock_and_unlock(world):
     logind.call(iface, "SetLockedHint", "b", (False,), path=session)
     agent.wait_conditions(lambda c: c.get("locked") is False, timeout=2, what="LockedHint false -> unlocked")
 
-    logind.call(iface, "Lock", path=session)  # the Lock signal on the session's path
-    agent.wait_conditions(lambda c: c.get("locked") is True, timeout=2, what="Lock signal -> locked")
+    # Lock and Unlock (signals on the session's path) ask the session's screen locker to act;
+    # GNOME's and KDE's lockers do, and set LockedHint, which is what the agent reads.
+    logind.call(iface, "Lock", path=session)
+    logind.call(iface, "SetLockedHint", "b", (True,), path=session)
+    agent.wait_conditions(lambda c: c.get("locked") is True, timeout=2, what="Lock, then the locker's LockedHint -> locked")
     logind.call(iface, "Unlock", path=session)
-    agent.wait_conditions(lambda c: c.get("locked") is False, timeout=2, what="Unlock signal -> unlocked")
+    logind.call(iface, "SetLockedHint", "b", (False,), path=session)
+    agent.wait_conditions(lambda c: c.get("locked") is False, timeout=2, what="Unlock, then LockedHint false -> unlocked")
+
+
+def test_a_lock_that_no_locker_confirms_is_not_a_locked_session(world):
+    """xss-lock with i3lock: logind's Lock signal starts the locker, which never sets LockedHint,
+    and the user's unlock sends nothing at all (Unlock comes only from `loginctl unlock-session`).
+    The agent took Lock itself as "locked", until an Unlock or a change of the session's
+    properties: after the user unlocked it still counted the session as locked, so idle, and
+    ran processing work while they worked. LockedHint is the state; a bare Lock changes nothing."""
+    world.use_testbed(h.new_testbed())
+    system = world.start_system_bus()
+    logind = h.start_logind(world.stack, system, world.env())
+    agent = world.start_agent()
+    agent.wait_conditions(lambda c: "logind" in c["sources"] and c.get("locked") is False,
+                          what="logind live, session unlocked")
+    since = time.monotonic()
+    logind.call("org.freedesktop.login1.Session", "Lock", path=logind.session_path)
+    # The user types their password into i3lock: nothing on the bus. The agent took a Lock as
+    # "locked" within milliseconds; give it far longer.
+    changed = agent.wait_changed(lambda c: c.get("locked") is True, since, timeout=1.5)
+    assert changed is None, f"a Lock signal alone made the session locked: {changed!r}"
+    c = agent.conditions()
+    assert c.get("locked") is False and c.get("idle") is False, c
+    assert "locked" not in c["summary"], c["summary"]
+    assert agent.proc.alive(), agent.stderr_tail()
 
 
 def test_a_session_that_starts_after_the_agent_is_followed(world):
