@@ -13,6 +13,12 @@ import Synchronization
 /// values were checked and the bytes validated when the first was sent. Values are compared as
 /// Swift compares them, so a -0.0 where the last reply had 0.0 goes as 0.0. One reply is kept
 /// per method, the last one written; it is only ever copied, never sent or changed.
+///
+/// A reply that carries a Unix file descriptor is never kept. A kept reply holds its body's
+/// descriptors open (the `UnixFD`s of the body, and libdbus's duplicates in the message) until
+/// the method answers something else: the write end of a pipe handed out would never reach
+/// end-of-file at the reader, and a descriptor that stands for a hold (as logind's inhibitors
+/// do) would not be released when the caller closes it.
 final class ReplyTemplates: Sendable {
     /// A method, by the interface and member its call named (no string is built per call).
     struct Method: Hashable, Sendable {
@@ -45,9 +51,10 @@ final class ReplyTemplates: Sendable {
     }
 
     /// Keeps `message`, just encoded from `reply`, as the last reply of `method` (if `reply` is
-    /// a plain method return). It must not be sent itself: sending gives a message its serial.
+    /// a plain method return without descriptors). It must not be sent itself: sending gives a
+    /// message its serial.
     func keep(_ message: RawMessage, for reply: Message, method: Method) {
-        guard Self.isPlainReturn(reply) else { return }
+        guard Self.isPlainReturn(reply), dbus_message_contains_unix_fds(message.pointer) == 0 else { return }
         templates.withLock { $0[method] = Template(body: reply.body, destination: reply.destination, message: message) }
     }
 

@@ -671,6 +671,28 @@ struct ReplyTemplateTests {
         #expect(try templates.copy(for: call.makeError(name: "org.ex.Error.No", message: "no"), method: get) == nil)
     }
 
+    /// A reply carrying a descriptor is not kept: a kept one held the descriptor open (the
+    /// body's `UnixFD` and libdbus's duplicate) until the method's next, different reply, so
+    /// the write end of a pipe handed out never reached end-of-file at its reader.
+    @Test func aReplyWithADescriptorIsNotKept() throws {
+        var ends: [Int32] = [-1, -1]
+        try #require(pipe(&ends) == 0)
+        defer { close(ends[0]) }
+        let templates = ReplyTemplates()
+        let open = ReplyTemplates.Method(interface: "org.ex.I", member: "Open")
+        do {
+            var call = Message.methodCall(destination: ":1.1", path: try ObjectPath("/o"), interface: "org.ex.I", member: "Open")
+            call.serial = 5
+            call.sender = ":1.9"
+            let reply = call.makeReply([.unixFD(UnixFD(taking: ends[1]))])
+            _ = try reply.encodeReply(method: open, templates: templates)
+            #expect(try templates.copy(for: reply, method: open) == nil)
+        }
+        // The reply and its message are gone: so is every copy of the write end.
+        var reader = pollfd(fd: ends[0], events: Int16(POLLIN), revents: 0)
+        #expect(poll(&reader, 1, 0) == 1 && reader.revents & Int16(POLLHUP) != 0, "the write end is still open somewhere")
+    }
+
     /// Through a bus: two callers take turns calling an immediate method, each gets its own
     /// answer (a reply with the wrong serial or destination would never arrive, and the call
     /// would time out), and a changed snapshot is answered at once.
