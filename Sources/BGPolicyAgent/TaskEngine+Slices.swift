@@ -345,7 +345,7 @@ extension TaskEngine {
         if runtime.latestConnection == nil, runtime.record.busName != nil {
             let asked = ContinuousClock.now
             waitingForStartTurn.insert(appID)
-            await takeStartTurn()
+            await takeStartTurn(for: appID)
             waitingForStartTurn.remove(appID)
             turnHeld = true
             waitedForTurn = ContinuousClock.now - asked
@@ -569,10 +569,15 @@ extension TaskEngine {
         delivering.contains(appID) && !waitingForStartTurn.contains(appID)
     }
 
-    /// Waits for a turn to start an app by D-Bus activation (`StartTurns`).
-    func takeStartTurn() async {
+    /// Waits for a turn to start an app by D-Bus activation (`StartTurns`). A launch that must
+    /// queue says so: the rules are asked again when its turn comes (`Launch held`).
+    func takeStartTurn(for appID: AppID) async {
         await withCheckedContinuation { (turn: CheckedContinuation<Void, Never>) in
-            if startTurns.ask(turn) { turn.resume() }
+            if startTurns.ask(turn) { return turn.resume() }
+            logger.debug(
+                "Launch waits for its turn to start the app",
+                metadata: ["app.id": "\(appID)", "starts.under_way": "\(startTurns.running)",
+                           "starts.waiting": "\(startTurns.waiting)"])
         }
     }
 
