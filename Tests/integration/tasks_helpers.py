@@ -1097,10 +1097,15 @@ def main_activated(args):
     """An app that the bus starts: it writes its own place in the fake proc tree, registers with
     app_id and bus_name, exports Client1, then takes the name; it completes what it is given."""
     address = args.address or os.environ.get("DBUS_STARTER_ADDRESS") or os.environ["DBUS_SESSION_BUS_ADDRESS"]
-    if args.start_delay and not (args.submit or args.register_only):
-        # A slow start: the process is up, but takes its name only after a while.
+    if (args.start_delay or args.start_gate) and not (args.submit or args.register_only):
+        # A slow start: the process is up, but takes its name only after a while, or, held by
+        # the test, once the file `--start-gate` names exists (at most `--limit` seconds).
         AppProgram.record_to(args.log, "Launched", pid=os.getpid())
         time.sleep(args.start_delay)
+        if args.start_gate:
+            deadline = time.monotonic() + args.limit
+            while not os.path.exists(args.start_gate) and time.monotonic() < deadline:
+                time.sleep(0.02)
     if args.proc_root:
         d = Path(args.proc_root) / str(os.getpid())
         d.mkdir(parents=True, exist_ok=True)
@@ -1133,7 +1138,8 @@ def main_activated(args):
     if args.submit:
         try:
             call(conn, SCHEDULER, "Submit", "ssa{sv}",
-                 (args.identifier, "refresh", submit_options(earliest_begin=later(args.due_in))))
+                 (args.identifier, "refresh",
+                  submit_options(earliest_begin=args.due_at if args.due_at is not None else later(args.due_in))))
             program.record("Submitted", identifier=args.identifier)
         except AgentError as error:
             program.record("SubmitFailed", name=error.name, message=error.message)
@@ -1225,8 +1231,13 @@ def main(argv=None):
     p.add_argument("--submit", action="store_true", help="submit a refresh (due in --due-in seconds), then exit")
     p.add_argument("--register-only", action="store_true", help="register, take the bus name, then exit")
     p.add_argument("--due-in", type=float, default=3600, help="the submitted refresh's earliest_begin, from now")
+    p.add_argument("--due-at", type=int,
+                   help="the submitted refresh's earliest_begin in Unix seconds, instead of --due-in: what the "
+                        "test computed, whenever this process gets to submit")
     p.add_argument("--work-seconds", type=float, default=0.2)
     p.add_argument("--start-delay", type=float, default=0, help="seconds to wait before connecting, when started")
+    p.add_argument("--start-gate", metavar="FILE",
+                   help="when started, wait (after --start-delay) until FILE exists before connecting")
     p.add_argument("--exit-after-run-task", type=float, metavar="SECONDS",
                    help="exit this many seconds after answering RunTask (0: at once), never completing it")
     p.add_argument("--stop-agent-on-run-task", action="store_true",
