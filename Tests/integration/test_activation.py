@@ -231,13 +231,24 @@ def test_apps_the_agent_starts_take_turns(activation_world):
                                                           if start > min(s for s, _ in spans) + 1), (waited, spans)
 
 
+def waits_its_turn(agent, app_id):
+    """Waits until the agent says that its launch of `app_id` waits for its turn to start it."""
+    th.wait_until(lambda: [line for line in agent.stderr().splitlines()
+                           if "Launch waits for its turn" in line and f"app.id={app_id}" in line], 10,
+                  f"{app_id}'s launch waits its turn")
+
+
 def two_slow_apps_due_in_one_window(world):
-    """Two D-Bus activatable apps that take 3 s to start, each run once to register and submit
-    a refresh due in the same second (the tests' 1-s grid), then gone; an agent that starts
-    one app at a time. Waits until the window starts one of them. Returns the agent, the two
-    app ids, their event logs, what lists an app's launches, and the app started first."""
+    """Two D-Bus activatable apps that are slow to start, each run once to register and submit
+    a refresh due at the same second (the tests' 1-s grid), then gone; an agent that starts
+    one app at a time. Waits until the window starts one of them and the other's launch waits
+    its turn. The app started first takes its name only when the test calls the returned
+    `let_it_start`, so what the test changes before is changed during the other's wait, however
+    slow the machine. Returns the agent, the two app ids, their event logs, what lists an app's
+    launches, the app started first, the one waiting, and `let_it_start`."""
     apps = ["org.example.SlowMail", "org.example.SlowNotes"]
     logs = {app_id: world.tmp / f"{app_id}.log" for app_id in apps}
+    gate = world.tmp / "start-gate"
 
     def command(app_id, *extra):
         return [str(part) for part in [
@@ -246,15 +257,15 @@ def two_slow_apps_due_in_one_window(world):
 
     for app_id in apps:
         (world.service_dir / f"{app_id}.service").write_text(
-            f"[D-BUS Service]\nName={app_id}\nExec={' '.join(command(app_id, '--start-delay', 3))}\n")
+            f"[D-BUS Service]\nName={app_id}\nExec={' '.join(command(app_id, '--start-gate', gate))}\n")
     agent = world.start_agent(config="[slices]\nrefresh = 10s\nexpiration_warning = 2s\nconcurrent_starts = 1\n")
     env = dict(os.environ, DBUS_SESSION_BUS_ADDRESS=world.address)
     # Both requests lift at the same second, so one window takes both; time enough before it
-    # for both first runs.
-    due = int(time.time()) + 15.5
+    # for both first runs. The second is the test's: a first run that took over half a second
+    # to reach its Submit put its request in the next second, and the next window.
+    due = int(time.time()) + 15
     for app_id in apps:
-        first = th.ch.Proc([*command(app_id, "--submit", "--due-in", due - time.time())], env,
-                           name=f"first run of {app_id}")
+        first = th.ch.Proc([*command(app_id, "--submit", "--due-at", due)], env, name=f"first run of {app_id}")
         world.stack.push(first)
         assert first.popen.wait(timeout=20) == 0, f"{read_log(logs[app_id])}\n{first.stderr()}"
         th.wait_until(lambda: (agent.app_record(app_id) or {}).get("connected") is False, 5, f"{app_id} is gone")
@@ -264,18 +275,20 @@ def two_slow_apps_due_in_one_window(world):
         return [e for e in read_log(logs[app_id]) if e["type"] == "Launched"]
     first_app = th.wait_until(lambda: next((a for a in apps if launched(a)), None), due - time.time() + 15,
                               "the window starts one of the apps")
-    return agent, apps, logs, launched, first_app
+    waiting_app = next(a for a in apps if a != first_app)
+    waits_its_turn(agent, waiting_app)
+    return agent, apps, logs, launched, first_app, waiting_app, gate.touch
 
 
 def test_a_launch_waiting_its_turn_is_held_when_background_work_is_switched_off(activation_world):
-    """With one start at a time, two apps not running are due in the same window, and each takes
-    3 s to start. The user switches background work off while the second waits for the first:
+    """With one start at a time, two apps not running are due in the same window, and each is
+    slow to start. The user switches background work off while the second waits for the first:
     the first start goes on, the second is held (logged), its request stays pending, and nothing
     starts it. Switched back on, it runs in the next window."""
     world = activation_world
-    agent, apps, logs, launched, first_app = two_slow_apps_due_in_one_window(world)
+    agent, apps, logs, launched, first_app, held_app, let_it_start = two_slow_apps_due_in_one_window(world)
     agent.set_global_enabled(False)
-    held_app = next(a for a in apps if a != first_app)
+    let_it_start()
     th.wait_until(lambda: [line for line in agent.stderr().splitlines()
                            if "Launch held" in line and f"app.id={held_app}" in line], 10,
                   f"{held_app}'s launch is held after its wait")
@@ -297,10 +310,13 @@ def test_a_launch_waiting_its_turn_is_held_when_the_battery_falls_critical(tmp_p
     so the second launch is held, its request pending. (Only the switches and sleep were
     checked again.)"""
     with th.open_world(tmp_path, power="battery", activation=True) as world:
-        agent, apps, logs, launched, first_app = two_slow_apps_due_in_one_window(world)
+        agent, apps, logs, launched, first_app, held_app, let_it_start = two_slow_apps_due_in_one_window(world)
         world.testbed.set_attribute(world.bat, "energy_now", "1800000")  # 3 % of 60 Wh
         world.testbed.uevent(world.bat, "change")
-        held_app = next(a for a in apps if a != first_app)
+        # The agent knows before the wait ends (its Explain reads the facts its launches do).
+        th.wait_until(lambda: "critical-battery" in agent.explain(held_app, f"{held_app}.refresh")["blocking"], 10,
+                      "the agent sees the battery critical")
+        let_it_start()
         th.wait_until(lambda: [line for line in agent.stderr().splitlines()
                                if "Launch held: critical-battery changed" in line and f"app.id={held_app}" in line], 10,
                       f"{held_app}'s launch is held after its wait")
