@@ -327,15 +327,16 @@ def test_a_launch_waiting_its_turn_is_held_when_the_battery_falls_critical(tmp_p
 
 
 def test_a_content_wake_waiting_its_turn_is_held_when_background_work_is_switched_off(activation_world):
-    """With one start at a time, SlowMail's refresh starts it (3 s to start). Meanwhile a
-    content-available wake for SlowNotes, which is not running either, is notified: the next
-    window's launch for it waits for SlowMail's turn. The user switches background work off
-    during the wait: the wake is held (logged) and stays queued, and nothing starts SlowNotes.
-    (Only requests were asked about again: the wake went out.) Switched back on, it is
-    delivered."""
+    """With one start at a time, SlowMail's refresh starts it (slow to start: held until the
+    test lets it). Meanwhile a content-available wake for SlowNotes, which is not running
+    either, is notified: the next window's launch for it waits for SlowMail's turn. The user
+    switches background work off during the wait: the wake is held (logged) and stays queued,
+    and nothing starts SlowNotes. (Only requests were asked about again: the wake went out.)
+    Switched back on, it is delivered."""
     world = activation_world
     mail, notes = "org.example.SlowMail", "org.example.SlowNotes"
     logs = {app_id: world.tmp / f"{app_id}.log" for app_id in (mail, notes)}
+    gate = world.tmp / "start-gate"
 
     def command(app_id, *extra):
         return [str(part) for part in [
@@ -344,7 +345,7 @@ def test_a_content_wake_waiting_its_turn_is_held_when_background_work_is_switche
 
     for app_id in (mail, notes):
         (world.service_dir / f"{app_id}.service").write_text(
-            f"[D-BUS Service]\nName={app_id}\nExec={' '.join(command(app_id, '--start-delay', 3))}\n")
+            f"[D-BUS Service]\nName={app_id}\nExec={' '.join(command(app_id, '--start-gate', gate))}\n")
     agent = world.start_agent(config="[slices]\nrefresh = 10s\nexpiration_warning = 2s\nconcurrent_starts = 1\n")
     env = dict(os.environ, DBUS_SESSION_BUS_ADDRESS=world.address)
     for app_id, extra in ((mail, ["--submit", "--due-in", 6]), (notes, ["--register-only"])):
@@ -355,14 +356,13 @@ def test_a_content_wake_waiting_its_turn_is_held_when_background_work_is_switche
 
     def events(app_id, kind):
         return [e for e in read_log(logs[app_id]) if e["type"] == kind]
-    launched = th.wait_until(lambda: events(mail, "Launched"), 20, "the window starts SlowMail")
+    th.wait_until(lambda: events(mail, "Launched"), 20, "the window starts SlowMail")
     th.call(world.session.conn, th.SCHEDULER, "NotifyContentAvailable", "sa{sv}", (notes, {}), None, 10.0)
     # The next window (the tests' 1-s grid) decides the wake's launch, which waits for the turn
-    # SlowMail holds for 3 s.
-    time.sleep(1.3)
-    assert [e for e in events(mail, "Registered") if e["mono"] > launched[0]["mono"]] == [], \
-        "SlowMail started too soon for the test's timing"
+    # SlowMail holds until the test lets it start.
+    waits_its_turn(agent, notes)
     agent.set_global_enabled(False)
+    gate.touch()
     th.wait_until(lambda: [line for line in agent.stderr().splitlines()
                            if "Launch held" in line and f"app.id={notes}" in line and "content_available=held" in line],
                   10, "SlowNotes' wake to be held after its wait")
@@ -376,13 +376,15 @@ def test_a_content_wake_waiting_its_turn_is_held_when_background_work_is_switche
 
 
 def slow_notes_and_mail_each_with_a_refresh(world):
-    """Notes and Mail, D-Bus activatable apps that take 3 s to start when the agent starts them,
-    each run once to register and submit a refresh, then gone; an agent that starts one app at
-    a time (`concurrent_starts = 1`). Returns the agent, the two app ids (by "notes" and
-    "mail"), their event logs, the command that runs an app (app id, start delay) and the
-    environment to run it in."""
+    """Notes and Mail, D-Bus activatable apps that are slow to start when the agent starts them:
+    they take their names only when the test calls the returned `let_them_start`; each run once
+    to register and submit a refresh, then gone; an agent that starts one app at a time
+    (`concurrent_starts = 1`). Returns the agent, the two app ids (by "notes" and "mail"),
+    their event logs, the command that runs an app (app id, start delay), the environment to
+    run it in, and `let_them_start`."""
     apps = {"notes": "org.example.SlowNotes", "mail": "org.example.SlowMail"}
     logs = {app_id: world.tmp / f"{app_id}.log" for app_id in apps.values()}
+    gate = world.tmp / "start-gate"
 
     def command(app_id, delay):
         return [str(part) for part in [
@@ -392,7 +394,7 @@ def slow_notes_and_mail_each_with_a_refresh(world):
 
     for app_id in apps.values():
         (world.service_dir / f"{app_id}.service").write_text(
-            f"[D-BUS Service]\nName={app_id}\nExec={' '.join(command(app_id, 3))}\n")
+            f"[D-BUS Service]\nName={app_id}\nExec={' '.join(command(app_id, 0) + ['--start-gate', str(gate)])}\n")
     agent = world.start_agent(config="[slices]\nrefresh = 10s\nexpiration_warning = 2s\nconcurrent_starts = 1\n")
     env = dict(os.environ, DBUS_SESSION_BUS_ADDRESS=world.address)
     for app_id in apps.values():
@@ -400,15 +402,15 @@ def slow_notes_and_mail_each_with_a_refresh(world):
         world.stack.push(first)
         assert first.popen.wait(timeout=20) == 0, f"{read_log(logs[app_id])}\n{first.stderr()}"
         th.wait_until(lambda: (agent.app_record(app_id) or {}).get("connected") is False, 5, f"{app_id} is gone")
-    return agent, apps, logs, command, env
+    return agent, apps, logs, command, env, gate.touch
 
 
 def test_an_app_the_user_opens_while_it_waits_its_turn_is_not_started_again(activation_world):
-    """With one start at a time, Mail waits while Notes takes 3 s to start. The user opens Mail
+    """With one start at a time, Mail waits while Notes is slow to start. The user opens Mail
     meanwhile: its slice goes to that process (no second one is started), and the open is the
     user's, learned as use, not taken for the agent's own launch."""
     world = activation_world
-    agent, apps, logs, command, env = slow_notes_and_mail_each_with_a_refresh(world)
+    agent, apps, logs, command, env, let_them_start = slow_notes_and_mail_each_with_a_refresh(world)
     mail = apps["mail"]
 
     with ThreadPoolExecutor(2) as pool:
@@ -417,11 +419,12 @@ def test_an_app_the_user_opens_while_it_waits_its_turn_is_not_started_again(acti
         th.wait_until(lambda: [e for e in read_log(logs[apps["notes"]]) if e["type"] == "Launched"], 10,
                       "Notes is being started")
         mail_launch = pool.submit(agent.cli, "simulate", "launch", mail, f"{mail}.refresh", timeout=60, check=False)
-        time.sleep(0.5)
+        waits_its_turn(agent, mail)
         # The user opens Mail while it waits for Notes to finish starting.
         opened = th.ch.Proc(command(mail, 0), env, name="Mail opened by the user")
         world.stack.push(opened)
         th.wait_until(lambda: (agent.app_record(mail) or {}).get("connected") is True, 10, "Mail registers")
+        let_them_start()
         assert notes_launch.result().returncode == 0, notes_launch.result().stderr
         assert mail_launch.result().returncode == 0, mail_launch.result().stderr
 
@@ -440,13 +443,13 @@ def test_an_app_the_user_opens_while_it_waits_its_turn_is_not_started_again(acti
 
 
 def test_a_simulated_launch_whose_request_went_while_it_waited_its_turn_says_so(activation_world):
-    """With one start at a time, `bgpolicy simulate launch` of Mail waits while Notes takes 3 s
+    """With one start at a time, `bgpolicy simulate launch` of Mail waits while Notes is slow
     to start. Meanwhile the user opens Mail, which cancels its refresh: when Mail's turn comes
     there is nothing left to launch. The simulation fails with UnknownTask's words (the request
     is no longer pending) rather than succeeding with nothing run; Mail is not started and gets
     no RunTask."""
     world = activation_world
-    agent, apps, logs, _, _ = slow_notes_and_mail_each_with_a_refresh(world)
+    agent, apps, logs, _, _, let_them_start = slow_notes_and_mail_each_with_a_refresh(world)
     mail = apps["mail"]
 
     with ThreadPoolExecutor(2) as pool:
@@ -455,12 +458,11 @@ def test_a_simulated_launch_whose_request_went_while_it_waited_its_turn_says_so(
         th.wait_until(lambda: [e for e in read_log(logs[apps["notes"]]) if e["type"] == "Launched"], 10,
                       "Notes is being started")
         mail_launch = pool.submit(agent.cli, "simulate", "launch", mail, f"{mail}.refresh", timeout=60, check=False)
-        th.wait_until(lambda: agent.explain(mail, f"{mail}.refresh")["state"] == "pending"
-                      and not mail_launch.done(), 5, "Mail's launch waits its turn")
-        time.sleep(0.5)
+        waits_its_turn(agent, mail)
         # The user opens Mail, which has no refresh to wait for any more.
         opened = world.registered_app(mail, [f"{mail}.refresh"], name="Mail opened by the user")
         opened.cancel(f"{mail}.refresh")
+        let_them_start()
         assert notes_launch.result().returncode == 0, notes_launch.result().stderr
         result = mail_launch.result()
 
