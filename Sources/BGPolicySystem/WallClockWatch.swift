@@ -81,17 +81,29 @@ public final class WallClockWatch: Sendable {
 
     private func launch() {
         guard timerFD >= 0 else { return end(failure: Self.describe("timerfd_create", errno)) }
-        guard arm() else { return end(failure: Self.describe("timerfd_settime", errno)) }
+        if let failure = arm() { return end(failure: failure) }
         let rc = DetachedThread.start { self.end(failure: self.run()) }
         if rc != 0 { end(failure: Self.describe("pthread_create", rc)) }
     }
 
-    /// Arms the timer at the far end of time, to be cancelled when the clock is set.
-    private func arm() -> Bool {
+    /// Arms the timer at the far end of time, to be cancelled when the clock is set. Returns
+    /// why it could not, or nil.
+    ///
+    /// `timerfd_settime` answers `ECANCELED` when the clock was set since the timer was last
+    /// armed or read (a second step right after the one just heard, as NTP and `timedatectl`
+    /// can make): the timer is armed all the same, and that set is reported here, once, rather
+    /// than by the read. So it is passed on as a set, and the timer armed again. Taken for a
+    /// failure, it ended the watch for good, and the agent heard no step after it.
+    private func arm() -> String? {
         var spec = itimerspec()
         spec.it_value.tv_sec = Int(Int32.max) * 64  // about the year 6000: never, in practice
         let flags = Int32(TFD_TIMER_ABSTIME | TFD_TIMER_CANCEL_ON_SET)
-        return timerfd_settime(timerFD, flags, &spec, nil) == 0
+        while timerfd_settime(timerFD, flags, &spec, nil) != 0 {
+            let code = errno
+            guard code == ECANCELED || code == EINTR else { return Self.describe("timerfd_settime", code) }
+            if code == ECANCELED { changes.yield() }
+        }
+        return nil
     }
 
     /// The thread: until stopped, each wake of the read is the clock set (`ECANCELED`), or the
@@ -106,7 +118,7 @@ public final class WallClockWatch: Sendable {
             if n < 0 && code == EINTR { continue }
             if n < 0 && code != ECANCELED { return Self.describe("read", code) }
             changes.yield()
-            guard arm() else { return Self.describe("timerfd_settime", errno) }
+            if let failure = arm() { return failure }
             // A stop that came between the read and the arming was overwritten by it.
             if stopping.withLock({ $0 }) { return nil }
         }
