@@ -233,7 +233,7 @@ struct UdevPowerSourceRunTests {
 /// A umockdev testbed written by hand: the directory layout `UMockdev.Testbed.add_device`
 /// makes, which libumockdev-preload serves as `/sys` to this process. Creating one through
 /// libumockdev would mean linking GObject; the files are all that enumeration needs.
-/// (Uevents need the real testbed: see `UdevProbe` and the integration tests.)
+/// (Uevents need the real testbed: see the integration tests, test_conditions.py.)
 struct UmockdevTestbed {
     let root: URL
 
