@@ -182,18 +182,21 @@ def test_nothing_starts_at_the_agents_start_before_the_battery_is_known(tmp_path
 
 def test_apps_the_agent_starts_take_turns(activation_world):
     """Apps the bus must start for their slices start `[slices] concurrent_starts` at a time (2
-    here), so that a window launching many does not start them all at once: four apps that take
-    1.5 s to start are launched together, and from each process's launch to its RunTask at most
-    two are under way at any moment. The two that waited say so in the history."""
+    here), so that a window launching many does not start them all at once: four apps are
+    launched together, and from each process's launch to its RunTask at most two are under way
+    at any moment. The apps take their names only once the test has seen two launches wait
+    their turn (the start gate), so the order holds however slow the machine. The two that
+    waited say so in the history."""
     world = activation_world
     apps = [f"org.example.Slow{n}" for n in range(4)]
     logs = {app_id: world.tmp / f"{app_id}.log" for app_id in apps}
+    gate = world.tmp / "start-gate"
 
     def command(app_id):
         return [str(part) for part in [
             PYTHON, th.__file__, "activated", "--app-id", app_id, "--bus-name", app_id,
             "--identifier", f"{app_id}.refresh", "--log", logs[app_id], "--proc-root", world.proc_root,
-            "--start-delay", "1.5"]]
+            "--start-gate", gate]]
 
     for app_id in apps:
         (world.service_dir / f"{app_id}.service").write_text(
@@ -207,9 +210,23 @@ def test_apps_the_agent_starts_take_turns(activation_world):
     for app_id in apps:
         th.wait_until(lambda: (agent.app_record(app_id) or {}).get("connected") is False, 5, f"{app_id} is gone")
 
+    def waiting():
+        return {app_id for app_id in apps for line in agent.stderr().splitlines()
+                if "Launch waits for its turn" in line and f"app.id={app_id}" in line}
+
     with ThreadPoolExecutor(len(apps)) as pool:
-        results = list(pool.map(
-            lambda app_id: agent.cli("simulate", "launch", app_id, f"{app_id}.refresh", timeout=60, check=False), apps))
+        futures = [pool.submit(agent.cli, "simulate", "launch", app_id, f"{app_id}.refresh", timeout=60, check=False)
+                   for app_id in apps]
+        # Two starts under way, held at the gate; the other two launches wait their turn.
+        th.wait_until(lambda: len(waiting()) == 2, 20, "two launches to wait their turn")
+        waited_by_log = waiting()
+        started = [a for a in apps if a not in waited_by_log]
+        th.wait_until(lambda: all(e["type"] == "Launched" for a in started for e in read_log(logs[a])[-1:]), 20,
+                      "the first two apps' processes to be up, at the gate")
+        # Held a second more: the history names a wait for the turn of half a second or more.
+        time.sleep(1.0)
+        gate.touch()
+        results = [f.result() for f in futures]
     assert [r.returncode for r in results] == [0] * len(apps), [(r.stdout, r.stderr) for r in results]
 
     spans = []
@@ -227,8 +244,7 @@ def test_apps_the_agent_starts_take_turns(activation_world):
         peak = max(peak, under_way)
     assert peak == 2, spans
     waited = [e for e in agent.events("delivered") if "waiting for other apps to start" in e.get("detail", "")]
-    assert sorted(e["app_id"] for e in waited) == sorted(app_id for app_id, (start, _) in zip(apps, spans)
-                                                          if start > min(s for s, _ in spans) + 1), (waited, spans)
+    assert sorted(e["app_id"] for e in waited) == sorted(waited_by_log), (waited, spans)
 
 
 def waits_its_turn(agent, app_id):
