@@ -362,13 +362,20 @@ def test_hostile_networkmanager_with_wrong_types(world):
 # MARK: logind (dbusmock)
 
 
-def test_session_lock_and_unlock(world):
+def agent_with_logind_session(world):
+    """An agent on a system bus with dbusmock's logind alone, once it has read the session as
+    unlocked. Returns (logind, agent)."""
     world.use_testbed(h.new_testbed())
     system = world.start_system_bus()
     logind = h.start_logind(world.stack, system, world.env())
     agent = world.start_agent()
     agent.wait_conditions(lambda c: "logind" in c["sources"] and c.get("locked") is False,
                           what="logind live, session unlocked")
+    return logind, agent
+
+
+def test_session_lock_and_unlock(world):
+    logind, agent = agent_with_logind_session(world)
     session = logind.session_path
     iface = "org.freedesktop.login1.Session"
 
@@ -394,12 +401,7 @@ def test_a_lock_that_no_locker_confirms_is_not_a_locked_session(world):
     The agent took Lock itself as "locked", until an Unlock or a change of the session's
     properties: after the user unlocked it still counted the session as locked, so idle, and
     ran processing work while they worked. LockedHint is the state; a bare Lock changes nothing."""
-    world.use_testbed(h.new_testbed())
-    system = world.start_system_bus()
-    logind = h.start_logind(world.stack, system, world.env())
-    agent = world.start_agent()
-    agent.wait_conditions(lambda c: "logind" in c["sources"] and c.get("locked") is False,
-                          what="logind live, session unlocked")
+    logind, agent = agent_with_logind_session(world)
     since = time.monotonic()
     logind.call("org.freedesktop.login1.Session", "Lock", path=logind.session_path)
     # The user types their password into i3lock: nothing on the bus. The agent took a Lock as
