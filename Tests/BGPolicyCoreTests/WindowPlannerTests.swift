@@ -246,6 +246,50 @@ struct WindowPlannerTests {
     /// the 09:00 window, for Mail's open at 09:05, has room for News too (the pool is full), and
     /// the decision there refreshes both. Worked out for News alone, Explain named the window
     /// before its own open at 19:35.
+    /// A refresh with no window planned in the day ahead is looked at again when the day is
+    /// over: the time alone may bring one. Mail is opened every day at 09:05, and the user set
+    /// `[refresh] min_interval` to two days: refreshed this morning, it is due again in the
+    /// window before the open the day after tomorrow. From this morning nothing is planned
+    /// within the day, and with nothing else happening (a laptop left on its charger) a
+    /// decision with no timer would miss that window. Eight days after the last open nothing
+    /// can be chosen until the user opens Mail again, and no timer is set.
+    @Test func aRefreshWithNoWindowInTheDayAheadIsLookedAtAgainAtItsEnd() throws {
+        var refresh = Self.routinePlanner()
+        refresh.minRefreshIntervalSeconds = 2 * 86_400
+        let candidate = RefreshPlanner.Candidate(appID: mail, weight: 1)
+        refresh.advance(to: Clock.at(day: 21, 6, 0))
+        let planned = try #require(refresh.nextWindow(after: Clock.at(day: 21, 6, 0), among: [candidate])?.time)
+        refresh.advance(to: planned)
+        refresh.recordWindow(at: planned, refreshed: [mail])
+        let now = Clock.at(day: 21, 10, 0)
+        refresh.advance(to: now)
+
+        #expect(refresh.lookAhead(after: now, among: [candidate]) == .beyond(time: now + 86_400))
+        let after = try #require(refresh.nextWindow(after: now, among: [candidate], horizon: 3 * 86_400)?.time)
+        #expect(after >= Clock.at(day: 23, 8, 45) && after <= Clock.at(day: 23, 9, 5), "planned \(after - Clock.at(day: 23, 0, 0))")
+
+        let apps = [AppID(rawValue: mail)!: appState(mail, lastUsed: Clock.at(day: 20, 9, 5))]
+        let pending = [request(mail, .refresh, at: now)]
+        let ctx = context(now, strategy: .predicted, planning: PlanningFacts(refresh: refresh))
+        let decision = planner.decide(pending: pending, apps: apps, context: ctx)
+        #expect(decision.launches.isEmpty)
+        #expect(decision.nextEvaluation == now + 86_400)
+        // Explain plans as far as the interval reaches, and names that window.
+        #expect(planner.explain(pending[0], app: apps.first!.value, context: ctx).earliestRun == after)
+        // Held until noon by its `earliest_begin`: looked at again a day after the lift.
+        let held = request(mail, .refresh, at: now, earliest: Clock.at(day: 21, 12, 0))
+        #expect(planner.decide(pending: [held], apps: apps, context: ctx).nextEvaluation == Clock.at(day: 21, 12, 0) - 1 + 86_400)
+
+        var unused = refresh
+        let later = Clock.at(day: 29, 10, 0)
+        unused.advance(to: later)
+        #expect(unused.lookAhead(after: later, among: [candidate]) == .never)
+        let unusedDecision = planner.decide(
+            pending: [request(mail, .refresh, at: later)], apps: apps,
+            context: context(later, strategy: .predicted, planning: PlanningFacts(refresh: unused)))
+        #expect(unusedDecision.nextEvaluation == nil)
+    }
+
     @Test func explainNamesTheFirstWindowThatTakesTheRequestAmongEveryAppsRefresh() throws {
         var refresh = Self.routinePlanner()
         let now = Clock.at(day: 21, 6, 0)

@@ -737,6 +737,34 @@ public struct RefreshPlanner: Sendable {
     func nextWindow(after time: Double, among candidates: [Candidate], skip: [Bool]?, located: [Located?]? = nil,
                     horizon: Double = 86_400) -> (time: Double, apps: [String])?
     {
+        guard case .window(let at, let apps) = lookAhead(after: time, among: candidates, skip: skip, located: located, horizon: horizon)
+        else { return nil }
+        return (at, apps)
+    }
+
+    /// What a look-ahead over the next `horizon` seconds found.
+    public enum LookAhead: Equatable, Sendable {
+        /// The planned window, and the apps it refreshes.
+        case window(time: Double, apps: [String])
+        /// No window within the horizon, though one may come after it: the time and the budget
+        /// change the answer by themselves (a day of the week the user opens the app on, the
+        /// budget refilled), so the look-ahead is to be made again at `time`, the horizon's end.
+        case beyond(time: Double)
+        /// None can ever be chosen without news (an open, a new request): no candidate has an
+        /// open on record, or each is past its `inactive_after` days from its last open.
+        case never
+    }
+
+    /// `nextWindow`, telling a look-ahead that found nothing within its horizon from one that
+    /// can find nothing at all: a timer is owed to the first, and none to the second.
+    public func lookAhead(after time: Double, among candidates: [Candidate], horizon: Double = 86_400) -> LookAhead {
+        lookAhead(after: time, among: candidates, skip: nil, horizon: horizon)
+    }
+
+    /// `lookAhead`, leaving out the candidates whose `skip` entry is true, as `nextWindow` does.
+    func lookAhead(after time: Double, among candidates: [Candidate], skip: [Bool]?, located: [Located?]? = nil,
+                   horizon: Double = 86_400) -> LookAhead
+    {
         let located = located ?? locate(candidates)
         // When each candidate can be chosen at all: from the end of its refresh interval until
         // 7 days after its last open. Worked out once, so that a slot in which nobody is
@@ -753,7 +781,7 @@ public struct RefreshPlanner: Sendable {
             else { continue }
             spans.append(span)
         }
-        guard !spans.isEmpty else { return nil }
+        guard !spans.isEmpty else { return .never }
         spans.sort { $0.from < $1.from }
         var next = 0
         var latestUntil = -Double.infinity
@@ -770,16 +798,16 @@ public struct RefreshPlanner: Sendable {
             // Every span has begun and ended: none can be chosen from here on. (A plan asked
             // days ahead, past the 7 days after the last opens, would age the planner slot by
             // slot to its end for nothing.)
-            if next == spans.count, latestUntil <= slotStart { return nil }
+            if next == spans.count, latestUntil <= slotStart { return .never }
             future.ageWithoutLearning(to: slotStart)
             // The cheap tests of `chooseIndices`, before its pass over the candidates.
             guard latestUntil > slotStart, future.mayOpenWindow(opportunistic: false),
                 future.openChance(at: slotStart) != nil
             else { continue }
             let chosen = future.chooseIndices(at: slotStart, among: candidates, skip: skip, located: located)
-            if !chosen.isEmpty { return (slotStart, chosen.map { candidates[$0].appID }) }
+            if !chosen.isEmpty { return .window(time: slotStart, apps: chosen.map { candidates[$0].appID }) }
         }
-        return nil
+        return .beyond(time: end)
     }
 
     /// A window of a plan looked ahead (`RefreshPlan`), made at `time`: the

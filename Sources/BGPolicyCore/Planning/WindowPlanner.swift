@@ -186,9 +186,14 @@ public struct WindowPlanner: SchedulingPolicy {
                     // window after the lift, not the grid's (a wake-up for nothing).
                     // (From the slot that starts at the lift, if one does; a lift a moment into
                     // a slot finds that slot's window, still open then, and wakes at the lift:
-                    // its start, before the lift, would be evaluated again and again.)
+                    // its start, before the lift, would be evaluated again and again. None
+                    // within the day after the lift: looked at again at its end, as below.)
                     let candidate = RefreshPlanner.Candidate(appID: appID.rawValue, weight: weight(of: appID))
-                    if let next = planner.nextWindow(after: lifts - 1, among: [candidate]) { wake(at: max(next.time, lifts)) }
+                    switch planner.lookAhead(after: lifts - 1, among: [candidate], skip: nil) {
+                    case .window(let time, _): wake(at: max(time, lifts))
+                    case .beyond(let time): wake(at: time)
+                    case .never: break
+                    }
                 } else {
                     // A time rule lifts at the window on or after it: work due close together batches.
                     wake(at: Self.gridPoint(atOrAfter: lifts, grid: grid))
@@ -291,11 +296,18 @@ public struct WindowPlanner: SchedulingPolicy {
                     }
                 }
             }
-            if count < candidates.count,
-                let next = planner.nextWindow(
+            if count < candidates.count {
+                // None planned within the day: looked at again at its end, since the time alone
+                // may bring one (a `min_interval` over a day, the budget refilled, a day of the
+                // week the user opens the app on), and with nothing else happening (a laptop
+                // left on its charger) no evaluation would come. A wake-up a day at most, and
+                // none when nothing can be chosen without news (`RefreshPlanner.LookAhead`).
+                switch planner.lookAhead(
                     after: context.now, among: candidates, skip: count == 0 ? nil : chosen, located: located)
-            {
-                wake(at: next.time)
+                {
+                case .window(let time, _), .beyond(let time): wake(at: time)
+                case .never: break
+                }
             }
         }
         if waitsForWindow { wake(at: Self.nextPlannedWindow(context)) }
