@@ -42,7 +42,8 @@ public enum AgentInterfaces {
                         "global_enabled" (b) the switch for all background work; "apps" (u) registered
                         apps; "pending" (u) pending requests of all apps; "running" (aa{sv}) one entry per
                         running slice: "app_id" (s), "slice_id" (s), "task_ids" (as), "identifiers" (as),
-                        "started_at" (x), "deadline" (x), "cpu_percent" (d, once measured);
+                        "started_at" (x), "deadline" (x), "cpu_percent" (d, once measured; none while
+                        the app is in use, when the CPU monitor does not watch it);
                         "next_window" (x, when one is due) the next time the agent will look for work to
                         start even if nothing changes; "waiting" (a{su}, when something waits) what holds
                         the pending requests: for each rule (the keys Explain uses), how many requests it

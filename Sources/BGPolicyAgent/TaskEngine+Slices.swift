@@ -638,14 +638,19 @@ extension TaskEngine {
         return (ArraySlice(still), wakeStill, changed)
     }
 
-    /// Gives the slice its CPU monitor, from the process's CPU time now.
+    /// Gives the slice its CPU monitor, from the process's CPU time now. None while its app is
+    /// in use: the CPU limit is for background work, and the monitor comes when the user leaves
+    /// the app (`cpuMonitorFollowsUse`). The slice's first reading, from which the CPU its tasks
+    /// used is counted for their history, is taken either way.
     func watchCPU(of slice: inout Slice) {
         guard let pid = slice.pid else { return }
+        let reading = inspector.cpuUsage(pid: pid, cgroupPath: slice.cgroupPath)
+        if slice.firstCPUSeconds == nil { slice.firstCPUSeconds = reading?.cpuSeconds }
+        guard !appsInUse.contains(slice.appID) else { return }
         let window = min(configuration.cpu.window, slice.length)
         var monitor = CPUUsageMonitor(
             window: window, limit: configuration.cpu.limit, warningGrace: configuration.slices.expirationWarning)
-        if let reading = inspector.cpuUsage(pid: pid, cgroupPath: slice.cgroupPath) {
-            if slice.firstCPUSeconds == nil { slice.firstCPUSeconds = reading.cpuSeconds }
+        if let reading {
             _ = monitor.record(at: slice.elapsed, cpuSeconds: reading.cpuSeconds)
         }
         slice.monitor = monitor
@@ -1070,7 +1075,10 @@ extension TaskEngine {
                 }
             }
         }
-        slices[sliceID]?.enforcement = enforcement
+        // The user came to the app while the systemd call was on its way: `stopWatchingInUse`
+        // found nothing to undo then, so it is undone below, once recorded.
+        let cameIntoUse = enforcement != nil && appsInUse.contains(slice.appID)
+        slices[sliceID]?.enforcement = cameIntoUse ? nil : enforcement
         logger.warning(
             "CPU limit enforced",
             metadata: ["app.id": "\(slice.appID)", "action": "\(event.rawValue)", "cpu.percent": "\(percent)"])
@@ -1087,12 +1095,94 @@ extension TaskEngine {
         if slices[sliceID] == nil, let enforcement {
             // The slice closed while the systemd call was on its way: undo at once.
             await release(enforcement, slice: slice)
+        } else if cameIntoUse, let enforcement {
+            await release(enforcement, slice: slice, why: Self.releasedForUse)
         }
     }
 
-    func release(_ enforcement: Slice.Enforcement, slice: Slice) async {
+    /// Undoes what the CPU monitor did to the slice's app, and forgets its record; `why` ends
+    /// the `cpu-released` entry's words.
+    func release(_ enforcement: Slice.Enforcement, slice: Slice, why: String = "slice ended") async {
         await undo(EnforcementRecord(sliceID: slice.id, appID: slice.appID.rawValue, action: enforcement, since: slice.startedAt),
-                   why: "slice ended")
+                   why: why)
+    }
+
+    // MARK: The CPU monitor and the user
+
+    /// Why an enforcement is undone when its app comes into use, in its `cpu-released` entry.
+    static let releasedForUse =
+        "the app is in use now: the user opened it, or it came to the foreground, and the CPU limit is only for background work"
+
+    /// The CPU limit is for work in the background (SPEC §2, as on iOS). The CPU an app burns
+    /// while the user has it open, or while it says it is in the foreground, is the user's own
+    /// use of it, and a quota or a freeze then would leave the user a sluggish or frozen window.
+    /// So the monitor follows `appsInUse` (called by its `didSet`, whatever changed it: an app
+    /// unit the user opened or closed, `ReportUsage`, a registration, the user manager's units
+    /// at connect, an exit).
+    ///
+    /// An app that comes into use while a slice of it runs stops being watched: the slice's
+    /// monitor goes, warning phase and all, and what the monitor did to the app (a quota, a
+    /// freeze, a SIGSTOP) is undone at once, through `release` like the undo at the slice's end,
+    /// with a `cpu-released` entry that says why. When the user leaves the app and the slice
+    /// still runs, it gets a new monitor from its CPU time at that moment: a new window (as
+    /// long as at the slice's start, judged once half of it is covered), and a new warning
+    /// before any enforcement. What the app burned in the foreground is never counted, and a
+    /// burn in the background after it still is. A slice that starts while its app is in use
+    /// gets its monitor only when the user leaves the app (`watchCPU`).
+    ///
+    /// The violations (apps that burn CPU get fewer refreshes): a warning, or an enforcement
+    /// done before the app came into use, was for CPU burned in the background, and what it
+    /// counted stays counted; nothing burned in use is judged, so none of it is a violation,
+    /// and neither is the lift. After the user leaves, the slice counts at most one violation
+    /// of each kind, as before (`Slice.violationsCounted`). The task's `cpu_seconds` in its
+    /// history is still all the CPU used in the slice: it measures, it does not judge.
+    ///
+    /// Without a refresh planner (`[refresh] strategy = every-window`) the agent tracks no use:
+    /// `appsInUse` stays empty, and every slice is watched throughout.
+    func cpuMonitorFollowsUse(from old: Set<AppID>) {
+        for sliceID in slices.keys.sorted() {
+            guard let appID = slices[sliceID]?.appID else { continue }
+            switch (old.contains(appID), appsInUse.contains(appID)) {
+            case (false, true): stopWatchingInUse(sliceID)
+            case (true, false): watchAgainAfterUse(sliceID)
+            default: break
+            }
+        }
+    }
+
+    /// The slice's app came into use: no monitor, and what the monitor did is undone. The
+    /// enforcement is taken from the slice before the undo is under way, so that the slice's
+    /// close does not undo it a second time; a systemd call of `enforce` on its way now finds
+    /// the app in use when it returns, and undoes what it did itself.
+    func stopWatchingInUse(_ sliceID: String) {
+        guard var slice = slices[sliceID] else { return }
+        let watched = slice.monitor != nil
+        slice.monitorTask?.cancel()
+        slice.monitorTask = nil
+        slice.monitor = nil
+        slice.lastCPUPercent = nil
+        let enforcement = slice.enforcement
+        slice.enforcement = nil
+        slices[sliceID] = slice
+        guard watched || enforcement != nil else { return }
+        logger.info(
+            "CPU monitor off: the app is in use, and the CPU limit is only for background work",
+            metadata: ["app.id": "\(slice.appID)", "slice.id": "\(sliceID)", "enforcement.lifted": "\(enforcement != nil)"])
+        guard let enforcement else { return }
+        Task { await self.release(enforcement, slice: slice, why: Self.releasedForUse) }
+    }
+
+    /// The user left the slice's app: the slice is watched again, from a new window that starts
+    /// now, so that the CPU it used in the foreground is not counted. An exempt slice
+    /// (external-power processing on AC) stays unwatched.
+    func watchAgainAfterUse(_ sliceID: String) {
+        guard var slice = slices[sliceID], !slice.exempt, slice.pid != nil, slice.monitor == nil else { return }
+        watchCPU(of: &slice)
+        startMonitoring(sliceID: sliceID, slice: &slice)
+        slices[sliceID] = slice
+        logger.info(
+            "CPU monitor on afresh: the user left the app during its slice; the CPU it used in the foreground is not counted",
+            metadata: ["app.id": "\(slice.appID)", "slice.id": "\(sliceID)"])
     }
 
     // MARK: Simulation

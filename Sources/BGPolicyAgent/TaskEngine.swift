@@ -109,9 +109,13 @@ actor TaskEngine {
     var refreshWindow: WakeWindow?
     /// Apps the user opened and has not left since (`noteOpen`, `noteLeft`), as the usage log
     /// read at start, the user manager's running app units (`appUnitsRunning`) and every open
-    /// and leave since say.
+    /// and leave since say. The CPU monitor follows it: an app's slices are not watched while it
+    /// is in use (`cpuMonitorFollowsUse`).
     var appsInUse: Set<AppID> = [] {
-        didSet { inUseStatus = nil }
+        didSet {
+            inUseStatus = nil
+            if !slices.isEmpty { cpuMonitorFollowsUse(from: oldValue) }
+        }
     }
     /// `appsInUse` as `GetStatus` shows it (sorted), made again only after it changed: status is
     /// published after every evaluation, and sorting a thousand ids each time slowed Submit.
