@@ -1,7 +1,8 @@
 """The CPU monitor (SPEC §2): an app that burns a core in its slice is warned with ExpireTask,
 then throttled (or frozen) through the systemd user manager, and released after the slice; the
 CPU the agent measured agrees with what the app measured itself; processing that requires
-external power is left alone while on AC.
+external power is left alone while on AC; an app in use (here by `ReportUsage`) is not watched,
+what was done to it is lifted when it comes into use, and it is watched afresh once left.
 
 The user manager is python-dbusmock's `systemd` template on the session bus, with the methods
 the template lacks added (TESTBED.md). The burners' units come from their fake cgroups, so their
@@ -18,18 +19,26 @@ from tasks_helpers import UINT64_MAX, later, unit_cgroup, world  # noqa: F401 - 
 
 BURNER_UNIT = "app-gnome-org.example.Burner-42.scope"
 EXEMPT_UNIT = "app-gnome-org.example.Exempt-43.scope"
+EDITOR_UNIT = "app-gnome-org.example.Editor-44.scope"
+
+# The end of the `cpu-released` entry of an enforcement lifted because the app came into use.
+RELEASED_FOR_USE = ("the app is in use now: the user opened it, or it came to the foreground, "
+                    "and the CPU limit is only for background work")
 
 
-def cpu_config(action="throttle"):
-    return ("[slices]\nprocessing = 20s\nexpiration_warning = 2s\n"
+def cpu_config(action="throttle", processing="20s"):
+    return (f"[slices]\nprocessing = {processing}\nexpiration_warning = 2s\n"
             f"[cpu]\nwindow = 4s\nsample_interval = 1s\nlimit = 20%\naction = {action}\n")
 
 
-def start_burner(world, unit, app_id, **options):
-    """A verified app in `unit` that burns a core from RunTask on, launched with SimulateLaunch."""
+def start_burner(world, unit, app_id, usage=None, **options):
+    """A verified app in `unit` that burns a core from RunTask on, launched with SimulateLaunch;
+    with `usage`, it reports that state (`ReportUsage`) before it is launched."""
     app = world.app(app_id, cgroup=unit_cgroup(unit))
     identifier = f"{app_id}.work"
     assert app.register([identifier]) == app_id
+    if usage is not None:
+        app.scheduler("ReportUsage", "s", (usage,))
     app.configure(burn=True)  # and it ignores ExpireTask: it keeps burning until told to stop
     app.submit(identifier, "processing", earliest_begin=later(3600), **options)
     world.agent.simulate_launch(app_id, identifier)
@@ -171,6 +180,100 @@ def test_an_exempt_slice_is_watched_once_the_charger_goes(tmp_path):
         assert EXEMPT_UNIT in units, units
         assert "CPU monitor on: the charger went" in agent.stderr()
         exempt.complete(run["task_id"], True, "no-data")
+
+
+def quotas(systemd):
+    """The CPU quotas the agent set, in order, as (unit, CPUQuotaPerSecUSec)."""
+    out = []
+    for call in systemd.calls("SetUnitProperties"):
+        unit, runtime, props = unit_properties(call)
+        assert runtime and [(name, kind) for name, kind, _ in props] == [("CPUQuotaPerSecUSec", "t")], props
+        out.append((unit, props[0][2]))
+    return out
+
+
+def cpu_events(agent, app_id):
+    return [e for e in agent.events(app_id=app_id) if e["event"].startswith("cpu-")]
+
+
+# The agent tracks which apps are in use only with its refresh planner (planner=True: with
+# `[refresh] strategy = every-window` nothing is in use, and every slice is watched). A test app
+# started after the agent counts as opened when it registers, so a burner meant to run in the
+# background reports so first.
+
+def test_an_app_in_the_foreground_is_not_held_to_the_cpu_limit(world):
+    """The CPU limit is for background work: an app that burns a core in its slice while it says
+    it is in the foreground is neither warned nor throttled, while a burner in the background,
+    launched after it, is both. Left (`ReportUsage` background), it is watched from then on:
+    warned, and throttled, from a new window, since the CPU it used in the foreground does not
+    count."""
+    systemd = world.start_systemd_mock(units=[EDITOR_UNIT, BURNER_UNIT])
+    agent = world.start_agent(config=cpu_config("throttle", processing="60s"), planner=True)
+    editor, editor_run = start_burner(world, EDITOR_UNIT, "org.example.Editor", usage="foreground")
+    assert "org.example.Editor" in agent.status().get("in_use", []), agent.status()
+    burner, burner_run = start_burner(world, BURNER_UNIT, "org.example.Burner", usage="background")
+
+    # The background burner, launched second, is warned and throttled: the editor burned at
+    # least as long, in the foreground, and the monitor left it alone.
+    agent.wait_history("cpu-throttled", app_id="org.example.Burner", timeout=16)
+    assert cpu_events(agent, "org.example.Editor") == [], agent.history()
+    assert editor.events_of("ExpireTask") == []
+    assert [unit for unit, _ in quotas(systemd)] == [BURNER_UNIT], quotas(systemd)
+    assert agent.app_record("org.example.Editor")["violations"] == 0
+
+    left = time.time()
+    editor.scheduler("ReportUsage", "s", ("background",))
+    warned = agent.wait_history("cpu-warned", app_id="org.example.Editor", timeout=16)
+    # A new window from the leave, judged once half of it (2 s) is covered: the foreground
+    # burn before it would have had the editor warned at the first sample.
+    assert warned["time"] >= left + 1.9, (left, warned)
+    agent.wait_history("cpu-throttled", app_id="org.example.Editor", timeout=16)
+    assert (EDITOR_UNIT, 100000) in quotas(systemd), quotas(systemd)
+    assert "CPU monitor on afresh: the user left the app during its slice" in agent.stderr()
+
+    for app, run in ((editor, editor_run), (burner, burner_run)):
+        app.complete(run["task_id"], True, "no-data")
+        agent.wait_history("completed", task_id=run["task_id"], timeout=5)
+
+
+def test_a_throttled_app_is_released_at_once_when_it_comes_to_the_foreground(world):
+    """A burner throttled in its slice comes to the foreground: the user is at it now, and the
+    quota is lifted at once, not at the slice's end, with a `cpu-released` entry saying why. The
+    slice goes on; back in the background, the app is watched from a new window, warned and
+    throttled again, and released at the slice's end. The second throttle of the same slice is
+    no second violation, and the lift none at all."""
+    systemd = world.start_systemd_mock(units=[BURNER_UNIT])
+    agent = world.start_agent(config=cpu_config("throttle", processing="60s"), planner=True)
+    app, run = start_burner(world, BURNER_UNIT, "org.example.Burner", usage="background")
+    agent.wait_history("cpu-throttled", app_id="org.example.Burner", timeout=16)
+    assert quotas(systemd) == [(BURNER_UNIT, 100000)]
+
+    app.scheduler("ReportUsage", "s", ("foreground",))
+    th.wait_until(lambda: len(quotas(systemd)) >= 2, 5, "the quota is lifted when the app comes to the foreground")
+    assert quotas(systemd) == [(BURNER_UNIT, 100000), (BURNER_UNIT, UINT64_MAX)]
+    released = agent.wait_history("cpu-released", app_id="org.example.Burner", timeout=3)
+    assert released["detail"] == f"the CPU quota on {BURNER_UNIT} was lifted ({RELEASED_FOR_USE})", released
+    assert [e["event"] for e in agent.events(task_id=run["task_id"])] == ["delivered", "cpu-warned", "cpu-throttled"], \
+        "the slice goes on"
+    assert agent.app_record("org.example.Burner")["violations"] == 1
+
+    left = time.time()
+    app.scheduler("ReportUsage", "s", ("background",))
+    th.wait_until(lambda: len(quotas(systemd)) >= 3, 16, "the app is throttled again in the background")
+    assert quotas(systemd)[2] == (BURNER_UNIT, 100000), quotas(systemd)
+    warned = agent.events("cpu-warned", app_id="org.example.Burner")
+    assert len(warned) == 2 and warned[1]["time"] >= left + 1.9, (left, warned)
+    assert len(app.events_of("ExpireTask")) == 2, "warned again before the second throttle"
+
+    app.complete(run["task_id"], True, "no-data")
+    agent.wait_history("completed", task_id=run["task_id"], timeout=5)
+    th.wait_until(lambda: len(quotas(systemd)) >= 4, 5, "the second throttle is lifted at the slice's end")
+    assert quotas(systemd)[3] == (BURNER_UNIT, UINT64_MAX), quotas(systemd)
+    th.wait_until(lambda: len(agent.events("cpu-released", app_id="org.example.Burner")) >= 2, 3,
+                  "the slice's end is recorded")
+    assert agent.events("cpu-released", app_id="org.example.Burner")[1]["detail"] == (
+        f"the CPU quota on {BURNER_UNIT} was lifted (slice ended)")
+    assert agent.app_record("org.example.Burner")["violations"] == 1
 
 
 def start_background_burner(world, app_id):
