@@ -50,7 +50,8 @@ public enum AgentInterfaces {
                         holds, a request held by several rules counting under each; "waiting_summary" (s,
                         with it) the same in words, such as "10 wait for the session to be idle; 3 for the
                         next wake window"; "in_use" (as, when some) the apps the user has open as the
-                        planner sees them (opened and not left), which the window after an open skips;
+                        agent sees them (opened and not left), which the window after an open skips and
+                        the CPU monitor does not watch;
                         "refresh" (a{sv}, with [refresh] strategy = predicted) the refresh planner's
                         budget and wake-ups: "budget_left" (d) refreshes left in the shared pool,
                         "budget_per_day" (d) what it gains a day and holds at most, "wakeups_24h" (u)

@@ -42,6 +42,15 @@ extension TaskEngine {
             planner.advance(to: now)
             planner.adaptsThresholds = true
             refreshPlanner = planner
+        } else {
+            // Without the planner nothing is learned, but which apps the user has open still
+            // matters: the CPU monitor leaves them alone (`cpuMonitorFollowsUse`).
+            var inUse: Set<AppID> = []
+            for event in logged {
+                if event.state == .foreground { inUse.insert(event.appID) } else { inUse.remove(event.appID) }
+            }
+            appsInUse = inUse
+            inUseByLogAtStart = inUse
         }
         for (appID, result) in try store.refreshResults(since: now - Self.violationMemory) {
             noteRefreshResult(appID, result)
@@ -113,11 +122,13 @@ extension TaskEngine {
         }
     }
 
-    /// The user opened the app: the predictor learns it, and its work may be due.
+    /// The user opened the app: it is in use, the predictor learns it, and its work may be due.
+    /// Use is tracked with either strategy (the CPU monitor follows it); only the planner learns.
     func noteOpen(_ appID: AppID, at time: UnixTime) {
-        guard refreshPlanner != nil else { return }
+        guard appsInUse.insert(appID).inserted || refreshPlanner != nil else { return }
+        // Without the planner no evaluation follows to publish it (`GetStatus`'s `in_use`).
+        guard refreshPlanner != nil else { return publishStatus(nextWindow: evaluationTimerDue) }
         refreshPlanner?.recordOpen(of: appID.rawValue, at: time)
-        appsInUse.insert(appID)
         // The user is at work: a refresh window opens for the apps likely to be opened next.
         appOpenedAt = time
         requestEvaluation()
@@ -133,7 +144,8 @@ extension TaskEngine {
         selfReportedInUse.remove(appID)
         lastUsageReport[appID] = nil
         inUseByLogAtStart.remove(appID)
-        guard refreshPlanner != nil, appsInUse.remove(appID) != nil else { return }
+        guard appsInUse.remove(appID) != nil else { return }
+        guard refreshPlanner != nil else { return publishStatus(nextWindow: evaluationTimerDue) }
         refreshPlanner?.recordClose(of: appID.rawValue, at: time)
         appLeft = AppLeft(appID: appID, at: time)
         requestEvaluation()
@@ -155,8 +167,7 @@ extension TaskEngine {
         // each open with one leave, the app's last connection closing.
         let alreadyInUse = appsInUse.contains(appID) && selfReportedInUse.contains(appID)
         selfReportedInUse.insert(appID)
-        // Without a refresh planner nothing tracks use (`noteOpen`), and no leave would follow.
-        guard refreshPlanner != nil, !alreadyInUse, !openedUnits.contains(appID) else { return }
+        guard !alreadyInUse, !openedUnits.contains(appID) else { return }
         if let last = refreshPlanner?.predictor.lastOpen(of: appID.rawValue), time - last < 60 { return }
         appendUsageOrWarn(appID, .foreground, at: time, metadata: ["app.id": "\(appID)", "source": "registration"])
         noteOpen(appID, at: time)
@@ -173,7 +184,7 @@ extension TaskEngine {
     func noteRegistrationOfRunningApp(_ appID: AppID) {
         guard inUseByLogAtStart.contains(appID) else { return }
         selfReportedInUse.insert(appID)
-        guard refreshPlanner != nil, appsInUse.insert(appID).inserted else { return }
+        guard appsInUse.insert(appID).inserted else { return }
         refreshPlanner?.recordOpenedUnseen(appID.rawValue)
     }
 

@@ -1137,8 +1137,8 @@ extension TaskEngine {
     /// of each kind, as before (`Slice.violationsCounted`). The task's `cpu_seconds` in its
     /// history is still all the CPU used in the slice: it measures, it does not judge.
     ///
-    /// Without a refresh planner (`[refresh] strategy = every-window`) the agent tracks no use:
-    /// `appsInUse` stays empty, and every slice is watched throughout.
+    /// Use is tracked with either refresh strategy: without the planner (`[refresh] strategy =
+    /// every-window`) `appsInUse` follows the same opens and leaves, and nothing is learned.
     func cpuMonitorFollowsUse(from old: Set<AppID>) {
         for sliceID in slices.keys.sorted() {
             guard let appID = slices[sliceID]?.appID else { continue }

@@ -78,7 +78,6 @@ extension TaskEngine {
         if sessionStartedUnits.keepOnly(running: Set(units.map(\.unit))) { saveSessionStartedUnits() }
         openedUnits = OpenedAppUnits(
             running: units.filter { !sessionStartedUnits.contains(unit: $0.unit) && !isLaunching($0.appID) })
-        guard refreshPlanner != nil else { return }
         let inUse = openedUnits.apps.union(appsInUse.intersection(selfReportedInUse))
         guard inUse != appsInUse else { return }
         let closedUnseen = appsInUse.subtracting(inUse)
