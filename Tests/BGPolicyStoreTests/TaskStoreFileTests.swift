@@ -21,16 +21,20 @@ struct TaskStoreFileTests {
         #expect(mode == 0o700)
     }
 
+    /// A store at `path` holding one app (`Sample.maps`) and one pending request of it ("a").
+    func storeWithOneRequest(path: String) throws -> TaskStore {
+        let store = try TaskStore(path: path)
+        try store.saveApp(Sample.app(Sample.maps))
+        try store.savePending(Sample.request(Sample.maps, "a"))
+        return store
+    }
+
     @Test("opening a sound file writes nothing, though its WAL is empty (a full disk must not stop the start)")
     func openWritesNothing() throws {
         let scratch = try ScratchDirectory()
         defer { scratch.remove() }
         let path = scratch.path + "/tasks.db"
-        do {
-            let store = try TaskStore(path: path)
-            try store.saveApp(Sample.app(Sample.maps))
-            try store.savePending(Sample.request(Sample.maps, "a"))
-        }
+        do { _ = try storeWithOneRequest(path: path) }
         // As a clean stop leaves it: everything in the file, the WAL empty (or gone).
         let before = try Data(contentsOf: URL(fileURLWithPath: path))
         for _ in 0..<2 {
@@ -91,9 +95,7 @@ struct TaskStoreFileTests {
         defer { scratch.remove() }
         let path = scratch.path + "/tasks.db"
         do {
-            let store = try TaskStore(path: path)
-            try store.saveApp(Sample.app(Sample.maps))
-            try store.savePending(Sample.request(Sample.maps, "a"))
+            let store = try storeWithOneRequest(path: path)
             try store.startTasks([Sample.running("t1", Sample.maps, "a")], history: [Sample.entry(.delivered, at: 3_000)])
             // The agent is killed here: no finishTask.
         }
@@ -562,9 +564,7 @@ struct TaskStoreFileTests {
         defer { scratch.remove() }
         let path = scratch.path + "/tasks.db"
         do {
-            let store = try TaskStore(path: path)
-            try store.saveApp(Sample.app(Sample.maps))
-            try store.savePending(Sample.request(Sample.maps, "a"))
+            let store = try storeWithOneRequest(path: path)
             try store.append(Sample.entry(.submitted, at: 1))
             try store.capFileSize(extraPages: 1)
 
