@@ -37,20 +37,34 @@ def activated_command(world, log):
             "--log", log, "--proc-root", world.proc_root]
 
 
-def test_the_agent_starts_an_activatable_app_for_its_task(activation_world):
-    world = activation_world
+def make_activatable(world, app_id, command):
+    """Writes the service file with which the bus starts `app_id` by running `command` (a list
+    of strings)."""
+    (world.service_dir / f"{app_id}.service").write_text(
+        f"[D-BUS Service]\nName={app_id}\nExec={' '.join(command)}\n")
+
+
+def activated_app_run_once(world, *exec_options):
+    """The activated app made activatable (its service file runs it with `exec_options` added),
+    an agent with 10-s refresh slices, and the app run once: it registers, asks for a refresh
+    in an hour, and exits; the agent has seen it go. Returns the agent, the app's event log and
+    that first run."""
     log = world.tmp / "activated.log"
     command = [str(part) for part in activated_command(world, log)]
-    (world.service_dir / f"{APP_ID}.service").write_text(
-        f"[D-BUS Service]\nName={APP_ID}\nExec={' '.join(command)}\n")
+    make_activatable(world, APP_ID, command + list(exec_options))
     agent = world.start_agent(config="[slices]\nrefresh = 10s\nexpiration_warning = 2s\n")
-
-    # The app runs once: registers, asks for a refresh in an hour, and exits.
     first = th.ch.Proc([*command, "--submit"], dict(os.environ, DBUS_SESSION_BUS_ADDRESS=world.address),
                        name="first run")
     world.stack.push(first)
     assert first.popen.wait(timeout=20) == 0, f"{read_log(log)}\n{first.stderr()}"
     th.wait_until(lambda: (agent.app_record(APP_ID) or {}).get("connected") is False, 5, "the app is gone")
+    return agent, log, first
+
+
+def test_the_agent_starts_an_activatable_app_for_its_task(activation_world):
+    world = activation_world
+    # The app runs once: registers, asks for a refresh in an hour, and exits.
+    agent, log, first = activated_app_run_once(world)
     record = agent.app_record(APP_ID)
     assert record["bus_name"] == APP_ID and record["pending"] == 1, record
     first_pid = first.pid
@@ -97,8 +111,7 @@ def test_an_app_that_is_gone_without_a_bus_name_is_unavailable(activation_world)
 
 def test_an_activatable_app_that_fails_to_start_stays_pending(activation_world):
     world = activation_world
-    (world.service_dir / "org.example.Broken.service").write_text(
-        "[D-BUS Service]\nName=org.example.Broken\nExec=/bin/false\n")
+    make_activatable(world, "org.example.Broken", ["/bin/false"])
     agent = world.start_agent()
     app = world.app("broken")
     app.register(["org.example.Broken.refresh"], app_id="org.example.Broken", bus_name="org.example.Broken")
@@ -120,7 +133,7 @@ def test_failures_in_a_row_double_the_wait_and_registering_again_resets_it(activ
     for good; the app registering again starts the count afresh."""
     world = activation_world
     app_id, identifier = "org.example.Broken", "org.example.Broken.refresh"
-    (world.service_dir / f"{app_id}.service").write_text(f"[D-BUS Service]\nName={app_id}\nExec=/bin/false\n")
+    make_activatable(world, app_id, ["/bin/false"])
     agent = world.start_agent()
     app = world.app("broken")
     app.register([identifier], app_id=app_id, bus_name=app_id)
@@ -157,8 +170,7 @@ def test_nothing_starts_at_the_agents_start_before_the_battery_is_known(tmp_path
     with th.open_world(tmp_path, power="low-battery", activation=True) as world:
         log = world.tmp / "activated.log"
         command = [str(part) for part in activated_command(world, log)]
-        (world.service_dir / f"{APP_ID}.service").write_text(
-            f"[D-BUS Service]\nName={APP_ID}\nExec={' '.join(command)}\n")
+        make_activatable(world, APP_ID, command)
         # Windows every 10 s, open 2.5 s: the restarts below are timed to come as one opens.
         agent = world.start_agent(planner=True, config="[windows]\ngrid_on_battery = 10s\n[refresh]\nstrategy = every-window\n")
         app = world.app("first run")
@@ -199,8 +211,7 @@ def test_apps_the_agent_starts_take_turns(activation_world):
             "--start-gate", gate]]
 
     for app_id in apps:
-        (world.service_dir / f"{app_id}.service").write_text(
-            f"[D-BUS Service]\nName={app_id}\nExec={' '.join(command(app_id))}\n")
+        make_activatable(world, app_id, command(app_id))
     agent = world.start_agent(config="[slices]\nrefresh = 10s\nexpiration_warning = 2s\nconcurrent_starts = 2\n")
     for app_id in apps:
         first = th.ch.Proc([*command(app_id), "--submit"], dict(os.environ, DBUS_SESSION_BUS_ADDRESS=world.address),
@@ -272,8 +283,7 @@ def two_slow_apps_due_in_one_window(world):
             "--identifier", f"{app_id}.refresh", "--log", logs[app_id], "--proc-root", world.proc_root, *extra]]
 
     for app_id in apps:
-        (world.service_dir / f"{app_id}.service").write_text(
-            f"[D-BUS Service]\nName={app_id}\nExec={' '.join(command(app_id, '--start-gate', gate))}\n")
+        make_activatable(world, app_id, command(app_id, "--start-gate", gate))
     agent = world.start_agent(config="[slices]\nrefresh = 10s\nexpiration_warning = 2s\nconcurrent_starts = 1\n")
     env = dict(os.environ, DBUS_SESSION_BUS_ADDRESS=world.address)
     # Both requests lift at the same second, so one window takes both; time enough before it
@@ -360,8 +370,7 @@ def test_a_content_wake_waiting_its_turn_is_held_when_background_work_is_switche
             "--identifier", f"{app_id}.refresh", "--log", logs[app_id], "--proc-root", world.proc_root, *extra]]
 
     for app_id in (mail, notes):
-        (world.service_dir / f"{app_id}.service").write_text(
-            f"[D-BUS Service]\nName={app_id}\nExec={' '.join(command(app_id, '--start-gate', gate))}\n")
+        make_activatable(world, app_id, command(app_id, "--start-gate", gate))
     agent = world.start_agent(config="[slices]\nrefresh = 10s\nexpiration_warning = 2s\nconcurrent_starts = 1\n")
     env = dict(os.environ, DBUS_SESSION_BUS_ADDRESS=world.address)
     for app_id, extra in ((mail, ["--submit", "--due-in", 6]), (notes, ["--register-only"])):
@@ -409,8 +418,7 @@ def slow_notes_and_mail_each_with_a_refresh(world):
             "--start-delay", delay]]
 
     for app_id in apps.values():
-        (world.service_dir / f"{app_id}.service").write_text(
-            f"[D-BUS Service]\nName={app_id}\nExec={' '.join(command(app_id, 0) + ['--start-gate', str(gate)])}\n")
+        make_activatable(world, app_id, command(app_id, 0) + ["--start-gate", str(gate)])
     agent = world.start_agent(config="[slices]\nrefresh = 10s\nexpiration_warning = 2s\nconcurrent_starts = 1\n")
     env = dict(os.environ, DBUS_SESSION_BUS_ADDRESS=world.address)
     for app_id in apps.values():
@@ -419,6 +427,20 @@ def slow_notes_and_mail_each_with_a_refresh(world):
         assert first.popen.wait(timeout=20) == 0, f"{read_log(logs[app_id])}\n{first.stderr()}"
         th.wait_until(lambda: (agent.app_record(app_id) or {}).get("connected") is False, 5, f"{app_id} is gone")
     return agent, apps, logs, command, env, gate.touch
+
+
+def launch_notes_then_mail(pool, agent, apps, logs):
+    """For `slow_notes_and_mail_each_with_a_refresh`: `bgpolicy simulate launch` of Notes' refresh
+    in `pool`, then, once Notes is being started, of Mail's, which waits its turn. Returns the
+    two launches (futures of their CLI runs)."""
+    mail = apps["mail"]
+    notes_launch = pool.submit(agent.cli, "simulate", "launch", apps["notes"], f"{apps['notes']}.refresh",
+                               timeout=60, check=False)
+    th.wait_until(lambda: [e for e in read_log(logs[apps["notes"]]) if e["type"] == "Launched"], 10,
+                  "Notes is being started")
+    mail_launch = pool.submit(agent.cli, "simulate", "launch", mail, f"{mail}.refresh", timeout=60, check=False)
+    waits_its_turn(agent, mail)
+    return notes_launch, mail_launch
 
 
 def test_an_app_the_user_opens_while_it_waits_its_turn_is_not_started_again(activation_world):
@@ -430,12 +452,7 @@ def test_an_app_the_user_opens_while_it_waits_its_turn_is_not_started_again(acti
     mail = apps["mail"]
 
     with ThreadPoolExecutor(2) as pool:
-        notes_launch = pool.submit(agent.cli, "simulate", "launch", apps["notes"], f"{apps['notes']}.refresh",
-                                   timeout=60, check=False)
-        th.wait_until(lambda: [e for e in read_log(logs[apps["notes"]]) if e["type"] == "Launched"], 10,
-                      "Notes is being started")
-        mail_launch = pool.submit(agent.cli, "simulate", "launch", mail, f"{mail}.refresh", timeout=60, check=False)
-        waits_its_turn(agent, mail)
+        notes_launch, mail_launch = launch_notes_then_mail(pool, agent, apps, logs)
         # The user opens Mail while it waits for Notes to finish starting.
         opened = th.ch.Proc(command(mail, 0), env, name="Mail opened by the user")
         world.stack.push(opened)
@@ -469,12 +486,7 @@ def test_a_simulated_launch_whose_request_went_while_it_waited_its_turn_says_so(
     mail = apps["mail"]
 
     with ThreadPoolExecutor(2) as pool:
-        notes_launch = pool.submit(agent.cli, "simulate", "launch", apps["notes"], f"{apps['notes']}.refresh",
-                                   timeout=60, check=False)
-        th.wait_until(lambda: [e for e in read_log(logs[apps["notes"]]) if e["type"] == "Launched"], 10,
-                      "Notes is being started")
-        mail_launch = pool.submit(agent.cli, "simulate", "launch", mail, f"{mail}.refresh", timeout=60, check=False)
-        waits_its_turn(agent, mail)
+        notes_launch, mail_launch = launch_notes_then_mail(pool, agent, apps, logs)
         # The user opens Mail, which has no refresh to wait for any more.
         opened = world.registered_app(mail, [f"{mail}.refresh"], name="Mail opened by the user")
         opened.cancel(f"{mail}.refresh")
@@ -528,16 +540,7 @@ def test_an_activated_app_that_exits_without_completing_has_its_slice_closed_as_
     who owns it only after the reply), so the app's unique name leaving matched no slice, the
     name had no owner any more, and the slice ran to its deadline as a violation."""
     world = activation_world
-    log = world.tmp / "activated.log"
-    command = [str(part) for part in activated_command(world, log)]
-    (world.service_dir / f"{APP_ID}.service").write_text(
-        f"[D-BUS Service]\nName={APP_ID}\nExec={' '.join(command + app_options)}\n")
-    agent = world.start_agent(config="[slices]\nrefresh = 10s\nexpiration_warning = 2s\n")
-    first = th.ch.Proc([*command, "--submit"], dict(os.environ, DBUS_SESSION_BUS_ADDRESS=world.address),
-                       name="first run")
-    world.stack.push(first)
-    assert first.popen.wait(timeout=20) == 0, f"{read_log(log)}\n{first.stderr()}"
-    th.wait_until(lambda: (agent.app_record(APP_ID) or {}).get("connected") is False, 5, "the app is gone")
+    agent, log, _ = activated_app_run_once(world, *app_options)
 
     launched = time.monotonic()
     with ThreadPoolExecutor(1) as pool:
