@@ -109,62 +109,67 @@ struct AgentCallTests {
         return (scheduler, tasks.makeAsyncIterator())
     }
 
+    /// A stand-in agent scripted to refuse the first `SetTaskCompleted` with `error`, and a
+    /// registered, activated scheduler on the same private bus that it has run `taskID` in.
+    /// `body` is given the agent, the scheduler and the task its launch handler was given; the
+    /// two are closed after it.
+    func withTaskRun(
+        _ taskID: String, completionRefusedWith error: BGPolicyErrorName,
+        _ body: (FakeAgent, BGTaskScheduler, BGTask) async throws -> Void
+    ) async throws {
+        let bus = try PrivateBus()
+        let agent = try await FakeAgent(on: bus)
+        defer { agent.close() }
+        let (scheduler, tasksIterator) = try await activatedScheduler(on: bus)
+        defer { scheduler.disconnect() }
+        var tasks = tasksIterator
+
+        agent.errors.withLock { $0["SetTaskCompleted"] = [error] }
+        try await agent.runTask(taskID, in: scheduler)
+        let task = try #require(await tasks.next())
+        try await body(agent, scheduler, task)
+    }
+
     /// DBusAPI.md: on `Failed` (the agent could not store the end, a full disk) "the task stays
     /// running … the app may call again". The library used to hand back the first, failed report
     /// forever and forget the task before the answer, so the app could never complete it.
     @Test("a completion the agent could not store is reported again, and only then forgotten")
     func completionRetriedAfterFailed() async throws {
-        let bus = try PrivateBus()
-        let agent = try await FakeAgent(on: bus)
-        defer { agent.close() }
-        let (scheduler, tasksIterator) = try await activatedScheduler(on: bus)
-        defer { scheduler.disconnect() }
-        var tasks = tasksIterator
+        try await withTaskRun("task-1", completionRefusedWith: .failed) { agent, scheduler, task in
+            let first = task.setTaskCompleted(success: true, result: .newData)
+            let error = await #expect(throws: BGTaskSchedulerError.self) { try await first.value }
+            #expect(error?.code == .failed)
+            // The agent still runs it: so does the app, which must complete it again.
+            #expect(!task.isCompleted)
+            #expect(scheduler.state.withLock { $0.running["task-1"] } === task)
+            // And the agent's warning before its deadline still reaches it.
+            try await agent.call("ExpireTask", [.string("task-1")], in: scheduler)
+            #expect(task.isExpired)
 
-        agent.errors.withLock { $0["SetTaskCompleted"] = [.failed] }
-        try await agent.runTask("task-1", in: scheduler)
-        let task = try #require(await tasks.next())
-        let first = task.setTaskCompleted(success: true, result: .newData)
-        let error = await #expect(throws: BGTaskSchedulerError.self) { try await first.value }
-        #expect(error?.code == .failed)
-        // The agent still runs it: so does the app, which must complete it again.
-        #expect(!task.isCompleted)
-        #expect(scheduler.state.withLock { $0.running["task-1"] } === task)
-        // And the agent's warning before its deadline still reaches it.
-        try await agent.call("ExpireTask", [.string("task-1")], in: scheduler)
-        #expect(task.isExpired)
-
-        let second = task.setTaskCompleted(success: true, result: .noData)
-        #expect(second != first)
-        #expect(task.isCompleted)
-        try await second.value
-        #expect(scheduler.state.withLock { $0.running.isEmpty })
-        #expect(task.setTaskCompleted(success: false) == second, "an accepted completion is not sent again")
-        let reports = agent.calls(of: "SetTaskCompleted").map(\.arguments)
-        #expect(reports == [
-            [.string("task-1"), .boolean(true), .string("new-data")], [.string("task-1"), .boolean(true), .string("no-data")],
-        ])
+            let second = task.setTaskCompleted(success: true, result: .noData)
+            #expect(second != first)
+            #expect(task.isCompleted)
+            try await second.value
+            #expect(scheduler.state.withLock { $0.running.isEmpty })
+            #expect(task.setTaskCompleted(success: false) == second, "an accepted completion is not sent again")
+            let reports = agent.calls(of: "SetTaskCompleted").map(\.arguments)
+            #expect(reports == [
+                [.string("task-1"), .boolean(true), .string("new-data")], [.string("task-1"), .boolean(true), .string("no-data")],
+            ])
+        }
     }
 
     @Test("a completion of a task the agent has ended is not sent again")
     func completionNotRetriedAfterUnknownTask() async throws {
-        let bus = try PrivateBus()
-        let agent = try await FakeAgent(on: bus)
-        defer { agent.close() }
-        let (scheduler, tasksIterator) = try await activatedScheduler(on: bus)
-        defer { scheduler.disconnect() }
-        var tasks = tasksIterator
-
-        agent.errors.withLock { $0["SetTaskCompleted"] = [.unknownTask] }
-        try await agent.runTask("task-2", in: scheduler)
-        let task = try #require(await tasks.next())
-        let first = task.setTaskCompleted(success: true)
-        let error = await #expect(throws: BGTaskSchedulerError.self) { try await first.value }
-        #expect(error?.code == .unknownTask)
-        #expect(task.isCompleted)
-        #expect(scheduler.state.withLock { $0.running.isEmpty })
-        #expect(task.setTaskCompleted(success: true) == first)
-        #expect(agent.calls(of: "SetTaskCompleted").count == 1)
+        try await withTaskRun("task-2", completionRefusedWith: .unknownTask) { agent, scheduler, task in
+            let first = task.setTaskCompleted(success: true)
+            let error = await #expect(throws: BGTaskSchedulerError.self) { try await first.value }
+            #expect(error?.code == .unknownTask)
+            #expect(task.isCompleted)
+            #expect(scheduler.state.withLock { $0.running.isEmpty })
+            #expect(task.setTaskCompleted(success: true) == first)
+            #expect(agent.calls(of: "SetTaskCompleted").count == 1)
+        }
     }
 
     @Test("explain returns the agent's Explain, typed, with the whole answer kept")
