@@ -40,6 +40,18 @@ private final class FakeRoots {
     }
 }
 
+/// Expects `roots`' inspector to identify process `pid` as `appID`, named by `source`, in the
+/// unit `unit` whose cgroup is `cgroupPath`.
+private func expectIdentified(
+    _ pid: UInt32, by roots: FakeRoots, as appID: String, source: IdentitySource, unit: String, cgroupPath: String,
+    sourceLocation: SourceLocation = #_sourceLocation
+) {
+    #expect(
+        roots.inspector.identify(pid: pid)
+            == ProcessIdentity(pid: pid, appID: AppID(rawValue: appID), source: source, unit: unit, cgroupPath: cgroupPath),
+        sourceLocation: sourceLocation)
+}
+
 private let ticksPerSecond = Double(sysconf(Int32(_SC_CLK_TCK)))
 private let userManager = "/user.slice/user-1000.slice/user@1000.service"
 
@@ -54,10 +66,8 @@ struct ProcessInspectorTests {
         try roots.cgroupFile(pid: 4242, path: scope)
         try roots.write("[Application]\nname=org.gnome.Maps\nruntime=runtime/org.gnome.Platform/x86_64/46\n\n[Instance]\ninstance-id=1\n",
                         to: "proc/4242/root/.flatpak-info")
-        #expect(
-            roots.inspector.identify(pid: 4242)
-                == ProcessIdentity(pid: 4242, appID: AppID(rawValue: "org.gnome.Maps"), source: .flatpak,
-                                   unit: "app-flatpak-org.gnome.Maps-4242.scope", cgroupPath: scope))
+        expectIdentified(4242, by: roots, as: "org.gnome.Maps", source: .flatpak,
+                         unit: "app-flatpak-org.gnome.Maps-4242.scope", cgroupPath: scope)
     }
 
     @Test("a Flatpak instance in someone else's unit gets no unit to throttle")
@@ -94,10 +104,8 @@ struct ProcessInspectorTests {
         let roots = try FakeRoots()
         let scope = "\(userManager)/app.slice/snap.firefox.firefox-2bcc5f39-2b4a-4fd4-9b2b-3b2b6f1c8d1e.scope"
         try roots.cgroupFile(pid: 31, path: scope)
-        #expect(
-            roots.inspector.identify(pid: 31)
-                == ProcessIdentity(pid: 31, appID: AppID(rawValue: "snap.firefox"), source: .snap,
-                                   unit: "snap.firefox.firefox-2bcc5f39-2b4a-4fd4-9b2b-3b2b6f1c8d1e.scope", cgroupPath: scope))
+        expectIdentified(31, by: roots, as: "snap.firefox", source: .snap,
+                         unit: "snap.firefox.firefox-2bcc5f39-2b4a-4fd4-9b2b-3b2b6f1c8d1e.scope", cgroupPath: scope)
     }
 
     @Test("an app unit names the app: GNOME, KDE, cgroup v1")
@@ -105,18 +113,14 @@ struct ProcessInspectorTests {
         let roots = try FakeRoots()
         let gnome = "\(userManager)/app.slice/app-gnome-firefox\\x2desr-9876.scope"
         try roots.cgroupFile(pid: 9876, path: gnome)
-        #expect(
-            roots.inspector.identify(pid: 9876)
-                == ProcessIdentity(pid: 9876, appID: AppID(rawValue: "firefox-esr"), source: .systemdUnit,
-                                   unit: "app-gnome-firefox\\x2desr-9876.scope", cgroupPath: gnome))
+        expectIdentified(9876, by: roots, as: "firefox-esr", source: .systemdUnit,
+                         unit: "app-gnome-firefox\\x2desr-9876.scope", cgroupPath: gnome)
 
         // A process in a sub-cgroup of its unit: the unit's cgroup is what is measured.
         let kde = "\(userManager)/app.slice/app-org.kde.dolphin@a1b2.service"
         try roots.cgroupFile(pid: 55, path: kde + "/worker")
-        #expect(
-            roots.inspector.identify(pid: 55)
-                == ProcessIdentity(pid: 55, appID: AppID(rawValue: "org.kde.dolphin"), source: .systemdUnit,
-                                   unit: "app-org.kde.dolphin@a1b2.service", cgroupPath: kde))
+        expectIdentified(55, by: roots, as: "org.kde.dolphin", source: .systemdUnit,
+                         unit: "app-org.kde.dolphin@a1b2.service", cgroupPath: kde)
 
         let maps = "\(userManager)/app.slice/app-gnome-org.gnome.Maps-12345.scope"
         try roots.write("12:pids:/\n4:memory:/\n1:name=systemd:\(maps)\n", to: "proc/12345/cgroup")
