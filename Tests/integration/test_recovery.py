@@ -96,6 +96,31 @@ def damage_a_page(world):
     return database(world).read_bytes()
 
 
+def history_root_page(db):
+    """Checkpoints the agent's database through `db`, a connection to it, so that everything is
+    in the main file; returns the history table's first page there and the page size."""
+    db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    (page,) = db.execute("SELECT rootpage FROM sqlite_master WHERE name = 'history'").fetchone()
+    (size,) = db.execute("PRAGMA page_size").fetchone()
+    return page, size
+
+
+def overwrite_page(world, page, size):
+    """Overwrites page `page` (counted from 1, of `size` bytes) of the agent's database file."""
+    with open(database(world), "r+b") as f:
+        f.seek((page - 1) * size)
+        f.write(b"\xa5" * size)
+
+
+def damage_the_history_table(world, db):
+    """Overwrites the history table's first page in the agent's stopped database, once
+    everything is in the main file: checkpointed through `db`, a connection to it, which is
+    closed before the file is written."""
+    page, size = history_root_page(db)
+    db.close()
+    overwrite_page(world, page, size)
+
+
 @pytest.mark.parametrize("damage", [write_garbage, damage_a_page], ids=["garbage", "damaged-page"])
 def test_corrupt_database_is_moved_aside_and_the_agent_works(world, damage):
     broken = damage(world)
@@ -147,13 +172,7 @@ def test_a_damaged_table_loses_that_table_only(world):
     app.quit()
     agent.stop()
     db = sqlite3.connect(database(world))
-    db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    (page,) = db.execute("SELECT rootpage FROM sqlite_master WHERE name = 'history'").fetchone()
-    (size,) = db.execute("PRAGMA page_size").fetchone()
-    db.close()
-    with open(database(world), "r+b") as f:
-        f.seek((page - 1) * size)
-        f.write(b"\xa5" * size)
+    damage_the_history_table(world, db)
 
     agent.restart()
     loud = critical_lines(agent.stderr())
@@ -181,13 +200,7 @@ def test_a_damaged_file_of_the_previous_release_keeps_its_readable_tables(world)
     db.execute("ALTER TABLE planner_state DROP COLUMN paid_trials")
     db.execute("ALTER TABLE planner_state DROP COLUMN paid_successes")
     db.commit()
-    db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    (page,) = db.execute("SELECT rootpage FROM sqlite_master WHERE name = 'history'").fetchone()
-    (size,) = db.execute("PRAGMA page_size").fetchone()
-    db.close()
-    with open(database(world), "r+b") as f:
-        f.seek((page - 1) * size)
-        f.write(b"\xa5" * size)
+    damage_the_history_table(world, db)
 
     agent.restart()
     loud = critical_lines(agent.stderr())
@@ -208,12 +221,7 @@ def test_damage_found_while_the_agent_runs_stops_it_and_the_next_start_recovers(
     app = world.registered_app(APP, IDENTIFIERS)
     app.submit(IDENTIFIERS[0], "refresh", earliest_begin=later(3600))
     db = sqlite3.connect(database(world))
-    db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    (page,) = db.execute("SELECT rootpage FROM sqlite_master WHERE name = 'history'").fetchone()
-    (size,) = db.execute("PRAGMA page_size").fetchone()
-    with open(database(world), "r+b") as f:
-        f.seek((page - 1) * size)
-        f.write(b"\xa5" * size)
+    overwrite_page(world, *history_root_page(db))
     # A write from another connection: the agent's next transaction sees the database changed,
     # drops the pages it had cached, and reads the damaged one from the file.
     (version,) = db.execute("PRAGMA user_version").fetchone()
