@@ -136,39 +136,26 @@ enum Measure {
     static func throughput(_ caller: Caller, concurrency: Int, seconds: Double) async -> Throughput {
         let start = Clock.nanoseconds()
         let deadline = start + UInt64(seconds * 1e9)
-        var total = await withTaskGroup(of: Throughput.self) { group in
-            for _ in 0..<concurrency {
-                group.addTask {
-                    var mine = Throughput()
-                    while Clock.nanoseconds() < deadline {
-                        do {
-                            try await caller.call()
-                            mine.calls += 1
-                        } catch {
-                            mine.errors += 1
-                            if mine.firstError == nil { mine.firstError = "\(error)" }
-                        }
-                    }
-                    return mine
-                }
-            }
-            var sum = Throughput()
-            for await part in group { sum.add(part) }
-            return sum
-        }
-        total.nanoseconds = Clock.nanoseconds() - start
-        return total
+        return await calls(caller, tasks: concurrency, since: start) { Clock.nanoseconds() < deadline }
     }
 
     /// Exactly `count` calls, `concurrency` in flight.
     static func counted(_ caller: Caller, count: Int, concurrency: Int) async -> Throughput {
         let issued = Counter()
         let start = Clock.nanoseconds()
+        return await calls(caller, tasks: min(concurrency, count), since: start) { issued.next() <= count }
+    }
+
+    /// `tasks` tasks, each calling back to back for as long as `more` says, counting the calls
+    /// and the errors; the time is from `start` until the last call in flight has come back.
+    private static func calls(
+        _ caller: Caller, tasks: Int, since start: UInt64, while more: @escaping @Sendable () -> Bool
+    ) async -> Throughput {
         var total = await withTaskGroup(of: Throughput.self) { group in
-            for _ in 0..<min(concurrency, count) {
+            for _ in 0..<tasks {
                 group.addTask {
                     var mine = Throughput()
-                    while issued.next() <= count {
+                    while more() {
                         do {
                             try await caller.call()
                             mine.calls += 1
