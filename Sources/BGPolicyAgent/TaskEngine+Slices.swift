@@ -664,13 +664,17 @@ extension TaskEngine {
         for id in slices.keys.sorted() {
             guard var slice = slices[id], slice.exempt else { continue }
             slice.exempt = false
-            watchCPU(of: &slice)
-            startMonitoring(sliceID: id, slice: &slice)
-            slices[id] = slice
-            logger.info(
-                "CPU monitor on: the charger went during a slice of external-power processing",
-                metadata: ["app.id": "\(slice.appID)", "slice.id": "\(id)"])
+            watchFromNow(id, &slice, why: "CPU monitor on: the charger went during a slice of external-power processing")
         }
+    }
+
+    /// Gives the slice a CPU monitor from its CPU time now, starts its sampling, stores it, and
+    /// logs `why`.
+    func watchFromNow(_ sliceID: String, _ slice: inout Slice, why: Logger.Message) {
+        watchCPU(of: &slice)
+        startMonitoring(sliceID: sliceID, slice: &slice)
+        slices[sliceID] = slice
+        logger.info(why, metadata: ["app.id": "\(slice.appID)", "slice.id": "\(sliceID)"])
     }
 
     /// Puts undelivered tasks back: pending again (written first, so a crash in between
@@ -1177,12 +1181,9 @@ extension TaskEngine {
     /// (external-power processing on AC) stays unwatched.
     func watchAgainAfterUse(_ sliceID: String) {
         guard var slice = slices[sliceID], !slice.exempt, slice.pid != nil, slice.monitor == nil else { return }
-        watchCPU(of: &slice)
-        startMonitoring(sliceID: sliceID, slice: &slice)
-        slices[sliceID] = slice
-        logger.info(
-            "CPU monitor on afresh: the user left the app during its slice; the CPU it used in the foreground is not counted",
-            metadata: ["app.id": "\(slice.appID)", "slice.id": "\(sliceID)"])
+        watchFromNow(
+            sliceID, &slice,
+            why: "CPU monitor on afresh: the user left the app during its slice; the CPU it used in the foreground is not counted")
     }
 
     // MARK: Simulation
