@@ -1,5 +1,6 @@
 public import BGPolicyCore
 import Logging
+import Synchronization
 
 /// Battery and charger from udev and sysfs (`power_supply`): the fallback when UPower is
 /// absent or goes away, and the only power source on machines without UPower.
@@ -11,41 +12,93 @@ import Logging
 ///
 /// It does not poll. Firmware that changes `capacity` without a uevent is seen at the next
 /// uevent (plug, unplug, status change) or resume.
+///
+/// A watch that breaks (libudev cannot be set up, the uevent socket hangs up, an enumeration
+/// fails) is reported lost, and started again after a wait: `firstRetry`, doubled after each
+/// failure up to `longestRetry`, and back to the first after a watch that ran that long. On a
+/// machine without UPower these are the only battery and charger facts, and they would
+/// otherwise stay unknown until the agent restarted. Nothing runs between the retries.
 public struct UdevPowerSource: ConditionSource {
     public let name = ConditionSourceName.udev
 
-    public init() {}
+    /// Starts a watch of the supplies: libudev's thread (`UdevPowerSupplyMonitor`), or a test's.
+    let startWatch: @Sendable () -> (any PowerSupplyWatch, AsyncStream<UdevPowerSupplyMonitor.Event>)
+
+    public init() {
+        self.init { UdevPowerSupplyMonitor.start() }
+    }
+
+    init(startWatch: @escaping @Sendable () -> (any PowerSupplyWatch, AsyncStream<UdevPowerSupplyMonitor.Event>)) {
+        self.startWatch = startWatch
+    }
+
+    /// The wait before the first retry after a watch broke.
+    static let firstRetry: Duration = .seconds(10)
+    /// The longest wait between retries, and how long a watch must have run for its failure to
+    /// count as a first one.
+    static let longestRetry: Duration = .seconds(3600)
 
     public func run(_ context: SourceContext) async {
-        let (monitor, events) = UdevPowerSupplyMonitor.start()
-        await withTaskCancellationHandler {
-            await withTaskGroup(of: Void.self) { group in
-                group.addTask {
-                    for await _ in context.rereads { monitor.rescan() }
-                }
-                var last: PowerSample?
-                // Ends when the task is cancelled or the thread has ended (after a failure).
-                for await event in events {
-                    switch event {
-                    case .devices(let devices):
-                        let sample = Self.sample(from: devices)
-                        if sample != last {
-                            last = sample
-                            await context.report(.power(sample))
-                        }
-                    case .failed(let error):
-                        context.logger.warning("Cannot read power supplies from udev", metadata: ["error": "\(error)"])
-                        await context.report(.lost)
-                    }
-                }
-                group.cancelAll()
+        // The re-reads are followed once, for every watch in turn: a stream's reader that is
+        // cancelled ends the stream.
+        let current = CurrentWatch()
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask {
+                for await _ in context.rereads { current.rescan() }
             }
+            var delay = Self.firstRetry
+            while !Task.isCancelled {
+                let began = ContinuousClock.now
+                guard await watch(context, current: current) else { break }
+                if began.duration(to: .now) >= Self.longestRetry { delay = Self.firstRetry }
+                context.logger.info(
+                    "Reading power supplies from udev again after a wait",
+                    metadata: ["retry.seconds": "\(delay.components.seconds)"])
+                do { try await context.sleep(delay) } catch { break }
+                delay = min(delay * 2, Self.longestRetry)
+            }
+            group.cancelAll()
+        }
+    }
+
+    /// One watch, to its end: true when it broke (its facts are reported lost), false when the
+    /// task was cancelled. Returns only once the watch has let go of everything.
+    private func watch(_ context: SourceContext, current: CurrentWatch) async -> Bool {
+        let (monitor, events) = startWatch()
+        current.set(monitor)
+        let broke = await withTaskCancellationHandler {
+            var last: PowerSample?
+            var broke = false
+            // Ends when the task is cancelled or the thread has ended (after a failure).
+            for await event in events {
+                switch event {
+                case .devices(let devices):
+                    let sample = Self.sample(from: devices)
+                    if sample != last {
+                        last = sample
+                        await context.report(.power(sample))
+                    }
+                case .failed(let error):
+                    context.logger.warning("Cannot read power supplies from udev", metadata: ["error": "\(error)"])
+                    await context.report(.lost)
+                    broke = true
+                }
+            }
+            return broke
         } onCancel: {
             monitor.stop()
         }
-        // Return only once the thread has unref'd everything.
+        current.set(nil)
         monitor.stop()
         await monitor.finished()
+        return broke && !Task.isCancelled
+    }
+
+    /// The watch under way, if any, for the re-reads to reach.
+    private final class CurrentWatch: Sendable {
+        private let watch = Mutex<(any PowerSupplyWatch)?>(nil)
+        func set(_ new: (any PowerSupplyWatch)?) { watch.withLock { $0 = new } }
+        func rescan() { watch.withLock { $0 }?.rescan() }
     }
 
     /// Turns one enumeration into a sample. Pure; peripherals (`scope=Device`) are ignored.

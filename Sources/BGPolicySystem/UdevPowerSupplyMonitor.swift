@@ -2,6 +2,18 @@ internal import CBGPolicyUdev
 import Glibc
 import Synchronization
 
+/// What `UdevPowerSource` asks of a watch of the power supplies: to read them all again, to
+/// stop, and to say when it has let go of everything. `UdevPowerSupplyMonitor` is libudev's;
+/// the source's tests give it others, to break on cue.
+protocol PowerSupplyWatch: Sendable {
+    /// Asks for an enumeration now. Requests coalesce.
+    func rescan()
+    /// Asks the watch to end. Returns at once; `finished()` waits.
+    func stop()
+    /// Returns when the watch has ended and released everything.
+    func finished() async
+}
+
 /// The one thread that owns libudev for the power source (STYLE.md example 4).
 ///
 /// The thread makes the context, the netlink monitor and every enumerator and device, uses
@@ -17,8 +29,9 @@ import Synchronization
 /// drops uevents and reports ENOBUFS as an error on the socket (`POLLERR`); the thread clears
 /// it and enumerates again, which covers whatever was lost. Only a socket that hangs up or is
 /// not open (`POLLHUP`, `POLLNVAL`), or an error that reading it does not clear, ends the
-/// thread: the source then reports its facts lost, and nothing starts it again.
-final class UdevPowerSupplyMonitor: Sendable {
+/// thread: the source then reports its facts lost, and starts another after a wait
+/// (`UdevPowerSource`).
+final class UdevPowerSupplyMonitor: PowerSupplyWatch {
     enum Event: Sendable, Equatable {
         /// Every `power_supply` device, sorted by name.
         case devices([PowerSupplyDevice])

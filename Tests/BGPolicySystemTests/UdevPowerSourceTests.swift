@@ -1,7 +1,9 @@
 import BGPolicyCore
 @testable import BGPolicySystem
 import Foundation
+import Glibc
 import Logging
+import Synchronization
 import Testing
 
 // MARK: - The pure sample
@@ -225,6 +227,107 @@ struct UdevPowerSourceRunTests {
         if UmockdevTestbed.isActive == false, !FileManager.default.fileExists(atPath: "/sys/class/power_supply/BAT0") {
             #expect(await reports.next() == nil)
         }
+    }
+}
+
+// MARK: - A watch that breaks
+
+/// A watch of the supplies that plays its part on cue, with no thread: one that breaks says so
+/// and ends; one that works reports `devices` at once and again at each rescan, with the
+/// battery one percent lower each time, until it is stopped.
+private final class CuedWatch: PowerSupplyWatch {
+    private struct State {
+        var percent: Int64 = 50
+        var stopped = false
+    }
+    private let state = Mutex(State())
+    private let events: AsyncStream<UdevPowerSupplyMonitor.Event>.Continuation
+    let stream: AsyncStream<UdevPowerSupplyMonitor.Event>
+
+    init(breaks: Bool) {
+        (stream, events) = AsyncStream.makeStream(of: UdevPowerSupplyMonitor.Event.self)
+        if breaks {
+            events.yield(.failed(UdevError(call: "poll(udev monitor)", code: EPIPE)))
+            events.finish()
+        } else {
+            report()
+        }
+    }
+
+    var stopped: Bool { state.withLock { $0.stopped } }
+
+    private func report() {
+        let percent = state.withLock { state in
+            defer { state.percent -= 1 }
+            return state.percent
+        }
+        events.yield(.devices([acOffline, battery(capacity: percent)]))
+    }
+
+    func rescan() { report() }
+
+    func stop() {
+        state.withLock { $0.stopped = true }
+        events.finish()
+    }
+
+    func finished() async {}
+}
+
+@Suite("UdevPowerSource retrying")
+struct UdevPowerSourceRetryTests {
+    static func onBattery(_ percent: Double) -> ConditionReport {
+        .power(PowerSample(onBatteryReported: true, batteryPresent: true, percentage: percent, state: .discharging))
+    }
+
+    /// A watch that breaks is reported lost and started again, after waits of 10, 20 and 40 s
+    /// while it keeps breaking; the one that works reports the battery, and takes the re-reads
+    /// asked from then on. Without the retry the source ended at the first break, and a machine
+    /// without UPower had no battery or charger facts until the agent restarted.
+    @Test(.timeLimit(.minutes(1)))
+    func aBrokenWatchIsStartedAgainAfterWaitsThatGrow() async {
+        let plan = Mutex<[Bool]>([true, true, true, false])
+        let started = Mutex<[CuedWatch]>([])
+        let source = UdevPowerSource {
+            let watch = CuedWatch(breaks: plan.withLock { $0.isEmpty ? false : $0.removeFirst() })
+            started.withLock { $0.append(watch) }
+            return (watch, watch.stream)
+        }
+        let waits = Mutex<[Duration]>([])
+        let (reports, input) = AsyncStream.makeStream(of: ConditionReport.self)
+        let (rereads, reread) = AsyncStream.makeStream(of: Void.self)
+        let context = SourceContext(
+            logger: Logger(label: "test.udev"), rereads: rereads, sleep: { delay in waits.withLock { $0.append(delay) } },
+            report: { input.yield($0) })
+        let run = Task { await source.run(context) }
+        var iterator = reports.makeAsyncIterator()
+        for _ in 0..<3 { #expect(await iterator.next() == .lost) }
+        #expect(await iterator.next() == Self.onBattery(50))
+        #expect(waits.withLock { $0 } == [.seconds(10), .seconds(20), .seconds(40)])
+        reread.yield()
+        #expect(await iterator.next() == Self.onBattery(49))
+        run.cancel()
+        await run.value
+        #expect(started.withLock { $0.count } == 4)
+        #expect(started.withLock { $0.last?.stopped } == true)
+    }
+
+    /// Cancelled while it waits to try again, the source returns at once.
+    @Test(.timeLimit(.minutes(1)))
+    func aWaitToTryAgainEndsWithTheTask() async {
+        let source = UdevPowerSource {
+            let watch = CuedWatch(breaks: true)
+            return (watch, watch.stream)
+        }
+        let (reports, input) = AsyncStream.makeStream(of: ConditionReport.self)
+        let context = SourceContext(
+            logger: Logger(label: "test.udev"), rereads: AsyncStream { _ in }, sleep: Sleeping.task,
+            report: { input.yield($0) })
+        let run = Task { await source.run(context) }
+        var iterator = reports.makeAsyncIterator()
+        #expect(await iterator.next() == .lost)
+        run.cancel()
+        await run.value
     }
 }
 
