@@ -17,7 +17,9 @@ import Synchronization
 /// fails) is reported lost, and started again after a wait: `firstRetry`, doubled after each
 /// failure up to `longestRetry`, and back to the first after a watch that ran that long. On a
 /// machine without UPower these are the only battery and charger facts, and they would
-/// otherwise stay unknown until the agent restarted. Nothing runs between the retries.
+/// otherwise stay unknown until the agent restarted. Nothing runs between the retries, and a
+/// resume cuts the wait short: a machine that slept through its hour of waiting, with the
+/// charger plugged or pulled meanwhile, is read as it wakes, not up to an hour later.
 public struct UdevPowerSource: ConditionSource {
     public let name = ConditionSourceName.udev
 
@@ -54,7 +56,11 @@ public struct UdevPowerSource: ConditionSource {
                 context.logger.info(
                     "Reading power supplies from udev again after a wait",
                     metadata: ["retry.seconds": "\(delay.components.seconds)"])
-                do { try await context.sleep(delay) } catch { break }
+                let end = await wait(delay, context: context, current: current)
+                if end == .cancelled { break }
+                if end == .reread {
+                    context.logger.info("Resumed: reading power supplies from udev now, before the wait ends")
+                }
                 delay = min(delay * 2, Self.longestRetry)
             }
             group.cancelAll()
@@ -94,11 +100,76 @@ public struct UdevPowerSource: ConditionSource {
         return broke && !Task.isCancelled
     }
 
-    /// The watch under way, if any, for the re-reads to reach.
+    private enum WaitEnd { case elapsed, reread, cancelled }
+
+    /// The wait before the next watch: `delay`, or until a re-read is asked (a resume), or the
+    /// task is cancelled, whichever comes first.
+    private func wait(_ delay: Duration, context: SourceContext, current: CurrentWatch) async -> WaitEnd {
+        await withTaskGroup(of: WaitEnd.self) { group in
+            group.addTask { (try? await context.sleep(delay)) == nil ? .cancelled : .elapsed }
+            group.addTask { await current.rereadAsked() ? .reread : .cancelled }
+            let first = await group.next() ?? .cancelled
+            group.cancelAll()
+            return Task.isCancelled ? .cancelled : first
+        }
+    }
+
+    /// The watch under way, if any, for the re-reads to reach; between watches, whether one
+    /// was asked, for the wait to end at.
     private final class CurrentWatch: Sendable {
-        private let watch = Mutex<(any PowerSupplyWatch)?>(nil)
-        func set(_ new: (any PowerSupplyWatch)?) { watch.withLock { $0 = new } }
-        func rescan() { watch.withLock { $0 }?.rescan() }
+        private struct State {
+            var watch: (any PowerSupplyWatch)?
+            /// A re-read asked while no watch ran, not yet taken by a wait.
+            var asked = false
+            var waiter: CheckedContinuation<Bool, Never>?
+        }
+        private let state = Mutex(State())
+
+        /// A new watch enumerates as it starts, which answers any re-read asked before.
+        func set(_ new: (any PowerSupplyWatch)?) {
+            state.withLock { state in
+                state.watch = new
+                if new != nil { state.asked = false }
+            }
+        }
+
+        func rescan() {
+            let (watch, waiter) = state.withLock { state -> ((any PowerSupplyWatch)?, CheckedContinuation<Bool, Never>?) in
+                if let watch = state.watch { return (watch, nil) }
+                if let waiter = state.waiter {
+                    state.waiter = nil
+                    return (nil, waiter)
+                }
+                state.asked = true
+                return (nil, nil)
+            }
+            watch?.rescan()
+            waiter?.resume(returning: true)
+        }
+
+        /// Returns true once a re-read has been asked since the last watch ended (at once if
+        /// one was), false if the task is cancelled first.
+        func rereadAsked() async -> Bool {
+            await withTaskCancellationHandler {
+                await withCheckedContinuation { (waiter: CheckedContinuation<Bool, Never>) in
+                    let answer = state.withLock { state -> Bool? in
+                        if state.asked {
+                            state.asked = false
+                            return true
+                        }
+                        if Task.isCancelled { return false }
+                        state.waiter = waiter
+                        return nil
+                    }
+                    if let answer { waiter.resume(returning: answer) }
+                }
+            } onCancel: {
+                state.withLock { state in
+                    defer { state.waiter = nil }
+                    return state.waiter
+                }?.resume(returning: false)
+            }
+        }
     }
 
     /// Turns one enumeration into a sample. Pure; peripherals (`scope=Device`) are ignored.

@@ -312,6 +312,40 @@ struct UdevPowerSourceRetryTests {
         #expect(started.withLock { $0.last?.stopped } == true)
     }
 
+    /// A resume while the source waits to try again starts the next watch at once: a machine
+    /// that slept through the wait (up to an hour) is read as it wakes. Without it the re-read
+    /// was dropped, and the battery and charger stayed unknown until the wait ran out.
+    @Test(.timeLimit(.minutes(1)))
+    func aResumeCutsTheWaitShort() async {
+        let plan = Mutex<[Bool]>([true, false])
+        let source = UdevPowerSource {
+            let watch = CuedWatch(breaks: plan.withLock { $0.isEmpty ? false : $0.removeFirst() })
+            return (watch, watch.stream)
+        }
+        let (sleeping, sleepBegan) = AsyncStream.makeStream(of: Duration.self)
+        let (reports, input) = AsyncStream.makeStream(of: ConditionReport.self)
+        let (rereads, reread) = AsyncStream.makeStream(of: Void.self)
+        let context = SourceContext(
+            logger: Logger(label: "test.udev"), rereads: rereads,
+            sleep: { delay in
+                sleepBegan.yield(delay)
+                try await Task.sleep(for: .seconds(3600))
+            },
+            report: { input.yield($0) })
+        let run = Task { await source.run(context) }
+        var iterator = reports.makeAsyncIterator()
+        #expect(await iterator.next() == .lost)
+        var waits = sleeping.makeAsyncIterator()
+        #expect(await waits.next() == .seconds(10))
+        reread.yield()
+        #expect(await iterator.next() == Self.onBattery(50))
+        // The new watch takes the re-reads from then on.
+        reread.yield()
+        #expect(await iterator.next() == Self.onBattery(49))
+        run.cancel()
+        await run.value
+    }
+
     /// Cancelled while it waits to try again, the source returns at once.
     @Test(.timeLimit(.minutes(1)))
     func aWaitToTryAgainEndsWithTheTask() async {
