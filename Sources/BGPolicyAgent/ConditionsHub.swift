@@ -43,11 +43,17 @@ actor ConditionsHub {
 
     func apply(_ report: ConditionReport, from source: ConditionSourceName) {
         defer { noteReported(source) }
+        let before = model.conditions
         guard model.apply(report, from: source) else { return }
         let conditions = model.conditions
         let encoded = conditions.dbusDictionary.dbusValue
         latest.withLock { $0 = encoded }
-        logger.info(
+        // A battery draining on its own moves the level every minute or two, all day: in the
+        // journal at info that would be a hundred lines a charge saying nothing new.
+        var levelAside = before
+        levelAside.percentage = conditions.percentage
+        logger.log(
+            level: levelAside == conditions ? .debug : .info,
             "Conditions changed",
             metadata: ["source": "\(source.rawValue)", "conditions": "\(conditions.summary)",
                        "live": "\(conditions.sources.sorted().map(\.rawValue).joined(separator: ","))"])

@@ -180,6 +180,36 @@ def test_charger_plugged_in_by_uevent_reaches_conditions_within_a_second(world):
     assert upowerd.alive() and agent.proc.alive()
 
 
+def conditions_log_levels(agent):
+    """The level of each "Conditions changed" line the agent has logged, in order."""
+    return [line.split()[1] for line in agent.stderr().splitlines() if line.endswith("Conditions changed")]
+
+
+def test_a_battery_draining_is_logged_quietly_and_the_charger_loudly(world):
+    """A battery level that moves by itself (every minute or two on a laptop) is still signalled
+    and applied, but logged at debug: at info it filled the journal with a line a percent. A
+    change of anything else, such as the charger, is logged at info."""
+    tb, ac, bat, _logind, _upowerd = laptop_with_upower(world)
+    agent = world.start_agent()
+    agent.wait_conditions(lambda c: "upower" in c["sources"] and on_battery_at_42(c),
+                          what="on battery at 42 % from UPower")
+    time.sleep(0.3)  # whatever the start-up had to say has been said
+    before = conditions_log_levels(agent)
+    tb.set_attribute(bat, "energy_now", "24600000")  # 41 %
+    t0 = time.monotonic()
+    tb.uevent(bat, "change")
+    assert agent.wait_changed(lambda c: c.get("percentage") is not None and abs(c["percentage"] - 41.0) < 1e-6,
+                              since=t0, timeout=5.0), agent.stderr_tail()
+    time.sleep(0.2)
+    assert conditions_log_levels(agent)[len(before):] == ["debug"], agent.stderr_tail()
+    logged = len(conditions_log_levels(agent))
+    t0 = h.set_charger(tb, ac, bat, plugged=True)
+    assert agent.wait_changed(lambda c: c.get("on_battery") is False, since=t0, timeout=5.0), agent.stderr_tail()
+    time.sleep(0.2)
+    after = conditions_log_levels(agent)[logged:]
+    assert after and set(after) == {"info"}, agent.stderr_tail()
+
+
 def test_a_stopping_agent_does_not_report_the_machine_unknown(world):
     """SIGTERM stops the condition sources, which says nothing about the machine: no Conditions
     change is signalled or logged on the way out (a panel watching would see the battery and
