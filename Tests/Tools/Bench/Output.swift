@@ -1,3 +1,4 @@
+import BGPolicyCore
 import Glibc
 
 /// Everything one run measured.
@@ -257,26 +258,7 @@ enum JSON {
         x.isFinite ? Format.fixed(x, 3) : "null"
     }
 
-    static func string(_ s: String) -> String {
-        var out = "\""
-        for scalar in s.unicodeScalars {
-            switch scalar {
-            case "\"": out += "\\\""
-            case "\\": out += "\\\\"
-            case "\n": out += "\\n"
-            case "\t": out += "\\t"
-            case "\r": out += "\\r"
-            default:
-                if scalar.value < 0x20 {
-                    let hex = String(scalar.value, radix: 16)
-                    out += "\\u" + String(repeating: "0", count: 4 - hex.count) + hex
-                } else {
-                    out.unicodeScalars.append(scalar)
-                }
-            }
-        }
-        return out + "\""
-    }
+    static func string(_ s: String) -> String { JSONString.quoted(s) }
 }
 
 enum Format {
