@@ -85,15 +85,16 @@ struct ConfigurationReloader: Sendable {
             fresh = try before.reloaded()
         } catch {
             let message = "\(error)"
-            live.failed(message)
+            // Logged before GetStatus shows it: whoever sees the status change finds the
+            // journal's line already written.
             logger.error(
                 "Configuration not reloaded; the agent goes on with the configuration it had",
                 metadata: ["config.path": "\(before.configPath)", "error": "\(message)"])
+            live.failed(message)
             return
         }
         let changes = fresh.configuration.changes(from: before.configuration)
         let pending = await engine.reconfigure(fresh.configuration)
-        live.loaded(fresh, pending: pending)
         if idleInterval.set(fresh.configuration.idle.noInputAfter) { idleRereads.poke() }
         var metadata: Logger.Metadata = ["config": "\(fresh.configSource ?? "defaults")"]
         if !changes.isEmpty { metadata["changes"] = "\(changes.joined(separator: "; "))" }
@@ -103,5 +104,6 @@ struct ConfigurationReloader: Sendable {
                 "Some of the reloaded configuration takes effect only at the next start: systemctl --user restart bgpolicyd",
                 metadata: ["keys": "\(pending.joined(separator: ", "))"])
         }
+        live.loaded(fresh, pending: pending)
     }
 }
