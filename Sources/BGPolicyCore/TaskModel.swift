@@ -234,6 +234,8 @@ public enum HistoryEvent: String, Sendable, CaseIterable, Codable {
     case appDisabled = "app-disabled"
     case globalEnabled = "global-enabled"
     case globalDisabled = "global-disabled"
+    /// Written by older agents, before opens and closes had a log of their own (the usage
+    /// log); kept so that their history still reads. Never written now.
     case usage
     /// `NotifyContentAvailable` queued a wake for the app's next window.
     case contentQueued = "content-queued"

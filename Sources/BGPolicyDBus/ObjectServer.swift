@@ -594,6 +594,17 @@ public final class ObjectServer: Sendable {
     private func resolveProperties(_ message: Message, table: [String: ExportedInterface], names: ErrorNames) -> Resolution {
         let member = message.member ?? ""
         func lookup(_ interfaceName: String, _ propertyName: String) -> Result<(ExportedInterface, InterfaceDescription.Property), Failure> {
+            // The D-Bus specification lets Get and Set name no interface: the property is then
+            // looked for on every interface of the object, the first by name that has it.
+            if interfaceName.isEmpty {
+                let owner = table.keys.sorted().lazy.compactMap { name in
+                    table[name].flatMap { exported in exported.description.property(named: propertyName).map { (exported, $0) } }
+                }.first
+                guard let owner else {
+                    return .failure(Failure(name: names.unknownProperty, text: "no interface here has a property \(propertyName)"))
+                }
+                return .success(owner)
+            }
             guard let exported = table[interfaceName] else {
                 return .failure(Failure(name: names.unknownInterface, text: "no interface \(interfaceName) here"))
             }
@@ -608,6 +619,7 @@ public final class ObjectServer: Sendable {
             switch lookup(i, p) {
             case .failure(let f): return .error(f.name, f.text)
             case .success(let (exported, property)):
+                let i = exported.description.name  // the interface found, when the call named none
                 guard property.isReadable, let getter = exported.getters[p] else {
                     return .error(names.unknownProperty, "\(i).\(p) is write-only")
                 }
@@ -639,6 +651,7 @@ public final class ObjectServer: Sendable {
             switch lookup(i, p) {
             case .failure(let f): return .error(f.name, f.text)
             case .success(let (exported, property)):
+                let i = exported.description.name
                 guard property.isWritable, let setter = exported.setters[p] else {
                     return .error(names.propertyReadOnly, "\(i).\(p) is read-only")
                 }

@@ -256,6 +256,22 @@ struct ObjectServerTests {
         let otherAll = try await reply(server, TestObject.call(p, "GetAll", [.string(TestObject.otherName)]))
         #expect(otherAll.body == [.dictionary(key: .string, value: .variant, [])])
 
+        // With no interface named (the D-Bus specification allows it for Get and Set), the
+        // property is found on whichever interface has it.
+        let anyGet = try await reply(server, TestObject.call(p, "Get", [.string(""), .string("Count")]))
+        #expect(anyGet.body == [.variant(.uint32(12))])
+        let anySet = try await reply(server, TestObject.call(p, "Set", [.string(""), .string("Count"), .variant(.uint32(13))]))
+        #expect(anySet.kind == .methodReturn)
+        #expect(model.count.withLock { $0 } == 13)
+        let anyReadOnly = try await reply(server, TestObject.call(p, "Set", [.string(""), .string("Name"), .variant(.string("x"))]))
+        #expect(anyReadOnly.errorNameIfError == "org.freedesktop.DBus.Error.PropertyReadOnly")
+        #expect(anyReadOnly.errorText.contains("\(i).Name"), "\(anyReadOnly.errorText)")
+        let anyUnknown = try await reply(server, TestObject.call(p, "Get", [.string(""), .string("Nope")]))
+        #expect(anyUnknown.errorNameIfError == "org.freedesktop.DBus.Error.UnknownProperty")
+        #expect(anyUnknown.errorText.contains("Nope"))
+        let anyAll = try await reply(server, TestObject.call(p, "GetAll", [.string("")]))
+        #expect(anyAll.errorNameIfError == "org.freedesktop.DBus.Error.UnknownInterface", "GetAll names its interface")
+
         // The write-only property can be set but not read.
         let secret = try await reply(server, TestObject.call(p, "Set", [.string(i), .string("Secret"), .variant(.string("s3"))]))
         #expect(secret.kind == .methodReturn)

@@ -336,6 +336,13 @@ enum Model {
         let member = m.member ?? ""
         let body = m.body
         func lookup(_ i: String, _ p: String) -> Result<FuzzObjects.PropertySpec, ModelError> {
+            // No interface named: the one exported interface with properties, if it has this one.
+            if i.isEmpty {
+                guard exported.contains(FuzzObjects.props), let spec = FuzzObjects.propertySpecs.first(where: { $0.name == p }) else {
+                    return .failure(ModelError(name: unknownProperty))
+                }
+                return .success(spec)
+            }
             guard exported.contains(i), FuzzObjects.description(of: i) != nil else { return .failure(ModelError(name: unknownInterface)) }
             guard i == FuzzObjects.props, let spec = FuzzObjects.propertySpecs.first(where: { $0.name == p }) else {
                 return .failure(ModelError(name: unknownProperty))

@@ -525,7 +525,7 @@ final class Harness {
 
         if interface == "org.freedesktop.DBus.Properties" {
             m.member = g.r.chance(9, 10) ? g.r.pick(["Get", "GetAll", "Set", "Get", "Set"]) : g.member()
-            let ifaceArg = g.r.chance(4, 5) ? g.r.pick(exported + [FuzzObjects.props]) : g.interfaceName()
+            let ifaceArg = g.r.chance(4, 5) ? g.r.pick(exported + [FuzzObjects.props, ""]) : g.interfaceName()
             let spec = g.r.pick(FuzzObjects.propertySpecs)
             let propArg = g.r.chance(9, 10) ? spec.name : g.member()
             switch m.member {
