@@ -37,6 +37,9 @@ struct TimelineCommand: AsyncParsableCommand {
         try await ExitStatus.reporting {
             let client = try await AgentClient.connect(startingAgent: false)
             defer { client.close() }
+            // GetTimeline reads "" as every app: an empty APP (a script's unset variable) is an
+            // app id no app has, and is refused as pending and history refuse it.
+            if app == "" { try await client.requireRegistered("") }
             let reply = try await client.timeline(app: app ?? "")
             if json, svg == nil {
                 print(JSONText.object(reply))
