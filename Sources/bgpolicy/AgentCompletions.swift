@@ -51,9 +51,9 @@ enum AgentCompletions {
     }
 
     /// What `question` gets from the agent, asked without starting it and given
-    /// `answerTimeout`; nil for any failure.
+    /// `answerTimeout` for the bus and again for the agent; nil for any failure.
     private static func ask<T>(_ question: (AgentClient) async throws -> T) async -> T? {
-        guard let connection = try? await DBusConnection.connect(to: .session) else { return nil }
+        guard let connection = try? await AgentClient.sessionBus(within: answerTimeout) else { return nil }
         defer { connection.close() }
         return try? await question(AgentClient(connection: connection, startsAgent: false, answerTimeout: answerTimeout))
     }

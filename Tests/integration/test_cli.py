@@ -1,7 +1,12 @@
 """`bgpolicy` as a demanding user drives it (Docs/CLI.md): the real binary against a real agent on
 a private bus, for the corners test_agent.py's CLI tests leave out."""
 
+import os
+import signal
 import subprocess
+import time
+
+import pytest
 
 from test_agent import BIN, agent, bus  # noqa: F401 - the fixtures
 
@@ -14,3 +19,25 @@ def test_an_empty_app_id_is_refused_by_timeline_as_by_the_other_commands(agent):
     for extra in [[], ["--json"]]:
         r = agent.cli("timeline", "", *extra, check=False)
         assert (r.returncode, r.stdout, r.stderr) == (1, "", pending.stderr), r
+
+
+def stopped(bus):
+    """`bus`'s dbus-daemon stopped (SIGSTOP): the kernel still takes connections on its socket,
+    and nothing answers them; continued again after the test."""
+    os.kill(bus.pid, signal.SIGSTOP)
+    return bus
+
+
+@pytest.mark.parametrize("command", [["status"], ["disable", "--all"]], ids=" ".join)
+def test_a_session_bus_that_never_answers_is_given_up_on_in_10_seconds(bus, command):
+    """libdbus sets no limit on the wait for the bus's Hello: bgpolicy waited for good."""
+    env = dict(os.environ, DBUS_SESSION_BUS_ADDRESS=stopped(bus).address)
+    started = time.monotonic()
+    try:
+        r = subprocess.run([str(BIN / "bgpolicy"), *command], env=env, capture_output=True, text=True, timeout=20)
+    finally:
+        os.kill(bus.pid, signal.SIGCONT)
+    assert 9 < time.monotonic() - started < 15
+    assert r.returncode == 69 and r.stdout == "", r
+    assert r.stderr.startswith(f"bgpolicy: the session bus did not answer within 10 seconds ({bus.address}).\n"), r.stderr
+    assert "DBUS_SESSION_BUS_ADDRESS" in r.stderr.splitlines()[1], r.stderr

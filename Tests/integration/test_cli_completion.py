@@ -6,6 +6,7 @@ App ids and task identifiers come from the running agent, asked without auto-sta
 TAB must never start bgpolicyd through D-Bus activation, and must stay silent when the agent
 cannot answer."""
 import os
+import signal
 import subprocess
 import time
 
@@ -97,6 +98,21 @@ def test_completion_is_silent_and_quick_without_an_agent(world):
         assert complete(world.bin_dir, script, env, "explain", "") == []
         # The call's own timeout is 1 s; nobody owning the name answers at once.
         assert time.monotonic() - started < 5
+
+
+def test_completion_is_silent_and_quick_on_a_bus_that_never_answers(tmp_path, bin_dir):
+    """A dbus-daemon stopped (SIGSTOP): the kernel takes the connection, nothing answers its
+    Hello, and libdbus would wait for good; TAB gives up after its second."""
+    bus = th.PrivateBus(tmp_path)
+    os.kill(bus.pid, signal.SIGSTOP)
+    try:
+        script = completion_script(bin_dir, tmp_path)
+        started = time.monotonic()
+        assert complete(bin_dir, script, dict(os.environ, DBUS_SESSION_BUS_ADDRESS=bus.address), "explain", "") == []
+        assert time.monotonic() - started < 5
+    finally:
+        os.kill(bus.pid, signal.SIGCONT)
+        bus.stop()
 
 
 def test_completion_never_starts_the_agent_through_dbus_activation(tmp_path, bin_dir):
