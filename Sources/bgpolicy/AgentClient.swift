@@ -1,6 +1,7 @@
 import ArgumentParser
 import BGPolicyCore
 import BGPolicyDBus
+import Glibc
 import Synchronization
 
 /// The CLI's one way to reach the agent: the session bus, with errors a person can act on.
@@ -20,10 +21,24 @@ struct AgentClient {
         do {
             return AgentClient(connection: try await sessionBus(within: defaultAnswerTimeout), startsAgent: startingAgent)
         } catch let error as DBusError {
-            throw CLIError(
+            throw unreachable(error)
+        }
+    }
+
+    /// No session bus to connect to. When DBUS_SESSION_BUS_ADDRESS names one, the fault is most
+    /// often the variable's (a typo, or an address left from an earlier login in a tmux or
+    /// screen session), and libdbus's words ("Address does not contain a colon") do not say
+    /// which address they are about.
+    static func unreachable(_ error: DBusError) -> CLIError {
+        guard let address = getenv("DBUS_SESSION_BUS_ADDRESS").map({ String(cString: $0) }), !address.isEmpty else {
+            return CLIError(
                 "bgpolicyd is not reachable: \(error.message)",
                 hint: "Start a desktop session, or run the agent with 'make run' (which starts its own bus).")
         }
+        return CLIError(
+            "bgpolicyd is not reachable: \(error.message) (DBUS_SESSION_BUS_ADDRESS=\(address))",
+            hint: "Check DBUS_SESSION_BUS_ADDRESS: one left from an earlier login (in tmux or screen) names a bus "
+                + "that is gone; unset, bgpolicy uses $XDG_RUNTIME_DIR/bus.")
     }
 
     /// The session bus, or `CLIError` once `timeout` has passed without it. Connecting waits

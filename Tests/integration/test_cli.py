@@ -41,3 +41,20 @@ def test_a_session_bus_that_never_answers_is_given_up_on_in_10_seconds(bus, comm
     assert r.returncode == 69 and r.stdout == "", r
     assert r.stderr.startswith(f"bgpolicy: the session bus did not answer within 10 seconds ({bus.address}).\n"), r.stderr
     assert "DBUS_SESSION_BUS_ADDRESS" in r.stderr.splitlines()[1], r.stderr
+
+
+@pytest.mark.parametrize("address,says", [
+    ("garbage", "Address does not contain a colon"),
+    ("unix:path=/nonexistent/bus", "Failed to connect to socket /nonexistent/bus"),
+], ids=["no address", "no socket"])
+def test_a_session_bus_address_that_leads_nowhere_is_named(address, says):
+    """libdbus's words do not say which address they are about, and 'start a desktop session'
+    is no help to someone in one whose variable is wrong (a typo, or left from an earlier login
+    in tmux)."""
+    env = dict(os.environ, DBUS_SESSION_BUS_ADDRESS=address)
+    r = subprocess.run([str(BIN / "bgpolicy"), "status"], env=env, capture_output=True, text=True, timeout=20)
+    assert r.returncode == 69 and r.stdout == "", r
+    message, hint = r.stderr.splitlines()
+    assert message.startswith("bgpolicy: bgpolicyd is not reachable: " + says), message
+    assert message.endswith(f"(DBUS_SESSION_BUS_ADDRESS={address})"), message
+    assert hint.startswith("Check DBUS_SESSION_BUS_ADDRESS"), hint
