@@ -31,6 +31,7 @@ struct BGPolicyCommand: AsyncParsableCommand {
     /// command before it with success.
     static func main() async {
         ExitStatus.checkStandardOutputAtExit()
+        TerminalWidth.keepHelpReadable()
         let arguments = Array(CommandLine.arguments.dropFirst())
         if let first = arguments.first, !first.hasPrefix("-") {
             let commands = configuration.subcommands.compactMap { $0.configuration.commandName } + ["help"]

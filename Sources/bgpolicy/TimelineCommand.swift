@@ -73,13 +73,7 @@ struct TimelineCommand: AsyncParsableCommand {
     }
 
     /// `COLUMNS` if set, else the terminal's width; nil (every slot) when writing to a pipe or file.
-    static func terminalWidth() -> Int? {
-        if let text = getenv("COLUMNS"), let columns = Int(String(cString: text)), columns > 0 { return columns }
-        guard isatty(STDOUT_FILENO) == 1 else { return nil }
-        var size = winsize()
-        guard ioctl(STDOUT_FILENO, UInt(TIOCGWINSZ), &size) == 0, size.ws_col > 0 else { return nil }
-        return Int(size.ws_col)
-    }
+    static func terminalWidth() -> Int? { TerminalWidth.columns }
 
     /// Colour only for a terminal, and never when `NO_COLOR` is set (no-color.org) or `TERM` is dumb.
     static func usesColor() -> Bool {

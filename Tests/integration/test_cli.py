@@ -58,3 +58,26 @@ def test_a_session_bus_address_that_leads_nowhere_is_named(address, says):
     assert message.startswith("bgpolicy: bgpolicyd is not reachable: " + says), message
     assert message.endswith(f"(DBUS_SESSION_BUS_ADDRESS={address})"), message
     assert hint.startswith("Check DBUS_SESSION_BUS_ADDRESS"), hint
+
+
+@pytest.mark.parametrize("columns", ["5", "0", "-1", "26"])
+def test_help_and_usage_errors_in_a_narrow_terminal(columns):
+    """ArgumentParser wraps to COLUMNS beside a 26-column label column: narrower, a debug build
+    trapped (SIGILL) and a release one printed the help without its descriptions."""
+    env = dict(os.environ, COLUMNS=columns)
+    r = subprocess.run([str(BIN / "bgpolicy"), "--help"], env=env, capture_output=True, text=True, timeout=20)
+    assert r.returncode == 0 and r.stderr == "", r
+    words = " ".join(r.stdout.split())
+    assert "Exit status: 0 on success" in words and "Show whether bgpolicyd runs, and what it knows." in words, words
+    r = subprocess.run([str(BIN / "bgpolicy"), "explain", "org.example.Feeds"], env=env, capture_output=True, text=True,
+                       timeout=20)
+    assert r.returncode == 64 and "Missing expected argument '<identifier>'" in r.stderr, r
+
+
+def test_the_timeline_still_draws_to_a_narrow_width(agent):
+    """The help's floor of 40 columns is ArgumentParser's alone: the timeline draws to COLUMNS."""
+    env = dict(agent.env, COLUMNS="20")
+    r = subprocess.run([str(BIN / "bgpolicy"), "timeline"], env=env, capture_output=True, text=True, timeout=20)
+    assert r.returncode == 0, r
+    assert max(len(line) for line in r.stdout.splitlines()[:3]) <= 20, r.stdout
+    assert "a column is 3 h" in " ".join(r.stdout.split()), r.stdout
