@@ -30,6 +30,7 @@ struct BGPolicyCommand: AsyncParsableCommand {
     /// `help` that names no command, which ArgumentParser would skip, printing the help of the
     /// command before it with success.
     static func main() async {
+        ExitStatus.holdClosedStandardDescriptors()
         ExitStatus.checkStandardOutputAtExit()
         TerminalWidth.keepHelpReadable()
         let arguments = Array(CommandLine.arguments.dropFirst())

@@ -17,6 +17,18 @@ enum ExitStatus {
     /// Standard output could not be written: a full disk, a closed descriptor (EX_IOERR).
     static let outputFailed: Int32 = 74
 
+    /// Opens /dev/null, read-only, as each standard descriptor bgpolicy was started without
+    /// (`bgpolicy status >&-`), before anything else opens a descriptor. Else the first one
+    /// opened (libdispatch's eventfd, the bus's socket) takes its number, what bgpolicy prints
+    /// goes there, and a closed standard output is reported with that descriptor's error
+    /// ("Invalid argument") instead of its own: a write to this one fails with "Bad file
+    /// descriptor", as it would to the closed one.
+    static func holdClosedStandardDescriptors() {
+        for fd in [STDIN_FILENO, STDOUT_FILENO, STDERR_FILENO] where fcntl(fd, F_GETFD) == -1 {
+            _ = open("/dev/null", O_RDONLY)  // the lowest number free: `fd`
+        }
+    }
+
     /// Makes a failed write to standard output end the program with `outputFailed`, whatever
     /// path leads to its exit (a command's output, ArgumentParser's help). Without it, stdio
     /// drops the error when it flushes at exit, and `bgpolicy status --json > /dev/full`

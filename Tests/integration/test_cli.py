@@ -81,3 +81,13 @@ def test_the_timeline_still_draws_to_a_narrow_width(agent):
     assert r.returncode == 0, r
     assert max(len(line) for line in r.stdout.splitlines()[:3]) <= 20, r.stdout
     assert "a column is 3 h" in " ".join(r.stdout.split()), r.stdout
+
+
+@pytest.mark.parametrize("command", [["status"], ["status", "--json"], ["--help"]], ids=" ".join)
+def test_a_closed_standard_output_exits_74_with_its_own_error(agent, command):
+    """`bgpolicy status >&-`: the descriptor's number was free, libdispatch's eventfd took it,
+    and the output went there, failing with "Invalid argument"."""
+    r = subprocess.run(["sh", "-c", 'exec "$@" >&-', "sh", str(BIN / "bgpolicy"), *command], env=agent.env,
+                       capture_output=True, text=True, timeout=20)
+    assert r.returncode == 74, r
+    assert r.stderr == "bgpolicy: cannot write to standard output: Bad file descriptor\n", r.stderr
