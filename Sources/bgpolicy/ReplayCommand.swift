@@ -36,6 +36,8 @@ struct ReplayCommand: ParsableCommand {
     static let badData = ExitCode(65)
 
     func validate() throws {
+        // "" is no file (a script's unset variable): "cannot read : No such file" names none.
+        if trace == "" { throw ValidationError("--trace needs the name of the file to read.") }
         if refreshes == "" { throw ValidationError("--refreshes needs the name of the file to write.") }
         do {
             _ = try ReplayPolicyChoice(parsing: policy)

@@ -230,6 +230,11 @@ def test_missing_trace_and_bad_policy(tmp_path):
                        capture_output=True, text=True, timeout=20)
     assert r.returncode == 64
     assert "unknown policy" in r.stderr
+    # An empty name (a script's unset variable) is a usage error, as for --refreshes and
+    # timeline --svg, not "cannot read : No such file or directory".
+    r = subprocess.run([str(bgpolicy()), "replay", "--trace", ""], capture_output=True, text=True, timeout=20)
+    assert r.returncode == 64 and r.stdout == "", r
+    assert r.stderr.startswith("Error: --trace needs the name of the file to read.\n"), r.stderr
 
 
 # --- StudentLife -----------------------------------------------------------------------------
