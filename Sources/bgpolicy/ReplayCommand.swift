@@ -53,6 +53,10 @@ struct ReplayCommand: ParsableCommand {
         } catch {
             throw ValidationError(error.description)
         }
+        if let refreshes, Self.sameFile(refreshes, trace) {
+            // Creating it would empty the trace before anyone noticed the slip.
+            throw ValidationError("--refreshes names the trace itself (\(refreshes)); writing the refreshes there would overwrite it. Name another file.")
+        }
         let text: String
         switch Self.readFile(trace) {
         case .success(let contents): text = contents
@@ -91,6 +95,14 @@ struct ReplayCommand: ParsableCommand {
         let metrics = scorer.finish()
         print(json ? Self.jsonText(metrics) : Self.tableText(metrics, policy: choice))
         if metrics.scoredOpens == 0 { Self.printError("note: \(trace): \(Self.nothingScored(parsed))") }
+    }
+
+    /// Whether two paths name one existing file (the same inode on the same device), however
+    /// they are spelled: `trace.csv`, `./trace.csv`, a link to it.
+    static func sameFile(_ a: String, _ b: String) -> Bool {
+        var first = stat(), second = stat()
+        guard stat(a, &first) == 0, stat(b, &second) == 0 else { return false }
+        return first.st_dev == second.st_dev && first.st_ino == second.st_ino
     }
 
     /// Why no open of `trace` was scored (`ReplayMetrics.scoredOpens` is 0): every figure is

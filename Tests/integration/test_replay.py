@@ -118,6 +118,16 @@ def test_refreshes_file_lists_every_refresh(synthetic, tmp_path):
                         "--refreshes", "/dev/full"], capture_output=True, text=True, timeout=20)
     assert r.returncode == 73 and r.stdout == "", (r.returncode, r.stdout)
     assert "cannot write /dev/full" in r.stderr and "No space left on device" in r.stderr, r.stderr
+    # The trace itself, however it is spelled: refused as a usage error, and the trace is kept.
+    copy = tmp_path / "trace.csv"
+    copy.write_bytes(synthetic.read_bytes())
+    (tmp_path / "link.csv").symlink_to(copy)
+    for name in (str(copy), f"{tmp_path}/./trace.csv", str(tmp_path / "link.csv")):
+        r = subprocess.run([str(bgpolicy()), "replay", "--trace", str(copy), "--refreshes", name],
+                           capture_output=True, text=True, timeout=20)
+        assert r.returncode == 64 and r.stdout == "", (r.returncode, r.stdout)
+        assert "--refreshes names the trace itself" in r.stderr, r.stderr
+        assert copy.read_bytes() == synthetic.read_bytes(), "the trace was overwritten"
 
 
 CEILING = ROOT / "scripts" / "after-use-ceiling.py"
