@@ -27,8 +27,9 @@ public struct BGTaskSchedulerError: Error, Sendable, Hashable, CustomStringConve
         /// The app already has its one refresh or ten processing requests pending
         /// (`org.bgpolicy.Error.TooManyPendingRequests`).
         case tooManyPendingTaskRequests
-        /// The user switched background work off for this app or for all apps, or the battery is
-        /// critical (`org.bgpolicy.Error.Unavailable`).
+        /// The user switched background work off for this app or for all apps; the battery is
+        /// critical or the machine is going to sleep (`beginBackgroundTask`); or the agent is
+        /// stopping (`org.bgpolicy.Error.Unavailable`).
         case unavailable
         /// A request or option the agent does not accept, such as an `earliestBeginDate` more than
         /// a week ahead (`org.bgpolicy.Error.InvalidArgument`).
@@ -46,8 +47,9 @@ public struct BGTaskSchedulerError: Error, Sendable, Hashable, CustomStringConve
         /// The agent could not do it, such as storing the change on a full disk. Nothing changed,
         /// and the same call may succeed later (`org.bgpolicy.Error.Failed`).
         case failed
-        /// bgpolicyd is not running on the session bus (and cannot be started), or the bus
-        /// itself cannot be reached.
+        /// bgpolicyd is not running on the session bus (and cannot be started: not installed,
+        /// not enabled with `systemctl --user enable bgpolicyd`, or failing to start; the
+        /// message says which and what to do), or the bus itself cannot be reached.
         case agentNotRunning
         /// Anything else: a timeout, an agent too old to know the call, a malformed answer.
         case other
@@ -95,8 +97,11 @@ extension BGTaskSchedulerError.Code {
         case DBusError.serviceUnknown, DBusError.nameHasNoOwner, "org.freedesktop.DBus.Error.Disconnected":
             self = .agentNotRunning
         default:
-            // Every Spawn.* error means D-Bus activation of the agent failed.
-            self = name.hasPrefix("org.freedesktop.DBus.Error.Spawn.") ? .agentNotRunning : .other
+            // Every Spawn.* error means D-Bus activation of the agent failed; so does every
+            // org.freedesktop.systemd1.* one, the user manager's refusal to start the unit the
+            // activation file names (NoSuchUnit until `systemctl --user enable bgpolicyd`).
+            let activationFailed = name.hasPrefix("org.freedesktop.DBus.Error.Spawn.") || name.hasPrefix("org.freedesktop.systemd1.")
+            self = activationFailed ? .agentNotRunning : .other
         }
     }
 }
@@ -111,6 +116,15 @@ extension BGTaskSchedulerError {
             let code = Code(dbusErrorName: name)
             let text: String
             switch code {
+            case .agentNotRunning where name == "org.freedesktop.systemd1.NoSuchUnit":
+                text = "bgpolicyd is not running and is not enabled, so the bus cannot start it (\(message)); "
+                    + "enable and start it with 'systemctl --user enable --now bgpolicyd'"
+            case .agentNotRunning where name == "org.freedesktop.systemd1.UnitMasked":
+                text = "bgpolicyd is not running and is masked, so the bus cannot start it (\(message)); "
+                    + "unmask it with 'systemctl --user unmask bgpolicyd', then 'systemctl --user enable --now bgpolicyd'"
+            case .agentNotRunning where name.hasPrefix("org.freedesktop.systemd1.")
+                || (name.hasPrefix("org.freedesktop.DBus.Error.Spawn.") && name != "org.freedesktop.DBus.Error.Spawn.ServiceNotFound"):
+                text = "the bus could not start bgpolicyd: \(message) (\(name)); 'journalctl --user -u bgpolicyd' says why"
             case .agentNotRunning:
                 text = "bgpolicyd is not running on the session bus (\(message)); start it with 'systemctl --user start bgpolicyd'"
             case .other where name == DBusError.noReply || name == DBusError.timedOut:

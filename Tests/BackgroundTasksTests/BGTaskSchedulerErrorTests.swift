@@ -37,6 +37,20 @@ struct BGTaskSchedulerErrorTests {
         #expect(error.message.contains("nobody home"))
     }
 
+    /// Under systemd, dbus-daemon asks the user manager to start the agent's unit, and passes
+    /// its refusal on: an installed agent the user has not enabled answers NoSuchUnit.
+    @Test("the user manager cannot start the agent", arguments: [
+        ("org.freedesktop.systemd1.NoSuchUnit", "systemctl --user enable --now bgpolicyd"),
+        ("org.freedesktop.systemd1.UnitMasked", "systemctl --user unmask bgpolicyd"),
+        ("org.freedesktop.systemd1.ShuttingDown", "journalctl --user -u bgpolicyd"),
+        ("org.freedesktop.DBus.Error.Spawn.ChildExited", "journalctl --user -u bgpolicyd"),
+    ])
+    func agentCannotStart(name: String, hint: String) {
+        let error = BGTaskSchedulerError(DBusError.remote(name: name, message: "Unit dbus-org.bgpolicy.Agent1.service not found."))
+        #expect(error.code == .agentNotRunning)
+        #expect(error.message.contains("Unit dbus-org.bgpolicy.Agent1.service not found.") && error.message.contains(hint), "\(error.message)")
+    }
+
     @Test("other D-Bus errors", arguments: [
         DBusError.noReply, DBusError.unknownMethod, "org.freedesktop.DBus.Error.AccessDenied", "org.bgpolicy.Error.NoSuchThing",
         "com.example.Error",

@@ -407,6 +407,48 @@ def test_an_installed_agent_the_user_manager_cannot_start(tmp_path, error, messa
         os.kill(pid, signal.SIGKILL)
 
 
+@pytest.mark.parametrize("error,message,says,hint", [
+    ("org.freedesktop.systemd1.NoSuchUnit", "Unit UNIT not found.",
+     "bgpolicyd is not running and is not enabled", "systemctl --user enable --now bgpolicyd"),
+    ("org.freedesktop.systemd1.UnitMasked", "Unit UNIT is masked.",
+     "bgpolicyd is not running and is masked", "systemctl --user unmask bgpolicyd"),
+    ("org.freedesktop.systemd1.ShuttingDown", "Refusing activation, D-Bus is shutting down.",
+     "the bus could not start bgpolicyd: Refusing activation", "journalctl --user -u bgpolicyd"),
+], ids=["not enabled", "masked", "other"])
+def test_a_swift_app_is_told_when_the_user_manager_cannot_start_the_agent(tmp_path, error, message, says, hint):
+    """The same refusal, as the BackgroundTasks library reports it to an app (feed-reader):
+    the agent is not running (`.agentNotRunning`), with what to do, not `.other` with systemd's
+    bare "Unit … not found."."""
+    services = tmp_path / "services"
+    services.mkdir()
+    activation = (ROOT / "dbus" / "org.bgpolicy.Agent1.service.in").read_text()
+    (services / "org.bgpolicy.Agent1.service").write_text(activation.replace("@libexecdir@", "/nonexistent"))
+    config = tmp_path / "bus.conf"
+    config.write_text((ROOT / "scripts" / "session-bus.conf").read_text().replace(
+        "<listen>", f"<servicedir>{services}</servicedir><listen>", 1))
+    out = subprocess.run(["dbus-daemon", f"--config-file={config}", "--systemd-activation", "--fork",
+                          "--print-address=1", "--print-pid=1"], capture_output=True, text=True, check=True, timeout=10)
+    address, pid = out.stdout.split()[0], int(out.stdout.split()[1])
+    env = dict(os.environ, DBUS_SESSION_BUS_ADDRESS=address)
+    manager = subprocess.Popen(["/usr/bin/python3", "-c", FAKE_USER_MANAGER, error, message], env=env,
+                               stdout=subprocess.PIPE, text=True)
+    try:
+        assert manager.stdout.readline() == "ready\n"
+        feed = tmp_path / "feed.txt"
+        feed.write_text("one item\n")
+        r = subprocess.run([str(BIN / "feed-reader"), "--feed", str(feed), "--cache", str(tmp_path / "cache.txt"),
+                            "--exit-after", "1"], env=env, capture_output=True, text=True, timeout=30)
+        assert r.returncode == 1, r
+        failed = [line for line in r.stdout.splitlines() if line.startswith("register-failed ")]
+        assert failed, r.stdout
+        assert failed[0].startswith("register-failed error=agentNotRunning message=" + says), failed[0]
+        assert hint in failed[0], failed[0]
+    finally:
+        manager.kill()
+        manager.wait()
+        os.kill(pid, signal.SIGKILL)
+
+
 @pytest.mark.parametrize("command", [["status", "--json"], ["status"], ["--help"], ["--version"]],
                          ids=lambda c: " ".join(c))
 def test_a_failed_write_to_standard_output_exits_74(agent, command):
