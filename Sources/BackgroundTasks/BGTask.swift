@@ -59,6 +59,10 @@ public final class BGTask: Sendable, CustomStringConvertible {
     /// payload: a mailbox, a cursor); empty for every other kind.
     public let payload: [String: Variant]
 
+    /// The agent (its unique name) that launched the task: once another owns the agent's name,
+    /// or none, the task has ended at the agent.
+    let launcher: String
+
     typealias Reporter = @Sendable (_ taskID: String, _ success: Bool, _ result: TaskResult) async throws -> Void
 
     private struct State {
@@ -80,7 +84,8 @@ public final class BGTask: Sendable, CustomStringConvertible {
     private let reporter: Reporter
 
     init(identifier: String, kind: BGTaskKind, taskID: String, deadline: Date, payload: [String: Variant] = [:],
-         reporter: @escaping Reporter) {
+         launcher: String = "", reporter: @escaping Reporter) {
+        self.launcher = launcher
         self.identifier = identifier
         self.kind = kind
         self.taskID = taskID
@@ -91,6 +96,10 @@ public final class BGTask: Sendable, CustomStringConvertible {
 
     /// Called when the agent asks the app to stop. It must end the work quickly and call
     /// `setTaskCompleted(success:)`. It runs on its own task, not on any particular actor.
+    ///
+    /// It is also called when the agent that launched the task leaves the bus without saying
+    /// so (it crashed, or was killed): the slice ended with it (`interrupted` in the history),
+    /// and a `setTaskCompleted` now fails with `.agentNotRunning` or `.unknownTask`.
     ///
     /// If the task has already expired when the handler is set, it is called at once, so a
     /// warning that arrives before the launch handler sets it is not lost.

@@ -72,7 +72,9 @@ extension BGTaskScheduler {
             guard s.running[taskID] == nil else { return .alreadyRunning }
             let found = kind == .contentAvailable ? s.contentAvailableHandler : s.handlers[identifier]
             guard let handler = found else { return .noHandler }
-            let task = BGTask(identifier: identifier, kind: kind, taskID: taskID, deadline: deadline, payload: payload) { [weak self] id, success, result in
+            let task = BGTask(
+                identifier: identifier, kind: kind, taskID: taskID, deadline: deadline, payload: payload, launcher: call.sender
+            ) { [weak self] id, success, result in
                 guard let self else {
                     throw BGTaskSchedulerError(.other, "the scheduler that launched this task no longer exists")
                 }

@@ -38,7 +38,9 @@ import Synchronization
 /// `activate()`): it exports `org.bgpolicy.Client1` at `/org/bgpolicy/Client1`, sends
 /// `Register` with every registered identifier, and, when `busName` is set, takes that name.
 /// Registering another identifier later re-sends `Register` before the next call. If the agent
-/// restarts, the scheduler registers again by itself. Every method throws `BGTaskSchedulerError`.
+/// restarts, the scheduler registers again by itself; the tasks and background tasks an agent
+/// that left the bus without a word (it crashed) had started ended with it, and their
+/// expiration handlers run. Every method throws `BGTaskSchedulerError`.
 ///
 /// One call needs no registration: `notifyContentAvailable(appID:payload:)`, with which a sync
 /// or push service wakes another app. Such a service may make a scheduler for that alone.
@@ -65,6 +67,8 @@ public final class BGTaskScheduler: Sendable {
 
     struct BackgroundTaskEntry {
         let expirationHandler: (@Sendable () -> Void)?
+        /// The agent (its unique name) that granted it, when known.
+        var grantedBy: String? = nil
     }
 
     struct State {
@@ -360,7 +364,8 @@ public final class BGTaskScheduler: Sendable {
     public func beginBackgroundTask(
         name: String, expirationHandler: (@Sendable () -> Void)?
     ) async throws -> BGBackgroundTaskIdentifier {
-        let reply = try await callAgent("BeginBackgroundTask", [.string(name)])
+        let message = try await callAgentForReply("BeginBackgroundTask", [.string(name)])
+        let reply = message.body
         let identifier: BGBackgroundTaskIdentifier
         do {
             identifier = BGBackgroundTaskIdentifier(
@@ -373,7 +378,7 @@ public final class BGTaskScheduler: Sendable {
                 s.earlyExpirations.remove(at: index)
                 return true
             }
-            s.backgroundTasks[identifier.rawValue] = BackgroundTaskEntry(expirationHandler: expirationHandler)
+            s.backgroundTasks[identifier.rawValue] = BackgroundTaskEntry(expirationHandler: expirationHandler, grantedBy: message.sender)
             return false
         }
         if expiredAlready, let expirationHandler { Task { expirationHandler() } }
@@ -408,13 +413,19 @@ public final class BGTaskScheduler: Sendable {
     /// restarted has forgotten this connection: on `NotRegistered` the scheduler registers
     /// again and retries once.
     func callAgent(_ member: String, _ body: [DBusValue] = []) async throws(BGTaskSchedulerError) -> [DBusValue] {
+        try await callAgentForReply(member, body).body
+    }
+
+    /// `callAgent`, returning the whole reply (its sender is the agent that answered).
+    func callAgentForReply(_ member: String, _ body: [DBusValue] = []) async throws(BGTaskSchedulerError) -> Message {
         var retried = false
         while true {
             let link = try await ready()
             do {
                 return try await link.connection.call(
-                    destination: BGPolicyNames.busName, path: Self.agentPath, interface: BGPolicyNames.schedulerInterface,
-                    member: member, body)
+                    .methodCall(
+                        destination: BGPolicyNames.busName, path: Self.agentPath, interface: BGPolicyNames.schedulerInterface,
+                        member: member, body: body))
             } catch DBusError.remote(let name, _) where name == BGPolicyErrorName.notRegistered.dbusName && !retried {
                 retried = true
                 state.withLock { s in
@@ -545,10 +556,26 @@ public final class BGTaskScheduler: Sendable {
     }
 
     /// A new agent knows nothing of this connection: register again, so that it can launch the app.
+    ///
+    /// The tasks and background tasks an agent that is gone started have ended with it. One
+    /// that stops cleanly says so (`ExpireTask`); one that crashed cannot, so their expiration
+    /// handlers run here. Whose they are is judged by the owner the connection's thread has
+    /// read (`link.agent`), never behind the owner stream: a task the new agent launched
+    /// before this stream caught up is its own, and goes on.
     private func agentOwnerChanged(to owner: String?, on link: AgentLink) {
-        let reregister: Bool = state.withLock { s in
-            guard s.link === link else { return false }
-            return s.agentChanged(to: owner) && s.wantsAgent && !s.handlers.isEmpty
+        let current = link.agent.owner
+        let (reregister, ended, endedBackground): (Bool, [BGTask], [BackgroundTaskEntry]) = state.withLock { s in
+            guard s.link === link else { return (false, [], []) }
+            let reregister = s.agentChanged(to: owner) && s.wantsAgent && !s.handlers.isEmpty
+            let ended = s.running.values.filter { $0.launcher != current }
+            for task in ended { s.running.removeValue(forKey: task.taskID) }
+            let endedIDs = s.backgroundTasks.filter { $0.value.grantedBy.map { $0 != current } ?? false }.keys
+            let endedBackground = endedIDs.compactMap { s.backgroundTasks.removeValue(forKey: $0) }
+            return (reregister, ended, endedBackground)
+        }
+        for task in ended { task.expire() }
+        for entry in endedBackground {
+            if let handler = entry.expirationHandler { Task { handler() } }
         }
         if reregister {
             Task { [weak self] in _ = try? await self?.ready() }
