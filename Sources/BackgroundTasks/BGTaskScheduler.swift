@@ -169,7 +169,7 @@ public final class BGTaskScheduler: Sendable {
     /// each time the task is launched.
     ///
     /// - Returns: `false` when `identifier` is already registered, is not a task identifier
-    ///   (letters, digits, `_`, `-` and `.`, at most 255 bytes), or would be one more than
+    ///   (letters, digits, `_`, `-` and `.`, at most 255 bytes, not beginning with `-`), or would be one more than
     ///   `maximumIdentifiers`.
     @discardableResult
     public func register(forTaskWithIdentifier identifier: String, launchHandler: @escaping @Sendable (BGTask) -> Void) -> Bool {

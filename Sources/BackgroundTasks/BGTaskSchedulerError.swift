@@ -127,6 +127,10 @@ extension BGTaskSchedulerError {
                 text = "the bus could not start bgpolicyd: \(message) (\(name)); 'journalctl --user -u bgpolicyd' says why"
             case .agentNotRunning:
                 text = "bgpolicyd is not running on the session bus (\(message)); start it with 'systemctl --user start bgpolicyd'"
+            case .other where name == DBusError.noReply && message.contains("disconnected"):
+                // The bus's words when the agent leaves it before it answers (a crash, a stop).
+                text = "bgpolicyd stopped before it answered (\(message)); whether the call took effect is not known: "
+                    + "'journalctl --user -u bgpolicyd' says why it stopped"
             case .other where name == DBusError.noReply || name == DBusError.timedOut:
                 text = "bgpolicyd did not answer in time (\(message))"
             default:

@@ -55,4 +55,25 @@ struct AgentCrashTests {
         try await next.setTaskCompleted(success: true, result: .noData).value
         #expect(try await agent.history(of: Self.app).map(\.event).suffix(2) == ["delivered", "completed"])
     }
+
+    /// The bus answers a call whose callee left without replying with `NoReply`, "Message
+    /// recipient disconnected from message bus without replying". The library said "bgpolicyd
+    /// did not answer in time", which sends a person looking for a slow agent.
+    @Test("a call the agent stopped before answering says so")
+    func agentGoneMidCall() async throws {
+        let agent = try await RealAgent()
+        let scheduler = BGTaskScheduler(appID: Self.app, bus: agent.address)
+        defer { scheduler.disconnect() }
+        scheduler.register(forTaskWithIdentifier: Self.refresh) { _ in }
+        try await scheduler.activate()
+
+        agent.signal(SIGSTOP)
+        let call = Task { try await scheduler.submit(BGAppRefreshTaskRequest(identifier: Self.refresh)) }
+        try await Task.sleep(for: .milliseconds(300))
+        try await agent.kill()
+        let error = await #expect(throws: BGTaskSchedulerError.self) { try await call.value }
+        #expect(error?.code == .other)
+        #expect(error?.message.hasPrefix("bgpolicyd stopped before it answered") == true, "\(error?.message ?? "")")
+        #expect(error?.message.contains("journalctl --user -u bgpolicyd") == true)
+    }
 }

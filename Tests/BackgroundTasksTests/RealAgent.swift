@@ -116,6 +116,12 @@ final class RealAgent: @unchecked Sendable {
         try await end(SIGKILL)
     }
 
+    /// Sends `signal` to the agent, and returns at once.
+    func signal(_ signal: Int32) {
+        guard let agent = process.withLock({ $0 }) else { return }
+        Glibc.kill(agent.processIdentifier, signal)
+    }
+
     private func end(_ signal: Int32) async throws {
         guard let agent = process.withLock({ $0 }) else { return }
         Glibc.kill(agent.processIdentifier, signal)
