@@ -5,8 +5,9 @@ import Foundation
 import Synchronization
 import Testing
 
-/// The scheduler with bgpolicyd itself (`RealAgent`) going away under it.
-@Suite("BGTaskScheduler and an agent that crashes", .serialized, .timeLimit(.minutes(1)))
+/// The scheduler with bgpolicyd itself (`RealAgent`): going away under it, and ending the
+/// slices of tasks the app does not complete.
+@Suite("BGTaskScheduler with bgpolicyd itself", .serialized, .timeLimit(.minutes(1)))
 struct AgentCrashTests {
     static let app = "org.example.Crash"
     static let refresh = "org.example.Crash.refresh"
@@ -75,5 +76,34 @@ struct AgentCrashTests {
         #expect(error?.code == .other)
         #expect(error?.message.hasPrefix("bgpolicyd stopped before it answered") == true, "\(error?.message ?? "")")
         #expect(error?.message.contains("journalctl --user -u bgpolicyd") == true)
+    }
+
+    /// A task the app never completes ends at its deadline at the agent (`expired`). The
+    /// scheduler kept it in `running` for good, with the handlers it holds: one more for every
+    /// task an app forgot to complete, for as long as it runs.
+    @Test("a task never completed is forgotten once its slice is over")
+    func neverCompleted() async throws {
+        let agent = try await RealAgent(config: RealAgent.immediateWindows + "[slices]\nrefresh = 2s\nexpiration_warning = 1s\n")
+        let scheduler = BGTaskScheduler(appID: Self.app, bus: agent.address)
+        defer { scheduler.disconnect() }
+        let (tasks, launched) = AsyncStream.makeStream(of: BGTask.self)
+        scheduler.register(forTaskWithIdentifier: Self.refresh) { launched.yield($0) }
+        try await scheduler.activate()
+        var delivered = tasks.makeAsyncIterator()
+        let later = BGAppRefreshTaskRequest(identifier: Self.refresh, earliestBeginDate: Date(timeIntervalSinceNow: 3600))
+
+        try await scheduler.submit(later)
+        try await agent.simulateLaunch(Self.app, Self.refresh)
+        let forgotten = try #require(await delivered.next())
+        try await waitUntil("the agent to record it expired", seconds: 15) {
+            try await agent.history(of: Self.app).last?.event == "expired"
+        }
+        try await Task.sleep(until: .now + .seconds(forgotten.deadline.addingTimeInterval(BGTaskScheduler.endedTaskGrace + 1).timeIntervalSinceNow))
+        try await scheduler.submit(later)
+        try await agent.simulateLaunch(Self.app, Self.refresh)
+        let next = try #require(await delivered.next())
+        #expect(scheduler.state.withLock { $0.running.keys.sorted() } == [next.taskID])
+        try await next.setTaskCompleted(success: true).value
+        #expect(scheduler.state.withLock { $0.running.isEmpty })
     }
 }
