@@ -359,8 +359,9 @@ public final class BGTaskScheduler: Sendable {
     ///
     /// Call `endBackgroundTask(_:)` as soon as the work is done. The expiration handler runs a
     /// few seconds before the time runs out; it must end the work and call `endBackgroundTask(_:)`.
-    /// Throws `.unavailable` when the battery is critical or the machine is going to sleep, and
-    /// `.limitsExceeded` when the app has 16 under way.
+    /// Throws `.unavailable` when the battery is critical or the machine is going to sleep,
+    /// `.limitsExceeded` when the app has 16 under way, and `.invalidArgument` for a `name`
+    /// over 255 bytes.
     public func beginBackgroundTask(
         name: String, expirationHandler: (@Sendable () -> Void)?
     ) async throws -> BGBackgroundTaskIdentifier {

@@ -18,7 +18,8 @@ public struct BGTaskSchedulerError: Error, Sendable, Hashable, CustomStringConve
     /// The kinds of failure, one for each `org.bgpolicy.Error.*` the scheduler can see, plus
     /// "the agent is not there" and a catch-all.
     public enum Code: String, Sendable, Hashable, CaseIterable {
-        /// No identifier is registered yet, or the agent does not know this connection
+        /// No identifier is registered yet, the agent does not know this connection, or
+        /// (`notifyContentAvailable`) the app to wake never registered
         /// (`org.bgpolicy.Error.NotRegistered`).
         case notRegistered
         /// The identifier was not registered with `register(forTaskWithIdentifier:launchHandler:)`
