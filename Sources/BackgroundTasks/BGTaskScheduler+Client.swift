@@ -17,8 +17,8 @@ extension BGTaskScheduler {
     /// How many unmatched `ExpireTask` ids are remembered.
     static let earlyExpirationLimit = 32
 
-    /// How long past its deadline a task the app did not complete is kept (the deadline is in
-    /// whole seconds): until the next `RunTask` after that, which forgets it.
+    /// How long past its deadline a task the app did not complete, once warned, is kept (the
+    /// deadline is in whole seconds): until the next `RunTask` after that, which forgets it.
     static let endedTaskGrace: TimeInterval = 10
 
     func clientInterface() -> ExportedInterface {
@@ -74,10 +74,11 @@ extension BGTaskScheduler {
         let payload = kind == .contentAvailable ? info.filter { $0.key != "slice_id" && $0.key != "deadline" } : [:]
         let now = Date()
         let outcome: Outcome = state.withLock { s in
-            // Tasks the app never completed ended at their deadline: the agent recorded them
-            // expired and will not ask about them again. Forgotten here, or each would keep its
-            // handlers (and what they hold) for as long as the app runs.
-            s.running = s.running.filter { $0.value.deadline.addingTimeInterval(Self.endedTaskGrace) > now }
+            // Tasks the app never completed ended at their deadline: the agent warned them, then
+            // recorded them expired, and will not call about them again. Forgotten here, or each
+            // would keep its handlers (and what they hold) for as long as the app runs. Only
+            // warned ones: a wall clock that jumped ahead must not lose a task its warning.
+            s.running = s.running.filter { !$0.value.isExpired || $0.value.deadline.addingTimeInterval(Self.endedTaskGrace) > now }
             guard s.running[taskID] == nil else { return .alreadyRunning }
             let found = kind == .contentAvailable ? s.contentAvailableHandler : s.handlers[identifier]
             guard let handler = found else { return .noHandler }
