@@ -187,7 +187,9 @@ public final class BGTaskScheduler: Sendable {
     /// is `.contentAvailable`, its `identifier` empty, and its `payload` the hint the notifier
     /// sent. Complete it as any other task. Wakes are not requested, so no identifier is
     /// registered for them; without this handler the app refuses them and the agent keeps the
-    /// newest for its next window.
+    /// newest for its next window. The app still registers at least one task identifier: the
+    /// agent's `Register` takes 1 to 64, and without one every call but
+    /// `notifyContentAvailable(appID:payload:)` throws `.notRegistered`.
     ///
     /// - Returns: `false` when a handler is registered already.
     @discardableResult
