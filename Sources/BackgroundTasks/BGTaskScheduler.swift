@@ -566,9 +566,11 @@ public final class BGTaskScheduler: Sendable {
     /// read (`link.agent`), never behind the owner stream: a task the new agent launched
     /// before this stream caught up is its own, and goes on.
     private func agentOwnerChanged(to owner: String?, on link: AgentLink) {
-        let current = link.agent.owner
         let (reregister, ended, endedBackground): (Bool, [BGTask], [BackgroundTaskEntry]) = state.withLock { s in
             guard s.link === link else { return (false, [], []) }
+            // Read under the lock that RunTask adds its task under, after the owner it was
+            // checked against: a task launched since is never judged by an older owner.
+            let current = link.agent.owner
             let reregister = s.agentChanged(to: owner) && s.wantsAgent && !s.handlers.isEmpty
             let ended = s.running.values.filter { $0.launcher != current }
             for task in ended { s.running.removeValue(forKey: task.taskID) }
