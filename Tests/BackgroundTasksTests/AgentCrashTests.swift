@@ -12,6 +12,26 @@ struct AgentCrashTests {
     static let app = "org.example.Crash"
     static let refresh = "org.example.Crash.refresh"
 
+    /// The app's scheduler on `agent`'s bus, activated, and the tasks its refresh handler is
+    /// handed.
+    static func activatedScheduler(on agent: RealAgent) async throws -> (BGTaskScheduler, AsyncStream<BGTask>.Iterator) {
+        let scheduler = BGTaskScheduler(appID: app, bus: agent.address)
+        let (tasks, launched) = AsyncStream.makeStream(of: BGTask.self)
+        scheduler.register(forTaskWithIdentifier: refresh) { launched.yield($0) }
+        try await scheduler.activate()
+        return (scheduler, tasks.makeAsyncIterator())
+    }
+
+    /// Submits the refresh for an hour ahead, so that nothing but `SimulateLaunch` runs it,
+    /// launches it now, and returns the task the app was handed.
+    static func launchRefresh(
+        _ scheduler: BGTaskScheduler, on agent: RealAgent, _ delivered: inout AsyncStream<BGTask>.Iterator
+    ) async throws -> BGTask {
+        try await scheduler.submit(BGAppRefreshTaskRequest(identifier: refresh, earliestBeginDate: Date(timeIntervalSinceNow: 3600)))
+        try await agent.simulateLaunch(app, refresh)
+        return try #require(await delivered.next())
+    }
+
     /// An agent that stops cleanly sends `ExpireTask` for the slices it ends; one that is killed
     /// cannot, and records them `interrupted` at its next start. The library kept such a task
     /// running, its expiration handler never called, and a background task the same: the app
@@ -19,17 +39,11 @@ struct AgentCrashTests {
     @Test("a task and a background task of an agent that was killed are expired; the next agent's are not")
     func killedAgentsTasksExpire() async throws {
         let agent = try await RealAgent()
-        let scheduler = BGTaskScheduler(appID: Self.app, bus: agent.address)
+        let (scheduler, tasks) = try await Self.activatedScheduler(on: agent)
+        var delivered = tasks
         defer { scheduler.disconnect() }
-        let (tasks, launched) = AsyncStream.makeStream(of: BGTask.self)
-        scheduler.register(forTaskWithIdentifier: Self.refresh) { launched.yield($0) }
-        try await scheduler.activate()
-        var delivered = tasks.makeAsyncIterator()
-        let later = BGAppRefreshTaskRequest(identifier: Self.refresh, earliestBeginDate: Date(timeIntervalSinceNow: 3600))
 
-        try await scheduler.submit(later)
-        try await agent.simulateLaunch(Self.app, Self.refresh)
-        let task = try #require(await delivered.next())
+        let task = try await Self.launchRefresh(scheduler, on: agent, &delivered)
         let warned = Mutex<[String]>([])
         task.expirationHandler = { warned.withLock { $0.append("task") } }
         _ = try await scheduler.beginBackgroundTask(name: "save") { warned.withLock { $0.append("background task") } }
@@ -47,9 +61,7 @@ struct AgentCrashTests {
         try await waitUntil("the app to register again") {
             try await agent.app(Self.app)?["connected"] == Variant(.boolean(true))
         }
-        try await scheduler.submit(later)
-        try await agent.simulateLaunch(Self.app, Self.refresh)
-        let next = try #require(await delivered.next())
+        let next = try await Self.launchRefresh(scheduler, on: agent, &delivered)
         next.expirationHandler = { warned.withLock { $0.append("next task") } }
         try await Task.sleep(for: .milliseconds(500))
         #expect(!next.isExpired && warned.withLock { $0.count } == 2)
@@ -84,24 +96,16 @@ struct AgentCrashTests {
     @Test("a task never completed is forgotten once its slice is over")
     func neverCompleted() async throws {
         let agent = try await RealAgent(config: RealAgent.immediateWindows + "[slices]\nrefresh = 2s\nexpiration_warning = 1s\n")
-        let scheduler = BGTaskScheduler(appID: Self.app, bus: agent.address)
+        let (scheduler, tasks) = try await Self.activatedScheduler(on: agent)
+        var delivered = tasks
         defer { scheduler.disconnect() }
-        let (tasks, launched) = AsyncStream.makeStream(of: BGTask.self)
-        scheduler.register(forTaskWithIdentifier: Self.refresh) { launched.yield($0) }
-        try await scheduler.activate()
-        var delivered = tasks.makeAsyncIterator()
-        let later = BGAppRefreshTaskRequest(identifier: Self.refresh, earliestBeginDate: Date(timeIntervalSinceNow: 3600))
 
-        try await scheduler.submit(later)
-        try await agent.simulateLaunch(Self.app, Self.refresh)
-        let forgotten = try #require(await delivered.next())
+        let forgotten = try await Self.launchRefresh(scheduler, on: agent, &delivered)
         try await waitUntil("the agent to record it expired", seconds: 15) {
             try await agent.history(of: Self.app).last?.event == "expired"
         }
         try await Task.sleep(until: .now + .seconds(forgotten.deadline.addingTimeInterval(BGTaskScheduler.endedTaskGrace + 1).timeIntervalSinceNow))
-        try await scheduler.submit(later)
-        try await agent.simulateLaunch(Self.app, Self.refresh)
-        let next = try #require(await delivered.next())
+        let next = try await Self.launchRefresh(scheduler, on: agent, &delivered)
         #expect(scheduler.state.withLock { $0.running.keys.sorted() } == [next.taskID])
         try await next.setTaskCompleted(success: true).value
         #expect(scheduler.state.withLock { $0.running.isEmpty })

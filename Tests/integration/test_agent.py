@@ -1,5 +1,6 @@
 """bgpolicyd and bgpolicy as a user meets them: real binaries on a private session bus,
 queried by gdbus, busctl, Python GDBus and our own CLI."""
+import contextlib
 import json
 import os
 import signal
@@ -363,7 +364,9 @@ GLib.MainLoop().run()
 """
 
 
-@pytest.mark.parametrize("error,message,says,hint", [
+# What the user manager refuses an activation with, what bgpolicy and the library then say,
+# and the hint they give.
+REFUSALS = pytest.mark.parametrize("error,message,says,hint", [
     ("org.freedesktop.systemd1.NoSuchUnit", "Unit UNIT not found.",
      "bgpolicyd is not running and is not enabled", "systemctl --user enable --now bgpolicyd"),
     ("org.freedesktop.systemd1.UnitMasked", "Unit UNIT is masked.",
@@ -371,9 +374,13 @@ GLib.MainLoop().run()
     ("org.freedesktop.systemd1.ShuttingDown", "Refusing activation, D-Bus is shutting down.",
      "the bus could not start bgpolicyd: Refusing activation", "journalctl --user -u bgpolicyd"),
 ], ids=["not enabled", "masked", "other"])
-def test_an_installed_agent_the_user_manager_cannot_start(tmp_path, error, message, says, hint):
-    """`make install` without `systemctl --user enable bgpolicyd`: the activation file names a
-    unit alias that does not exist, and systemd's error (not the agent's refusal) says why."""
+
+
+@contextlib.contextmanager
+def user_manager_refusing(tmp_path, error, message):
+    """A session bus with systemd activation on which bgpolicyd is installed (its activation
+    file) and the user manager refuses to start it with `error`: yields the environment of a
+    process on that bus."""
     services = tmp_path / "services"
     services.mkdir()
     activation = (ROOT / "dbus" / "org.bgpolicy.Agent1.service.in").read_text()
@@ -389,6 +396,18 @@ def test_an_installed_agent_the_user_manager_cannot_start(tmp_path, error, messa
                                stdout=subprocess.PIPE, text=True)
     try:
         assert manager.stdout.readline() == "ready\n"
+        yield env
+    finally:
+        manager.kill()
+        manager.wait()
+        os.kill(pid, signal.SIGKILL)
+
+
+@REFUSALS
+def test_an_installed_agent_the_user_manager_cannot_start(tmp_path, error, message, says, hint):
+    """`make install` without `systemctl --user enable bgpolicyd`: the activation file names a
+    unit alias that does not exist, and systemd's error (not the agent's refusal) says why."""
+    with user_manager_refusing(tmp_path, error, message) as env:
         # The commands that only look do not start the agent: the bus asks no one, and the
         # agent is simply not running.
         for command in [["status"], ["apps", "--json"]]:
@@ -401,39 +420,14 @@ def test_an_installed_agent_the_user_manager_cannot_start(tmp_path, error, messa
             assert r.returncode == 69, r
             assert r.stderr.startswith("bgpolicy: " + says), r.stderr
             assert hint in r.stderr and "refused" not in r.stderr, r.stderr
-    finally:
-        manager.kill()
-        manager.wait()
-        os.kill(pid, signal.SIGKILL)
 
 
-@pytest.mark.parametrize("error,message,says,hint", [
-    ("org.freedesktop.systemd1.NoSuchUnit", "Unit UNIT not found.",
-     "bgpolicyd is not running and is not enabled", "systemctl --user enable --now bgpolicyd"),
-    ("org.freedesktop.systemd1.UnitMasked", "Unit UNIT is masked.",
-     "bgpolicyd is not running and is masked", "systemctl --user unmask bgpolicyd"),
-    ("org.freedesktop.systemd1.ShuttingDown", "Refusing activation, D-Bus is shutting down.",
-     "the bus could not start bgpolicyd: Refusing activation", "journalctl --user -u bgpolicyd"),
-], ids=["not enabled", "masked", "other"])
+@REFUSALS
 def test_a_swift_app_is_told_when_the_user_manager_cannot_start_the_agent(tmp_path, error, message, says, hint):
     """The same refusal, as the BackgroundTasks library reports it to an app (feed-reader):
     the agent is not running (`.agentNotRunning`), with what to do, not `.other` with systemd's
     bare "Unit … not found."."""
-    services = tmp_path / "services"
-    services.mkdir()
-    activation = (ROOT / "dbus" / "org.bgpolicy.Agent1.service.in").read_text()
-    (services / "org.bgpolicy.Agent1.service").write_text(activation.replace("@libexecdir@", "/nonexistent"))
-    config = tmp_path / "bus.conf"
-    config.write_text((ROOT / "scripts" / "session-bus.conf").read_text().replace(
-        "<listen>", f"<servicedir>{services}</servicedir><listen>", 1))
-    out = subprocess.run(["dbus-daemon", f"--config-file={config}", "--systemd-activation", "--fork",
-                          "--print-address=1", "--print-pid=1"], capture_output=True, text=True, check=True, timeout=10)
-    address, pid = out.stdout.split()[0], int(out.stdout.split()[1])
-    env = dict(os.environ, DBUS_SESSION_BUS_ADDRESS=address)
-    manager = subprocess.Popen(["/usr/bin/python3", "-c", FAKE_USER_MANAGER, error, message], env=env,
-                               stdout=subprocess.PIPE, text=True)
-    try:
-        assert manager.stdout.readline() == "ready\n"
+    with user_manager_refusing(tmp_path, error, message) as env:
         feed = tmp_path / "feed.txt"
         feed.write_text("one item\n")
         r = subprocess.run([str(BIN / "feed-reader"), "--feed", str(feed), "--cache", str(tmp_path / "cache.txt"),
@@ -443,10 +437,6 @@ def test_a_swift_app_is_told_when_the_user_manager_cannot_start_the_agent(tmp_pa
         assert failed, r.stdout
         assert failed[0].startswith("register-failed error=agentNotRunning message=" + says), failed[0]
         assert hint in failed[0], failed[0]
-    finally:
-        manager.kill()
-        manager.wait()
-        os.kill(pid, signal.SIGKILL)
 
 
 @pytest.mark.parametrize("command", [["status", "--json"], ["status"], ["--help"], ["--version"]],
