@@ -94,16 +94,9 @@ extension BGTaskSchedulerError.Code {
             }
             return
         }
-        switch name {
-        case DBusError.serviceUnknown, DBusError.nameHasNoOwner, "org.freedesktop.DBus.Error.Disconnected":
-            self = .agentNotRunning
-        default:
-            // Every Spawn.* error means D-Bus activation of the agent failed; so does every
-            // org.freedesktop.systemd1.* one, the user manager's refusal to start the unit the
-            // activation file names (NoSuchUnit until `systemctl --user enable bgpolicyd`).
-            let activationFailed = name.hasPrefix("org.freedesktop.DBus.Error.Spawn.") || name.hasPrefix("org.freedesktop.systemd1.")
-            self = activationFailed ? .agentNotRunning : .other
-        }
+        // The bus's or the user manager's word that the agent is not there and could not be
+        // started (AgentUnreachable reads them for the command too).
+        self = AgentUnreachable(dbusErrorName: name, message: "")?.agentIsMissing == true ? .agentNotRunning : .other
     }
 }
 
@@ -114,29 +107,16 @@ extension BGTaskSchedulerError {
         case let error as BGTaskSchedulerError:
             self = error
         case DBusError.remote(let name, let message):
-            let code = Code(dbusErrorName: name)
-            let text: String
-            switch code {
-            case .agentNotRunning where name == "org.freedesktop.systemd1.NoSuchUnit":
-                text = "bgpolicyd is not running and is not enabled, so the bus cannot start it (\(message)); "
-                    + "enable and start it with 'systemctl --user enable --now bgpolicyd'"
-            case .agentNotRunning where name == "org.freedesktop.systemd1.UnitMasked":
-                text = "bgpolicyd is not running and is masked, so the bus cannot start it (\(message)); "
-                    + "unmask it with 'systemctl --user unmask bgpolicyd', then 'systemctl --user enable --now bgpolicyd'"
-            case .agentNotRunning where name.hasPrefix("org.freedesktop.systemd1.")
-                || (name.hasPrefix("org.freedesktop.DBus.Error.Spawn.") && name != "org.freedesktop.DBus.Error.Spawn.ServiceNotFound"):
-                text = "the bus could not start bgpolicyd: \(message) (\(name)); 'journalctl --user -u bgpolicyd' says why"
-            case .agentNotRunning:
-                text = "bgpolicyd is not running on the session bus (\(message)); start it with 'systemctl --user start bgpolicyd'"
-            case .other where name == DBusError.noReply && message.contains("disconnected"):
-                // The bus's words when the agent leaves it before it answers (a crash, a stop).
-                text = "bgpolicyd stopped before it answered (\(message)); whether the call took effect is not known: "
-                    + "'journalctl --user -u bgpolicyd' says why it stopped"
-            case .other where name == DBusError.noReply || name == DBusError.timedOut:
-                text = "bgpolicyd did not answer in time (\(message))"
-            default:
-                text = message
+            if let unreachable = AgentUnreachable(dbusErrorName: name, message: message) {
+                // Not there (.agentNotRunning), or gone before it answered (.other: the
+                // call's effect is not known); the same words and advice as `bgpolicy`'s.
+                self.init(unreachable.agentIsMissing ? .agentNotRunning : .other,
+                          "\(unreachable.problem); \(unreachable.remedy)", dbusErrorName: name)
+                return
             }
+            let code = Code(dbusErrorName: name)
+            let timedOut = name == DBusError.noReply || name == DBusError.timedOut
+            let text = timedOut ? "bgpolicyd did not answer in time (\(message))" : message
             self.init(code, text, dbusErrorName: name)
         case let error as DBusError:
             switch error {

@@ -83,35 +83,19 @@ struct AgentClient {
         do {
             return try await connection.call(message, timeout: timeout).body
         } catch DBusError.remote(let name, let message) {
+            // Not there, and the bus could not start it (under systemd the user manager's
+            // refusal, passed on), or gone before it answered: the library says the same.
+            if let unreachable = AgentUnreachable(dbusErrorName: name, message: message) {
+                var remedy = unreachable.remedy
+                if unreachable.cause == .notRunning { remedy += ", or from a source tree with 'make run'" }
+                // The problem keeps its lower-case "bgpolicyd"; the hint is a sentence.
+                throw CLIError(unreachable.problem + ".", hint: remedy.prefix(1).uppercased() + remedy.dropFirst() + ".")
+            }
             switch name {
-            case DBusError.serviceUnknown, DBusError.nameHasNoOwner, "org.freedesktop.DBus.Error.Spawn.ServiceNotFound":
-                throw CLIError(
-                    "bgpolicyd is not running on this session bus (nobody owns \(BGPolicyNames.busName)).",
-                    hint: "Start it with 'systemctl --user start bgpolicyd' ('systemctl --user enable --now bgpolicyd' also starts it at every login), or from a source tree with 'make run'.")
-            case DBusError.noReply where message.contains("disconnected"):
-                // The bus's words when the agent leaves the bus before it answers.
-                throw CLIError(
-                    "bgpolicyd stopped before it answered (\(message)).",
-                    hint: "Check its log with 'journalctl --user -u bgpolicyd', then try again.")
             case DBusError.noReply:
                 throw CLIError(
                     "bgpolicyd did not answer within \(timeout.components.seconds) seconds.",
                     hint: "Check its log with 'journalctl --user -u bgpolicyd'.")
-            // Under systemd, dbus-daemon has the user manager start the unit the activation
-            // file names (SystemdService=dbus-org.bgpolicy.Agent1.service, an alias that
-            // `systemctl --user enable bgpolicyd` makes), and passes its refusal on.
-            case "org.freedesktop.systemd1.NoSuchUnit":
-                throw CLIError(
-                    "bgpolicyd is not running and is not enabled, so the bus cannot start it (\(message)).",
-                    hint: "Enable and start it with 'systemctl --user enable --now bgpolicyd'.")
-            case "org.freedesktop.systemd1.UnitMasked":
-                throw CLIError(
-                    "bgpolicyd is not running and is masked, so the bus cannot start it (\(message)).",
-                    hint: "Unmask it with 'systemctl --user unmask bgpolicyd', then 'systemctl --user enable --now bgpolicyd'.")
-            case _ where name.hasPrefix("org.freedesktop.DBus.Error.Spawn.") || name.hasPrefix("org.freedesktop.systemd1."):
-                throw CLIError(
-                    "the bus could not start bgpolicyd: \(message) (\(name)).",
-                    hint: "Check 'journalctl --user -u bgpolicyd' and 'systemctl --user status bgpolicyd'.")
             case _ where name.hasPrefix(BGPolicyNames.errorPrefix):
                 // The agent's own refusal: the command adds the hint that fits (ExitStatus).
                 throw AgentRefusal(dbusName: name, message: message)
