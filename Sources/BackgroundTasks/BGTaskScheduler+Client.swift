@@ -21,6 +21,25 @@ extension BGTaskScheduler {
     /// deadline is in whole seconds): until the next `RunTask` after that, which forgets it.
     static let endedTaskGrace: TimeInterval = 10
 
+    /// What the app's connection answers calls it cannot route with (a wrong signature, no
+    /// such method or object, a call after the scheduler stopped serving): the agent's own
+    /// names, as bgpolicyd answers them, so that every error the app sends the agent is an
+    /// `org.bgpolicy.Error.*` (a `RunTask` of the wrong types is `InvalidArgument`, naming the
+    /// signature it takes), never freedesktop's `InvalidArgs`.
+    static let clientErrorNames: ObjectServer.ErrorNames = {
+        var names = ObjectServer.ErrorNames()
+        names.unknownObject = BGPolicyErrorName.unknownObject.dbusName
+        names.unknownInterface = BGPolicyErrorName.unknownInterface.dbusName
+        names.unknownMethod = BGPolicyErrorName.unknownMethod.dbusName
+        names.unknownProperty = BGPolicyErrorName.unknownProperty.dbusName
+        names.propertyReadOnly = BGPolicyErrorName.propertyReadOnly.dbusName
+        names.invalidArgs = BGPolicyErrorName.invalidArgument.dbusName
+        names.failed = BGPolicyErrorName.failed.dbusName
+        names.limitsExceeded = BGPolicyErrorName.limitsExceeded.dbusName
+        names.unavailable = BGPolicyErrorName.unavailable.dbusName
+        return names
+    }()
+
     func clientInterface() -> ExportedInterface {
         ExportedInterface(ClientInterface.description)
             .method("RunTask", immediate: { [weak self] call in

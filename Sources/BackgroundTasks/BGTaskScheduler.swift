@@ -510,6 +510,7 @@ public final class BGTaskScheduler: Sendable {
         do {
             let connection = try await DBusConnection.connect(to: bus)
             do {
+                connection.objects.errorNames = Self.clientErrorNames
                 try connection.objects.export([clientInterface()], at: Self.clientPath)
                 // Who may call Client1, read on the connection's thread; the stream below
                 // drives registration, on a task of its own.

@@ -215,6 +215,47 @@ struct AgentCallTests {
         #expect(malformed?.code == .other)
     }
 
+    /// Every error the app sends the agent is one of the agent's own (SPEC §3). A `RunTask` or
+    /// `ExpireTask` of the wrong types, refused by the object server before any handler, was
+    /// freedesktop's `InvalidArgs`; the agent answers such calls `InvalidArgument`.
+    @Test("Client1 calls of the wrong types are InvalidArgument, naming the types; strangers are still AccessDenied")
+    func wrongTypes() async throws {
+        let bus = try PrivateBus()
+        let agent = try await FakeAgent(on: bus)
+        defer { agent.close() }
+        let (scheduler, _) = try await activatedScheduler(on: bus)
+        defer { scheduler.disconnect() }
+
+        func refusal(_ member: String, _ arguments: [DBusValue], from caller: DBusConnection) async -> (name: String, message: String)? {
+            do {
+                let app = try #require(scheduler.state.withLock { $0.link?.connection.uniqueName })
+                _ = try await caller.call(
+                    destination: app, path: BGTaskScheduler.clientPath, interface: BGPolicyNames.clientInterface, member: member, arguments)
+            } catch DBusError.remote(let name, let message) {
+                return (name, message)
+            } catch {
+                Issue.record("\(error)")
+            }
+            return nil
+        }
+        let runTask = try #require(await refusal("RunTask", [.string("task-1"), .uint32(30)], from: agent.connection))
+        #expect(runTask.name == BGPolicyErrorName.invalidArgument.dbusName, "\(runTask)")
+        #expect(runTask.message.contains("\"sssua{sv}\""), "\(runTask.message)")
+        let expire = try #require(await refusal("ExpireTask", [.int32(1)], from: agent.connection))
+        #expect(expire.name == BGPolicyErrorName.invalidArgument.dbusName, "\(expire)")
+        #expect(expire.message.contains("\"s\""), "\(expire.message)")
+        let unknown = try #require(await refusal("Teleport", [], from: agent.connection))
+        #expect(unknown.name == BGPolicyErrorName.unknownMethod.dbusName, "\(unknown)")
+
+        // Anyone but the agent, with the right types, is refused as before.
+        let stranger = try await DBusConnection.connect(to: .address(bus.address))
+        defer { stranger.close() }
+        let denied = try #require(await refusal(
+            "RunTask", [.string("task-2"), .string(Self.identifier), .string("refresh"), .uint32(30), [String: Variant]().dbusValue],
+            from: stranger))
+        #expect(denied.name == BGPolicyErrorName.accessDenied.dbusName, "\(denied)")
+    }
+
     /// A sync or push service wakes another app without registering itself: the agent asks
     /// nothing of NotifyContentAvailable's caller (Docs/DBusAPI.md), and the library used to
     /// require a registered identifier for every call.
