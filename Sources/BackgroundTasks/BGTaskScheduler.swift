@@ -40,7 +40,9 @@ import Synchronization
 /// Registering another identifier later re-sends `Register` before the next call. If the agent
 /// restarts, the scheduler registers again by itself; the tasks and background tasks an agent
 /// that left the bus without a word (it crashed) had started ended with it, and their
-/// expiration handlers run. Every method throws `BGTaskSchedulerError`.
+/// expiration handlers run. Every method throws `BGTaskSchedulerError`; a call whose task is
+/// cancelled throws `.other` ("the call was cancelled") at once, also while it waits for the
+/// connection or the `Register` it shares with other calls, which go on for those.
 ///
 /// One call needs no registration: `notifyContentAvailable(appID:payload:)`, with which a sync
 /// or push service wakes another app. Such a service may make a scheduler for that alone.
@@ -497,7 +499,8 @@ public final class BGTaskScheduler: Sendable {
             return link
         case .wait(let connecting):
             do {
-                return try await connecting.value
+                // Shared with other callers: a cancelled one stops waiting, the others do not.
+                return try await connecting.valueUnlessCancelled()
             } catch {
                 throw BGTaskSchedulerError(error)
             }
@@ -639,7 +642,9 @@ public final class BGTaskScheduler: Sendable {
                 throw error
             case .wait(let task):
                 do {
-                    try await task.value
+                    // Shared with other callers: a cancelled one stops waiting (the agent may
+                    // take up to 25 s to answer), and the Register goes on for the others.
+                    try await task.valueUnlessCancelled()
                 } catch {
                     throw BGTaskSchedulerError(error)
                 }

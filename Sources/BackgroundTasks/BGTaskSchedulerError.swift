@@ -52,7 +52,8 @@ public struct BGTaskSchedulerError: Error, Sendable, Hashable, CustomStringConve
         /// not enabled with `systemctl --user enable bgpolicyd`, or failing to start; the
         /// message says which and what to do), or the bus itself cannot be reached.
         case agentNotRunning
-        /// Anything else: a timeout, an agent too old to know the call, a malformed answer.
+        /// Anything else: a timeout, an agent too old to know the call, a malformed answer, a
+        /// call whose task was cancelled.
         case other
     }
 

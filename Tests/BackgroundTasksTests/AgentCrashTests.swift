@@ -1,6 +1,7 @@
 @testable import BackgroundTasks
 import BGPolicyCore
 import BGPolicyDBus
+import BGPolicyTestSupport
 import Foundation
 import Synchronization
 import Testing
@@ -88,6 +89,74 @@ struct AgentCrashTests {
         #expect(error?.code == .other)
         #expect(error?.message.hasPrefix("bgpolicyd stopped before it answered") == true, "\(error?.message ?? "")")
         #expect(error?.message.contains("journalctl --user -u bgpolicyd") == true)
+    }
+
+    /// Calls that need the agent share one `Register` in flight. Each waited for it whatever
+    /// became of the caller: a cancelled task waited on, up to 25 s for an agent that does not
+    /// answer. A cancelled one now returns at once, and the Register goes on for the others.
+    @Test("a call cancelled while it waits for a shared Register returns at once; the others are registered")
+    func cancelledWhileRegistering() async throws {
+        let agent = try await RealAgent()
+        let (scheduler, _) = try await Self.activatedScheduler(on: agent)
+        defer { scheduler.disconnect() }
+        // A second identifier: the next call sends Register again, to an agent that is stopped.
+        scheduler.register(forTaskWithIdentifier: "org.example.Crash.clean") { _ in }
+        let attempts = scheduler.state.withLock { $0.registrationAttempts }
+        agent.signal(SIGSTOP)
+        defer { agent.signal(SIGCONT) }
+
+        let first = Task { try await scheduler.activate() }
+        try await waitUntil("the Register to be sent") { scheduler.state.withLock { $0.registering != nil } }
+        let second = Task {
+            try await scheduler.submit(BGAppRefreshTaskRequest(identifier: Self.refresh, earliestBeginDate: Date(timeIntervalSinceNow: 3600)))
+        }
+        try await Task.sleep(for: .milliseconds(300))
+        let firstEnded = Mutex<Result<String, any Error>?>(nil)
+        let secondEnded = Mutex<Bool>(false)
+        Task { let result = await first.result; firstEnded.withLock { $0 = result } }
+        Task { _ = await second.result; secondEnded.withLock { $0 = true } }
+
+        // The call that sent Register is cancelled: it returns, the Register stays in flight.
+        first.cancel()
+        try await waitUntil("the cancelled call to return", seconds: 2) { firstEnded.withLock { $0 != nil } }
+        let error = try #require(firstEnded.withLock { r -> BGTaskSchedulerError? in
+            guard case .failure(let error) = r else { return nil }
+            return error as? BGTaskSchedulerError
+        })
+        #expect(error.code == .other && error.message == "the call was cancelled", "\(error)")
+        #expect(!secondEnded.withLock { $0 } && scheduler.state.withLock { $0.registering != nil })
+
+        // The agent answers: the other call is registered and submits, with the one Register.
+        agent.signal(SIGCONT)
+        try await second.value
+        #expect(scheduler.state.withLock { $0.registrationAttempts } == attempts + 1)
+        #expect(scheduler.state.withLock { $0.registeredGeneration == $0.generation })
+        #expect(try await agent.pending(of: Self.app) == [Self.refresh])
+    }
+
+    /// The same for the connection the first calls share, on a bus slow to answer `Hello`.
+    @Test("a call cancelled while the connection is being opened returns at once; the others connect")
+    func cancelledWhileConnecting() async throws {
+        let agent = try await RealAgent()
+        let scheduler = BGTaskScheduler(appID: Self.app, bus: agent.address)
+        defer { scheduler.disconnect() }
+        scheduler.register(forTaskWithIdentifier: Self.refresh) { _ in }
+        agent.bus.pause()
+        defer { agent.bus.resume() }
+
+        let first = Task { try await scheduler.activate() }
+        let second = Task { try await scheduler.activate() }
+        try await waitUntil("the connection to be under way") { scheduler.state.withLock { $0.connecting != nil } }
+        try await Task.sleep(for: .milliseconds(300))
+        let ended = Mutex<Result<String, any Error>?>(nil)
+        Task { let result = await first.result; ended.withLock { $0 = result } }
+        first.cancel()
+        try await waitUntil("the cancelled call to return", seconds: 2) { ended.withLock { $0 != nil } }
+        #expect(throws: BGTaskSchedulerError(.other, "the call was cancelled")) { try ended.withLock { $0 }?.get() }
+
+        agent.bus.resume()
+        #expect(try await second.value == Self.app)
+        #expect(try await agent.app(Self.app)?["connected"] == Variant(.boolean(true)))
     }
 
     /// A task the app never completes ends at its deadline at the agent (`expired`). The
