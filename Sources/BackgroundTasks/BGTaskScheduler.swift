@@ -40,9 +40,16 @@ import Synchronization
 /// Registering another identifier later re-sends `Register` before the next call. If the agent
 /// restarts, the scheduler registers again by itself; the tasks and background tasks an agent
 /// that left the bus without a word (it crashed) had started ended with it, and their
-/// expiration handlers run. Every method throws `BGTaskSchedulerError`; a call whose task is
-/// cancelled throws `.other` ("the call was cancelled") at once, also while it waits for the
-/// connection or the `Register` it shares with other calls, which go on for those.
+/// expiration handlers run. A new agent that refuses that `Register` for a reason that may pass
+/// (`.failed`: it could not store it, as on a full disk; `.unavailable`; `.limitsExceeded`; no
+/// answer in time) is sent it again 1 s later, then after 2 s, 4 s, … at most 5 minutes apart,
+/// until it takes it, another agent replaces it, or the app calls `disconnect()`; nothing runs
+/// between tries. A refusal that will not pass (`.accessDenied`, `.invalidArgument`) is not
+/// retried: the app's next call sends `Register` again and throws what the agent answers.
+///
+/// Every method throws `BGTaskSchedulerError`; a call whose task is cancelled throws `.other`
+/// ("the call was cancelled") at once, also while it waits for the connection or the
+/// `Register` it shares with other calls, which go on for those.
 ///
 /// One call needs no registration: `notifyContentAvailable(appID:payload:)`, with which a sync
 /// or push service wakes another app. Such a service may make a scheduler for that alone.
@@ -126,6 +133,8 @@ public final class BGTaskScheduler: Sendable {
         /// Set by the first call that needed the agent: from then on, an agent that restarts is
         /// sent `Register` without waiting for the app's next call, so it can launch the app.
         var wantsAgent = false
+        /// That `Register`, and its tries again while the agent refuses it (`reregister(on:)`).
+        var reregistration: Task<Void, Never>?
         /// The unique name of the agent, as the owner stream last said: for registration.
         /// `Client1` checks its caller against the link's `agent`, which is never behind a call.
         var agentOwner: String?
@@ -157,6 +166,7 @@ public final class BGTaskScheduler: Sendable {
     deinit {
         state.withLock { s in
             s.connecting?.cancel()
+            s.reregistration?.cancel()
             s.link?.close()
         }
     }
@@ -231,6 +241,8 @@ public final class BGTaskScheduler: Sendable {
                 // rather than undoing this disconnect.
                 s.connecting?.cancel()
                 s.connecting = nil
+                s.reregistration?.cancel()
+                s.reregistration = nil
                 s.disconnects += 1
                 s.forgetRegistration()
                 s.running = [:]
@@ -451,6 +463,13 @@ public final class BGTaskScheduler: Sendable {
         // Every Scheduler1 call needs Register first, and Register needs an identifier.
         guard registered else { throw Self.nothingRegistered }
         let link = try await currentLink()
+        try await prepare(link)
+        return link
+    }
+
+    /// Registers the current identifier list on `link` and takes the bus name on it; fails when
+    /// `link` is no longer the scheduler's.
+    private func prepare(_ link: AgentLink) async throws(BGTaskSchedulerError) {
         try await ensureRegistered(on: link)
         if let busName, link.claimNameRequest() {
             // Once per connection: an app whose name is taken still works while it runs, so only
@@ -472,7 +491,6 @@ public final class BGTaskScheduler: Sendable {
                     .other, "another process owns \(busName), so the agent cannot start this app by that name")
             }
         }
-        return link
     }
 
     private func currentLink() async throws(BGTaskSchedulerError) -> AgentLink {
@@ -529,6 +547,8 @@ public final class BGTaskScheduler: Sendable {
                     s.agentOwner = owner
                     s.forgetRegistration()
                     s.registering = nil
+                    s.reregistration?.cancel()
+                    s.reregistration = nil
                     s.running = [:]
                     s.backgroundTasks = [:]
                     return true
@@ -562,7 +582,8 @@ public final class BGTaskScheduler: Sendable {
         }
     }
 
-    /// A new agent knows nothing of this connection: register again, so that it can launch the app.
+    /// A new agent knows nothing of this connection: register again, so that it can launch the
+    /// app, and again later while it refuses for a reason that may pass (`reregister(on:)`).
     ///
     /// The tasks and background tasks an agent that is gone started have ended with it. One
     /// that stops cleanly says so (`ExpireTask`); one that crashed cannot, so their expiration
@@ -570,24 +591,62 @@ public final class BGTaskScheduler: Sendable {
     /// read (`link.agent`), never behind the owner stream: a task the new agent launched
     /// before this stream caught up is its own, and goes on.
     private func agentOwnerChanged(to owner: String?, on link: AgentLink) {
-        let (reregister, ended, endedBackground): (Bool, [BGTask], [BackgroundTaskEntry]) = state.withLock { s in
-            guard s.link === link else { return (false, [], []) }
+        let (ended, endedBackground): ([BGTask], [BackgroundTaskEntry]) = state.withLock { s in
+            guard s.link === link else { return ([], []) }
             // Read under the lock that RunTask adds its task under, after the owner it was
             // checked against: a task launched since is never judged by an older owner.
             let current = link.agent.owner
-            let reregister = s.agentChanged(to: owner) && s.wantsAgent && !s.handlers.isEmpty
+            if owner != s.agentOwner {
+                // Tries to register with the agent before are over: it is gone.
+                s.reregistration?.cancel()
+                s.reregistration = nil
+            }
+            if s.agentChanged(to: owner) && s.wantsAgent && !s.handlers.isEmpty {
+                // Started under the lock, so that it sees the registration forgotten.
+                s.reregistration = Task { [weak self] in
+                    var pause = Self.firstReregistrationPause
+                    while await self?.reregister(on: link) == true {
+                        do {
+                            try await Task.sleep(for: pause)
+                        } catch {
+                            return
+                        }
+                        pause = min(pause * 2, Self.longestReregistrationPause)
+                    }
+                }
+            }
             let ended = s.running.values.filter { $0.launcher != current }
             for task in ended { s.running.removeValue(forKey: task.taskID) }
             let endedIDs = s.backgroundTasks.filter { $0.value.grantedBy.map { $0 != current } ?? false }.keys
             let endedBackground = endedIDs.compactMap { s.backgroundTasks.removeValue(forKey: $0) }
-            return (reregister, ended, endedBackground)
+            return (ended, endedBackground)
         }
         for task in ended { task.expire() }
         for entry in endedBackground {
             if let handler = entry.expirationHandler { Task { handler() } }
         }
-        if reregister {
-            Task { [weak self] in _ = try? await self?.ready() }
+    }
+
+    /// The pause before `Register` is sent again to a new agent that refused it; it doubles
+    /// with each refusal, up to `longestReregistrationPause`.
+    static let firstReregistrationPause: Duration = .seconds(1)
+    static let longestReregistrationPause: Duration = .seconds(5 * 60)
+
+    /// Sends `Register` to an agent that has not heard it (it restarted). Returns whether to
+    /// try again later: the agent refused for a reason that may pass (it could not store it, a
+    /// full disk; it is starting or stopping; over a bound; no answer), and `link` is still the
+    /// scheduler's. A refusal that will not pass waits for the app's next call, which says it.
+    private func reregister(on link: AgentLink) async -> Bool {
+        do {
+            try await prepare(link)
+            return false
+        } catch {
+            guard !Task.isCancelled, state.withLock({ $0.link === link }) else { return false }
+            switch error.code {
+            case .failed, .unavailable, .limitsExceeded: return true
+            case .other: return error.dbusErrorName == DBusError.noReply || error.dbusErrorName == DBusError.timedOut
+            default: return false
+            }
         }
     }
 

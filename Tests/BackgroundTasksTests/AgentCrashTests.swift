@@ -159,6 +159,53 @@ struct AgentCrashTests {
         #expect(try await agent.app(Self.app)?["connected"] == Variant(.boolean(true)))
     }
 
+    /// An agent restarted on a full disk refuses the app's `Register` with `Failed` (it could
+    /// not store it; nothing changed). The library sent it once, and the agent could not launch
+    /// the app, nor learn from it, until the app's next call. It is sent again after 1 s, 2 s,
+    /// …, so the app is registered soon after there is room; and no more once it disconnects.
+    @Test("a Register a restarted agent refused for a full disk is sent again until it is taken, and not after a disconnect",
+          .enabled("needs a tmpfs for the agent's state (root)") { FullDisk.canMount })
+    func reregisteredAfterAFullDisk() async throws {
+        let agent = try await RealAgent(start: false)
+        let disk = try FullDisk(at: agent.directory.appendingPathComponent("state"))
+        defer { disk.unmount() }
+        try await agent.start()
+        let (scheduler, _) = try await Self.activatedScheduler(on: agent)
+        defer { scheduler.disconnect() }
+        func connected() async throws -> Bool { try await agent.app(Self.app)?["connected"] == Variant(.boolean(true)) }
+
+        /// Stops the agent cleanly (which leaves nothing to write at its start), fills the disk,
+        /// starts it, and returns once the scheduler's Register was refused.
+        func restartOnAFullDisk() async throws -> Int {
+            try await agent.stop()
+            let before = scheduler.state.withLock { $0.registrationAttempts }
+            try disk.fill()
+            try await agent.start()
+            try await waitUntil("the Register to be refused") {
+                scheduler.state.withLock { $0.registrationAttempts > before && $0.registering == nil && $0.registeredGeneration == nil }
+            }
+            #expect(agent.log.contains("full"), "\(agent.log.suffix(2000))")
+            return scheduler.state.withLock { $0.registrationAttempts }
+        }
+
+        let refused = try await restartOnAFullDisk()
+        #expect(try await !connected())
+        try disk.free()
+        try await waitUntil("the app to be registered again", seconds: 10) { try await connected() }
+        let attempts = scheduler.state.withLock { $0.registrationAttempts }
+        #expect(attempts - refused <= 2, "\(attempts - refused) more Registers: 1 s apart, then 2 s")
+        try await Task.sleep(for: .milliseconds(1500))
+        #expect(scheduler.state.withLock { $0.registrationAttempts } == attempts, "none once it is taken")
+
+        // Refused again; the app disconnects: no more tries.
+        let refusedAgain = try await restartOnAFullDisk()
+        scheduler.disconnect()
+        #expect(scheduler.state.withLock { $0.reregistration == nil })
+        try await Task.sleep(for: .milliseconds(3500))
+        #expect(scheduler.state.withLock { $0.registrationAttempts } == refusedAgain)
+        try disk.free()
+    }
+
     /// A task the app never completes ends at its deadline at the agent (`expired`). The
     /// scheduler kept it in `running` for good, with the handlers it holds: one more for every
     /// task an app forgot to complete, for as long as it runs.
@@ -178,5 +225,60 @@ struct AgentCrashTests {
         #expect(scheduler.state.withLock { $0.running.keys.sorted() } == [next.taskID])
         try await next.setTaskCompleted(success: true).value
         #expect(scheduler.state.withLock { $0.running.isEmpty })
+    }
+}
+
+/// A small tmpfs for the agent's state (`XDG_STATE_HOME`), full when a filler file takes every
+/// free block: SQLite then sees ENOSPC, and the agent refuses what it cannot store (`Failed`).
+struct FullDisk {
+    let mountPoint: URL
+    var filler: URL { mountPoint.appendingPathComponent("filler") }
+
+    /// Whether this process may mount a tmpfs (it needs root, or CAP_SYS_ADMIN).
+    static let canMount: Bool = {
+        let probe = FileManager.default.temporaryDirectory.appendingPathComponent("bgpolicy-tmpfs-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: probe) }
+        guard (try? FileManager.default.createDirectory(at: probe, withIntermediateDirectories: true)) != nil,
+            (try? run("/usr/bin/mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", probe.path)) != nil
+        else { return false }
+        _ = try? run("/usr/bin/umount", "-l", probe.path)
+        return true
+    }()
+
+    init(at mountPoint: URL) throws {
+        self.mountPoint = mountPoint
+        try FileManager.default.createDirectory(at: mountPoint, withIntermediateDirectories: true)
+        try Self.run("/usr/bin/mount", "-t", "tmpfs", "-o", "size=4m,mode=0700", "tmpfs", mountPoint.path)
+    }
+
+    func fill() throws {
+        let fd = open(filler.path, O_WRONLY | O_CREAT | O_TRUNC, 0o600)
+        guard fd >= 0 else { throw POSIXError(.init(rawValue: errno) ?? .EIO) }
+        defer { close(fd) }
+        for size in [1 << 20, 1 << 16, 1 << 12, 1] {
+            let chunk = [UInt8](repeating: 0, count: size)
+            while chunk.withUnsafeBytes({ write(fd, $0.baseAddress, size) }) == size {}
+        }
+    }
+
+    func free() throws {
+        try FileManager.default.removeItem(at: filler)
+    }
+
+    func unmount() {
+        _ = try? Self.run("/usr/bin/umount", "-l", mountPoint.path)
+    }
+
+    @discardableResult
+    static func run(_ arguments: String...) throws -> Int32 {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: arguments[0])
+        process.arguments = Array(arguments.dropFirst())
+        process.standardOutput = FileHandle.nullDevice
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        process.waitUntilExit()
+        guard process.terminationStatus == 0 else { throw CocoaError(.fileWriteUnknown) }
+        return process.terminationStatus
     }
 }
