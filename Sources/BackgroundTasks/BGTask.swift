@@ -99,7 +99,10 @@ public final class BGTask: Sendable, CustomStringConvertible {
     ///
     /// It is also called when the agent that launched the task leaves the bus without saying
     /// so (it crashed, or was killed): the slice ended with it (`interrupted` in the history),
-    /// and a `setTaskCompleted` now fails with `.agentNotRunning` or `.unknownTask`.
+    /// and a `setTaskCompleted` now fails with `.agentNotRunning` or `.unknownTask`. And when
+    /// the app calls `BGTaskScheduler.disconnect()`: the agent ends the task with the app's
+    /// connection (`vanished`), and a `setTaskCompleted` fails with `.unknownTask`, without
+    /// connecting again.
     ///
     /// If the task has already expired when the handler is set, it is called at once, so a
     /// warning that arrives before the launch handler sets it is not lost.

@@ -101,13 +101,14 @@ extension BGTaskScheduler {
             guard s.running[taskID] == nil else { return .alreadyRunning }
             let found = kind == .contentAvailable ? s.contentAvailableHandler : s.handlers[identifier]
             guard let handler = found else { return .noHandler }
+            let epoch = s.disconnects
             let task = BGTask(
                 identifier: identifier, kind: kind, taskID: taskID, deadline: deadline, payload: payload, launcher: call.sender
             ) { [weak self] id, success, result in
                 guard let self else {
                     throw BGTaskSchedulerError(.other, "the scheduler that launched this task no longer exists")
                 }
-                try await self.reportCompletion(taskID: id, success: success, result: result)
+                try await self.reportCompletion(taskID: id, success: success, result: result, epoch: epoch)
             }
             s.running[taskID] = task
             return .start(task, handler)

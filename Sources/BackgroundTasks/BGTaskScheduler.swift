@@ -143,6 +143,9 @@ public final class BGTaskScheduler: Sendable {
         /// `ExpireTask` calls for ids not (yet) known: a background task's warning can overtake
         /// the reply that tells us its token. Bounded; only the newest are kept.
         var earlyExpirations: [String] = []
+        /// Background tasks that ended with a `disconnect()`: ending one does not connect
+        /// again. Bounded as `earlyExpirations`.
+        var endedBackgroundTasks: [String] = []
     }
 
     let state = Mutex(State())
@@ -231,10 +234,14 @@ public final class BGTaskScheduler: Sendable {
         return state.withLock { $0.registeredAppID } ?? appID ?? ""
     }
 
-    /// Closes the connection to the agent. Tasks that are running can no longer be completed;
-    /// the next call connects again.
+    /// Closes the connection to the agent; the next call connects again.
+    ///
+    /// The agent ends the tasks and background tasks it granted on that connection (closed as
+    /// failed), so their expiration handlers run, as when the agent warns them: the work must
+    /// stop. Completing them afterwards (`setTaskCompleted`, `endBackgroundTask(_:)`) throws
+    /// `.unknownTask` without connecting again.
     public func disconnect() {
-        let link: AgentLink? = state.withLock { s in
+        let (link, ended, endedBackground): (AgentLink?, [BGTask], [BackgroundTaskEntry]) = state.withLock { s in
             defer {
                 s.link = nil
                 // A connection being opened now is closed when it is ready (`openLink`),
@@ -246,11 +253,17 @@ public final class BGTaskScheduler: Sendable {
                 s.disconnects += 1
                 s.forgetRegistration()
                 s.running = [:]
+                s.endedBackgroundTasks += s.backgroundTasks.keys
+                s.endedBackgroundTasks.removeFirst(max(0, s.endedBackgroundTasks.count - Self.earlyExpirationLimit))
                 s.backgroundTasks = [:]
             }
-            return s.link
+            return (s.link, Array(s.running.values), Array(s.backgroundTasks.values))
         }
         link?.close()
+        for task in ended { task.expire() }
+        for entry in endedBackground {
+            if let handler = entry.expirationHandler { Task { handler() } }
+        }
     }
 
     // MARK: Requests
@@ -374,7 +387,8 @@ public final class BGTaskScheduler: Sendable {
     /// leaves the screen or is about to quit.
     ///
     /// Call `endBackgroundTask(_:)` as soon as the work is done. The expiration handler runs a
-    /// few seconds before the time runs out; it must end the work and call `endBackgroundTask(_:)`.
+    /// few seconds before the time runs out (or at `disconnect()`, which ends it); it must end
+    /// the work and call `endBackgroundTask(_:)`.
     /// Throws `.unavailable` when the battery is critical or the machine is going to sleep,
     /// `.limitsExceeded` when the app has 16 under way, and `.invalidArgument` for a `name`
     /// over 255 bytes.
@@ -403,9 +417,16 @@ public final class BGTaskScheduler: Sendable {
     }
 
     /// Ends a background task begun with `beginBackgroundTask(name:expirationHandler:)`.
-    /// Throws `.unknownTask` when the agent has already ended it.
+    /// Throws `.unknownTask` when the agent has already ended it, and, without asking it, for
+    /// one that a `disconnect()` ended.
     public func endBackgroundTask(_ identifier: BGBackgroundTaskIdentifier) async throws {
-        _ = state.withLock { $0.backgroundTasks.removeValue(forKey: identifier.rawValue) }
+        let endedByDisconnect: Bool = state.withLock { s in
+            s.backgroundTasks.removeValue(forKey: identifier.rawValue)
+            guard let index = s.endedBackgroundTasks.firstIndex(of: identifier.rawValue) else { return false }
+            s.endedBackgroundTasks.remove(at: index)
+            return true
+        }
+        if endedByDisconnect { throw Self.endedByDisconnect }
         _ = try await callAgent("EndBackgroundTask", [.string(identifier.rawValue)])
     }
 
@@ -723,11 +744,18 @@ public final class BGTaskScheduler: Sendable {
         return [identifiers.dbusValue, options.dbusValue]
     }
 
+    static let endedByDisconnect = BGTaskSchedulerError(
+        .unknownTask, "the scheduler disconnected (disconnect()) while this ran, and the agent ended it with that connection")
+
     /// Sends `SetTaskCompleted` for a task the app finished. The task stays in `running` (an
     /// `ExpireTask` still finds it, a repeated `RunTask` does not start it twice) until the agent
     /// accepted the end or its answer says the task is gone: after `Failed` (a full disk) the
     /// agent still runs it, and the app may report again (`BGTask.setTaskCompleted`).
-    func reportCompletion(taskID: String, success: Bool, result: TaskResult) async throws {
+    ///
+    /// `epoch` is the `disconnects` count the task was launched in: after a `disconnect()` the
+    /// agent has ended it, and it is not worth a connection.
+    func reportCompletion(taskID: String, success: Bool, result: TaskResult, epoch: Int) async throws {
+        guard state.withLock({ $0.disconnects }) == epoch else { throw Self.endedByDisconnect }
         do throws(BGTaskSchedulerError) {
             _ = try await callAgent("SetTaskCompleted", [.string(taskID), .boolean(success), .string(result.rawValue)])
         } catch {

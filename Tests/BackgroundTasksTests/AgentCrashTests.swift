@@ -206,6 +206,57 @@ struct AgentCrashTests {
         try disk.free()
     }
 
+    /// The agent closes the tasks and background tasks of a connection that leaves the bus
+    /// (`vanished`). `disconnect()` dropped them in the app without a word: the work went on,
+    /// unwarned, and completing it connected and registered again (an open, to the agent),
+    /// only to be told the task was unknown.
+    @Test("disconnect() runs the expiration handlers of running tasks and background tasks; completing them does not connect")
+    func disconnectExpiresRunningWork() async throws {
+        let agent = try await RealAgent()
+        let (scheduler, tasks) = try await Self.activatedScheduler(on: agent)
+        var delivered = tasks
+        defer { scheduler.disconnect() }
+
+        let task = try await Self.launchRefresh(scheduler, on: agent, &delivered)
+        /// What the handlers' completions threw, by what they completed.
+        final class Completions: Sendable {
+            let errors = Mutex<[String: BGTaskSchedulerError]>([:])
+            let token = Mutex<BGBackgroundTaskIdentifier?>(nil)
+            func record(_ what: String, _ body: @escaping @Sendable () async throws -> Void) {
+                Task {
+                    do {
+                        try await body()
+                        Issue.record("\(what) was completed at the agent")
+                    } catch {
+                        errors.withLock { $0[what] = BGTaskSchedulerError(error) }
+                    }
+                }
+            }
+        }
+        let completions = Completions()
+        task.expirationHandler = {
+            completions.record("task") { try await task.setTaskCompleted(success: false, result: .failed).value }
+        }
+        let identifier = try await scheduler.beginBackgroundTask(name: "save") {
+            completions.record("background task") {
+                try await scheduler.endBackgroundTask(try #require(completions.token.withLock { $0 }))
+            }
+        }
+        completions.token.withLock { $0 = identifier }
+
+        scheduler.disconnect()
+        try await waitUntil("both expiration handlers to complete their work") { completions.errors.withLock { $0.count } == 2 }
+        #expect(task.isExpired && task.isCompleted)
+        for (what, error) in completions.errors.withLock({ $0 }) {
+            #expect(error.code == .unknownTask, "\(what): \(error)")
+        }
+        #expect(scheduler.state.withLock { $0.link == nil && $0.connecting == nil }, "completing them connected again")
+        try await waitUntil("the agent to close the slice and the background task") {
+            try await agent.history(of: Self.app).map(\.event).suffix(2) == ["vanished", "background-task-ended"]
+        }
+        #expect(try await agent.app(Self.app)?["connected"] == Variant(.boolean(false)))
+    }
+
     /// A task the app never completes ends at its deadline at the agent (`expired`). The
     /// scheduler kept it in `running` for good, with the handlers it holds: one more for every
     /// task an app forgot to complete, for as long as it runs.
