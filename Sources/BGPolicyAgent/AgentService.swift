@@ -20,19 +20,7 @@ public struct AgentService: Service {
     }
 
     /// The error names the object server uses for routing failures: all in our domain.
-    static let errorNames: ObjectServer.ErrorNames = {
-        var names = ObjectServer.ErrorNames()
-        names.unknownObject = BGPolicyErrorName.unknownObject.dbusName
-        names.unknownInterface = BGPolicyErrorName.unknownInterface.dbusName
-        names.unknownMethod = BGPolicyErrorName.unknownMethod.dbusName
-        names.unknownProperty = BGPolicyErrorName.unknownProperty.dbusName
-        names.propertyReadOnly = BGPolicyErrorName.propertyReadOnly.dbusName
-        names.invalidArgs = BGPolicyErrorName.invalidArgument.dbusName
-        names.failed = BGPolicyErrorName.failed.dbusName
-        names.limitsExceeded = BGPolicyErrorName.limitsExceeded.dbusName
-        names.unavailable = BGPolicyErrorName.unavailable.dbusName
-        return names
-    }()
+    static let errorNames = ObjectServer.ErrorNames(domain: BGPolicyNames.errorPrefix)
 
     public func run() async throws {
         let connection: DBusConnection

@@ -106,6 +106,28 @@ public final class ObjectServer: Sendable {
         /// Calls that arrive once `serve()` has ended, or are cancelled by its end.
         public var unavailable = "org.freedesktop.DBus.Error.Failed"
         public init() {}
+
+        /// Every name in one application's domain: `domain` followed by `UnknownObject`,
+        /// `UnknownInterface`, `UnknownMethod`, `UnknownProperty`, `PropertyReadOnly`,
+        /// `InvalidArgument`, `Failed`, `LimitsExceeded` and `Unavailable` (`domain` ends with
+        /// its dot: "org.example.Error.").
+        public init(domain: String) {
+            unknownObject = domain + "UnknownObject"
+            unknownInterface = domain + "UnknownInterface"
+            unknownMethod = domain + "UnknownMethod"
+            unknownProperty = domain + "UnknownProperty"
+            propertyReadOnly = domain + "PropertyReadOnly"
+            invalidArgs = domain + "InvalidArgument"
+            failed = domain + "Failed"
+            limitsExceeded = domain + "LimitsExceeded"
+            unavailable = domain + "Unavailable"
+        }
+
+        /// Every name, for a caller to check them against its own list.
+        public var all: [String] {
+            [unknownObject, unknownInterface, unknownMethod, unknownProperty, propertyReadOnly, invalidArgs, failed,
+             limitsExceeded, unavailable]
+        }
     }
 
     /// What one caller may send before its calls are refused with `limitsExceeded`. They

@@ -26,19 +26,7 @@ extension BGTaskScheduler {
     /// names, as bgpolicyd answers them, so that every error the app sends the agent is an
     /// `org.bgpolicy.Error.*` (a `RunTask` of the wrong types is `InvalidArgument`, naming the
     /// signature it takes), never freedesktop's `InvalidArgs`.
-    static let clientErrorNames: ObjectServer.ErrorNames = {
-        var names = ObjectServer.ErrorNames()
-        names.unknownObject = BGPolicyErrorName.unknownObject.dbusName
-        names.unknownInterface = BGPolicyErrorName.unknownInterface.dbusName
-        names.unknownMethod = BGPolicyErrorName.unknownMethod.dbusName
-        names.unknownProperty = BGPolicyErrorName.unknownProperty.dbusName
-        names.propertyReadOnly = BGPolicyErrorName.propertyReadOnly.dbusName
-        names.invalidArgs = BGPolicyErrorName.invalidArgument.dbusName
-        names.failed = BGPolicyErrorName.failed.dbusName
-        names.limitsExceeded = BGPolicyErrorName.limitsExceeded.dbusName
-        names.unavailable = BGPolicyErrorName.unavailable.dbusName
-        return names
-    }()
+    static let clientErrorNames = ObjectServer.ErrorNames(domain: BGPolicyNames.errorPrefix)
 
     func clientInterface() -> ExportedInterface {
         ExportedInterface(ClientInterface.description)
