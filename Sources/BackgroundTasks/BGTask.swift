@@ -102,7 +102,8 @@ public final class BGTask: Sendable, CustomStringConvertible {
     /// and a `setTaskCompleted` now fails with `.agentNotRunning` or `.unknownTask`. And when
     /// the app calls `BGTaskScheduler.disconnect()`: the agent ends the task with the app's
     /// connection (`vanished`), and a `setTaskCompleted` fails with `.unknownTask`, without
-    /// connecting again.
+    /// connecting again. And when the bus closes the app's connection (the session bus
+    /// stopped or restarted), which ends the task at the agent as well.
     ///
     /// If the task has already expired when the handler is set, it is called at once, so a
     /// warning that arrives before the launch handler sets it is not lost.

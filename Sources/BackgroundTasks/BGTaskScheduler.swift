@@ -146,6 +146,30 @@ public final class BGTaskScheduler: Sendable {
         /// Background tasks that ended with a `disconnect()`: ending one does not connect
         /// again. Bounded as `earlyExpirations`.
         var endedBackgroundTasks: [String] = []
+
+        /// Takes every running task and background task, which the agent has ended with the
+        /// connection they came on; `Ended.expire()` runs their handlers, outside the lock.
+        mutating func endAll() -> Ended {
+            defer {
+                running = [:]
+                backgroundTasks = [:]
+            }
+            return Ended(tasks: Array(running.values), backgroundTasks: Array(backgroundTasks.values))
+        }
+    }
+
+    /// Tasks and background tasks the agent ended without telling the app (`ExpireTask`).
+    struct Ended {
+        var tasks: [BGTask] = []
+        var backgroundTasks: [BackgroundTaskEntry] = []
+
+        /// Runs their expiration handlers: the work must stop.
+        func expire() {
+            for task in tasks { task.expire() }
+            for entry in backgroundTasks {
+                if let handler = entry.expirationHandler { Task { handler() } }
+            }
+        }
     }
 
     let state = Mutex(State())
@@ -241,7 +265,7 @@ public final class BGTaskScheduler: Sendable {
     /// stop. Completing them afterwards (`setTaskCompleted`, `endBackgroundTask(_:)`) throws
     /// `.unknownTask` without connecting again.
     public func disconnect() {
-        let (link, ended, endedBackground): (AgentLink?, [BGTask], [BackgroundTaskEntry]) = state.withLock { s in
+        let (link, ended): (AgentLink?, Ended) = state.withLock { s in
             defer {
                 s.link = nil
                 // A connection being opened now is closed when it is ready (`openLink`),
@@ -252,18 +276,13 @@ public final class BGTaskScheduler: Sendable {
                 s.reregistration = nil
                 s.disconnects += 1
                 s.forgetRegistration()
-                s.running = [:]
-                s.endedBackgroundTasks += s.backgroundTasks.keys
-                s.endedBackgroundTasks.removeFirst(max(0, s.endedBackgroundTasks.count - Self.earlyExpirationLimit))
-                s.backgroundTasks = [:]
             }
-            return (s.link, Array(s.running.values), Array(s.backgroundTasks.values))
+            s.endedBackgroundTasks += s.backgroundTasks.keys
+            s.endedBackgroundTasks.removeFirst(max(0, s.endedBackgroundTasks.count - Self.earlyExpirationLimit))
+            return (s.link, s.endAll())
         }
         link?.close()
-        for task in ended { task.expire() }
-        for entry in endedBackground {
-            if let handler = entry.expirationHandler { Task { handler() } }
-        }
+        ended.expire()
     }
 
     // MARK: Requests
@@ -560,9 +579,9 @@ public final class BGTaskScheduler: Sendable {
                 let owners = try await connection.watchNameOwner(BGPolicyNames.busName)
                 let owner = try await connection.nameOwner(of: BGPolicyNames.busName)
                 let link = AgentLink(connection: connection, agent: follower)
-                let kept: Bool = state.withLock { s in
+                let (kept, ended): (Bool, Ended) = state.withLock { s in
                     // `disconnect()` was called meanwhile: this connection is not kept.
-                    guard s.disconnects == epoch else { return false }
+                    guard s.disconnects == epoch else { return (false, Ended()) }
                     s.link = link
                     s.connecting = nil
                     s.agentOwner = owner
@@ -570,10 +589,10 @@ public final class BGTaskScheduler: Sendable {
                     s.registering = nil
                     s.reregistration?.cancel()
                     s.reregistration = nil
-                    s.running = [:]
-                    s.backgroundTasks = [:]
-                    return true
+                    // What ran on a connection the bus lost, if `linkLost` has not ended it yet.
+                    return (true, s.endAll())
                 }
+                ended.expire()
                 guard kept else {
                     throw BGTaskSchedulerError(.other, "the scheduler was disconnected while it connected")
                 }
@@ -588,6 +607,7 @@ public final class BGTaskScheduler: Sendable {
                         } catch {
                             // The connection closed; the next call opens a new one.
                         }
+                        self?.linkLost(link)
                     })
                 return link
             } catch {
@@ -646,6 +666,19 @@ public final class BGTaskScheduler: Sendable {
         for entry in endedBackground {
             if let handler = entry.expirationHandler { Task { handler() } }
         }
+    }
+
+    /// The connection of `link` is gone without a `disconnect()`: the bus closed it (the
+    /// session bus stopped or restarted). The agent ended the tasks and background tasks it
+    /// granted on it with it, as it ends them at a `disconnect()`, so their expiration handlers
+    /// run now; the next call connects again. Nothing when `link` is no longer the scheduler's
+    /// (a `disconnect()` has ended its work already) or still connected (the owner stream
+    /// ended for another reason).
+    private func linkLost(_ link: AgentLink) {
+        state.withLock { s in
+            guard s.link === link, !link.connection.isConnected else { return Ended() }
+            return s.endAll()
+        }.expire()
     }
 
     /// The pause before `Register` is sent again to a new agent that refused it; it doubles

@@ -70,6 +70,29 @@ struct AgentCrashTests {
         #expect(try await agent.history(of: Self.app).map(\.event).suffix(2) == ["delivered", "completed"])
     }
 
+    /// The app's connection to the bus lost (the session bus daemon died or restarted): the
+    /// agent ended the app's tasks with it, as a `disconnect()` or an agent's crash ends them.
+    /// The library kept them running, their expiration handlers never called, until a later
+    /// connection dropped them without a word.
+    @Test("a task and a background task of a connection the bus lost are expired")
+    func lostConnectionsTasksExpire() async throws {
+        let agent = try await RealAgent()
+        let (scheduler, tasks) = try await Self.activatedScheduler(on: agent)
+        var delivered = tasks
+        defer { scheduler.disconnect() }
+
+        let task = try await Self.launchRefresh(scheduler, on: agent, &delivered)
+        let warned = Mutex<[String]>([])
+        task.expirationHandler = { warned.withLock { $0.append("task") } }
+        _ = try await scheduler.beginBackgroundTask(name: "save") { warned.withLock { $0.append("background task") } }
+
+        agent.bus.crash()
+        try await waitUntil("both expiration handlers to run") { warned.withLock { $0.count } == 2 }
+        #expect(Set(warned.withLock { $0 }) == ["task", "background task"])
+        #expect(task.isExpired)
+        #expect(scheduler.state.withLock { $0.running.isEmpty && $0.backgroundTasks.isEmpty })
+    }
+
     /// The bus answers a call whose callee left without replying with `NoReply`, "Message
     /// recipient disconnected from message bus without replying". The library said "bgpolicyd
     /// did not answer in time", which sends a person looking for a slow agent.
