@@ -30,8 +30,12 @@ enum ConfigurationSyntax {
 
     private static let durationExamples = #""30s", "10min", "2h", "7d" or "1h30min""#
 
-    /// Parses `30s`, `5 min`, `1h30min`, `1.5h`, `500ms` into a duration within `range`.
-    static func duration(_ text: String, in range: ClosedRange<Duration>, example: String) throws(ConfigurationValueError) -> Duration {
+    /// Parses `30s`, `5 min`, `1h30min`, `1.5h`, `500ms` into a duration within `range`. With
+    /// `minutesAsM`, `m` is a unit of minutes too (`bgpolicy replay --policy periodic:60m`); the
+    /// configuration file keeps to `min`.
+    static func duration(
+        _ text: String, in range: ClosedRange<Duration>, example: String, minutesAsM: Bool = false
+    ) throws(ConfigurationValueError) -> Duration {
         let chars = Array(text)
         var index = 0
         var total: Int64 = 0
@@ -46,8 +50,16 @@ enum ConfigurationSyntax {
         guard index < chars.count else {
             throw ConfigurationValueError("expected a duration such as \(durationExamples), got \"\(text)\"")
         }
+        var parts = 0
+        // What follows a whole part (`60m` in `60m:x`) is named: the part before it was fine.
+        func strayText() -> ConfigurationValueError {
+            let rest = String(chars[index...])
+            return ConfigurationValueError(
+                "expected a duration such as \(durationExamples), got \"\(text)\", where \"\(rest)\" is not part of one")
+        }
         while index < chars.count {
             guard isDigit(chars[index]) else {
+                if parts > 0 { throw strayText() }
                 throw ConfigurationValueError("expected a duration such as \(durationExamples), got \"\(text)\"")
             }
             var whole = ""
@@ -73,7 +85,8 @@ enum ConfigurationSyntax {
                     "expected a duration, but \"\(number)\"\(within) has no unit; add one, like \"\(number)s\" or \"\(number)min\""
                 )
             }
-            guard let nanosecondsPerUnit = durationUnits.first(where: { $0.names.contains(unit) })?.nanoseconds else {
+            let units = minutesAsM ? durationUnits + [(names: ["m"], nanoseconds: 60_000_000_000)] : durationUnits
+            guard let nanosecondsPerUnit = units.first(where: { $0.names.contains(unit) })?.nanoseconds else {
                 var message = "expected a duration, but \"\(text)\" has the unknown unit \"\(unit)\""
                 // "minuts" is as close to "minute" as to "minutes": suggest the unit, not a spelling.
                 let near = Spelling.closestCandidates(to: unit, among: durationUnits.flatMap(\.names))
@@ -113,6 +126,7 @@ enum ConfigurationSyntax {
                 overflowed = overflowed || o
                 total = sum
             }
+            parts += 1
             skipSpaces()
         }
 

@@ -1,6 +1,7 @@
 /// The policies `bgpolicy replay --policy` knows: `bgpolicy`, `periodic:<period>` and
 /// `oracle:<lead>`, with durations in the syntax of the configuration file (`15min`, `1h`, `90s`;
-/// `m` is accepted for minutes too, as issue 5 writes `periodic:60m`). A period is 1 min to
+/// `m` is accepted for minutes too, as issue 5 writes `periodic:60m`, anywhere `min` is: `1h30m`).
+/// A period is 1 min to
 /// 7 days (shorter ones would only fill memory with refreshes); a lead is 0 to 7 days.
 public enum ReplayPolicyChoice: Sendable, Equatable, CustomStringConvertible {
     case bgpolicy
@@ -20,12 +21,11 @@ public enum ReplayPolicyChoice: Sendable, Equatable, CustomStringConvertible {
         guard parts.count == 2, parts[0] == "periodic" || parts[0] == "oracle" else {
             throw ParseError(description: "unknown policy \"\(text)\"; expected bgpolicy, periodic:<period> (like periodic:60m) or oracle:<lead> (like oracle:10m)")
         }
-        var amount = String(parts[1])
-        if amount.last == "m", amount.dropLast().last?.isNumber == true { amount += "in" }
+        let amount = String(parts[1])
         let periodic = parts[0] == "periodic"
         let range: ClosedRange<Duration> = periodic ? .seconds(60) ... .seconds(7 * 86_400) : .zero ... .seconds(7 * 86_400)
         do {
-            let duration = try ConfigurationSyntax.duration(amount, in: range, example: periodic ? "60min" : "10min")
+            let duration = try ConfigurationSyntax.duration(amount, in: range, example: periodic ? "60min" : "10min", minutesAsM: true)
             self = periodic ? .periodic(seconds: duration.seconds) : .oracle(seconds: duration.seconds)
         } catch {
             throw ParseError(description: "\(parts[0]):\(parts[1]): \(error.message)")
