@@ -9,6 +9,7 @@ bus: replay runs offline. The binary comes from $BGPOLICY_BUILD_DIR (conftest.py
 
 import json
 import os
+import resource
 import subprocess
 from pathlib import Path
 
@@ -245,6 +246,40 @@ def test_missing_trace_and_bad_policy(tmp_path):
     r = subprocess.run([str(bgpolicy()), "replay", "--trace", ""], capture_output=True, text=True, timeout=20)
     assert r.returncode == 64 and r.stdout == "", r
     assert r.stderr.startswith("Error: --trace needs the name of the file to read.\n"), r.stderr
+
+
+def at_most_2_gib():
+    """Without a bound on the trace, reading /dev/zero would take the machine's memory: this
+    makes it fail instead. A replay within the bound needs far less."""
+    resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+
+
+@pytest.mark.parametrize("kind", ["/dev/zero", "endless fifo", "257 MiB file"])
+def test_a_trace_over_256_mib_is_refused(tmp_path, kind):
+    """A trace is read whole before it is parsed; one with no end, or a file too large to be a
+    usage trace, is refused as unreadable (66) with the limit, not read until memory runs out."""
+    writer = None
+    if kind == "/dev/zero":
+        path = "/dev/zero"
+    elif kind == "endless fifo":
+        path = tmp_path / "trace.fifo"
+        os.mkfifo(path)
+        writer = subprocess.Popen(["sh", "-c", 'exec yes 1,org.example.Feeds,open > "$0"', str(path)],
+                                  stderr=subprocess.DEVNULL)
+    else:
+        path = tmp_path / "big.csv"
+        with open(path, "w") as f:
+            f.write("timestamp,app_id,event\n")
+            f.truncate((256 << 20) + 1)
+    try:
+        r = subprocess.run([str(bgpolicy()), "replay", "--trace", str(path)], capture_output=True, text=True,
+                           timeout=60, preexec_fn=at_most_2_gib)
+    finally:
+        if writer:
+            writer.kill()
+            writer.wait()
+    assert (r.returncode, r.stdout) == (66, ""), r
+    assert r.stderr == f"bgpolicy: cannot read {path}: it is larger than 256 MiB, the most a trace may be\n", r.stderr
 
 
 # --- StudentLife -----------------------------------------------------------------------------
