@@ -8,7 +8,7 @@ struct HistoryCommand: AsyncParsableCommand {
         discussion: """
             Events are listed oldest first; TIME is local, with the date for days other \
             than today. With an APP, only that app's events are shown, the newest --limit \
-            of them.
+            of them. When --limit left older events out, a note on standard error says so.
             """)
 
     @Argument(help: "Only this app's events (an app ID, as 'bgpolicy apps' shows it).", completion: AgentCompletions.apps)
@@ -77,16 +77,53 @@ struct HistoryCommand: AsyncParsableCommand {
             let now = TimeText.now()
             let start = since.unix(now: now)
             var entries: [VariantDictionary]
+            var cut: Cut?
             if let app {
                 // The agent does not filter by app: ask for as many as it gives, keep this app's
                 // entries, then the newest `limit` of them.
-                entries = try await client.history(since: start, limit: UInt32(Self.maximumLimit))
-                entries = Array(entries.filter { $0.string("app_id") == app }.suffix(limit))
+                let all = try await client.history(since: start, limit: UInt32(Self.maximumLimit))
+                entries = all.filter { $0.string("app_id") == app }
+                if entries.count > limit {
+                    cut = .cut
+                } else if all.count >= Self.maximumLimit {
+                    cut = .maybe(app: app)
+                }
+                entries = Array(entries.suffix(limit))
                 if entries.isEmpty { try await client.requireRegistered(app) }
             } else {
-                entries = try await client.history(since: start, limit: UInt32(limit))
+                // One more than asked tells whether the limit cut the list; the agent gives at
+                // most `maximumLimit`, so at that limit it can only be said that it may have.
+                entries = try await client.history(since: start, limit: UInt32(min(limit + 1, Self.maximumLimit)))
+                if entries.count > limit {
+                    cut = .cut
+                    entries.removeFirst(entries.count - limit)
+                } else if entries.count >= Self.maximumLimit {
+                    cut = .maybe(app: nil)
+                }
             }
             print(json ? JSONText.value(entries.dbusValue) : HistoryReport(entries, app: app, since: start, now: now).text)
+            // On stderr, so that the table and the JSON stay as they are for what reads them.
+            if let cut { ExitStatus.writeStandardError("bgpolicy: note: " + cut.note(limit: limit) + "\n") }
+        }
+    }
+
+    /// Whether `--limit` (or the agent's own limit) left older events out of the list.
+    enum Cut: Equatable {
+        case cut
+        /// The agent gave as many events as it ever does: there may be older ones.
+        case maybe(app: String?)
+
+        func note(limit: Int) -> String {
+            switch self {
+            case .cut:
+                // Never at the agent's own limit: it gives no more than that to cut.
+                "only the newest \(limit) events are shown; older ones were left out (--limit shows up to \(HistoryCommand.maximumLimit))."
+            case .maybe(nil):
+                "bgpolicyd gives at most \(HistoryCommand.maximumLimit) events, the newest; older ones may have been left out."
+            case .maybe(let app?):
+                "only \(TableText.cell(app))'s events among the newest \(HistoryCommand.maximumLimit) of every app are shown, "
+                    + "the most bgpolicyd gives; older ones may have been left out."
+            }
         }
     }
 }

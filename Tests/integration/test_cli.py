@@ -1,6 +1,7 @@
 """`bgpolicy` as a demanding user drives it (Docs/CLI.md): the real binary against a real agent on
 a private bus, for the corners test_agent.py's CLI tests leave out."""
 
+import json
 import os
 import signal
 import subprocess
@@ -91,3 +92,20 @@ def test_a_closed_standard_output_exits_74_with_its_own_error(agent, command):
                        capture_output=True, text=True, timeout=20)
     assert r.returncode == 74, r
     assert r.stderr == "bgpolicy: cannot write to standard output: Bad file descriptor\n", r.stderr
+
+
+def test_history_says_when_the_limit_left_events_out(agent):
+    """`history --limit N` showed the newest N events and nothing said there were more: a note
+    on stderr says so, and only then; stdout, the table or the JSON, is as it was."""
+    for switch in ["disable", "enable", "disable", "enable"]:
+        agent.cli(switch, "--all")
+    every = json.loads(agent.cli("history", "--limit", "10000", "--json").stdout)
+    assert len(every) >= 4, every
+    note = "bgpolicy: note: only the newest 2 events are shown; older ones were left out (--limit shows up to 10000).\n"
+    r = agent.cli("history", "--limit", "2")
+    assert len(r.stdout.splitlines()) == 3 and r.stderr == note, r
+    r = agent.cli("history", "--limit", "2", "--json")
+    assert json.loads(r.stdout) == every[-2:] and r.stderr == note, r
+    for extra in [[], ["--json"]]:
+        r = agent.cli("history", "--limit", str(len(every)), *extra)
+        assert r.stderr == "", r
