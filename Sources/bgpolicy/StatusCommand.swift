@@ -172,7 +172,13 @@ struct StatusReport {
         case ("config_source", .string(let source)):
             let path = (try? status.optional("config_path", as: String.self)) ?? nil
             let shown = source == "defaults" ? "built-in defaults" + (path.map { " (no \($0))" } ?? "") : source
-            guard let read = status.integer("config_loaded_at") else { return shown }
+            guard var read = status.integer("config_loaded_at") else { return shown }
+            // The file was read at the start at the earliest. Whole seconds of the wall clock,
+            // here and in the agent, can put that a second before the uptime (also whole seconds,
+            // of another clock) says: "read 2 s ago" beside "Uptime 1 s".
+            if case .double(let uptime)? = status["uptime_seconds"]?.value, let seconds = TimeText.seconds(uptime), seconds >= 0 {
+                read = max(read, now - seconds)
+            }
             return shown + ", read " + TimeText.relative(read, now: now)
         case (_, .string(let s)):
             return s

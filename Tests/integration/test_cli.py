@@ -109,3 +109,59 @@ def test_history_says_when_the_limit_left_events_out(agent):
     for extra in [[], ["--json"]]:
         r = agent.cli("history", "--limit", str(len(every)), *extra)
         assert r.stderr == "", r
+
+
+# A stand-in for bgpolicyd on the test's bus, for values the real agent gives only by chance:
+# Admin1's GetStatus and Explain answer the dictionaries given as GVariant text.
+STAND_IN = r'''
+import sys
+import gi
+gi.require_version("Gio", "2.0")
+from gi.repository import Gio, GLib
+answers = {name: GLib.Variant.parse(GLib.VariantType("a{sv}"), text, None, None)
+           for name, text in zip(["GetStatus", "Explain"], sys.argv[1:])}
+XML = """<node><interface name="org.bgpolicy.Admin1">
+<method name="GetStatus"><arg type="a{sv}" direction="out"/></method>
+<method name="Explain"><arg type="s" direction="in"/><arg type="s" direction="in"/><arg type="a{sv}" direction="out"/></method>
+</interface></node>"""
+def call(connection, sender, path, interface, method, parameters, invocation):
+    invocation.return_value(GLib.Variant.new_tuple(answers[method]))
+def owned(connection, name):
+    print("READY", flush=True)
+bus = Gio.bus_get_sync(Gio.BusType.SESSION)
+bus.register_object("/org/bgpolicy/Agent1", Gio.DBusNodeInfo.new_for_xml(XML).interfaces[0], call, None, None)
+Gio.bus_own_name_on_connection(bus, "org.bgpolicy.Agent1", Gio.BusNameOwnerFlags.NONE, owned, None)
+GLib.MainLoop().run()
+'''
+
+
+@pytest.fixture
+def stand_in(bus):
+    """Starts the stand-in with the given GetStatus and Explain answers; returns bgpolicy's env."""
+    env = dict(os.environ, DBUS_SESSION_BUS_ADDRESS=bus.address, COLUMNS="80")
+    started = []
+
+    def start(status="{}", explanation="{}"):
+        proc = subprocess.Popen(["/usr/bin/python3", "-c", STAND_IN, status, explanation], env=env,
+                                stdout=subprocess.PIPE, text=True)
+        started.append(proc)
+        assert proc.stdout.readline() == "READY\n"
+        return env
+
+    yield start
+    for proc in started:
+        proc.kill()
+        proc.wait()
+
+
+def test_the_configuration_is_never_read_longer_ago_than_the_uptime(stand_in):
+    """Both are whole seconds, of two clocks: the file read at the start showed "read 2 s ago"
+    beside "Uptime 1 s". It cannot have been read before the agent started."""
+    now = int(time.time())
+    env = stand_in(f"{{'version': <'0.1.0'>, 'uptime_seconds': <1.0>, 'started_at': <int64 {now - 2}>, "
+                   f"'config_source': <'defaults'>, 'config_loaded_at': <int64 {now - 2}>}}")
+    r = subprocess.run([str(BIN / "bgpolicy"), "status"], env=env, capture_output=True, text=True, timeout=20)
+    assert r.returncode == 0, r
+    rows = {line.split()[0]: line for line in r.stdout.splitlines()[1:]}
+    assert rows["Uptime"].split() == ["Uptime", "1", "s"], r.stdout
+    assert rows["Config"].endswith("built-in defaults, read 1 s ago"), r.stdout
