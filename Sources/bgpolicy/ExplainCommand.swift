@@ -62,7 +62,9 @@ struct ExplainReport {
         if let window = e.integer("earliest_window") {
             rows.append(("Earliest window", TimeText.moment(window, now: now)))
         }
-        let title = [e.string("app_id"), e.string("identifier")].compactMap { $0 }.joined(separator: " ")
+        // An empty identifier is shown as the summary quotes it: "APP " ended in a space.
+        let identifier = e.string("identifier").map { $0.isEmpty ? "''" : $0 }
+        let title = [e.string("app_id"), identifier].compactMap { $0 }.joined(separator: " ")
         let width = rows.map(\.label.count).max() ?? 0
         let body = rows.map { row in
             "  " + row.label + String(repeating: " ", count: width - row.label.count + 2) + TableText.cell(row.value)

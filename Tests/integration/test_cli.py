@@ -165,3 +165,15 @@ def test_the_configuration_is_never_read_longer_ago_than_the_uptime(stand_in):
     rows = {line.split()[0]: line for line in r.stdout.splitlines()[1:]}
     assert rows["Uptime"].split() == ["Uptime", "1", "s"], r.stdout
     assert rows["Config"].endswith("built-in defaults, read 1 s ago"), r.stdout
+
+
+def test_explain_of_an_empty_identifier_has_no_trailing_space(stand_in):
+    """The title joined the app and "" with a space at the end; "" is shown as the summary
+    quotes it."""
+    env = stand_in(explanation="{'app_id': <'org.example.Feeds'>, 'identifier': <''>, 'state': <'not-pending'>, "
+                               "'summary': <'org.example.Feeds has no pending request \\'\\''>}")
+    r = subprocess.run([str(BIN / "bgpolicy"), "explain", "org.example.Feeds", ""], env=env, capture_output=True,
+                       text=True, timeout=20)
+    assert r.returncode == 0, r
+    assert r.stdout.splitlines()[0] == "org.example.Feeds ''", r.stdout
+    assert all(line == line.rstrip() for line in r.stdout.splitlines()), r.stdout
