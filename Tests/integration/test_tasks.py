@@ -165,6 +165,11 @@ def test_history_is_the_newest_entries_oldest_first(world):
     middle = mine[60]["time"]
     since = agent.admin("GetHistory", "xu", (int(middle) + 1, 10000), "(aa{sv})")[0]
     assert all(e["time"] >= int(middle) + 1 for e in since), since[:2]
+    # The CLI keeps the app's newest --limit, and says when that left some out (test_cli).
+    r = agent.cli("history", app_id, "--limit", "3", "--json")
+    assert [e["id"] for e in json.loads(r.stdout)] == [e["id"] for e in mine[-3:]]
+    assert r.stderr.startswith("bgpolicy: note: only the newest 3 events are shown;"), r.stderr
+    assert agent.cli("history", app_id, "--limit", "121").stderr == ""
 
 
 def test_history_prints_an_apps_text_without_control_or_reordering_characters(world):
