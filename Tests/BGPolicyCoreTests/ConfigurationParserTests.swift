@@ -297,6 +297,8 @@ struct ErrorCase: Sendable, CustomTestStringConvertible {
               description: "line 2: [idle] no_input_after: expected a duration, but \"5 minuts\" has the unknown unit \"minuts\" (did you mean \"min\"?); units are ms, s, min, h and d"),
         .init(name: "garbage duration", text: "[cpu]\nwindow = soon\n", line: 2, section: "cpu", key: "window",
               description: "line 2: [cpu] window: expected a duration such as \"30s\", \"10min\", \"2h\", \"7d\" or \"1h30min\", got \"soon\""),
+        .init(name: "text after a duration", text: "[cpu]\nwindow = 10min, 5min\n", line: 2, section: "cpu", key: "window",
+              description: "line 2: [cpu] window: expected a duration such as \"30s\", \"10min\", \"2h\", \"7d\" or \"1h30min\", got \"10min, 5min\", where \", 5min\" is not part of one"),
         .init(name: "empty value", text: "[cpu]\nwindow =\n", line: 2, section: "cpu", key: "window",
               description: "line 2: [cpu] window: expected a duration such as \"30s\", \"10min\", \"2h\", \"7d\" or \"1h30min\", got \"\""),
         .init(name: "zero duration", text: "[refresh]\nmin_interval = 0s\n", line: 2, section: "refresh", key: "min_interval",
