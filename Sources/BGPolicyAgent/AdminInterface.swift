@@ -102,6 +102,15 @@ struct AdminInterface: Sendable {
                     since: call.arguments.decode(Int64.self, at: 0), limit: call.arguments.decode(UInt32.self, at: 1))
                 return [entries.map(TaskEngine.dictionary).dbusValue]
             }
+            .method("GetAppHistory") { call in
+                try call.arguments.expect("sxu")
+                try await requireOutsideSandbox(call.sender)
+                let text = try call.arguments.decode(String.self, at: 0)
+                guard let appID = AppID(rawValue: text) else { throw SchedulerError.unknownApp(text) }
+                let entries = try await engine.history(
+                    of: appID, since: call.arguments.decode(Int64.self, at: 1), limit: call.arguments.decode(UInt32.self, at: 2))
+                return [entries.map(TaskEngine.dictionary).dbusValue]
+            }
             .method("SetAppEnabled") { call in
                 try call.arguments.expect("sb")
                 try await requireOutsideSandbox(call.sender)

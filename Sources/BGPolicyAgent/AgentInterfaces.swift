@@ -111,6 +111,19 @@ public enum AgentInterfaces {
                     """)],
                 documentation: "GetHistory:\nEverything the agent did, so that \"it never ran\" always has an answer."),
             .init(
+                "GetAppHistory",
+                inputs: [
+                    .init("app_id", .string, "An app id."),
+                    .init("since", .int64, "Only entries at or after this Unix time; 0 for all that are kept."),
+                    .init("limit", .uint32, "At most this many, the newest; 0 means 100, and at most 10000 are returned."),
+                ],
+                outputs: [.init("entries", aasv, "Oldest first, with the keys of GetHistory's; each names the app.")],
+                documentation: """
+                    GetAppHistory:
+                    GetHistory of one app: its newest entries, however many newer ones other apps have.
+                    NotRegistered for an app the agent neither knows nor has entries of.
+                    """),
+            .init(
                 "SetAppEnabled",
                 inputs: [
                     .init("app_id", .string, "A registered app."),

@@ -825,13 +825,20 @@ actor TaskEngine {
         return violations
     }
 
-    func history(since: Int64, limit: UInt32) throws(SchedulerError) -> [HistoryEntry] {
+    /// `GetHistory`, or with `appID` `GetAppHistory`: the newest `limit` entries (0 for 100, at
+    /// most 10,000) at or after `since`, oldest first. An app the agent does not know, with
+    /// no entries either, is `NotRegistered`, as `Explain` words it; one that has entries is
+    /// answered with them.
+    func history(of appID: AppID? = nil, since: Int64, limit: UInt32) throws(SchedulerError) -> [HistoryEntry] {
         let count = limit == 0 ? 100 : min(Int(limit), 10_000)
+        let entries: [HistoryEntry]
         do {
-            return try store.history(since: UnixTime(since), limit: count)
+            entries = try store.history(since: UnixTime(since), limit: count, appID: appID)
         } catch {
             throw storeFailed(error, "reading the history")
         }
+        if let appID, entries.isEmpty, !isRegistered(appID) { throw .unknownApp(appID.rawValue) }
+        return entries
     }
 
     static func format(_ value: Double) -> String {

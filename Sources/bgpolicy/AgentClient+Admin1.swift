@@ -17,6 +17,12 @@ extension AgentClient {
         try await list("GetHistory", [.int64(since), .uint32(limit)])
     }
 
+    /// One app's history (`GetAppHistory`): `NotRegistered`, in explain's words, for an app
+    /// the agent does not know.
+    func history(of app: String, since: Int64, limit: UInt32) async throws -> [VariantDictionary] {
+        try await list("GetAppHistory", [.string(app), .int64(since), .uint32(limit)])
+    }
+
     /// `GetStatus`'s dictionary (`StatusCommand` reads it itself, to print any reply it can).
     func status() async throws -> VariantDictionary {
         try await dictionary("GetStatus", [])

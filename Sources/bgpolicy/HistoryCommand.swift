@@ -78,28 +78,19 @@ struct HistoryCommand: AsyncParsableCommand {
             let start = since.unix(now: now)
             var entries: [VariantDictionary]
             var cut: Cut?
+            // One more than asked tells whether the limit cut the list; the agent gives at
+            // most `maximumLimit`, so at that limit it can only be said that it may have.
+            let asked = UInt32(min(limit + 1, Self.maximumLimit))
             if let app {
-                // The agent does not filter by app: ask for as many as it gives, keep this app's
-                // entries, then the newest `limit` of them.
-                let all = try await client.history(since: start, limit: UInt32(Self.maximumLimit))
-                entries = all.filter { $0.string("app_id") == app }
-                if entries.count > limit {
-                    cut = .cut
-                } else if all.count >= Self.maximumLimit {
-                    cut = .maybe(app: app)
-                }
-                entries = Array(entries.suffix(limit))
-                if entries.isEmpty { try await client.requireRegistered(app) }
+                entries = try await client.history(of: app, since: start, limit: asked)
             } else {
-                // One more than asked tells whether the limit cut the list; the agent gives at
-                // most `maximumLimit`, so at that limit it can only be said that it may have.
-                entries = try await client.history(since: start, limit: UInt32(min(limit + 1, Self.maximumLimit)))
-                if entries.count > limit {
-                    cut = .cut
-                    entries.removeFirst(entries.count - limit)
-                } else if entries.count >= Self.maximumLimit {
-                    cut = .maybe(app: nil)
-                }
+                entries = try await client.history(since: start, limit: asked)
+            }
+            if entries.count > limit {
+                cut = .cut
+                entries.removeFirst(entries.count - limit)
+            } else if entries.count >= Self.maximumLimit {
+                cut = .maybe
             }
             print(json ? JSONText.value(entries.dbusValue) : HistoryReport(entries, app: app, since: start, now: now).text)
             // On stderr, so that the table and the JSON stay as they are for what reads them.
@@ -111,18 +102,15 @@ struct HistoryCommand: AsyncParsableCommand {
     enum Cut: Equatable {
         case cut
         /// The agent gave as many events as it ever does: there may be older ones.
-        case maybe(app: String?)
+        case maybe
 
         func note(limit: Int) -> String {
             switch self {
             case .cut:
                 // Never at the agent's own limit: it gives no more than that to cut.
                 "only the newest \(limit) events are shown; older ones were left out (--limit shows up to \(HistoryCommand.maximumLimit))."
-            case .maybe(nil):
+            case .maybe:
                 "bgpolicyd gives at most \(HistoryCommand.maximumLimit) events, the newest; older ones may have been left out."
-            case .maybe(let app?):
-                "only \(TableText.cell(app))'s events among the newest \(HistoryCommand.maximumLimit) of every app are shown, "
-                    + "the most bgpolicyd gives; older ones may have been left out."
             }
         }
     }

@@ -172,6 +172,46 @@ def test_history_is_the_newest_entries_oldest_first(world):
     assert agent.cli("history", app_id, "--limit", "121").stderr == ""
 
 
+def test_an_apps_history_is_its_own_newest_entries_however_many_other_apps_have(world):
+    """`GetAppHistory` and `bgpolicy history APP` give the app's newest entries even when other
+    apps have more than 10,000 (the most GetHistory gives) newer ones: the CLI took the newest
+    10,000 of every app and kept the app's, so a quiet app beside a busy one had no history."""
+    agent = world.start_agent()
+    app_id, identifier = "org.example.Quiet", "org.example.Quiet.refresh"
+    app = world.registered_app(app_id, [identifier])
+    app.submit(identifier, "refresh", earliest_begin=later(3600))
+    app.cancel(identifier)
+    mine = [e for e in agent.history() if e.get("app_id") == app_id]
+    assert [e["event"] for e in mine] == ["registered", "submitted", "cancelled"], mine
+    # A busy app's 10,001 newer entries, written while the agent is stopped (its only writer).
+    agent.stop()
+    db = sqlite3.connect(agent.world.tmp / "state" / "bgpolicy" / "bgpolicy.sqlite")
+    with db:
+        newer = mine[-1]["time"] + 1
+        db.executemany(
+            "INSERT INTO history (time, app_id, event, detail) VALUES (?, 'org.example.Busy', 'cancelled', 'x')",
+            [(newer + i / 1000,) for i in range(10_001)])
+    db.close()
+    agent.restart()
+    assert all(e.get("app_id") == "org.example.Busy" for e in agent.history()), "GetHistory: the busy app's"
+
+    got = agent.admin("GetAppHistory", "sxu", (app_id, 0, 0), "(aa{sv})")[0]
+    assert [e["id"] for e in got] == [e["id"] for e in mine], got
+    two = agent.admin("GetAppHistory", "sxu", (app_id, 0, 2), "(aa{sv})")[0]
+    assert [e["id"] for e in two] == [e["id"] for e in mine[-2:]], two
+    since = agent.admin("GetAppHistory", "sxu", (app_id, int(mine[-1]["time"]) + 1, 0), "(aa{sv})")[0]
+    assert since == [], since
+    r = agent.cli("history", app_id, "--json")
+    assert [e["id"] for e in json.loads(r.stdout)] == [e["id"] for e in mine], r.stdout[:300]
+    assert r.stderr == "", r.stderr
+    r = agent.cli("history", app_id, "--limit", "2", "--json")
+    assert [e["id"] for e in json.loads(r.stdout)] == [e["id"] for e in mine[-2:]]
+    assert r.stderr.startswith("bgpolicy: note: only the newest 2 events are shown;"), r.stderr
+    # An app with neither a registration nor entries is refused as Explain refuses it.
+    message = expect_error("NotRegistered", agent.admin, "GetAppHistory", "sxu", ("org.example.Nobody", 0, 0), "(aa{sv})")
+    assert "org.example.Nobody" in message and "bgpolicy apps" in message, message
+
+
 def test_history_prints_an_apps_text_without_control_or_reordering_characters(world):
     """An app's text reaches `bgpolicy history` with its control characters (an escape sequence,
     a newline, a bell) and the invisible ones that reorder what follows (a right-to-left
