@@ -135,9 +135,8 @@ struct AdminInterface: Sendable {
                 let text = try call.arguments.decode(String.self, at: 0)
                 var appID: AppID?
                 if !text.isEmpty {
-                    guard let id = AppID(rawValue: text), await engine.isRegistered(id) else {
-                        throw SchedulerError.unknownApp(text)
-                    }
+                    let id = try SchedulerError.appID(text)
+                    guard await engine.isRegistered(id) else { throw SchedulerError.unknownApp(text) }
                     appID = id
                 }
                 return [await engine.timeline(of: appID).dbusValue]
@@ -146,9 +145,8 @@ struct AdminInterface: Sendable {
                 try call.arguments.expect("ss")
                 try await requireOutsideSandbox(call.sender)
                 let text = try call.arguments.decode(String.self, at: 0)
-                guard let appID = AppID(rawValue: text), await engine.isRegistered(appID) else {
-                    throw SchedulerError.unknownApp(text)
-                }
+                let appID = try SchedulerError.appID(text)
+                guard await engine.isRegistered(appID) else { throw SchedulerError.unknownApp(text) }
                 let identifier = try call.arguments.decode(String.self, at: 1)
                 return [await engine.explain(appID: appID, identifier: identifier).dbusValue]
             }

@@ -129,7 +129,7 @@ public enum AgentInterfaces {
                     .init("app_id", .string, "A registered app."),
                     .init("enabled", .boolean, "false stops background launches of the app and makes its Submit fail with Unavailable."),
                 ],
-                documentation: "SetAppEnabled:\nThe user's per-app switch; it survives restarts. NotRegistered for an unknown app."),
+                documentation: "SetAppEnabled:\nThe user's per-app switch; it survives restarts. InvalidArgument for text that is no app id; NotRegistered for an unknown app."),
             .init(
                 "SetGlobalEnabled",
                 inputs: [.init("enabled", .boolean, "false stops all background launches.")],
@@ -152,7 +152,8 @@ public enum AgentInterfaces {
                     queued content-available wake, history, usage log and what the refresh planner
                     learned of it (which stops counting toward the shared refresh budget), in memory and
                     on disk, in one transaction: on failure (Failed, a full disk) nothing is forgotten.
-                    Registered again, the app starts as a new one. NotRegistered for an unknown app;
+                    Registered again, the app starts as a new one. InvalidArgument for text that is no
+                    app id (the message names the rule it breaks); NotRegistered for an unknown app;
                     NotPermitted while the app runs (connected to the bus, a slice or background task
                     under way, an app unit open): quit it first, since it would register again at once;
                     Unavailable while a delivery to it, or a change to its requests, is on its way, or
@@ -172,7 +173,7 @@ public enum AgentInterfaces {
                     window it can run in (for a refresh under the predicted strategy, the first that
                     takes it in the plan GetTimeline draws, as ListPending gives it).
                     """)],
-                documentation: "Explain:\nWhy a request has not run yet. NotRegistered for an unknown app."),
+                documentation: "Explain:\nWhy a request has not run yet. InvalidArgument for text that is no app id; NotRegistered for an unknown app."),
             .init(
                 "GetTimeline",
                 inputs: [.init("app_id", .string, "A registered app, or \"\" for every registered app.")],
@@ -191,7 +192,8 @@ public enum AgentInterfaces {
                 documentation: """
                     GetTimeline:
                     What `bgpolicy timeline` draws. A plan, not a promise: an open, a change of
-                    conditions or a new request re-plans. NotRegistered for an unknown app.
+                    conditions or a new request re-plans. InvalidArgument for text that is no app id;
+                    NotRegistered for an unknown app.
                     """),
             .init(
                 "SimulateLaunch",
@@ -200,7 +202,8 @@ public enum AgentInterfaces {
                     SimulateLaunch:
                     Delivers that pending request now, ignoring every rule except that the app must be
                     reachable: a supported way to test an app's task handler. Returns once RunTask was
-                    answered. NotRegistered for an unknown app; UnknownTask when no such request is
+                    answered. InvalidArgument for text that is no app id; NotRegistered for an unknown
+                    app; UnknownTask when no such request is
                     pending; Unavailable when the app cannot be reached (the request stays pending), or
                     while a delivery to the app, or a change to its requests, is on its way (try again
                     in a moment); Failed when the agent could not record the slice (a full disk, a
@@ -211,8 +214,8 @@ public enum AgentInterfaces {
                 inputs: [.init("app_id", .string, "A registered app."), .init("identifier", .string, "One of its running tasks.")],
                 documentation: """
                     SimulateExpiration:
-                    Sends ExpireTask for that running task now. NotRegistered for an unknown app;
-                    UnknownTask when it is not running.
+                    Sends ExpireTask for that running task now. InvalidArgument for text that is no app
+                    id; NotRegistered for an unknown app; UnknownTask when it is not running.
                     """),
         ],
         properties: [

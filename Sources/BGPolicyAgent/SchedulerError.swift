@@ -49,6 +49,16 @@ struct SchedulerError: DBusErrorConvertible, CustomStringConvertible {
 
     static func invalid(_ message: String) -> SchedulerError { SchedulerError(.invalidArgument, message) }
 
+    /// The app id a caller named, or `InvalidArgument` with the rule it breaks: text that is no
+    /// app id at all is a mistake in the call, not an app that has not registered, and
+    /// `NotRegistered` would send the user looking for an app that cannot exist.
+    static func appID(_ text: String) throws(SchedulerError) -> AppID {
+        guard let appID = AppID(rawValue: text) else {
+            throw .invalid("'\(shown(text))' is not an app id: \(AppID.problem(with: text) ?? "invalid")")
+        }
+        return appID
+    }
+
     /// A store failure, worded for the caller: nothing was changed.
     static func storage(_ error: StoreError) -> SchedulerError {
         switch error {

@@ -20,9 +20,7 @@ extension TaskEngine {
     func contentWakeApps() -> [AppID] { contentWakes.undelivered }
 
     func notifyContentAvailable(caller: String, app text: String, payload: [String: Variant]) async throws(SchedulerError) {
-        guard let appID = AppID(rawValue: text) else {
-            throw .invalid("'\(SchedulerError.shown(text))' is not an app id: \(AppID.problem(with: text) ?? "invalid")")
-        }
+        let appID = try SchedulerError.appID(text)
         guard apps[appID] != nil else { throw .unknownApp(text) }
         let value = payload.dbusValue
         guard let size = value.marshalledLength else {

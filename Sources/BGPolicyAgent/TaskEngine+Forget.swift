@@ -20,7 +20,8 @@ extension TaskEngine {
     /// The store is written in one transaction before memory changes: a failure (a full disk)
     /// forgets nothing, in either.
     func forgetApp(_ text: String) async throws(SchedulerError) -> [String: Variant] {
-        guard let appID = AppID(rawValue: text), apps[appID] != nil else { throw .unknownApp(text) }
+        let appID = try SchedulerError.appID(text)
+        guard apps[appID] != nil else { throw .unknownApp(text) }
         try refuseForgetting(appID)
         try await undoEnforcementLeft(of: appID)
         // Checked again: the undo waited on the user manager, and meanwhile the app may have

@@ -1189,7 +1189,8 @@ extension TaskEngine {
     // MARK: Simulation
 
     func simulateLaunch(app text: String, identifier: String) async throws(SchedulerError) {
-        guard let appID = AppID(rawValue: text), apps[appID] != nil else { throw .unknownApp(text) }
+        let appID = try SchedulerError.appID(text)
+        guard apps[appID] != nil else { throw .unknownApp(text) }
         guard let request = pending[appID]?[identifier] else { throw .unknownPending(identifier, app: appID, lister: "ListPending") }
         if delivering.contains(appID) || saving[appID] != nil {
             throw SchedulerError(.unavailable, "a delivery to \(appID), or a change to its requests, is on its way; try again in a moment")
@@ -1212,7 +1213,8 @@ extension TaskEngine {
     }
 
     func simulateExpiration(app text: String, identifier: String) throws(SchedulerError) {
-        guard let appID = AppID(rawValue: text), apps[appID] != nil else { throw .unknownApp(text) }
+        let appID = try SchedulerError.appID(text)
+        guard apps[appID] != nil else { throw .unknownApp(text) }
         guard let (slice, member) = runningTask(of: appID, identifier: identifier) else {
             throw SchedulerError(.unknownTask, "\(appID) has no running task '\(SchedulerError.shown(identifier))'; 'bgpolicy simulate launch' starts one")
         }

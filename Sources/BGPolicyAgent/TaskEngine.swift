@@ -748,7 +748,8 @@ actor TaskEngine {
     // MARK: Switches
 
     func setAppEnabled(_ text: String, enabled: Bool) throws(SchedulerError) {
-        guard let appID = AppID(rawValue: text), var record = apps[appID]?.record else { throw .unknownApp(text) }
+        let appID = try SchedulerError.appID(text)
+        guard var record = apps[appID]?.record else { throw .unknownApp(text) }
         guard record.enabled != enabled else { return }
         record.enabled = enabled
         do {

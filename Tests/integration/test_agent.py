@@ -209,15 +209,16 @@ def test_list_commands_with_no_apps(agent, command, empty):
     assert json.loads(agent.cli(*command, "--json").stdout) == []
 
 
-@pytest.mark.parametrize("command", [
-    ["pending", "org.example.Nobody"], ["history", "org.example.Nobody", "--limit", "5"],
-    ["pending", "bad app"], ["history", "bad app"],
-], ids=lambda c: " ".join(c))
-def test_pending_and_history_of_an_unknown_app_are_refused_as_explain_refuses_it(agent, command):
+@pytest.mark.parametrize("command,error", [
+    (["pending", "org.example.Nobody"], "NotRegistered"), (["history", "org.example.Nobody", "--limit", "5"], "NotRegistered"),
+    (["pending", "bad app"], "InvalidArgument"), (["history", "bad app"], "InvalidArgument"),
+], ids=lambda c: " ".join(c) if isinstance(c, list) else c)
+def test_pending_and_history_of_an_unknown_app_are_refused_as_explain_refuses_it(agent, command, error):
     """Not "Nothing is pending for …" (status 0), which reads as if the app were known: a typo
-    in an app id is refused with explain's message and status, --json or not."""
+    in an app id is refused with explain's message and status, --json or not (text that is no
+    app id at all, with the rule it breaks)."""
     explain = agent.cli("explain", command[1], "refresh", check=False)
-    assert explain.returncode == 1 and "(NotRegistered)" in explain.stderr, explain
+    assert explain.returncode == 1 and f"({error})" in explain.stderr, explain
     for extra in [[], ["--json"]]:
         r = agent.cli(*command, *extra, check=False)
         assert (r.returncode, r.stdout, r.stderr) == (1, "", explain.stderr), r

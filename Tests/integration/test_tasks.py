@@ -112,6 +112,48 @@ def test_simulate_launch_errors(world):
     assert app.events_of("RunTask") == []
 
 
+# Each Admin1 method that names an app: its call with that app id as its first argument.
+ADMIN_APP_CALLS = {
+    "SetAppEnabled": ("sb", lambda app: (app, False)),
+    "ForgetApp": ("s", lambda app: (app,)),
+    "GetTimeline": ("s", lambda app: (app,)),
+    "Explain": ("ss", lambda app: (app, "org.example.Sim.refresh")),
+    "SimulateLaunch": ("ss", lambda app: (app, "org.example.Sim.refresh")),
+    "SimulateExpiration": ("ss", lambda app: (app, "org.example.Sim.refresh")),
+}
+
+
+def test_admin1_refuses_what_is_no_app_id_as_invalid_argument_with_the_rule(world):
+    """An app id that cannot be one (empty, a path, too long, a space, an option, not ASCII) is
+    a mistake in the call: InvalidArgument naming the rule it breaks, as NotifyContentAvailable
+    answers it. NotRegistered ("no app '../x' has registered") sent the user looking for an app
+    that cannot exist. A well-formed id no app registered is still NotRegistered; nothing changes."""
+    agent = world.start_agent()
+    app = world.registered_app("org.example.Sim", ["org.example.Sim.refresh"])
+    app.submit("org.example.Sim.refresh", "refresh", earliest_begin=later(3600))
+    rules = {
+        "": "may not be empty",
+        "../x": "may not begin or end with a dot",
+        "a" * 300: "at most 255 bytes",
+        "org.example.Sim ": "only ASCII letters",
+        "-org.example.Sim": "may not begin with '-'",
+        "org.\u00e9xample.Sim": "only ASCII letters",
+        "org.example.Sim\x1b[2J": "only ASCII letters",
+    }
+    for method, (signature, args) in ADMIN_APP_CALLS.items():
+        for text, rule in rules.items():
+            if method == "GetTimeline" and text == "":
+                continue  # "" is every app's timeline
+            message = expect_error("InvalidArgument", agent.admin, method, signature, args(text))
+            assert "is not an app id: " in message and rule in message, (method, text[:20], message)
+            assert len(message) < 300, message
+        message = expect_error("NotRegistered", agent.admin, method, signature, args("org.example.Nobody"))
+        assert "no app 'org.example.Nobody' has registered" in message, message
+    assert agent.app_record("org.example.Sim")["enabled"] is True
+    assert [p["identifier"] for p in agent.list_pending()] == ["org.example.Sim.refresh"]
+    assert app.events_of("RunTask") == []
+
+
 def test_simulate_launch_quotes_an_apps_error_without_its_control_characters(world):
     """An app that answers RunTask with an error whose message carries escape sequences (a
     window title, a screen clear), a bell and a right-to-left override: the agent's refusal
@@ -234,7 +276,7 @@ def test_errors_quote_long_input_briefly(world):
     messages = [
         expect_error("NotPermitted", app.submit, long, "refresh"),
         expect_error("UnknownTask", app.cancel, long),
-        expect_error("NotRegistered", agent.explain, long, "org.example.Long.refresh"),
+        expect_error("InvalidArgument", agent.explain, long, "org.example.Long.refresh"),
         expect_error("InvalidArgument", world.app("another").register, [long + "/"], app_id="org.example.Other"),
     ]
     for message in messages:
