@@ -20,9 +20,10 @@ struct SchedulerError: DBusErrorConvertible, CustomStringConvertible {
     /// Caller-supplied text as a message quotes it: whole when short, else its start and its
     /// length, so that a message stays short and readable whatever was sent (a 100-kB
     /// identifier is answered in a line).
-    static func shown(_ text: String) -> String {
-        guard text.utf8.count > 80 else { return text }
-        return String(String.UnicodeScalarView(text.unicodeScalars.prefix(48))) + "… (\(text.utf8.count) bytes)"
+    /// `over` and `keeping` set the bounds for longer text (an app's own error message).
+    static func shown(_ text: String, over: Int = 80, keeping: Int = 48) -> String {
+        guard text.utf8.count > over else { return text }
+        return String(String.UnicodeScalarView(text.unicodeScalars.prefix(keeping))) + "… (\(text.utf8.count) bytes)"
     }
 
     static let notRegistered = SchedulerError(

@@ -795,6 +795,9 @@ extension TaskEngine {
         return request
     }
 
+    /// How much of an app's error message a delivery failure quotes whole.
+    static let appMessageBytes = 1024
+
     static func describe(deliveryError error: any Error, target: String) -> String {
         switch error {
         case DBusError.remote(let name, let message):
@@ -807,7 +810,13 @@ extension TaskEngine {
                 "org.freedesktop.DBus.Error.UnknownInterface":
                 return "\(target) does not export org.bgpolicy.Client1 at /org/bgpolicy/Client1"
             default:
-                return "\(target) answered RunTask with \(name): \(message)"
+                // The app's own words, quoted briefly: this reason is stored with the request and
+                // in history, and sent back in SimulateLaunch's error, ListPending, GetPending,
+                // Explain and GetHistory, and logged. Whole, an app answering with a message of
+                // megabytes made each of those replies and log lines that large, and with 70 MB
+                // ListPending could not be answered at all (an array over D-Bus's 64 MiB).
+                return "\(target) answered RunTask with \(name): "
+                    + SchedulerError.shown(message, over: Self.appMessageBytes, keeping: Self.appMessageBytes / 2)
             }
         default:
             return "\(error)"

@@ -174,6 +174,30 @@ def test_simulate_launch_quotes_an_apps_error_without_its_control_characters(wor
         cli.stderr.splitlines()[:1], ascii(cli.stderr)
 
 
+def test_an_apps_run_task_error_of_megabytes_is_quoted_briefly_everywhere(world):
+    """An app that answers RunTask with a 4 MB error message: the agent keeps its start and its
+    length, in SimulateLaunch's refusal, the request's last error (ListPending, GetPending,
+    Explain) and the history. Whole, each delivery stored 4 MB more, ListPending and Explain
+    answered 8 MB, and `bgpolicy history` printed 12 MB after three attempts (with 70 MB, ListPending
+    could not be answered at all: an array over D-Bus's 64 MiB)."""
+    agent = world.start_agent()
+    app_id, identifier = "org.example.Verbose", "org.example.Verbose.refresh"
+    app = world.registered_app(app_id, [identifier])
+    app.configure(run_task_error="org.example.Verbose.Error", run_task_error_message="why " * 1_000_000)
+    app.submit(identifier, "refresh", earliest_begin=later(3600))
+    for _ in range(3):
+        message = expect_error("Unavailable", agent.simulate_launch, app_id, identifier)
+        assert "org.example.Verbose.Error: why why" in message and "… (4000000 bytes)" in message, message[:2000]
+        assert len(message) < 2000, len(message)
+    for replies in (agent.list_pending(), app.pending(), [agent.explain(app_id, identifier)]):
+        assert len(json.dumps(replies)) < 4000, len(json.dumps(replies))
+    (pending,) = agent.list_pending()
+    assert pending["last_attempt_error"].endswith("… (4000000 bytes)"), pending["last_attempt_error"][:2000]
+    failures = agent.events("delivery-failed", app_id=app_id)
+    assert len(failures) == 3 and all(len(f["detail"]) < 2000 for f in failures), [len(f["detail"]) for f in failures]
+    assert len(agent.cli("history", app_id).stdout) < 10_000
+
+
 def test_pending_and_history_of_a_known_app_with_nothing_to_show(world):
     """A registered app with nothing pending, or no events in the window, is no error: only
     an app the agent does not know is refused (test_agent)."""
