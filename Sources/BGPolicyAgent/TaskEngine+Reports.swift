@@ -108,6 +108,14 @@ extension TaskEngine {
             d["runnable"] = Variant(false)
             d["blocking"] = Variant([String]())
             d["reasons"] = Variant([String]())
+            let registered = apps[appID]?.record.identifiers ?? []
+            if !identifier.isEmpty, !registered.contains(identifier) {
+                // "Submit it first" would send the app to a Submit refused with NotPermitted.
+                d["summary"] = Variant(
+                    "\(appID) did not register the task identifier '\(SchedulerError.shown(identifier))', so it cannot be submitted; registered: "
+                        + (registered.isEmpty ? "none" : registered.joined(separator: ", ")) + ".")
+                return d
+            }
             d["summary"] = Variant(
                 "\(appID) has no pending request '\(SchedulerError.shown(identifier))': submit it first ('bgpolicy history \(appID)' shows what happened to earlier ones).")
             return d

@@ -764,6 +764,25 @@ def test_explain_names_the_blocking_rules_in_words(world):
     assert not_pending["state"] == "not-pending", not_pending
 
 
+def test_explain_of_an_identifier_the_app_did_not_register_says_so(world):
+    """Not "submit it first", which sent the app to a Submit refused with NotPermitted: the
+    summary names the identifiers it registered. One registered and not pending still says to
+    submit it."""
+    agent = world.start_agent()
+    app_id = "org.example.Why"
+    app = world.registered_app(app_id, [f"{app_id}.refresh", f"{app_id}.cleanup"])
+    for e in (app.explain(f"{app_id}.other"), agent.explain(app_id, f"{app_id}.other")):
+        assert (e["state"], e["runnable"], e["blocking"]) == ("not-pending", False, []), e
+        assert e["summary"] == (f"{app_id} did not register the task identifier '{app_id}.other', so it cannot be "
+                                f"submitted; registered: {app_id}.cleanup, {app_id}.refresh."), e
+    expect_error("NotPermitted", app.submit, f"{app_id}.other", "refresh")
+    for e in (app.explain(f"{app_id}.cleanup"), agent.explain(app_id, f"{app_id}.cleanup")):
+        assert e["state"] == "not-pending" and "submit it first" in e["summary"], e
+    # `bgpolicy pending APP` asks Explain with no identifier to tell a known app: still answered.
+    assert agent.explain(app_id, "")["state"] == "not-pending"
+    assert agent.cli("explain", app_id, f"{app_id}.other").returncode == 0
+
+
 # MARK: The examples
 
 
