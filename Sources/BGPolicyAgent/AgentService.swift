@@ -232,6 +232,14 @@ public struct AgentService: Service {
                                     (systemctl --user stop bgpolicyd), then remove the file
                                     """,
                                     metadata: ["db.path": "\(path)"])
+                            case .logRestored(let path):
+                                log.error(
+                                    """
+                                    The database's log (its -wal file) was removed while the agent ran; the database was \
+                                    written again from what the agent holds, and nothing was lost. To start afresh, stop \
+                                    the agent first (systemctl --user stop bgpolicyd), then remove the files
+                                    """,
+                                    metadata: ["db.path": "\(path)"])
                             case .replaced(let path):
                                 log.warning(
                                     """
@@ -242,7 +250,7 @@ public struct AgentService: Service {
                             case .restoreFailed(let path, let reason):
                                 log.error(
                                     """
-                                    The database was removed while the agent ran, and could not be written again; the agent \
+                                    The database (or its -wal log) was removed while the agent ran, and could not be written again; the agent \
                                     goes on with what it holds and tries again a minute after its next write, and at its stop
                                     """,
                                     metadata: ["db.path": "\(path)", "error": "\(reason)"])

@@ -44,6 +44,14 @@ extension TaskStore {
     /// again at a write a minute or more later, and at `checkpoint` (the agent's stop) at once:
     /// what the agent holds is lost only if no try succeeds before it stops.
     ///
+    /// The log removed alone (`<path>-wal`, the file still there) is written again the same
+    /// way (`FileEvent.logRestored`): SQLite keeps writing to the log it has open, so every
+    /// commit since the last checkpoint, and every one after, would be in the removed log only,
+    /// and lost if the agent then ended without its checkpoint at stop. The copy's rename
+    /// unlinks the file the old connection holds, which is what keeps SQLite, closing it, from
+    /// removing the new connection's log at the path. A `-wal` missing before any write was
+    /// seen with one is no sign of this (a file the store could not put in WAL mode).
+    ///
     /// A file another one replaced (`mv`) is left alone (`FileEvent.replaced`, once): whoever
     /// put it there meant it. The agent's log is still `<path>-wal`; the checkpoint at stop
     /// empties it, so the next start reads the new file alone. The cost is one `stat` per write.
@@ -56,34 +64,52 @@ extension TaskStore {
         guard let path else { return }
         var info = stat()
         if stat(path, &info) == 0 {
-            let announce = file.withLock { open in
-                guard let opened = open.identity, !open.replacementAnnounced, opened != FileIdentity(info) else {
-                    return false
+            let event: FileEvent? = file.withLock { open in
+                guard let opened = open.identity else { return nil }
+                guard opened == FileIdentity(info) else {
+                    guard !open.replacementAnnounced else { return nil }
+                    open.replacementAnnounced = true
+                    return .replaced(path: path)
                 }
-                open.replacementAnnounced = true
-                return true
+                // The file is ours; its log must be there too once a write made it. A log
+                // removed alone keeps the last commits in the removed file only.
+                if Self.exists(path + "-wal") {
+                    open.logSeen = true
+                    return nil
+                }
+                guard open.logSeen else { return nil }
+                return Self.writeAgain(path: path, &open, retryingAtOnce: retryingAtOnce, reopen: reopen, done: .logRestored(path: path))
             }
-            if announce { fileEventContinuation.yield(.replaced(path: path)) }
+            if let event { fileEventContinuation.yield(event) }
             return
         }
         guard errno == ENOENT else { return }
         let event: FileEvent? = file.withLock { open in
             // Another thread's write may have put it back meanwhile.
             guard !Self.exists(path) else { return nil }
-            let now = Double(time(nil))
-            if !retryingAtOnce, let failedAt = open.restoreFailedAt, now - failedAt < Self.restoreRetrySeconds, now >= failedAt {
-                return nil
-            }
-            do throws(StoreError) {
-                let reopened = try Self.writeAgain(path: path, from: open.queue, reopen: reopen)
-                open = OpenFile(queue: reopened, identity: FileIdentity(of: path))
-                return .restored(path: path)
-            } catch {
-                open.restoreFailedAt = now
-                return .restoreFailed(path: path, reason: "\(error)")
-            }
+            return Self.writeAgain(path: path, &open, retryingAtOnce: retryingAtOnce, reopen: reopen, done: .restored(path: path))
         }
         if let event { fileEventContinuation.yield(event) }
+    }
+
+    /// Writes the file again (`writeAgain(path:from:reopen:)`) and moves `open` to it, unless a
+    /// try failed less than a minute ago; `done` is the event to say when it worked.
+    private static func writeAgain(
+        path: String, _ open: inout OpenFile, retryingAtOnce: Bool,
+        reopen: (String) throws(StoreError) -> DatabaseQueue, done: FileEvent
+    ) -> FileEvent? {
+        let now = Double(time(nil))
+        if !retryingAtOnce, let failedAt = open.restoreFailedAt, now - failedAt < restoreRetrySeconds, now >= failedAt {
+            return nil
+        }
+        do throws(StoreError) {
+            let reopened = try writeAgain(path: path, from: open.queue, reopen: reopen)
+            open = OpenFile(queue: reopened, identity: FileIdentity(of: path))
+            return done
+        } catch {
+            open.restoreFailedAt = now
+            return .restoreFailed(path: path, reason: "\(error)")
+        }
     }
 
     /// Writes what `queue` holds to `path` (see `restoreIfRemoved`), opens it with `reopen`,

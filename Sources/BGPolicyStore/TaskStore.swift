@@ -47,6 +47,9 @@ public final class TaskStore: Sendable {
         /// When the last try to write the removed file again failed: the next comes a minute
         /// or more later (`restoreIfRemoved`).
         var restoreFailedAt: Double?
+        /// `<path>-wal` was seen after a write: the connection is in WAL mode, so from then on
+        /// a `-wal` missing after a write was removed under it (`restoreIfRemoved`).
+        var logSeen = false
     }
 
     let file: Mutex<OpenFile>
@@ -56,13 +59,19 @@ public final class TaskStore: Sendable {
         /// It was removed (with its directory, maybe), and written again at its path from what
         /// the agent held: nothing was lost.
         case restored(path: String)
+        /// Its log (`<path>-wal`) was removed, and not the file: the commits since the last
+        /// checkpoint were only in the removed log, and later ones would have gone to it too,
+        /// all lost if the agent then ended without its checkpoint at stop (SIGKILL, a crash, a
+        /// power cut). So the file was written again at its path as for `restored`: nothing was
+        /// lost.
+        case logRestored(path: String)
         /// Another file took its path (`mv`): the agent goes on with the file it opened, and
         /// the next start reads the new one (the checkpoint at stop empties the agent's log,
         /// which is still `<path>-wal`).
         case replaced(path: String)
-        /// It was removed, and could not be written again, or the copy could not be opened (the
-        /// message says why): the store goes on with the removed file, and tries again at a
-        /// write a minute or more later, and at `checkpoint`.
+        /// It (or its log alone) was removed, and could not be written again, or the copy could
+        /// not be opened (the message says why): the store goes on with the removed file, and
+        /// tries again at a write a minute or more later, and at `checkpoint`.
         case restoreFailed(path: String, reason: String)
     }
 

@@ -285,6 +285,36 @@ def test_a_database_removed_under_the_running_agent_is_written_again(world, what
     assert len(submitted) == 3, agent.history()
 
 
+def test_a_log_removed_under_the_running_agent_loses_nothing_at_a_crash(world):
+    """Someone removes the database's -wal alone while the agent runs: SQLite goes on writing
+    to the log it has open, so what was committed since the last checkpoint, and everything
+    after, was in a removed file only, and a SIGKILL then lost all of it (the app, every
+    request). The next write puts the database back from what the agent holds, with a log of
+    its own at the path; the journal says what happened."""
+    agent = world.start_agent()
+    app = world.registered_app(APP, IDENTIFIERS)
+    app.submit(IDENTIFIERS[0], "refresh", earliest_begin=later(3600))
+    wal = state_dir(world) / "bgpolicy.sqlite-wal"
+    wal.unlink()
+
+    app.submit(IDENTIFIERS[1], "processing", earliest_begin=later(3600))
+    assert wal.exists()
+    th.wait_until(lambda: "The database's log (its -wal file) was removed while the agent ran" in agent.stderr(),
+                  5, "the agent to log the restored file")
+    app.submit(IDENTIFIERS[2], "processing", earliest_begin=later(3600))
+    assert agent.alive() and critical_lines(agent.stderr()) == [], agent.stderr_tail()
+    # A log that stays is no removal: the file is written again once, not at every write.
+    assert agent.stderr().count("The database's log (its -wal file) was removed") == 1, agent.stderr_tail()
+
+    agent.sigkill()
+    agent.restart()
+    assert critical_lines(agent.proc.stderr()) == [], agent.stderr_tail()
+    assert [a["app_id"] for a in agent.list_apps()] == [APP]
+    assert pending_identifiers(agent) == IDENTIFIERS
+    submitted = [e for e in agent.history() if e.get("event") == "submitted"]
+    assert len(submitted) == 3, agent.history()
+
+
 def test_a_file_marked_damaged_is_moved_aside_even_if_quick_check_passes(world):
     """A sound file with the marker a running agent leaves when SQLite calls the file damaged
     (`bgpolicy.sqlite.damaged`): quick_check does not see all that a read can trip on, so the
