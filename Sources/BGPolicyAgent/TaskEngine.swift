@@ -377,6 +377,23 @@ actor TaskEngine {
 
     /// A write (or read) the store refused, for a caller's request: logged, since the caller is
     /// told to look in the journal, and worded for the caller (`SchedulerError.storage`).
+    /// Identifiers as a history entry lists them: whole while they fit in `budget` bytes, then
+    /// how many more. A registration's entry named all of them, up to 64 of 255 bytes (16 KB),
+    /// and an app registering again and again with a changed list filled its 20,000 entries of
+    /// history with them: `GetHistory` of 10,000 could then not be answered (an array over
+    /// D-Bus's 64 MiB).
+    static func listed(_ identifiers: [String], within budget: Int = 512) -> String {
+        var text = ""
+        for (index, identifier) in identifiers.enumerated() {
+            let separator = index == 0 ? "" : ", "
+            guard index == 0 || text.utf8.count + separator.utf8.count + identifier.utf8.count <= budget else {
+                return text + " and \(identifiers.count - index) more"
+            }
+            text += separator + identifier
+        }
+        return text
+    }
+
     func storeFailed(_ error: StoreError, _ what: String) -> SchedulerError {
         logger.error("The database failed on \(what); the caller was told nothing changed", metadata: ["error": "\(error)"])
         return .storage(error)
@@ -520,7 +537,7 @@ actor TaskEngine {
         if previous == nil || previous?.identifiers != record.identifiers || previous?.identity != record.identity {
             appendHistory(HistoryEntry(
                 time: now, appID: appID, event: .registered,
-                detail: "registered \(record.identifiers.joined(separator: ", ")) as \(identity.source.rawValue)"))
+                detail: "registered \(Self.listed(record.identifiers)) as \(identity.source.rawValue)"))
         }
         logger.info(
             "App registered",

@@ -198,6 +198,30 @@ def test_an_apps_run_task_error_of_megabytes_is_quoted_briefly_everywhere(world)
     assert len(agent.cli("history", app_id).stdout) < 10_000
 
 
+def test_a_registration_of_many_long_identifiers_is_recorded_briefly(world):
+    """Register takes up to 64 identifiers of up to 255 bytes; its history entry listed them all
+    (16 KB), so an app registering again and again with a changed list (4,400 times, 44 s here)
+    made `bgpolicy history --limit 10000` fail ('the reply could not be encoded': over D-Bus's
+    64 MiB) and the database 81 MB. The entry names those that fit in 512 bytes, then how many
+    more."""
+    agent = world.start_agent()
+    app_id = "org.example.Many"
+    identifiers = sorted(f"{app_id}.t{i:02d}" + "x" * (255 - len(app_id) - 4) for i in range(64))
+    assert {len(i) for i in identifiers} == {255}
+    app = world.app("many")
+    for listed in (identifiers, identifiers[:-1]):
+        assert app.register(listed, app_id=app_id) == app_id
+    entries = agent.events("registered", app_id=app_id)
+    assert len(entries) == 2, entries
+    for entry, count in zip(entries, (64, 63)):
+        assert entry["detail"] == f"registered {identifiers[0]}, {identifiers[1]} and {count - 2} more as unverified", entry
+    # A short list is named whole.
+    short = world.app("short")
+    assert short.register([f"{app_id}2.a", f"{app_id}2.b"], app_id=f"{app_id}2") == f"{app_id}2"
+    (entry,) = agent.events("registered", app_id=f"{app_id}2")
+    assert entry["detail"] == f"registered {app_id}2.a, {app_id}2.b as unverified", entry
+
+
 def test_pending_and_history_of_a_known_app_with_nothing_to_show(world):
     """A registered app with nothing pending, or no events in the window, is no error: only
     an app the agent does not know is refused (test_agent)."""
