@@ -144,6 +144,7 @@ extension TaskEngine {
         appsInUse.remove(appID)
         selfReportedInUse.remove(appID)
         lastUsageReport[appID] = nil
+        usageReportBudgets[appID] = nil
         inUseByLogAtStart.remove(appID)
         sessionStartedUnits.forget(appID)
         if appLeft?.appID == appID { appLeft = nil }

@@ -127,6 +127,8 @@ actor TaskEngine {
     /// Each app's last `ReportUsage` state in this run, until the user is seen leaving the app
     /// (`noteLeft`) or its last connection goes: a report of the same state is not recorded.
     var lastUsageReport: [AppID: UsageState] = [:]
+    /// Each app's budget of usage changes recorded from `ReportUsage` (`UsageReportBudget`).
+    var usageReportBudgets: [AppID: UsageReportBudget] = [:]
     /// The app units running that the user opened (not ones the agent launched), by app, as the
     /// user manager said at connect and since: such an app is left when its last unit goes, not
     /// when its bus connection does.
@@ -739,10 +741,21 @@ actor TaskEngine {
         // The state the app last reported, again: nothing changed. Not a second open for the
         // predictor, nor a row: an app that reports in a loop must not fill the usage log.
         if lastUsageReport[appID] == state { return }
+        let instant = ContinuousClock.now
+        var budget = usageReportBudgets[appID] ?? UsageReportBudget(at: instant)
+        defer { usageReportBudgets[appID] = budget }
+        guard budget.allows(at: instant) else {
+            throw SchedulerError(
+                .limitsExceeded,
+                "\(appID) reported more changes of its usage state than a person makes (\(Int(UsageReportBudget.burst)) at once, "
+                    + "then one a second); this one was not recorded. Send it again in a second, and report only "
+                    + "when the user brings the app up or leaves it")
+        }
         let now = Self.wallNow()
         do {
             // Remembered once the row is in: a report the disk refused is recorded when sent again.
             try appendUsage(appID, state, at: now)
+            budget.spend()
             if state == .foreground {
                 selfReportedInUse.insert(appID)
                 lastUsageReport[appID] = state

@@ -118,6 +118,22 @@ def test_a_refresh_that_did_not_run_is_taken_back_when_the_clock_was_set_meanwhi
         assert "refresh-interval" not in explanation["blocking"], explanation
 
 
+def write_usage_rows(world, count, prefix):
+    """At least `count` rows of the usage log written now, as apps write them: `ReportUsage`
+    changes from apps `<prefix>0`, `<prefix>1` … (connections of this process), each within
+    the 60 changes at once an app may make (`UsageReportBudget`). Returns how many."""
+    written = 0
+    while written < count:
+        conn = world.stack.push(th.ch.GBus(world.address)).conn
+        app_id = f"{prefix}{written // 60}"
+        th.call(conn, th.SCHEDULER, "Register", "asa{sv}",
+                ([f"{app_id}.refresh"], th.register_options(app_id=app_id)), "(s)")
+        for i in range(60):
+            th.call(conn, th.SCHEDULER, "ReportUsage", "s", ("background" if i % 2 == 0 else "foreground",))
+        written += 60
+    return written
+
+
 @pytest.mark.skipif(not may_set_the_clock(), reason="setting the wall clock needs CAP_SYS_TIME")
 def test_a_clock_set_weeks_ahead_while_the_agent_runs_prunes_nothing_early(world):
     """Three weeks of usage in the log and an hour of history; the clock is set 9 weeks ahead
@@ -147,8 +163,7 @@ def test_a_clock_set_weeks_ahead_while_the_agent_runs_prunes_nothing_early(world
     # The old rows, and the registrations' opens.
     assert usage_before >= len(old) and history_before > 0, (usage_before, history_before)
     with clock_stepped(9 * 7 * 86400):
-        for i in range(1000):
-            app.scheduler("ReportUsage", "s", ("foreground" if i % 2 == 0 else "background",))
+        write_usage_rows(world, 1000, "org.example.Busy")
         for i in range(1000):
             agent.set_app_enabled("org.example.Mail", i % 2 == 1)
         assert agent.alive()
@@ -157,9 +172,7 @@ def test_a_clock_set_weeks_ahead_while_the_agent_runs_prunes_nothing_early(world
         # kept for this boot rather than count from them. Without that, it pruned everything.
         agent.stop()
         agent.restart()
-        app = world.registered_app("org.example.Mail", ["org.example.Mail.refresh"], name="mail after the restart")
-        for i in range(1000):
-            app.scheduler("ReportUsage", "s", ("foreground" if i % 2 == 0 else "background",))
+        write_usage_rows(world, 1000, "org.example.Later")
         assert agent.alive()
     agent.stop()
     assert counts(stepped_at) == (usage_before, history_before), agent.stderr_tail()

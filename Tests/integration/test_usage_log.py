@@ -269,6 +269,38 @@ def test_a_usage_report_of_the_state_reported_last_records_nothing(world):
         usage_rows(world)
 
 
+def test_an_app_alternating_its_usage_state_in_a_loop_is_refused_past_a_persons_pace(world):
+    """Each change of state is a row of the usage log, kept for 8 weeks: an app alternating
+    foreground and background in a loop wrote about 600 a second, gigabytes a day, from one
+    client. 60 changes are recorded at once, then one a second; those past it are refused with
+    LimitsExceeded saying so and are not recorded, and one sent again a second later is."""
+    agent = world.start_agent()
+    app = world.registered_app("org.example.Flip", ["org.example.Flip.refresh"])
+    started = time.monotonic()
+    accepted, refusals = [], []
+    for n in range(200):
+        state = "background" if n % 2 == 0 else "foreground"
+        try:
+            app.scheduler("ReportUsage", "s", (state,))
+            # After a refusal, the next report is of the state recorded last: no change.
+            if state != (accepted[-1] if accepted else "foreground"):
+                accepted.append(state)
+        except th.AgentError as error:
+            assert error.name == "org.bgpolicy.Error.LimitsExceeded", error
+            refusals.append(error.message)
+    elapsed = time.monotonic() - started
+    assert 60 <= len(accepted) <= 60 + elapsed + 1, (len(accepted), elapsed)
+    assert refusals and "this one was not recorded. Send it again in a second" in refusals[0], refusals[:1]
+    # The refused change is recorded when sent again once the budget allows it.
+    refused = "foreground" if accepted[-1] == "background" else "background"
+    time.sleep(1.1)
+    app.scheduler("ReportUsage", "s", (refused,))
+    agent.stop()
+    # The registration's open, then each change recorded, and nothing refused.
+    assert usage_rows(world) == [("org.example.Flip", "foreground")] + \
+        [("org.example.Flip", state) for state in accepted + [refused]], len(usage_rows(world))
+
+
 def test_opens_known_only_from_registrations_are_learned_again_after_a_restart(world):
     """An app the user manager does not see (no app unit: a session without app scopes, or an
     unverified app id) is opened only by its registrations. Each is in the usage log, as its
