@@ -97,6 +97,12 @@ struct ConditionsService: Sendable {
             // group's cancelling stopped did not say so themselves; see `run(_:rereads:)`.)
             if !Task.isCancelled {
                 for (source, _) in sources { await hub.apply(.lost, from: source.name) }
+                // Nor can logind's resume reach the agent any more.
+                if logind.sleepWithoutResume {
+                    logger.warning(
+                        "The system bus was lost while the machine was preparing for sleep, before logind said it resumed; taken as resumed")
+                    await logind.takeSleepAsResumed()
+                }
             }
         }
     }

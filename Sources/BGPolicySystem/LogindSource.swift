@@ -21,7 +21,10 @@ import Synchronization
 /// - Sleep: a `sleep` delay inhibitor is held while awake. On `PrepareForSleep(true)` the
 ///   agent is told (it expires running slices), then the inhibitor is released so the machine
 ///   may sleep; on `PrepareForSleep(false)` it is taken again and the agent is told to read
-///   everything anew.
+///   everything anew. A sleep announced and never followed by its resume (logind left the bus
+///   in between: it crashed, or was restarted during the suspend) is taken as resumed when
+///   logind goes, or comes back not `PreparingForSleep`: the agent runs, so the machine is
+///   awake, and it held all work until its own restart.
 public struct LogindSource: ConditionSource {
     public static let busName = "org.freedesktop.login1"
     static let managerPath = try! ObjectPath("/org/freedesktop/login1")
@@ -34,15 +37,44 @@ public struct LogindSource: ConditionSource {
     let uid: UInt32
     let onSleep: @Sendable (SleepEvent) async -> Void
 
+    /// Whether the last event told was `.preparing`, across the follower's sessions.
+    let sleepAnnounced = SleepAnnounced()
+
     public init(systemBus: DBusConnection, uid: UInt32? = nil, onSleep: @escaping @Sendable (SleepEvent) async -> Void) {
         connection = systemBus
         self.uid = uid ?? getuid()
         self.onSleep = onSleep
     }
 
+    private func tell(_ event: SleepEvent) async {
+        sleepAnnounced.set(event == .preparing)
+        await onSleep(event)
+    }
+
+    /// A sleep was announced, and its resume not yet.
+    public var sleepWithoutResume: Bool { sleepAnnounced.isSet }
+
+    /// Tells the agent the machine resumed if the last word was a sleep: for when nobody is
+    /// left to announce its end. Running, the machine is awake.
+    public func takeSleepAsResumed() async {
+        guard sleepAnnounced.isSet else { return }
+        await tell(.resumed)
+    }
+
+    /// `takeSleepAsResumed`, logged (`why`: what went).
+    func resumeUnannouncedSleep(_ logger: Logger, why: String) async {
+        guard sleepAnnounced.isSet else { return }
+        logger.warning("\(why) while the machine was preparing for sleep, before it said the machine resumed; taken as resumed")
+        await takeSleepAsResumed()
+    }
+
     public func run(_ context: SourceContext) async {
         let follower = DaemonFollower(connection: connection, name: Self.busName, logger: context.logger, sleep: context.sleep)
-        await follower.run(rereads: context.rereads, lost: { await context.report(.lost) }) { owner in
+        let lost: @Sendable () async -> Void = {
+            await context.report(.lost)
+            await resumeUnannouncedSleep(context.logger, why: "logind left the bus (or stopped answering)")
+        }
+        await follower.run(rereads: context.rereads, lost: lost) { owner in
             let manager = RemoteObject(connection: connection, owner: owner, path: Self.managerPath, interface: Self.managerInterface)
             let sleeps = try await connection.subscribe(
                 MatchRule(sender: owner, interface: Self.managerInterface, member: "PrepareForSleep", path: Self.managerPath))
@@ -71,8 +103,12 @@ public struct LogindSource: ConditionSource {
     }
 
     private func followSleep(manager: RemoteObject, signals: SignalSubscription, logger: Logger) async throws {
+        // A sleep announced by a logind before this one: this one says whether it still holds.
+        if sleepAnnounced.isSet, (try? await manager.get("PreparingForSleep")) != .boolean(true) {
+            await resumeUnannouncedSleep(logger, why: "logind came back not preparing for sleep")
+        }
         // The descriptor is the inhibitor: closing it (dropping the last reference) releases it.
-        var inhibitor = await takeInhibitor(manager, logger: logger)
+        var inhibitor = sleepAnnounced.isSet ? nil : await takeInhibitor(manager, logger: logger)
         defer { _ = inhibitor }
         for try await signal in signals {
             guard case .boolean(let start)? = signal.body.first, signal.body.count == 1 else {
@@ -81,12 +117,12 @@ public struct LogindSource: ConditionSource {
             }
             if start {
                 logger.info("Preparing for sleep")
-                await onSleep(.preparing)
+                await tell(.preparing)
                 inhibitor = nil
             } else {
                 logger.info("Resumed from sleep")
                 if inhibitor == nil { inhibitor = await takeInhibitor(manager, logger: logger) }
-                await onSleep(.resumed)
+                await tell(.resumed)
             }
         }
     }
@@ -224,5 +260,16 @@ private final class FollowEnded: Sendable {
     var value: Bool {
         get { flag.withLock { $0 } }
         set { flag.withLock { $0 = newValue } }
+    }
+}
+
+/// Whether the machine's sleep was announced to the agent and its resume not yet.
+final class SleepAnnounced: Sendable {
+    private let state = Mutex(false)
+
+    var isSet: Bool { state.withLock { $0 } }
+
+    func set(_ value: Bool) {
+        state.withLock { $0 = value }
     }
 }

@@ -41,3 +41,28 @@ def test_running_slices_expire_before_sleep_and_nothing_starts_until_resume(worl
     prepare_for_sleep(logind, False)
     resumed = app.wait_run_task(second, timeout=5)
     assert resumed["identifier"] == second
+
+
+def test_logind_gone_while_preparing_for_sleep_does_not_hold_work_for_good(world):
+    """PrepareForSleep(true), and then logind leaves the bus (it crashed, or was restarted during
+    the suspend) before it says PrepareForSleep(false): nothing could ever tell the agent it
+    resumed, and it held every slice and refused every background task ("the machine is going
+    to sleep") until the agent restarted. Running code means the machine is awake: with
+    logind gone the agent takes it as resumed, and logind back without preparing for sleep
+    says the same."""
+    logind = world.start_logind()
+    agent = world.start_agent()
+    app_id = "org.example.Sleeper"
+    identifier = f"{app_id}.refresh"
+    app = world.registered_app(app_id, [identifier])
+    prepare_for_sleep(logind, True)
+    app.submit(identifier, "refresh")
+    wait_until(lambda: "sleeping" in agent.explain(app_id, identifier)["blocking"], 5, "Explain names sleeping")
+
+    logind.proc.kill()
+    wait_until(lambda: "sleeping" not in agent.explain(app_id, identifier)["blocking"], 5,
+               "the agent to stop waiting for a resume nobody can announce")
+    run = app.wait_run_task(identifier, timeout=5)
+    app.complete(run["task_id"])
+    assert "logind left the bus (or stopped answering) while the machine was preparing for sleep" in agent.stderr(), \
+        agent.stderr_tail()
