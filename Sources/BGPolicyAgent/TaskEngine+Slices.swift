@@ -461,7 +461,7 @@ extension TaskEngine {
                         body: [.string(member.taskID), .string(member.request.identifier),
                                .string(member.kind.rawValue), .uint32(UInt32(remaining.rounded())),
                                info.dbusValue]),
-                    timeout: activating ? .seconds(25) : .seconds(10))
+                    timeout: activating ? .seconds(25) : .seconds(10), replyBodyLimit: Self.appReplyBytes)
                 answeredBy = reply.sender ?? answeredBy
                 delivered += 1
                 if member.kind == .refresh { refreshRan = true }
@@ -797,6 +797,9 @@ extension TaskEngine {
 
     /// How much of an app's error message a delivery failure quotes whole.
     static let appMessageBytes = 1024
+    /// The most of an app's answer to RunTask that is read: RunTask returns nothing, and an
+    /// error needs only its name and a line (`DBusConnection.call(_:timeout:replyBodyLimit:)`).
+    static let appReplyBytes = 64 * 1024
 
     static func describe(deliveryError error: any Error, target: String) -> String {
         switch error {

@@ -189,15 +189,22 @@ public final class DBusConnection: Sendable {
     /// Calls a method and returns its reply, or throws its error.
     ///
     /// - Parameter timeout: after which the call fails with `org.freedesktop.DBus.Error.NoReply`.
-    public func call(_ message: Message, timeout: Duration = .seconds(25)) async throws -> Message {
-        let reply = try await exchange(message, timeout: timeout)
+    /// - Parameter replyBodyLimit: for a peer that is not trusted (an app): a reply whose body
+    ///   takes more bytes than this in the wire format is not read (measured first, without a
+    ///   copy). It comes back with its headers and no body (an error with its message alone, when
+    ///   that is a string). Read, an `ay` takes about 24 bytes per byte: an app answering with 50 MB
+    ///   took an agent to 1.7 GB, its connection's thread busy for seconds.
+    public func call(_ message: Message, timeout: Duration = .seconds(25), replyBodyLimit: Int? = nil) async throws -> Message {
+        let reply = try await exchange(message, timeout: timeout, replyBodyLimit: replyBodyLimit)
         if let error = reply.asError { throw error }
         return reply
     }
 
     /// `call`, returning an error reply rather than throwing it (its sender tells the bus's own
     /// errors from libdbus's `NoReply`). `written` is set once the message is handed to libdbus.
-    func exchange(_ message: Message, timeout: Duration = .seconds(25), written: CallWritten? = nil) async throws -> Message {
+    func exchange(
+        _ message: Message, timeout: Duration = .seconds(25), written: CallWritten? = nil, replyBodyLimit: Int? = nil
+    ) async throws -> Message {
         precondition(message.kind == .methodCall, "call(_:) sends method calls; use send(_:) for other messages")
         try Task.checkCancellation()
         let raw = try message.encode()
@@ -214,7 +221,9 @@ public final class DBusConnection: Sendable {
         return try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Message, any Error>) in
                 let queued = loop.enqueue { loop in
-                    loop.startCall(id: id, raw: raw, timeoutMilliseconds: ms, written: written, continuation: continuation)
+                    loop.startCall(
+                        id: id, raw: raw, timeoutMilliseconds: ms, written: written, replyBodyLimit: replyBodyLimit,
+                        continuation: continuation)
                 }
                 if !queued { continuation.resume(throwing: DBusError.disconnected) }
             }

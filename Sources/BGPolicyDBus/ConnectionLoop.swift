@@ -36,6 +36,8 @@ final class ConnectionLoop: @unchecked Sendable {
     struct PendingCall {
         let pointer: OpaquePointer
         let continuation: CheckedContinuation<Message, any Error>
+        /// The most bytes of reply body read (`DBusConnection.call(_:timeout:replyBodyLimit:)`).
+        var replyBodyLimit: Int?
     }
 
     init() throws(DBusError) {
@@ -260,7 +262,7 @@ final class ConnectionLoop: @unchecked Sendable {
     }
 
     func startCall(
-        id: UInt64, raw: RawMessage, timeoutMilliseconds: Int32, written: CallWritten? = nil,
+        id: UInt64, raw: RawMessage, timeoutMilliseconds: Int32, written: CallWritten? = nil, replyBodyLimit: Int? = nil,
         continuation: CheckedContinuation<Message, any Error>
     ) {
         if cancelledBeforeStart.remove(id) != nil {
@@ -287,7 +289,7 @@ final class ConnectionLoop: @unchecked Sendable {
             return
         }
         written?.set()
-        pendingCalls[id] = PendingCall(pointer: pending, continuation: continuation)
+        pendingCalls[id] = PendingCall(pointer: pending, continuation: continuation, replyBodyLimit: replyBodyLimit)
         let context = Unmanaged.passRetained(PendingContext(loop: self, id: id)).toOpaque()
         guard dbus_pending_call_set_notify(pending, pendingNotify, context, pendingContextFree) != 0 else {
             Unmanaged<PendingContext>.fromOpaque(context).release()
@@ -328,7 +330,21 @@ final class ConnectionLoop: @unchecked Sendable {
         }
         let raw = RawMessage(taking: reply)
         do {
-            call.continuation.resume(returning: try Message(decoding: raw.pointer))
+            guard let limit = call.replyBodyLimit else {
+                call.continuation.resume(returning: try Message(decoding: raw.pointer))
+                return
+            }
+            let incoming = try IncomingMessage(raw.pointer)
+            guard incoming.bodyLength(upTo: limit) == nil else {
+                call.continuation.resume(returning: try incoming.decoded())
+                return
+            }
+            var headers = incoming.header
+            if headers.kind == .error {
+                // Its message alone, read without the rest: a string costs its own bytes.
+                headers.body = [.string(incoming.stringArgument(0) ?? "(a reply of more than \(limit) bytes, not read)")]
+            }
+            call.continuation.resume(returning: headers)
         } catch {
             call.continuation.resume(throwing: error)
         }
