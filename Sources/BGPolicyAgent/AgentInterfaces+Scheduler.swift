@@ -21,7 +21,7 @@ extension AgentInterfaces {
             UnknownTask, LimitsExceeded (a call's arguments over 1 MiB in the wire format;
             more than 256 calls, or 4 MiB of arguments, waiting from one caller; 16
             background tasks under way for the app; content-available wakes over the
-            hour's allowance), Failed (the database refused a write: nothing was changed),
+            hour's allowance; usage changes faster than 60 at once, then one a second), Failed (the database refused a write: nothing was changed),
             and for a call the agent cannot route UnknownObject, UnknownInterface,
             UnknownMethod, UnknownProperty or PropertyReadOnly, each with a message that
             says what to do.
