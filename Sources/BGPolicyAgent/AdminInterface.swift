@@ -106,7 +106,7 @@ struct AdminInterface: Sendable {
                 try call.arguments.expect("sxu")
                 try await requireOutsideSandbox(call.sender)
                 let text = try call.arguments.decode(String.self, at: 0)
-                guard let appID = AppID(rawValue: text) else { throw SchedulerError.unknownApp(text) }
+                let appID = try SchedulerError.appID(text)
                 let entries = try await engine.history(
                     of: appID, since: call.arguments.decode(Int64.self, at: 1), limit: call.arguments.decode(UInt32.self, at: 2))
                 return [entries.map(TaskEngine.dictionary).dbusValue]

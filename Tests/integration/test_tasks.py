@@ -120,6 +120,7 @@ ADMIN_APP_CALLS = {
     "Explain": ("ss", lambda app: (app, "org.example.Sim.refresh")),
     "SimulateLaunch": ("ss", lambda app: (app, "org.example.Sim.refresh")),
     "SimulateExpiration": ("ss", lambda app: (app, "org.example.Sim.refresh")),
+    "GetAppHistory": ("sxu", lambda app: (app, 0, 0)),
 }
 
 
