@@ -33,6 +33,33 @@ struct AgentCrashTests {
         return try #require(await delivered.next())
     }
 
+    /// A refresh launched and a background task begun, each with an expiration handler that
+    /// notes which ran; then `end()` (the agent or the bus going away under the app) must run
+    /// both, and leave the scheduler with nothing running.
+    static func expectRunningWorkExpires(
+        _ scheduler: BGTaskScheduler, on agent: RealAgent, _ delivered: inout AsyncStream<BGTask>.Iterator,
+        when end: () async throws -> Void
+    ) async throws -> (task: BGTask, warned: Warned) {
+        let task = try await launchRefresh(scheduler, on: agent, &delivered)
+        let warned = Warned()
+        task.expirationHandler = { warned.note("task") }
+        _ = try await scheduler.beginBackgroundTask(name: "save") { warned.note("background task") }
+
+        try await end()
+        try await waitUntil("both expiration handlers to run") { warned.all.count == 2 }
+        #expect(Set(warned.all) == ["task", "background task"])
+        #expect(task.isExpired)
+        #expect(scheduler.state.withLock { $0.running.isEmpty && $0.backgroundTasks.isEmpty })
+        return (task, warned)
+    }
+
+    /// Which expiration handlers ran, in order.
+    final class Warned: Sendable {
+        private let names = Mutex<[String]>([])
+        func note(_ name: String) { names.withLock { $0.append(name) } }
+        var all: [String] { names.withLock { $0 } }
+    }
+
     /// An agent that stops cleanly sends `ExpireTask` for the slices it ends; one that is killed
     /// cannot, and records them `interrupted` at its next start. The library kept such a task
     /// running, its expiration handler never called, and a background task the same: the app
@@ -44,16 +71,7 @@ struct AgentCrashTests {
         var delivered = tasks
         defer { scheduler.disconnect() }
 
-        let task = try await Self.launchRefresh(scheduler, on: agent, &delivered)
-        let warned = Mutex<[String]>([])
-        task.expirationHandler = { warned.withLock { $0.append("task") } }
-        _ = try await scheduler.beginBackgroundTask(name: "save") { warned.withLock { $0.append("background task") } }
-
-        try await agent.kill()
-        try await waitUntil("both expiration handlers to run") { warned.withLock { $0.count } == 2 }
-        #expect(Set(warned.withLock { $0 }) == ["task", "background task"])
-        #expect(task.isExpired)
-        #expect(scheduler.state.withLock { $0.running.isEmpty && $0.backgroundTasks.isEmpty })
+        let (task, warned) = try await Self.expectRunningWorkExpires(scheduler, on: agent, &delivered) { try await agent.kill() }
         let late = await #expect(throws: BGTaskSchedulerError.self) { try await task.setTaskCompleted(success: false).value }
         #expect(late?.code == .agentNotRunning)
 
@@ -63,9 +81,9 @@ struct AgentCrashTests {
             try await agent.app(Self.app)?["connected"] == Variant(.boolean(true))
         }
         let next = try await Self.launchRefresh(scheduler, on: agent, &delivered)
-        next.expirationHandler = { warned.withLock { $0.append("next task") } }
+        next.expirationHandler = { warned.note("next task") }
         try await Task.sleep(for: .milliseconds(500))
-        #expect(!next.isExpired && warned.withLock { $0.count } == 2)
+        #expect(!next.isExpired && warned.all.count == 2)
         try await next.setTaskCompleted(success: true, result: .noData).value
         #expect(try await agent.history(of: Self.app).map(\.event).suffix(2) == ["delivered", "completed"])
     }
@@ -81,16 +99,7 @@ struct AgentCrashTests {
         var delivered = tasks
         defer { scheduler.disconnect() }
 
-        let task = try await Self.launchRefresh(scheduler, on: agent, &delivered)
-        let warned = Mutex<[String]>([])
-        task.expirationHandler = { warned.withLock { $0.append("task") } }
-        _ = try await scheduler.beginBackgroundTask(name: "save") { warned.withLock { $0.append("background task") } }
-
-        agent.bus.crash()
-        try await waitUntil("both expiration handlers to run") { warned.withLock { $0.count } == 2 }
-        #expect(Set(warned.withLock { $0 }) == ["task", "background task"])
-        #expect(task.isExpired)
-        #expect(scheduler.state.withLock { $0.running.isEmpty && $0.backgroundTasks.isEmpty })
+        _ = try await Self.expectRunningWorkExpires(scheduler, on: agent, &delivered) { agent.bus.crash() }
     }
 
     /// The bus answers a call whose callee left without replying with `NoReply`, "Message

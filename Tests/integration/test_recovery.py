@@ -251,6 +251,18 @@ def test_damage_found_while_the_agent_runs_stops_it_and_the_next_start_recovers(
     assert not marker.exists()
 
 
+def killed_and_restarted_with_every_request(agent):
+    """SIGKILLs `agent` and starts it again: it must start without a critical line and still
+    hold the app, its three requests and their three `submitted` entries."""
+    agent.sigkill()
+    agent.restart()
+    assert critical_lines(agent.proc.stderr()) == [], agent.stderr_tail()
+    assert [a["app_id"] for a in agent.list_apps()] == [APP]
+    assert pending_identifiers(agent) == IDENTIFIERS
+    submitted = [e for e in agent.history() if e.get("event") == "submitted"]
+    assert len(submitted) == 3, agent.history()
+
+
 @pytest.mark.parametrize("what", ["the state directory", "the database file alone"])
 def test_a_database_removed_under_the_running_agent_is_written_again(world, what):
     """Someone removes the agent's state (the whole directory, or the file and not its -wal)
@@ -276,13 +288,7 @@ def test_a_database_removed_under_the_running_agent_is_written_again(world, what
     app.submit(IDENTIFIERS[2], "processing", earliest_begin=later(3600))
     assert agent.alive() and critical_lines(agent.stderr()) == [], agent.stderr_tail()
 
-    agent.sigkill()
-    agent.restart()
-    assert critical_lines(agent.proc.stderr()) == [], agent.stderr_tail()
-    assert [a["app_id"] for a in agent.list_apps()] == [APP]
-    assert pending_identifiers(agent) == IDENTIFIERS
-    submitted = [e for e in agent.history() if e.get("event") == "submitted"]
-    assert len(submitted) == 3, agent.history()
+    killed_and_restarted_with_every_request(agent)
 
 
 def test_a_log_removed_under_the_running_agent_loses_nothing_at_a_crash(world):
@@ -306,13 +312,7 @@ def test_a_log_removed_under_the_running_agent_loses_nothing_at_a_crash(world):
     # A log that stays is no removal: the file is written again once, not at every write.
     assert agent.stderr().count("The database's log (its -wal file) was removed") == 1, agent.stderr_tail()
 
-    agent.sigkill()
-    agent.restart()
-    assert critical_lines(agent.proc.stderr()) == [], agent.stderr_tail()
-    assert [a["app_id"] for a in agent.list_apps()] == [APP]
-    assert pending_identifiers(agent) == IDENTIFIERS
-    submitted = [e for e in agent.history() if e.get("event") == "submitted"]
-    assert len(submitted) == 3, agent.history()
+    killed_and_restarted_with_every_request(agent)
 
 
 def test_a_file_marked_damaged_is_moved_aside_even_if_quick_check_passes(world):
