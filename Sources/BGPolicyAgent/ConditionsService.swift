@@ -98,11 +98,7 @@ struct ConditionsService: Sendable {
             if !Task.isCancelled {
                 for (source, _) in sources { await hub.apply(.lost, from: source.name) }
                 // Nor can logind's resume reach the agent any more.
-                if logind.sleepWithoutResume {
-                    logger.warning(
-                        "The system bus was lost while the machine was preparing for sleep, before logind said it resumed; taken as resumed")
-                    await logind.takeSleepAsResumed()
-                }
+                await logind.resumeUnannouncedSleep(logger, why: "The system bus was lost")
             }
         }
     }

@@ -1,7 +1,7 @@
 public import BGPolicyCore
 public import BGPolicyDBus
 import Glibc
-import Logging
+public import Logging
 import Synchronization
 
 /// The user's graphical session and the machine's sleep, from systemd-logind (system bus).
@@ -37,8 +37,9 @@ public struct LogindSource: ConditionSource {
     let uid: UInt32
     let onSleep: @Sendable (SleepEvent) async -> Void
 
-    /// Whether the last event told was `.preparing`, across the follower's sessions.
-    let sleepAnnounced = SleepAnnounced()
+    /// Whether the last event told was `.preparing` (a sleep announced, its resume not yet),
+    /// across the follower's sessions.
+    let sleepAnnounced = SharedFlag()
 
     public init(systemBus: DBusConnection, uid: UInt32? = nil, onSleep: @escaping @Sendable (SleepEvent) async -> Void) {
         connection = systemBus
@@ -47,25 +48,16 @@ public struct LogindSource: ConditionSource {
     }
 
     private func tell(_ event: SleepEvent) async {
-        sleepAnnounced.set(event == .preparing)
+        sleepAnnounced.value = event == .preparing
         await onSleep(event)
     }
 
-    /// A sleep was announced, and its resume not yet.
-    public var sleepWithoutResume: Bool { sleepAnnounced.isSet }
-
-    /// Tells the agent the machine resumed if the last word was a sleep: for when nobody is
-    /// left to announce its end. Running, the machine is awake.
-    public func takeSleepAsResumed() async {
-        guard sleepAnnounced.isSet else { return }
+    /// Tells the agent the machine resumed, with a warning, if the last word was a sleep: for
+    /// when nobody is left to announce its end (`why`: what went). Running, the machine is awake.
+    public func resumeUnannouncedSleep(_ logger: Logger, why: String) async {
+        guard sleepAnnounced.value else { return }
+        logger.warning("\(why) while the machine was preparing for sleep, before logind said the machine resumed; taken as resumed")
         await tell(.resumed)
-    }
-
-    /// `takeSleepAsResumed`, logged (`why`: what went).
-    func resumeUnannouncedSleep(_ logger: Logger, why: String) async {
-        guard sleepAnnounced.isSet else { return }
-        logger.warning("\(why) while the machine was preparing for sleep, before it said the machine resumed; taken as resumed")
-        await takeSleepAsResumed()
     }
 
     public func run(_ context: SourceContext) async {
@@ -104,11 +96,11 @@ public struct LogindSource: ConditionSource {
 
     private func followSleep(manager: RemoteObject, signals: SignalSubscription, logger: Logger) async throws {
         // A sleep announced by a logind before this one: this one says whether it still holds.
-        if sleepAnnounced.isSet, (try? await manager.get("PreparingForSleep")) != .boolean(true) {
+        if sleepAnnounced.value, (try? await manager.get("PreparingForSleep")) != .boolean(true) {
             await resumeUnannouncedSleep(logger, why: "logind came back not preparing for sleep")
         }
         // The descriptor is the inhibitor: closing it (dropping the last reference) releases it.
-        var inhibitor = sleepAnnounced.isSet ? nil : await takeInhibitor(manager, logger: logger)
+        var inhibitor = sleepAnnounced.value ? nil : await takeInhibitor(manager, logger: logger)
         defer { _ = inhibitor }
         for try await signal in signals {
             guard case .boolean(let start)? = signal.body.first, signal.body.count == 1 else {
@@ -146,7 +138,7 @@ public struct LogindSource: ConditionSource {
             group.addTask {
                 var followed: ObjectPath?
                 var following: Task<Void, Never>?
-                let ended = FollowEnded()
+                let ended = SharedFlag()
                 defer { following?.cancel() }
                 var chose = false
                 var next = changes.makeAsyncIterator()
@@ -253,23 +245,13 @@ public struct LogindSource: ConditionSource {
     }
 }
 
-/// Whether the session being followed has stopped with an error (set by its task, read by the
-/// loop that chooses the session).
-private final class FollowEnded: Sendable {
+/// A flag that tasks share: whether the session being followed has stopped with an error (set
+/// by its task, read by the loop that chooses the session); whether a sleep was announced and
+/// its resume not yet (`sleepAnnounced`).
+final class SharedFlag: Sendable {
     private let flag = Mutex(false)
     var value: Bool {
         get { flag.withLock { $0 } }
         set { flag.withLock { $0 = newValue } }
-    }
-}
-
-/// Whether the machine's sleep was announced to the agent and its resume not yet.
-final class SleepAnnounced: Sendable {
-    private let state = Mutex(false)
-
-    var isSet: Bool { state.withLock { $0 } }
-
-    func set(_ value: Bool) {
-        state.withLock { $0 = value }
     }
 }
