@@ -375,10 +375,6 @@ actor TaskEngine {
         }
     }
 
-    // MARK: Store failures
-
-    /// A write (or read) the store refused, for a caller's request: logged, since the caller is
-    /// told to look in the journal, and worded for the caller (`SchedulerError.storage`).
     /// Identifiers as a history entry lists them: whole while they fit in `budget` bytes, then
     /// how many more. A registration's entry named all of them, up to 64 of 255 bytes (16 KB),
     /// and an app registering again and again with a changed list filled its 20,000 entries of
@@ -396,6 +392,10 @@ actor TaskEngine {
         return text
     }
 
+    // MARK: Store failures
+
+    /// A write (or read) the store refused, for a caller's request: logged, since the caller is
+    /// told to look in the journal, and worded for the caller (`SchedulerError.storage`).
     func storeFailed(_ error: StoreError, _ what: String) -> SchedulerError {
         logger.error("The database failed on \(what); the caller was told nothing changed", metadata: ["error": "\(error)"])
         return .storage(error)

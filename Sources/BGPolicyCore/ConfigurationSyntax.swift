@@ -50,6 +50,7 @@ enum ConfigurationSyntax {
         guard index < chars.count else {
             throw ConfigurationValueError("expected a duration such as \(durationExamples), got \"\(text)\"")
         }
+        let units = minutesAsM ? durationUnits + [(names: ["m"], nanoseconds: 60_000_000_000)] : durationUnits
         var parts = 0
         // What follows a whole part (`60m` in `60m:x`) is named: the part before it was fine.
         func strayText() -> ConfigurationValueError {
@@ -85,7 +86,6 @@ enum ConfigurationSyntax {
                     "expected a duration, but \"\(number)\"\(within) has no unit; add one, like \"\(number)s\" or \"\(number)min\""
                 )
             }
-            let units = minutesAsM ? durationUnits + [(names: ["m"], nanoseconds: 60_000_000_000)] : durationUnits
             guard let nanosecondsPerUnit = units.first(where: { $0.names.contains(unit) })?.nanoseconds else {
                 var message = "expected a duration, but \"\(text)\" has the unknown unit \"\(unit)\""
                 // "minuts" is as close to "minute" as to "minutes": suggest the unit, not a spelling.
