@@ -632,8 +632,8 @@ public final class BGTaskScheduler: Sendable {
     /// read (`link.agent`), never behind the owner stream: a task the new agent launched
     /// before this stream caught up is its own, and goes on.
     private func agentOwnerChanged(to owner: String?, on link: AgentLink) {
-        let (ended, endedBackground): ([BGTask], [BackgroundTaskEntry]) = state.withLock { s in
-            guard s.link === link else { return ([], []) }
+        state.withLock { s in
+            guard s.link === link else { return Ended() }
             // Read under the lock that RunTask adds its task under, after the owner it was
             // checked against: a task launched since is never judged by an older owner.
             let current = link.agent.owner
@@ -659,13 +659,8 @@ public final class BGTaskScheduler: Sendable {
             let ended = s.running.values.filter { $0.launcher != current }
             for task in ended { s.running.removeValue(forKey: task.taskID) }
             let endedIDs = s.backgroundTasks.filter { $0.value.grantedBy.map { $0 != current } ?? false }.keys
-            let endedBackground = endedIDs.compactMap { s.backgroundTasks.removeValue(forKey: $0) }
-            return (ended, endedBackground)
-        }
-        for task in ended { task.expire() }
-        for entry in endedBackground {
-            if let handler = entry.expirationHandler { Task { handler() } }
-        }
+            return Ended(tasks: ended, backgroundTasks: endedIDs.compactMap { s.backgroundTasks.removeValue(forKey: $0) })
+        }.expire()
     }
 
     /// The connection of `link` is gone without a `disconnect()`: the bus closed it (the
