@@ -6,14 +6,15 @@
 enum ConfigurationSyntax {
     // MARK: Durations
 
-    /// Units as in systemd.time(7), nanoseconds per unit. Weeks and larger are left out: their
-    /// length is ambiguous to readers and the policy never needs them.
+    /// Units as in systemd.time(7), nanoseconds per unit: `m` is minutes there too (`M`, months,
+    /// is not a unit here). Weeks and larger are left out: their length is ambiguous to readers
+    /// and the policy never needs them.
     static let durationUnits: [(names: [String], nanoseconds: Int64)] = [
         (["ns", "nsec"], 1),
         (["us", "usec", "µs", "μs"], 1_000),
         (["ms", "msec"], 1_000_000),
         (["s", "sec", "secs", "second", "seconds"], 1_000_000_000),
-        (["min", "mins", "minute", "minutes"], 60_000_000_000),
+        (["min", "mins", "minute", "minutes", "m"], 60_000_000_000),
         (["h", "hr", "hrs", "hour", "hours"], 3_600_000_000_000),
         (["d", "day", "days"], 86_400_000_000_000),
     ]
@@ -30,11 +31,9 @@ enum ConfigurationSyntax {
 
     private static let durationExamples = #""30s", "10min", "2h", "7d" or "1h30min""#
 
-    /// Parses `30s`, `5 min`, `1h30min`, `1.5h`, `500ms` into a duration within `range`. With
-    /// `minutesAsM`, `m` is a unit of minutes too (`bgpolicy replay --policy periodic:60m`); the
-    /// configuration file keeps to `min`.
+    /// Parses `30s`, `5 min`, `1h30min`, `90m`, `1.5h`, `500ms` into a duration within `range`.
     static func duration(
-        _ text: String, in range: ClosedRange<Duration>, example: String, minutesAsM: Bool = false
+        _ text: String, in range: ClosedRange<Duration>, example: String
     ) throws(ConfigurationValueError) -> Duration {
         let chars = Array(text)
         var index = 0
@@ -50,7 +49,6 @@ enum ConfigurationSyntax {
         guard index < chars.count else {
             throw ConfigurationValueError("expected a duration such as \(durationExamples), got \"\(text)\"")
         }
-        let units = minutesAsM ? durationUnits + [(names: ["m"], nanoseconds: 60_000_000_000)] : durationUnits
         var parts = 0
         // What follows a whole part (`60m` in `60m:x`) is named: the part before it was fine.
         func strayText() -> ConfigurationValueError {
@@ -86,7 +84,7 @@ enum ConfigurationSyntax {
                     "expected a duration, but \"\(number)\"\(within) has no unit; add one, like \"\(number)s\" or \"\(number)min\""
                 )
             }
-            guard let nanosecondsPerUnit = units.first(where: { $0.names.contains(unit) })?.nanoseconds else {
+            guard let nanosecondsPerUnit = durationUnits.first(where: { $0.names.contains(unit) })?.nanoseconds else {
                 var message = "expected a duration, but \"\(text)\" has the unknown unit \"\(unit)\""
                 // "minuts" is as close to "minute" as to "minutes": suggest the unit, not a spelling.
                 let near = Spelling.closestCandidates(to: unit, among: durationUnits.flatMap(\.names))

@@ -430,6 +430,8 @@ struct ValueSyntaxTests {
         ("5 min", .seconds(300)),
         ("1 minute", .seconds(60)),
         ("3 minutes", .seconds(180)),
+        ("10m", .seconds(600)),
+        ("1h30m", .seconds(5400)),
         ("2h", .seconds(7200)),
         ("1 hour", .seconds(3600)),
         ("3 hours", .seconds(10_800)),

@@ -25,7 +25,7 @@ public enum ReplayPolicyChoice: Sendable, Equatable, CustomStringConvertible {
         let periodic = parts[0] == "periodic"
         let range: ClosedRange<Duration> = periodic ? .seconds(60) ... .seconds(7 * 86_400) : .zero ... .seconds(7 * 86_400)
         do {
-            let duration = try ConfigurationSyntax.duration(amount, in: range, example: periodic ? "60min" : "10min", minutesAsM: true)
+            let duration = try ConfigurationSyntax.duration(amount, in: range, example: periodic ? "60min" : "10min")
             self = periodic ? .periodic(seconds: duration.seconds) : .oracle(seconds: duration.seconds)
         } catch {
             throw ParseError(description: "\(parts[0]):\(parts[1]): \(error.message)")
