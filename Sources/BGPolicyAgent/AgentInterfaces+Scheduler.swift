@@ -54,7 +54,8 @@ extension AgentInterfaces {
                     session's XDG autostart started, or it is background_only (none of these is
                     an open, or in use), or the process started over 5 s before the agent (the
                     agent restarted: not opened again, and in use only if it was when the agent
-                    stopped).
+                    stopped). A new app id when the agent keeps [limits] apps (4096) apps already
+                    is LimitsExceeded: bgpolicy forget makes room.
                     """),
             .init(
                 "Submit",

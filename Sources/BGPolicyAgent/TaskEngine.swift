@@ -129,6 +129,8 @@ actor TaskEngine {
     var lastUsageReport: [AppID: UsageState] = [:]
     /// Each app's budget of usage changes recorded from `ReportUsage` (`UsageReportBudget`).
     var usageReportBudgets: [AppID: UsageReportBudget] = [:]
+    /// When a `Register` was last refused for `[limits] apps` with a warning (`tooManyApps`).
+    var tooManyAppsWarnedAt: ContinuousClock.Instant?
     /// The app units running that the user opened (not ones the agent launched), by app, as the
     /// user manager said at connect and since: such an app is left when its last unit goes, not
     /// when its bus connection does.
@@ -472,6 +474,9 @@ actor TaskEngine {
         if let bound = boundApp[caller], bound != appID {
             throw SchedulerError(.accessDenied, "this connection is already registered as \(bound); use one connection per app")
         }
+        if apps[appID] == nil, apps.count >= configuration.limits.apps {
+            throw tooManyApps(appID, limit: configuration.limits.apps)
+        }
 
         if let busName = options.busName, !busName.isEmpty, !Self.mayUse(busName: busName, appID: appID, identity: identity.source) {
             throw SchedulerError(
@@ -563,6 +568,23 @@ actor TaskEngine {
     }
 
     static let maximumIdentifiers = 64
+
+    /// `LimitsExceeded` for a new app id when the agent keeps `limit` apps already
+    /// (`[limits] apps`), and a warning in the journal at most once an hour, so that a process
+    /// registering ids in a loop shows there without filling it.
+    func tooManyApps(_ appID: AppID, limit: Int) -> SchedulerError {
+        let instant = ContinuousClock.now
+        if tooManyAppsWarnedAt.map({ $0.duration(to: instant) >= .seconds(3600) }) ?? true {
+            tooManyAppsWarnedAt = instant
+            logger.warning(
+                "Refused a new app: the agent keeps as many apps as [limits] apps allows; 'bgpolicy apps' lists them",
+                metadata: ["app.id": "\(appID)", "limit": "\(limit)"])
+        }
+        return SchedulerError(
+            .limitsExceeded,
+            "the agent keeps \(limit) registered apps already, the most [limits] apps allows, so it cannot take \(appID): "
+                + "'bgpolicy apps' lists them, and 'bgpolicy forget APP' removes one no longer used")
+    }
 
     /// Whether an app may name `busName` as the name the agent starts it by: its app id, or a
     /// name under it (`org.example.App.Service`), the names Flatpak lets an app own and the

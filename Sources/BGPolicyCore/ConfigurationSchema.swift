@@ -123,6 +123,9 @@ enum ConfigurationSchema {
             Knob(section: "limits", key: "content_available_per_hour",
                  summary: "Content-available wakes per app per hour on battery, 0 for none; unlimited on AC (SPEC §2 content-available wake).",
                  kind: .count(\.limits.contentAvailablePerHour, 0...3600)),
+            Knob(section: "limits", key: "apps",
+                 summary: "Registered apps the agent keeps at most; Register of a new app id beyond it is LimitsExceeded until one is forgotten (not in SPEC §2).",
+                 kind: .count(\.limits.apps, 1...1_000_000)),
         ]),
         Section(name: "battery", summary: "Battery levels that gate work while discharging.", knobs: [
             Knob(section: "battery", key: "low",

@@ -48,19 +48,25 @@ public struct PolicyConfiguration: Sendable, Equatable {
         public var inactiveAfter: Duration
         /// Content-available wakes per app per hour on battery (token bucket); unlimited on AC.
         public var contentAvailablePerHour: Int
+        /// Registered apps the agent keeps at most: a `Register` of one more app id is refused,
+        /// so that a process registering new ids in a loop cannot grow the agent and its
+        /// database without end. Apps already known register again whatever the count.
+        public var apps: Int
 
         public init(
             pendingRefresh: Int = 1,
             pendingProcessing: Int = 10,
             earliestBeginMax: Duration = .seconds(7 * 86_400),
             inactiveAfter: Duration = .seconds(7 * 86_400),
-            contentAvailablePerHour: Int = 3
+            contentAvailablePerHour: Int = 3,
+            apps: Int = 4096
         ) {
             self.pendingRefresh = pendingRefresh
             self.pendingProcessing = pendingProcessing
             self.earliestBeginMax = earliestBeginMax
             self.inactiveAfter = inactiveAfter
             self.contentAvailablePerHour = contentAvailablePerHour
+            self.apps = apps
         }
     }
 

@@ -70,6 +70,7 @@ struct KeyOverride: Sendable, CustomTestStringConvertible {
         .init(section: "limits", key: "earliest_begin_max", text: "3d") { $0.limits.earliestBeginMax = .seconds(3 * 86_400) },
         .init(section: "limits", key: "inactive_after", text: "14d") { $0.limits.inactiveAfter = .seconds(14 * 86_400) },
         .init(section: "limits", key: "content_available_per_hour", text: "0") { $0.limits.contentAvailablePerHour = 0 },
+        .init(section: "limits", key: "apps", text: "250") { $0.limits.apps = 250 },
         .init(section: "battery", key: "low", text: "25%") { $0.battery.low = 25 },
         .init(section: "battery", key: "critical", text: "5 %") { $0.battery.critical = 5 },
         .init(section: "battery", key: "discretionary_min", text: "40%") { $0.battery.discretionaryMin = 40 },
@@ -107,7 +108,7 @@ struct KeyOverrideTests {
         let tested = Set(KeyOverride.all.map { "\($0.section).\($0.key)" })
         let schema = Set(ConfigurationSchema.allKnobs.map { "\($0.section).\($0.key)" })
         #expect(tested == schema)
-        #expect(schema.count == 29)
+        #expect(schema.count == 30)
     }
 
     @Test func allOverridesTogether() throws {

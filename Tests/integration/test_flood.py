@@ -124,3 +124,39 @@ def test_a_flood_from_one_app_does_not_hurt_another(world):
         f"VmRSS {rss_before / MIB:.1f} MiB before the flood, {rss_after / MIB:.1f} MiB after"
     # The agent still answers, and the flood left no more than its ten identifiers pending.
     assert len([p for p in agent.list_pending() if p["app_id"] == "org.example.Flood"]) <= 10
+
+
+def test_a_process_registering_new_app_ids_in_a_loop_is_stopped_at_the_apps_limit(world):
+    """Each connection registers one app, but connections are cheap: a loop registering a new
+    app id each time would grow the agent and its database without end. `[limits] apps` bounds
+    what it keeps; beyond it a new id is refused with what to do, apps it knows register again,
+    a restart keeps the count, and forgetting one makes room."""
+    agent = world.start_agent(config="[limits]\napps = 3\n")
+
+    def register(app_id):
+        """Registers `app_id` from a connection of its own, then closes it, as a short-lived
+        process does."""
+        gbus = th.ch.GBus(world.address)
+        try:
+            return th.call(gbus.conn, SCHEDULER, "Register", "asa{sv}",
+                           ([f"{app_id}.refresh"], th.register_options(app_id=app_id)), "(s)")[0]
+        finally:
+            gbus.close()
+
+    known = [f"org.example.Loop{n}" for n in range(3)]
+    for app_id in known:
+        assert register(app_id) == app_id
+    message = th.expect_error("LimitsExceeded", register, "org.example.Loop3")
+    assert "3 registered apps" in message and "[limits] apps" in message, message
+    assert "bgpolicy forget APP" in message and "org.example.Loop3" in message, message
+    assert sorted(a["app_id"] for a in agent.list_apps()) == known
+    # An app the agent knows is no new app: it registers again, from a new connection.
+    assert register(known[1]) == known[1]
+    assert "Refused a new app" in agent.stderr(), agent.stderr_tail()
+
+    # The apps are in the database: a restarted agent counts them.
+    agent.restart()
+    th.expect_error("LimitsExceeded", register, "org.example.Loop4")
+    agent.admin("ForgetApp", "s", (known[0],), "(a{sv})")
+    assert register("org.example.Loop4") == "org.example.Loop4"
+    assert sorted(a["app_id"] for a in agent.list_apps()) == [*known[1:], "org.example.Loop4"]
