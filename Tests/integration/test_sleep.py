@@ -43,6 +43,26 @@ def test_running_slices_expire_before_sleep_and_nothing_starts_until_resume(worl
     assert resumed["identifier"] == second
 
 
+def sleep_interrupted(world, lose):
+    """PrepareForSleep(true) with a refresh waiting, then `lose(logind)` takes away any word of
+    the resume: the agent must stop waiting for it and run the refresh. Returns the agent."""
+    logind = world.start_logind()
+    agent = world.start_agent()
+    app_id = "org.example.Sleeper"
+    identifier = f"{app_id}.refresh"
+    app = world.registered_app(app_id, [identifier])
+    prepare_for_sleep(logind, True)
+    app.submit(identifier, "refresh")
+    wait_until(lambda: "sleeping" in agent.explain(app_id, identifier)["blocking"], 5, "Explain names sleeping")
+
+    lose(logind)
+    wait_until(lambda: "sleeping" not in agent.explain(app_id, identifier)["blocking"], 5,
+               "the agent to stop waiting for a resume nobody can announce")
+    run = app.wait_run_task(identifier, timeout=5)
+    app.complete(run["task_id"])
+    return agent
+
+
 def test_logind_gone_while_preparing_for_sleep_does_not_hold_work_for_good(world):
     """PrepareForSleep(true), and then logind leaves the bus (it crashed, or was restarted during
     the suspend) before it says PrepareForSleep(false): nothing could ever tell the agent it
@@ -50,20 +70,7 @@ def test_logind_gone_while_preparing_for_sleep_does_not_hold_work_for_good(world
     to sleep") until the agent restarted. Running code means the machine is awake: with
     logind gone the agent takes it as resumed, and logind back without preparing for sleep
     says the same."""
-    logind = world.start_logind()
-    agent = world.start_agent()
-    app_id = "org.example.Sleeper"
-    identifier = f"{app_id}.refresh"
-    app = world.registered_app(app_id, [identifier])
-    prepare_for_sleep(logind, True)
-    app.submit(identifier, "refresh")
-    wait_until(lambda: "sleeping" in agent.explain(app_id, identifier)["blocking"], 5, "Explain names sleeping")
-
-    logind.proc.kill()
-    wait_until(lambda: "sleeping" not in agent.explain(app_id, identifier)["blocking"], 5,
-               "the agent to stop waiting for a resume nobody can announce")
-    run = app.wait_run_task(identifier, timeout=5)
-    app.complete(run["task_id"])
+    agent = sleep_interrupted(world, lambda logind: logind.proc.kill())
     assert "logind left the bus (or stopped answering) while the machine was preparing for sleep" in agent.stderr(), \
         agent.stderr_tail()
 
@@ -71,20 +78,7 @@ def test_logind_gone_while_preparing_for_sleep_does_not_hold_work_for_good(world
 def test_system_bus_gone_while_preparing_for_sleep_does_not_hold_work_for_good(world):
     """PrepareForSleep(true), and then the system bus goes (with it, any word from logind):
     the agent takes the sleep as resumed, as when logind alone leaves, and runs the work."""
-    logind = world.start_logind()
-    agent = world.start_agent()
-    app_id = "org.example.Sleeper"
-    identifier = f"{app_id}.refresh"
-    app = world.registered_app(app_id, [identifier])
-    prepare_for_sleep(logind, True)
-    app.submit(identifier, "refresh")
-    wait_until(lambda: "sleeping" in agent.explain(app_id, identifier)["blocking"], 5, "Explain names sleeping")
-
-    world.system_daemon.stop()
-    wait_until(lambda: "sleeping" not in agent.explain(app_id, identifier)["blocking"], 5,
-               "the agent to stop waiting for a resume nobody can announce")
-    run = app.wait_run_task(identifier, timeout=5)
-    app.complete(run["task_id"])
+    agent = sleep_interrupted(world, lambda logind: world.system_daemon.stop())
     # Said by whichever sees it first: logind's follower (its daemon gone with the bus), or the
     # conditions service once the bus is lost and the sources are ended.
     assert "while the machine was preparing for sleep, before logind said the machine resumed; taken as resumed" \
