@@ -171,7 +171,11 @@ public enum AgentInterfaces {
                     next-window, predicted-use, refresh-interval; "reasons" (as) the same in words;
                     "summary" (s) one sentence; "earliest_window" (x, when known) the earliest wake
                     window it can run in (for a refresh under the predicted strategy, the first that
-                    takes it in the plan GetTimeline draws, as ListPending gives it).
+                    takes it in the plan GetTimeline draws, as ListPending gives it); and, in every
+                    state, what the usage log holds of the app's opens, which the planner predicts
+                    from: "opens" (u) every open recorded (older than 8 weeks as counts),
+                    "opens_last_24h" (u), "last_open" (x, when there was one). These three are left
+                    out when the log cannot be read.
                     """)],
                 documentation: "Explain:\nWhy a request has not run yet. InvalidArgument for text that is no app id; NotRegistered for an unknown app."),
             .init(

@@ -1,5 +1,7 @@
 import BGPolicyCore
 import BGPolicyDBus
+import BGPolicyStore
+import Logging
 import Synchronization
 
 /// The dictionaries `Scheduler1` and `Admin1` return (keys documented in AgentInterfaces).
@@ -89,9 +91,11 @@ extension TaskEngine {
         return d
     }
 
-    /// Why a request has not run: from the policy when pending, from the slice when running.
+    /// Why a request has not run: from the policy when pending, from the slice when running;
+    /// with what the usage log says of the app's opens (`usageFacts`) whatever the state.
     func explain(appID: AppID, identifier: String) -> [String: Variant] {
         var d: [String: Variant] = ["app_id": Variant(appID.rawValue), "identifier": Variant(identifier)]
+        d.merge(usageFacts(of: appID)) { _, new in new }
         if let (slice, member) = runningTask(of: appID, identifier: identifier) {
             d["state"] = Variant("running")
             d["kind"] = Variant(member.kind.rawValue)
@@ -135,6 +139,29 @@ extension TaskEngine {
         d["reasons"] = Variant(explanation.blocking.map(\.words))
         d["summary"] = Variant(explanation.summary)
         if let earliest = explanation.earliestRun { d["earliest_window"] = Variant(Int64(earliest.rounded(.up))) }
+        return d
+    }
+
+    /// The opens of `appID` the usage log holds, for `Explain`: what the predictor learned
+    /// from, so that "it is never refreshed" can be told apart from "the agent never sees it
+    /// opened". `opens` (u) every open recorded, `opens_last_24h` (u), and `last_open` (x)
+    /// when there was one. Nothing when the log cannot be read: the explanation stands
+    /// without it, and the journal says why.
+    func usageFacts(of appID: AppID) -> [String: Variant] {
+        let summary: UsageSummary
+        do {
+            summary = try store.usageSummary(appID: appID, now: Self.wallNow())
+        } catch {
+            logger.warning("Could not read the usage log for Explain", metadata: ["app.id": "\(appID)", "error": "\(error)"])
+            return [:]
+        }
+        // Read from a file: a count or time out of range (a damaged row) must not trap.
+        let total = summary.opensTotal.isFinite ? min(max(summary.opensTotal.rounded(), 0), Double(UInt32.max)) : 0
+        var d: [String: Variant] = [
+            "opens": Variant(UInt32(total)),
+            "opens_last_24h": Variant(UInt32(clamping: summary.opensLast24h)),
+        ]
+        if let last = summary.lastOpen.flatMap({ Int64(exactly: $0.rounded(.down)) }) { d["last_open"] = Variant(last) }
         return d
     }
 

@@ -53,6 +53,14 @@ extension BGTaskScheduler {
         public var summary: String
         /// The earliest wake window the request can run in, when the agent knows it.
         public var earliestWindow: Date?
+        /// How many times the agent has seen the user open the app (its usage log, from which
+        /// it predicts the app's next opens); `nil` when the agent could not read its log. An
+        /// app opened often but counted 0 here is one whose opens the agent cannot see.
+        public var opens: Int?
+        /// How many of `opens` came in the last 24 hours.
+        public var opensInLast24Hours: Int?
+        /// When the user last opened the app, as far as the agent has seen.
+        public var lastOpen: Date?
         /// The agent's whole answer, keys this library does not read included (Docs/DBusAPI.md,
         /// `org.bgpolicy.Admin1.Explain`).
         public var dictionary: [String: Variant]
@@ -71,6 +79,9 @@ extension BGTaskScheduler {
             earliestWindow = try dictionary.optional("earliest_window", as: Int64.self).map {
                 Date(timeIntervalSince1970: TimeInterval($0))
             }
+            opens = try dictionary.optional("opens", as: UInt32.self).map(Int.init)
+            opensInLast24Hours = try dictionary.optional("opens_last_24h", as: UInt32.self).map(Int.init)
+            lastOpen = try dictionary.optional("last_open", as: Int64.self).map { Date(timeIntervalSince1970: TimeInterval($0)) }
         }
     }
 }

@@ -43,7 +43,8 @@ public struct BGTaskSchedulerError: Error, Sendable, Hashable, CustomStringConve
         case unknownTask
         /// Over one of the agent's bounds: 16 background tasks under way, a content-available
         /// wake over the app's hourly limit on battery (the message says when the next is
-        /// allowed), or a call too large (`org.bgpolicy.Error.LimitsExceeded`).
+        /// allowed), the registration of an app new to an agent that keeps as many apps as it
+        /// may (`[limits] apps`), or a call too large (`org.bgpolicy.Error.LimitsExceeded`).
         case limitsExceeded
         /// The agent could not do it, such as storing the change on a full disk. Nothing changed,
         /// and the same call may succeed later (`org.bgpolicy.Error.Failed`).

@@ -7,8 +7,9 @@ struct ExplainCommand: AsyncParsableCommand {
         abstract: "Say why a task has not run yet, and when it can.",
         discussion: """
             Prints the request's state, a one-sentence summary, each rule that blocks it \
-            (its key, as 'bgpolicy pending' shows it, and the same in words), and the next \
-            window in which it can run, if bgpolicyd can tell.
+            (its key, as 'bgpolicy pending' shows it, and the same in words), the next \
+            window in which it can run, if bgpolicyd can tell, and how often bgpolicyd has \
+            seen the user open the app, which it predicts the app's use from.
             """)
 
     @Argument(help: "The app's ID, as 'bgpolicy apps' shows it.", completion: AgentCompletions.apps)
@@ -62,6 +63,7 @@ struct ExplainReport {
         if let window = e.integer("earliest_window") {
             rows.append(("Earliest window", TimeText.moment(window, now: now)))
         }
+        if let opened = Self.opened(e, now: now) { rows.append(("Opened", opened)) }
         // An empty identifier is shown as the summary quotes it: "APP " ended in a space.
         let identifier = e.string("identifier").map { $0.isEmpty ? "''" : $0 }
         let title = [e.string("app_id"), identifier].compactMap { $0 }.joined(separator: " ")
@@ -70,5 +72,21 @@ struct ExplainReport {
             "  " + row.label + String(repeating: " ", count: width - row.label.count + 2) + TableText.cell(row.value)
         }
         return ([TableText.cell(title)] + body).joined(separator: "\n")
+    }
+
+    /// What the usage log holds of the app's opens: "42 times, 5 in the last 24 h; last
+    /// 2 h ago". Never seen opened, it says where opens come from, since a refresh is planned
+    /// before predicted opens and an app whose opens the agent cannot see is never predicted.
+    /// Nil when the agent sent no figures (it could not read its log).
+    static func opened(_ e: VariantDictionary, now: Int64) -> String? {
+        guard let opens = e.integer("opens") else { return nil }
+        guard opens > 0 else {
+            return "never, as far as bgpolicyd has seen (it learns opens from the app's app-*.scope or "
+                + "app-*.service units, its Register and its ReportUsage)"
+        }
+        var text = opens == 1 ? "once" : "\(opens) times"
+        if let recent = e.integer("opens_last_24h") { text += ", \(recent) in the last 24 h" }
+        if let last = e.integer("last_open") { text += "; last \(TimeText.relative(last, now: now))" }
+        return text
     }
 }

@@ -187,6 +187,7 @@ struct AgentCallTests {
             "reasons": Variant(["it asked to wait until 10:15", "it needs a network"].dbusValue),
             "summary": Variant(.string("Waits for its earliest begin and a network.")),
             "earliest_window": Variant(.int64(1_700_000_900)), "a_later_key": Variant(.uint32(7)),
+            "opens": Variant(.uint32(42)), "opens_last_24h": Variant(.uint32(5)), "last_open": Variant(.int64(1_699_990_000)),
         ]
         agent.explanation.withLock { $0 = answer }
         let why = try await scheduler.explain(taskRequestWithIdentifier: Self.identifier)
@@ -196,6 +197,7 @@ struct AgentCallTests {
         #expect(why.reasons == ["it asked to wait until 10:15", "it needs a network"])
         #expect(why.summary == "Waits for its earliest begin and a network.")
         #expect(why.earliestWindow == Date(timeIntervalSince1970: 1_700_000_900))
+        #expect(why.opens == 42 && why.opensInLast24Hours == 5 && why.lastOpen == Date(timeIntervalSince1970: 1_699_990_000))
         #expect(why.dictionary == answer)
         #expect(agent.calls(of: "Explain").map(\.arguments) == [[.string(Self.identifier)]])
 
@@ -205,6 +207,7 @@ struct AgentCallTests {
         }
         let none = try await scheduler.explain(taskRequestWithIdentifier: Self.identifier)
         #expect(none.state == .notPending && none.kind == nil && none.earliestWindow == nil && none.blocking.isEmpty)
+        #expect(none.opens == nil && none.opensInLast24Hours == nil && none.lastOpen == nil)
         agent.explanation.withLock { $0 = ["state": Variant(.string("dreaming"))] }
         #expect(try await scheduler.explain(taskRequestWithIdentifier: Self.identifier).state == nil)
         // A key of the wrong type is a malformed answer.

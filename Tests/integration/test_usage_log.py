@@ -107,7 +107,11 @@ def test_app_unit_opens_refresh_last_used_and_lift_the_inactivity_rule(world):
     _, manager = start_manager(world)
     agent, long_ago = registered_long_ago(world, [MAPS, KONSOLE, DOLPHIN, BYSTANDER], pending_for=[MAPS])
     wait_subscribed(agent, manager)
-    assert "app-inactive" in agent.explain(MAPS, f"{MAPS}.refresh")["blocking"]
+    explanation = agent.explain(MAPS, f"{MAPS}.refresh")
+    assert "app-inactive" in explanation["blocking"]
+    # Explain says what the usage log holds of the app's opens: here its registration's.
+    assert (explanation["opens"], explanation["opens_last_24h"]) == (1, 0), explanation
+    assert abs(explanation["last_open"] - long_ago) <= 1, explanation
 
     # Units that are not apps first: signals are handled in order, so once KDE's konsole is
     # seen, they have been too, and they changed nothing.
@@ -124,6 +128,10 @@ def test_app_unit_opens_refresh_last_used_and_lift_the_inactivity_rule(world):
     th.wait_until(lambda: is_fresh(last_used(agent, MAPS)), th.TIMEOUT, "Maps' last_used_at after its UnitNew")
     explanation = agent.explain(MAPS, f"{MAPS}.refresh")
     assert "app-inactive" not in explanation["blocking"], explanation
+    assert (explanation["opens"], explanation["opens_last_24h"]) == (2, 1), explanation
+    assert is_fresh(explanation["last_open"]), explanation
+    shown = agent.cli("explain", MAPS, f"{MAPS}.refresh").stdout
+    assert re.search(r"\n  Opened +2 times, 1 in the last 24 h; last (now|\d+ s ago)\n", shown + "\n"), shown
 
     # KDE's service for Dolphin.
     emit(manager, "UnitNew", UNITS[DOLPHIN])
@@ -487,6 +495,11 @@ def test_the_session_starting_an_app_is_no_open(world):
     assert helper.register([f"{sync}.refresh"], app_id=sync, background_only=True) == sync
     for app_id in (alarm, tray, sync):
         assert last_used(agent, app_id) is None, agent.app_record(app_id)
+        explanation = agent.explain(app_id, f"{app_id}.refresh")
+        assert (explanation["opens"], explanation["opens_last_24h"]) == (0, 0), explanation
+        assert "last_open" not in explanation, explanation
+    shown = agent.cli("explain", sync, f"{sync}.refresh").stdout
+    assert re.search(r"\n  Opened +never, as far as bgpolicyd has seen \(it learns opens from", shown), shown
     assert agent.status().get("in_use") == [KONSOLE]
     for line in (f"unit={alarm_unit} usage=started by the session's autostart",
                  f"unit={tray_scope} usage=started by the session's autostart",
