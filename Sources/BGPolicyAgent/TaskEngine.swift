@@ -475,7 +475,7 @@ actor TaskEngine {
             throw SchedulerError(.accessDenied, "this connection is already registered as \(bound); use one connection per app")
         }
         if apps[appID] == nil, apps.count >= configuration.limits.apps {
-            throw tooManyApps(appID, limit: configuration.limits.apps)
+            throw tooManyApps(appID)
         }
 
         if let busName = options.busName, !busName.isEmpty, !Self.mayUse(busName: busName, appID: appID, identity: identity.source) {
@@ -569,10 +569,11 @@ actor TaskEngine {
 
     static let maximumIdentifiers = 64
 
-    /// `LimitsExceeded` for a new app id when the agent keeps `limit` apps already
-    /// (`[limits] apps`), and a warning in the journal at most once an hour, so that a process
+    /// `LimitsExceeded` for a new app id when the agent keeps as many apps as `[limits] apps`
+    /// allows, and a warning in the journal at most once an hour, so that a process
     /// registering ids in a loop shows there without filling it.
-    func tooManyApps(_ appID: AppID, limit: Int) -> SchedulerError {
+    func tooManyApps(_ appID: AppID) -> SchedulerError {
+        let limit = configuration.limits.apps
         let instant = ContinuousClock.now
         if tooManyAppsWarnedAt.map({ $0.duration(to: instant) >= .seconds(3600) }) ?? true {
             tooManyAppsWarnedAt = instant

@@ -1,3 +1,4 @@
+import BGPolicyCore
 import BGPolicyDBus
 import Glibc
 
@@ -19,11 +20,11 @@ struct TasksBench {
 
     /// Every process the agent sees is unverified, wherever the bench itself runs (a terminal's
     /// app-*.scope would otherwise name it): the agent reads identities under an empty folder.
-    /// With more apps than the agent keeps by default (`[limits] apps`, 4096), its configuration
+    /// With more apps than the agent keeps by default (`[limits] apps`), its configuration
     /// raises the bound to fit them and the two fresh apps.
     private func environment(_ home: String) -> [String] {
         mkdir(home + "/proc", 0o700)
-        if options.taskApps + 2 > 4096 {
+        if options.taskApps + 2 > PolicyConfiguration.defaults.limits.apps {
             mkdir(home + "/config", 0o700)
             mkdir(home + "/config/bgpolicy", 0o700)
             let text = "[limits]\napps = \(options.taskApps + 2)\n"
