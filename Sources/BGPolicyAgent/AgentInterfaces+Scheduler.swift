@@ -156,10 +156,12 @@ extension AgentInterfaces {
                     NotifyContentAvailable:
                     From a sync or push service: there is new content for the app. The agent wakes
                     it with Client1.RunTask(task_id, "", "content-available", 30, info) in the next
-                    wake window, together with other work. Only the newest undelivered wake is kept:
-                    a second one before delivery replaces its payload. On battery each app may be
-                    woken 3 times an hour (a token bucket; LimitsExceeded says when the next is
-                    allowed); on AC, without limit. NotRegistered for an app that never registered.
+                    wake window, together with other work (sharing the slice of the app's other work
+                    in that window, if any: seconds says how long). Only the newest undelivered wake
+                    is kept: a second one before delivery replaces its payload. On battery each app
+                    may be woken 3 times an hour (a token bucket; LimitsExceeded says when the next
+                    is allowed); on AC, without limit. A wake the app answers with an error is
+                    dropped. NotRegistered for an app that never registered.
                     """),
         ])
 

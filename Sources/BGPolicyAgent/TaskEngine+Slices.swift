@@ -447,6 +447,7 @@ extension TaskEngine {
         slices[sliceID] = slice
 
         var delivered = 0
+        var wakeRefused = false
         var answeredBy: String?  // the connection that answered RunTask (sent to a bus name)
         do {
             for member in members {
@@ -480,21 +481,34 @@ extension TaskEngine {
             }
         } catch {
             let reason = Self.describe(deliveryError: error, target: target)
-            logger.warning("Delivery failed", metadata: ["app.id": "\(appID)", "target": "\(target)", "error": "\(reason)"])
             let undelivered = Array(members.dropFirst(delivered))
-            unstart(undelivered, sliceID: sliceID, reason: reason)
-            if delivered == 0 {
-                await closeSlice(sliceID)
-                throw SchedulerError(.unavailable, "could not reach \(appID): \(reason). The request stays pending")
+            // The wake goes last: when it is what failed, everything else was delivered.
+            if undelivered.count == 1, let wake = undelivered.first, wake.kind == .contentAvailable,
+                Self.isAppsOwnAnswer(error)
+            {
+                logger.warning(
+                    "Content-available wake refused by the app; dropped",
+                    metadata: ["app.id": "\(appID)", "target": "\(target)", "error": "\(reason)"])
+                dropRefusedWake(wake, sliceID: sliceID, reason: reason)
+                wakeRefused = true
+            } else {
+                logger.warning("Delivery failed", metadata: ["app.id": "\(appID)", "target": "\(target)", "error": "\(reason)"])
+                unstart(undelivered, sliceID: sliceID, reason: reason)
+                if delivered == 0 {
+                    await closeSlice(sliceID)
+                    throw SchedulerError(.unavailable, "could not reach \(appID): \(reason). The request stays pending")
+                }
             }
             if slices[sliceID]?.openMembers.isEmpty == true {
-                // Those delivered have completed already: the slice holds nothing more, and
-                // must not keep the app busy (and watched) until its deadline.
+                // Those delivered have completed already (or there were none but a refused
+                // wake): the slice holds nothing more, and must not keep the app busy (and
+                // watched) until its deadline.
                 await closeSlice(sliceID)
             }
         }
         // A partial failure keeps the wait `unstart` set: the rest goes to the next window after it.
-        if delivered == members.count {
+        // A refused wake is no failure to reach the app: it answered.
+        if delivered == members.count || wakeRefused {
             apps[appID]?.lastDeliveryFailureAt = nil
             apps[appID]?.failedDeliveries = 0
         }
@@ -761,6 +775,36 @@ extension TaskEngine {
         }
         taskSlices[member.taskID] = nil
         slices[sliceID]?.members.removeAll { $0.taskID == member.taskID }
+    }
+
+    /// The app answered a content-available `RunTask` with an error of its own (it has no
+    /// handler for wakes, or turned this one down): the wake is dropped, not put back. Another
+    /// process sent it, so the app cannot withdraw it; kept, it would be refused in every
+    /// window, and each refusal would lengthen the wait that holds the app's own work.
+    func dropRefusedWake(_ member: Slice.Member, sliceID: String, reason: String) {
+        let appID = member.request.appID
+        do {
+            try store.finishTask(
+                taskID: member.taskID,
+                history: HistoryEntry(
+                    time: Self.wallNow(), appID: appID, identifier: "", taskID: member.taskID, event: .deliveryFailed,
+                    kind: .contentAvailable, detail: "RunTask refused: \(reason); the wake is dropped"))
+        } catch {
+            logger.error("Could not record a refused content-available wake", metadata: ["app.id": "\(appID)", "error": "\(error)"])
+        }
+        contentWakeDelivered(appID)
+        taskSlices[member.taskID] = nil
+        slices[sliceID]?.members.removeAll { $0.taskID == member.taskID }
+    }
+
+    /// Whether a failed `RunTask` was answered by the app itself (an error it returned, or
+    /// Client1 missing from it), rather than the bus failing to reach it or a reply not coming.
+    static func isAppsOwnAnswer(_ error: any Error) -> Bool {
+        guard case DBusError.remote(let name, _) = error else { return false }
+        return ![
+            "org.freedesktop.DBus.Error.ServiceUnknown", "org.freedesktop.DBus.Error.NameHasNoOwner",
+            "org.freedesktop.DBus.Error.NoReply", "org.freedesktop.DBus.Error.Timeout",
+        ].contains(name)
     }
 
     func recordDeliveryFailure(_ requests: [TaskRequest], reason: String, now: UnixTime) {

@@ -556,7 +556,8 @@ class TestApp:
 
     def configure(self, **behavior):
         """complete_after (s or None), result, success, burn (bool), complete_on_expire (bool),
-        run_task_error (a D-Bus error name or None), run_task_error_message (its message)."""
+        run_task_error (a D-Bus error name or None), run_task_error_message (its message),
+        run_task_error_kinds (the kinds it answers with it, or None: every kind)."""
         self.control("Configure", "s", (json.dumps(behavior),))
 
     def complete(self, task_id, success=True, result="new-data"):
@@ -844,6 +845,7 @@ DEFAULT_BEHAVIOR = {
     "complete_on_expire": False,
     "run_task_error": None,  # answer RunTask with this D-Bus error instead
     "run_task_error_message": "the test app refuses this task",  # and this message
+    "run_task_error_kinds": None,  # only for RunTask of these kinds ("refresh", …), or None: all
     "exit_after_completions": None,
     "exit_after_run_task": None,  # seconds after answering RunTask to exit without completing (0: at once)
     "stop_agent_on_run_task": False,  # SIGSTOP the caller of RunTask before answering (the test goes on with it)
@@ -928,7 +930,8 @@ class AppProgram:
             self.record("RunTask", sender=sender, task_id=task_id, identifier=identifier, kind=kind,
                         seconds=seconds, info=info, info_types=self._info_types(parameters))
             error = self.behavior["run_task_error"]
-            if error:
+            kinds = self.behavior["run_task_error_kinds"]
+            if error and (kinds is None or kind in kinds):
                 invocation.return_dbus_error(error, self.behavior["run_task_error_message"])
                 return
             if self.behavior["stop_agent_on_run_task"]:

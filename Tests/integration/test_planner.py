@@ -422,6 +422,37 @@ def test_content_available_is_newest_only_and_delivered_in_the_next_window(world
     assert len(agent.events("content-queued", app_id="org.example.Mail")) == 1
 
 
+def test_a_content_available_wake_the_app_refuses_is_dropped_and_holds_nothing_else(world):
+    """An app with no handler for wakes answers RunTask with an error of its own (the Swift
+    library's NotPermitted). The wake, sent by another process, is dropped rather than put back:
+    kept, it was refused in every window, and each refusal lengthened the wait (5 min, then 10,
+    … up to 6 h) that holds all of the app's work, its own refresh too."""
+    agent = world.start_agent(config=FINE, planner=True)
+    mail = world.registered_app("org.example.Mail", ["org.example.Mail.refresh"])
+    mail.configure(complete_after=0.1, run_task_error="org.bgpolicy.Error.NotPermitted",
+                   run_task_error_message="this app has no content-available handler",
+                   run_task_error_kinds=["content-available"])
+    notify(agent, "org.example.Mail", {"n": GLib.Variant("i", 1)})
+    mail.wait_event("RunTask", lambda e: e["kind"] == "content-available", timeout=3 * GRID)
+    entry = agent.wait_history("delivery-failed", app_id="org.example.Mail")
+    assert entry["kind"] == "content-available", entry
+    assert "this app has no content-available handler" in entry["detail"], entry
+    assert "the wake is dropped" in entry["detail"], entry
+    # The app's own refresh is not held behind the refusal: it runs in the next window.
+    mail.submit("org.example.Mail.refresh")
+    assert "unreachable" not in mail.explain("org.example.Mail.refresh")["blocking"]
+    run = mail.wait_event("RunTask", lambda e: e["kind"] == "refresh", timeout=2 * GRID + 2)
+    assert in_window(run["time"]), run["time"] % GRID
+    # And the wake is not tried again, here or after a restart.
+    time.sleep(2 * GRID)
+    agent.stop()
+    agent.restart()
+    mail.register(["org.example.Mail.refresh"], app_id="org.example.Mail")
+    time.sleep(2 * GRID)
+    assert len([e for e in mail.events_of("RunTask") if e["kind"] == "content-available"]) == 1
+    assert len(agent.events("delivery-failed", app_id="org.example.Mail")) == 1
+
+
 def test_content_available_is_rate_limited_on_battery_and_checked(laptop):
     world = laptop
     agent = world.start_agent(config=FINE.replace(f"{GRID}s", "2s"), planner=True)
