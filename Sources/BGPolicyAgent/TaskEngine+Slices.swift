@@ -797,14 +797,17 @@ extension TaskEngine {
         slices[sliceID]?.members.removeAll { $0.taskID == member.taskID }
     }
 
-    /// Whether a failed `RunTask` was answered by the app itself (an error it returned, or
-    /// Client1 missing from it), rather than the bus failing to reach it or a reply not coming.
+    /// Whether a failed `RunTask` was answered by the app itself: an error of its own, or the
+    /// standard ones a D-Bus library answers for it (no Client1 there, arguments it does not
+    /// take). Not the errors the bus gives when it cannot reach the app, start it, or have it
+    /// answer in time (`ServiceUnknown`, `NoReply`, `Spawn.*`, `LimitsExceeded`, …), which
+    /// say nothing of what the app would answer.
     static func isAppsOwnAnswer(_ error: any Error) -> Bool {
         guard case DBusError.remote(let name, _) = error else { return false }
-        return ![
-            "org.freedesktop.DBus.Error.ServiceUnknown", "org.freedesktop.DBus.Error.NameHasNoOwner",
-            "org.freedesktop.DBus.Error.NoReply", "org.freedesktop.DBus.Error.Timeout",
-        ].contains(name)
+        let standard = "org.freedesktop.DBus.Error."
+        guard name.hasPrefix(standard) else { return true }
+        return ["UnknownMethod", "UnknownObject", "UnknownInterface", "InvalidArgs", "NotSupported"]
+            .contains(name.dropFirst(standard.count))
     }
 
     func recordDeliveryFailure(_ requests: [TaskRequest], reason: String, now: UnixTime) {
