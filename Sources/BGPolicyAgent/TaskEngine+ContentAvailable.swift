@@ -112,6 +112,23 @@ extension TaskEngine {
         }
     }
 
+    /// Stores every app's bucket as it is in memory (their times moved with the wall clock).
+    /// A failure is logged: a restart before the buckets refill would then count from the
+    /// times stored before the clock was set.
+    func saveContentBuckets() {
+        var buckets: [AppID: ContentAvailableQueue<[String: Variant]>.Bucket] = [:]
+        for appID in contentWakes.appsWithBuckets where apps[appID] != nil {
+            buckets[appID] = contentWakes.bucket(for: appID)
+        }
+        do {
+            try store.saveContentBuckets(buckets)
+        } catch {
+            logger.warning(
+                "Could not store the content-available buckets after the clock was set",
+                metadata: ["apps": "\(buckets.count)", "error": "\(error)"])
+        }
+    }
+
     /// `RunTask` delivered the app's wake: its row goes, unless a newer wake arrived meanwhile,
     /// whose row has replaced it. A failure is logged; the wake would then be delivered again
     /// after a restart.

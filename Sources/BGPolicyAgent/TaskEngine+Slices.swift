@@ -244,13 +244,16 @@ extension TaskEngine {
             metadata: ["step.seconds": "\(Int(step.rounded()))", "time": "\(Int64(Self.wallNow()))"])
         // What measures how long ago something happened stays as long ago as it was: the
         // planner's last refreshes and wake-ups, the retry after a failed delivery, the
-        // violations (their penalty, and when they stop counting), and the windows open now. A
+        // violations (their penalty, and when they stop counting), the content-available
+        // buckets (their refill), and the windows open now. A
         // clock set back must not hold them longer, nor one set forward lift them early.
         refreshPlanner?.wallClockStepped(by: step)
         for appID in apps.keys {
             apps[appID]?.lastDeliveryFailureAt? += step
             apps[appID]?.violations.wallClockStepped(by: step)
         }
+        contentWakes.wallClockStepped(by: step)
+        saveContentBuckets()
         opportunity?.at += step
         appOpenedAt? += step
         appLeft?.at += step

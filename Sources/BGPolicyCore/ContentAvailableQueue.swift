@@ -131,6 +131,27 @@ public struct ContentAvailableQueue<Payload: Sendable & Equatable>: Sendable, Eq
         wakes.removeValue(forKey: appID)
     }
 
+    /// The wall clock was set by `step` seconds (later: positive): each bucket's and each wake's
+    /// times move with it, so that a bucket refills as long after a step as it would have
+    /// without one. Unmoved, a clock set forward refilled buckets by the step at once (11 min
+    /// is two wakes at 6 an hour), and one set back refilled nothing until the next
+    /// notification.
+    public mutating func wallClockStepped(by step: Double) {
+        guard step.isFinite else { return }
+        for appID in buckets.keys where buckets[appID]?.updatedAt.isFinite == true {
+            buckets[appID]?.updatedAt += step
+        }
+        for appID in wakes.keys {
+            wakes[appID]?.receivedAt += step
+            wakes[appID]?.firstReceivedAt += step
+        }
+    }
+
+    /// The apps that have a bucket (`bucket(for:)`), sorted.
+    public var appsWithBuckets: [AppID] {
+        buckets.keys.sorted()
+    }
+
     // MARK: Saving and restoring
 
     /// The app's bucket as it was last worked out, not brought forward to any time: what the
@@ -200,9 +221,11 @@ public struct ContentAvailableQueue<Payload: Sendable & Equatable>: Sendable, Eq
     }
 
     /// Drops the buckets that have refilled completely and have no wake: they read the same as
-    /// no bucket, so memory follows only the apps that used their bucket lately.
+    /// no bucket, so memory follows only the apps that used their bucket lately. Not while
+    /// `perHour` is 0: every bucket is then "full" at 0, and dropping them would hand each app
+    /// a full bucket when the limit is raised again, while the stored ones still say spent.
     private mutating func dropFullBuckets(at now: UnixTime) {
-        guard now.isFinite else { return }
+        guard now.isFinite, capacity > 0 else { return }
         let full = buckets.keys.filter { appID in
             wakes[appID] == nil && refilledBucket(for: appID, at: now).tokens >= capacity
         }

@@ -84,15 +84,28 @@ extension TaskStore {
                 wake.firstReceivedAt, wake.notificationCount,
             ])
             if let bucket {
-                try db.cachedStatement(
-                    sql: """
-                        INSERT INTO content_buckets (app_id, tokens, updated_at) VALUES (?, ?, ?)
-                        ON CONFLICT (app_id) DO UPDATE SET tokens = excluded.tokens, updated_at = excluded.updated_at
-                        """
-                ).execute(arguments: [wake.appID.rawValue, bucket.tokens, bucket.updatedAt])
+                try db.cachedStatement(sql: Self.upsertBucketSQL)
+                    .execute(arguments: [wake.appID.rawValue, bucket.tokens, bucket.updatedAt])
             } else {
                 try db.cachedStatement(sql: "DELETE FROM content_buckets WHERE app_id = ?")
                     .execute(arguments: [wake.appID.rawValue])
+            }
+        }
+    }
+
+    static let upsertBucketSQL = """
+        INSERT INTO content_buckets (app_id, tokens, updated_at) VALUES (?, ?, ?)
+        ON CONFLICT (app_id) DO UPDATE SET tokens = excluded.tokens, updated_at = excluded.updated_at
+        """
+
+    /// Stores the apps' buckets, replacing what was stored for each, in one transaction (after
+    /// the wall clock was set, when their times moved with it). The apps must have been saved.
+    public func saveContentBuckets(_ buckets: [AppID: ContentAvailableBucket]) throws(StoreError) {
+        guard !buckets.isEmpty else { return }
+        try write { db in
+            let statement = try db.cachedStatement(sql: Self.upsertBucketSQL)
+            for (appID, bucket) in buckets.sorted(by: { $0.key < $1.key }) {
+                try statement.execute(arguments: [appID.rawValue, bucket.tokens, bucket.updatedAt])
             }
         }
     }

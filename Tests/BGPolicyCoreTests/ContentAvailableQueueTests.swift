@@ -258,6 +258,42 @@ struct ContentAvailableQueueTests {
         #expect(queue.tokensLeft(for: mail, at: start) == 2)
     }
 
+    @Test("a perHour of 0 for a while keeps the spent buckets spent when it is raised again")
+    func perHourZeroKeepsBuckets() {
+        var queue = Queue(perHour: 3)
+        for payload in ["a", "b", "c"] {
+            _ = queue.notify(mail, payload: payload, at: start, onBattery: true)
+            _ = queue.take(mail)
+        }
+        queue.perHour = 0
+        // Another app's notification, refused, looks for full buckets to drop.
+        #expect(queue.notify(chat, payload: "x", at: start + 1, onBattery: true) == .rateLimited(nextAllowedAt: .infinity))
+        queue.perHour = 3
+        // Mail's bucket is as empty as it was, refilled by 2 s at 3 an hour, not full.
+        #expect(queue.tokensLeft(for: mail, at: start + 2) < 0.01)
+        #expect(queue.notify(mail, payload: "d", at: start + 2, onBattery: true) == .rateLimited(nextAllowedAt: start + 1200))
+    }
+
+    @Test("the wall clock set moves the buckets and wakes with it: no refill is gained or lost")
+    func wallClockStepped() {
+        var queue = Queue(perHour: 6)  // a token every 10 min
+        for n in 0..<6 {
+            _ = queue.notify(mail, payload: "\(n)", at: start, onBattery: true)
+            _ = queue.take(mail)
+        }
+        _ = queue.notify(chat, payload: "c", at: start, onBattery: true)
+        // 60 s later the clock is set 11 min ahead: 60 s of refill, not 11 min of it.
+        queue.wallClockStepped(by: 660)
+        #expect(queue.notify(mail, payload: "6", at: start + 60 + 660, onBattery: true)
+            == .rateLimited(nextAllowedAt: start + 600 + 660))
+        #expect(queue.wake(for: chat)?.receivedAt == start + 660)
+        #expect(queue.wake(for: chat)?.firstReceivedAt == start + 660)
+        // Set back by 11 min: the refill goes on from where it was, not from the new time.
+        queue.wallClockStepped(by: -660)
+        #expect(abs(queue.tokensLeft(for: mail, at: start + 300) - 0.5) < 1e-9)
+        #expect(queue.appsWithBuckets == [chat, mail])
+    }
+
     @Test("queues that saw the same notifications are equal, whichever buckets were dropped")
     func fullBucketsAreDropped() {
         var used = Queue(perHour: 3)

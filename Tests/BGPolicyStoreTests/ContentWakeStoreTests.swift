@@ -43,6 +43,24 @@ struct ContentWakeStoreTests {
         #expect(try store.contentBuckets().isEmpty)
     }
 
+    @Test("buckets stored alone (the clock was set) replace the stored ones and leave the wakes")
+    func bucketsAlone() throws {
+        let store = try TaskStore.inMemory()
+        try store.saveApp(Sample.app(Sample.maps))
+        try store.saveApp(Sample.app(Sample.feeds))
+        let wake = Self.wake(Sample.maps)
+        try store.saveContentWake(wake, bucket: ContentAvailableBucket(tokens: 0.5, updatedAt: 10))
+        let moved: [AppID: ContentAvailableBucket] = [
+            Sample.maps: ContentAvailableBucket(tokens: 0.5, updatedAt: 670),
+            Sample.feeds: ContentAvailableBucket(tokens: 2, updatedAt: 660),
+        ]
+        try store.saveContentBuckets(moved)
+        #expect(try store.contentBuckets() == moved)
+        #expect(try store.contentWakes() == [wake])
+        try store.saveContentBuckets([:])
+        #expect(try store.contentBuckets() == moved)
+    }
+
     @Test("a delivered wake's row goes; its bucket stays, so the count holds")
     func deleteKeepsBucket() throws {
         let store = try TaskStore.inMemory()

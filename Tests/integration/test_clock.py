@@ -12,6 +12,7 @@ import re
 import time
 
 import pytest
+from gi.repository import GLib
 
 import tasks_helpers as th
 from tasks_helpers import laptop, later, mail_refreshed_after_use, world  # noqa: F401 - the fixtures
@@ -177,3 +178,39 @@ def test_a_clock_set_weeks_ahead_while_the_agent_runs_prunes_nothing_early(world
     agent.stop()
     assert counts(stepped_at) == (usage_before, history_before), agent.stderr_tail()
     assert "Old usage folded" not in agent.stderr(), agent.stderr_tail()
+
+
+@pytest.mark.skipif(not may_set_the_clock(), reason="setting the wall clock needs CAP_SYS_TIME")
+def test_content_available_buckets_move_with_the_clock(laptop):
+    """On battery at 6 wakes an hour (one every 10 minutes), Mail has used all 6. The clock is
+    set 11 minutes ahead: the bucket refills by the seconds that passed, not by the step, so
+    the next wake is still refused, with about 10 minutes to wait; after a restart too, since
+    the stored bucket moved with the clock. (Unmoved, the step refilled one wake at once.)"""
+    agent = laptop.start_agent(config="[limits]\ncontent_available_per_hour = 6\n")
+    mail = laptop.registered_app("org.example.Mail", ["org.example.Mail.refresh"])
+    mail.configure(complete_after=0.1)
+
+    def notify(n):
+        th.call(laptop.session.conn, th.SCHEDULER, "NotifyContentAvailable", "sa{sv}",
+                ("org.example.Mail", {"n": GLib.Variant("i", n)}), None, 10.0)
+
+    for n in range(6):
+        notify(n)
+        mail.wait_event("RunTask", lambda e, n=n: e["kind"] == "content-available" and e["info"]["n"] == n, timeout=10)
+        th.wait_until(lambda n=n: len(agent.events("completed", app_id="org.example.Mail")) == n + 1, 10,
+                      f"wake {n} completed")
+    th.expect_error("LimitsExceeded", notify, 6)
+
+    def minutes_to_wait():
+        message = th.expect_error("LimitsExceeded", notify, 7)
+        found = re.search(r"the next is allowed in ((?:\d+ (?:h|min|s) ?)+)", message)
+        assert found, message
+        size = {"h": 3600, "min": 60, "s": 1}
+        return sum(int(n) * size[unit] for n, unit in re.findall(r"(\d+) (h|min|s)", found.group(1))) / 60
+
+    with clock_stepped(STEP):
+        th.wait_until(lambda: "The wall clock was set" in agent.stderr(), 5, "the agent hears the step")
+        assert 8 <= minutes_to_wait() <= 10
+        agent.stop()
+        agent.restart()
+        assert 8 <= minutes_to_wait() <= 10
