@@ -6,6 +6,7 @@ import json
 import os
 import signal
 import statistics
+import threading
 import time
 
 import pytest
@@ -160,3 +161,43 @@ def test_a_process_registering_new_app_ids_in_a_loop_is_stopped_at_the_apps_limi
     agent.admin("ForgetApp", "s", (known[0],), "(a{sv})")
     assert register("org.example.Loop4") == "org.example.Loop4"
     assert sorted(a["app_id"] for a in agent.list_apps()) == [*known[1:], "org.example.Loop4"]
+
+
+def test_notifications_sent_one_after_another_do_not_hold_the_apps_work_back(world):
+    """Any process may notify any app. Six connections notifying Mail back to back keep a write
+    of its newest wake under way all the time; Mail's own refresh, and the wake, still run
+    (the agent's windows are always open here). When the app waited for those writes, neither
+    ran until the notifications stopped."""
+    agent = world.start_agent()
+    mail = world.registered_app("org.example.Mail", ["org.example.Mail.refresh"])
+    mail.configure(complete_after=0.2)
+    stop = threading.Event()
+    sent = []
+
+    def notify_in_a_loop(n):
+        gbus = th.ch.GBus(world.address)
+        try:
+            count = 0
+            while not stop.is_set():
+                th.call(gbus.conn, SCHEDULER, "NotifyContentAvailable", "sa{sv}",
+                        ("org.example.Mail", {"from": th.GLib.Variant("i", n)}), None, 10.0)
+                count += 1
+            sent.append(count)
+        finally:
+            gbus.close()
+
+    threads = [threading.Thread(target=notify_in_a_loop, args=(n,)) for n in range(6)]
+    for thread in threads:
+        thread.start()
+    try:
+        time.sleep(0.5)
+        mail.submit("org.example.Mail.refresh")
+        kinds = lambda: {e["kind"] for e in mail.events_of("RunTask")}  # noqa: E731
+        th.wait_until(lambda: {"refresh", "content-available"} <= kinds(), 10,
+                      "Mail's refresh and a wake, while the notifications go on")
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(timeout=15)
+    assert len(sent) == 6 and min(sent) > 10, sent
+    assert agent.alive()
