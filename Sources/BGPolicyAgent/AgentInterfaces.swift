@@ -90,7 +90,11 @@ public enum AgentInterfaces {
                     "blocking" (as) the rules that keep it from running now, "reasons" (as) the same in
                     words, and "earliest_window" (x, when known) the earliest time it can run, as Explain
                     gives it: for a refresh under the predicted strategy, the first window that takes it
-                    in the refresh plan of every app's pending refresh that GetTimeline draws.
+                    in the refresh plan of every app's pending refresh that GetTimeline draws. An app's
+                    undelivered content-available wake is listed after its requests, with "identifier"
+                    "", "kind" "content-available", "submitted_at" (x) its first notification,
+                    "notifications" (u) how many it stands for (only the newest payload is kept), and
+                    the same "app_id", "blocking", "reasons" and "earliest_window".
                     """)],
                 documentation: "ListPending:\nWhat is waiting to run, and why."),
             .init(

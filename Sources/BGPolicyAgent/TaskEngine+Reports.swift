@@ -32,16 +32,30 @@ extension TaskEngine {
             context.planning.refreshPlan = refreshPlan(context, through: nil)
         }
         var out: [[String: Variant]] = []
-        for appID in pending.keys.sorted() {
+        for appID in Set(pending.keys).union(contentWakeApps()).sorted() {
             guard let state = schedulingState(of: appID, at: now) else { continue }
-            for request in (pending[appID] ?? [:]).values.sorted(by: { $0.identifier < $1.identifier }) {
-                let explanation = policy.explain(request, app: state, context: context)
-                var d = Self.dictionary(request)
+            func append(_ entry: [String: Variant], _ explanation: Explanation) {
+                var d = entry
                 d["app_id"] = Variant(appID.rawValue)
                 d["blocking"] = Variant(explanation.blocking.map(\.rule.rawValue))
                 d["reasons"] = Variant(explanation.blocking.map(\.words))
                 if let earliest = explanation.earliestRun { d["earliest_window"] = Variant(Int64(earliest.rounded(.up))) }
                 out.append(d)
+            }
+            for request in (pending[appID] ?? [:]).values.sorted(by: { $0.identifier < $1.identifier }) {
+                append(Self.dictionary(request), policy.explain(request, app: state, context: context))
+            }
+            // A wake another process sent waits like work, for the same rules: it is listed too,
+            // so that one held for days (the app unused, unreachable) says why.
+            if let wake = contentWakes.wake(for: appID) {
+                append(
+                    [
+                        "identifier": Variant(""),
+                        "kind": Variant(DeliveryKind.contentAvailable.rawValue),
+                        "submitted_at": Variant(Int64(wake.firstReceivedAt)),
+                        "notifications": Variant(UInt32(clamping: wake.notificationCount)),
+                    ],
+                    policy.explainContentWake(app: state, context: context))
             }
         }
         return out

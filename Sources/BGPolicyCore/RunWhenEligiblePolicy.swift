@@ -146,6 +146,14 @@ public struct RunWhenEligiblePolicy: SchedulingPolicy {
         appReasonsBefore(app, context, words: words) + appReasonsAfter(app, nil, context, words: words)
     }
 
+    public func explainContentWake(app: AppSchedulingState, context: SchedulingContext) -> Explanation {
+        let reasons = contentReasons(app: app, context: context)
+        if reasons.isEmpty {
+            return Explanation(blocking: [], earliestRun: context.now, summary: "Runs at the next opportunity.")
+        }
+        return .waiting(reasons, earliestRun: Self.timeAllLift(reasons))
+    }
+
     public func backgroundTaskRefusal(context: SchedulingContext) -> BlockingReason? {
         // User-started work ignores the switches, power saver and low battery, as on iOS: only
         // sleep and a nearly empty battery stop it.

@@ -364,6 +364,10 @@ public protocol SchedulingPolicy: Sendable {
     /// The rules that hold back an app's content-available wake now.
     func contentReasons(app: AppSchedulingState, context: SchedulingContext, words: Bool) -> [BlockingReason]
 
+    /// Why the app's undelivered content-available wake has not gone yet, and when it can: as
+    /// `explain` says it of a request with no conditions of its own.
+    func explainContentWake(app: AppSchedulingState, context: SchedulingContext) -> Explanation
+
     /// The rules that hold `request` back now, besides the wake windows and the refresh
     /// planner: the machine, the switches, power, use, the request's own conditions, the app's
     /// conduct and reachability. Without the planner's look-ahead, which `explain` runs.

@@ -23,7 +23,8 @@ enum AgentCompletions {
     static let pendingIdentifiers = CompletionKind.custom { (words: [String], index: Int, prefix: String) async -> [String] in
         guard let app = appBefore(index, in: words) else { return [] }
         let pending = (await ask { try await $0.listPending() } ?? []).filter { $0.string("app_id") == app }
-        return matching(prefix, in: pending.compactMap { $0.string("identifier") })
+        // A content-available wake is listed with an empty identifier: nothing to complete.
+        return matching(prefix, in: pending.compactMap { $0.string("identifier") }.filter { !$0.isEmpty })
     }
 
     /// The identifiers of the running tasks of the app named just before, for

@@ -840,6 +840,28 @@ struct WindowPlannerTests {
         let then = planner.decide(pending: [], apps: apps, context: context(Clock.at(10, 15), planning: facts))
         #expect(then.launches.map(\.appID) == [app.record.appID])
         #expect(then.launches.first?.contentAvailable == true)
+        // Explained (ListPending), it waits for the wait to end, then for the window after it:
+        // the one the decision runs it in.
+        let why = planner.explainContentWake(app: app, context: context(Clock.at(10, 4), planning: facts))
+        #expect(why.blocking.map(\.rule) == [.unreachable])
+        #expect(why.earliestRun == Clock.at(10, 15))
+    }
+
+    @Test func aWakeNothingHoldsIsExplainedAsWaitingForTheNextWindowOrRunningInTheOpenOne() {
+        let facts = PlanningFacts(contentAvailable: [AppID(rawValue: mail)!])
+        let app = appState(mail, lastUsed: Clock.at(10, 0))
+        let between = planner.explainContentWake(app: app, context: context(Clock.at(10, 7), planning: facts))
+        #expect(between.blocking.map(\.rule) == [.nextWindow])
+        #expect(between.earliestRun == Clock.at(10, 15))
+        let open = planner.explainContentWake(app: app, context: context(Clock.at(10, 15), planning: facts))
+        #expect(open.blocking.isEmpty)
+        #expect(open.earliestRun == Clock.at(10, 15))
+        // A switch, which no time lifts: no earliest window.
+        var off = app
+        off.record.enabled = false
+        let held = planner.explainContentWake(app: off, context: context(Clock.at(10, 7), planning: facts))
+        #expect(held.blocking.map(\.rule) == [.appDisabled])
+        #expect(held.earliestRun == nil)
     }
 
     // MARK: Gates and Explain

@@ -143,3 +143,34 @@ def test_on_a_full_disk_the_wake_is_accepted_and_kept_in_memory(world):
     second = world.registered_app(APP_ID, IDENTIFIERS, name="mail-2")
     run = second.wait_event("RunTask", lambda e: e["kind"] == "content-available", timeout=10)
     assert run["info"]["n"] == 7, run
+
+
+def test_a_waiting_wake_is_listed_with_what_holds_it(world):
+    """ListPending (and `bgpolicy pending`) list an app's undelivered wake beside its requests,
+    with the rules that hold it and when it can go, so that a wake held for days says why: here
+    the app has quit and cannot be started, then it registers again and the wake waits only for
+    the next window, then it is delivered and no longer listed."""
+    agent = world.start_agent(config=FINE, planner=True)
+    first = world.registered_app(APP_ID, IDENTIFIERS, name="mail-1")
+    first.quit()
+    th.wait_until(lambda: agent.app_record(APP_ID)["connected"] is False, 10, "the agent to see the app leave")
+    notify(agent, APP_ID, {"n": GLib.Variant("i", 1)})
+    notify(agent, APP_ID, {"n": GLib.Variant("i", 2)})
+
+    (wake,) = agent.list_pending()
+    assert wake["app_id"] == APP_ID and wake["identifier"] == "" and wake["kind"] == "content-available", wake
+    assert wake["notifications"] == 2 and wake["submitted_at"] <= time.time(), wake
+    assert wake["blocking"] == ["unreachable"] and "earliest_window" not in wake, wake
+    assert "registers again" in wake["reasons"][0], wake
+    listed = agent.cli("pending").stdout
+    assert "content-available" in listed and "unreachable" in listed, listed
+
+    # Back on the bus, between two windows: it waits for the next one.
+    th.wait_between_windows(GRID, GRID / 4 + 0.5, GRID - 1.5)
+    second = world.registered_app(APP_ID, IDENTIFIERS, name="mail-2")
+    (wake,) = agent.list_pending()
+    assert wake["blocking"] == ["next-window"] and wake["earliest_window"] % GRID == 0, wake
+    assert wake["earliest_window"] - time.time() < GRID, wake
+    run = second.wait_event("RunTask", lambda e: e["kind"] == "content-available", timeout=3 * GRID)
+    th.wait_until(lambda: agent.list_pending() == [], 5, "the delivered wake to leave the list")
+    assert run["info"]["n"] == 2, run

@@ -432,17 +432,34 @@ public struct WindowPlanner: SchedulingPolicy {
             }
             return .waiting(reasons, earliestRun: nil)
         }
-        if window != nil {
+        return Self.waitingForTheNextWindow(context)
+    }
+
+    /// What `explain` says of work no rule holds: it runs in the window open now, or waits for
+    /// the next planned one.
+    static func waitingForTheNextWindow(_ context: SchedulingContext) -> Explanation {
+        if openWindow(context) != nil {
             return Explanation(blocking: [], earliestRun: context.now, summary: "Runs in the wake window open now.")
         }
-        let next = Self.nextPlannedWindow(context)
+        let next = nextPlannedWindow(context)
         let words = context.conditions.onBattery == false ? "on AC" : "on battery"
-        reasons.append(BlockingReason(
+        let reason = BlockingReason(
             rule: .nextWindow,
-            words: "work of all apps starts together in wake windows, every \(RunWhenEligiblePolicy.durationWords(grid)) "
+            words: "work of all apps starts together in wake windows, every \(RunWhenEligiblePolicy.durationWords(grid(context))) "
                 + "\(words): the next is in \(RunWhenEligiblePolicy.durationWords(next - context.now))",
-            liftsAt: next))
-        return .waiting(reasons, earliestRun: next)
+            liftsAt: next)
+        return .waiting([reason], earliestRun: next)
+    }
+
+    /// A wake waits for the rules that hold a plain request, then for the next window after
+    /// they lift, as other work does (a wake is no refresh: the refresh planner does not place it).
+    public func explainContentWake(app: AppSchedulingState, context: SchedulingContext) -> Explanation {
+        let reasons = rules.contentReasons(app: app, context: context)
+        guard reasons.isEmpty else {
+            guard let lift = RunWhenEligiblePolicy.timeAllLift(reasons) else { return .waiting(reasons, earliestRun: nil) }
+            return .waiting(reasons, earliestRun: Self.gridPoint(atOrAfter: lift, grid: Self.grid(context)))
+        }
+        return Self.waitingForTheNextWindow(context)
     }
 
     /// A request no rule blocks waits for the planner: a refresh for its predicted window (or its
