@@ -40,7 +40,8 @@ public enum AgentInterfaces {
                         "[refresh] strategy";
                         "conditions" (a{sv}) the same dictionary as the Conditions property;
                         "global_enabled" (b) the switch for all background work; "apps" (u) registered
-                        apps; "pending" (u) pending requests of all apps; "running" (aa{sv}) one entry per
+                        apps; "pending" (u) pending requests of all apps; "content_wakes" (u, when some)
+                        the apps with an undelivered content-available wake; "running" (aa{sv}) one entry per
                         running slice: "app_id" (s), "slice_id" (s), "task_ids" (as), "identifiers" (as),
                         "started_at" (x), "deadline" (x), "cpu_percent" (d, once measured; none while
                         the app is in use, when the CPU monitor does not watch it);

@@ -201,6 +201,7 @@ extension TaskEngine {
             "pending": Variant(UInt32(pendingCount)),
             "running": Variant(running),
         ]
+        if contentWakes.undeliveredCount > 0 { status["content_wakes"] = Variant(UInt32(contentWakes.undeliveredCount)) }
         if let nextWindow { status["next_window"] = Variant(Int64(nextWindow.rounded(.up))) }
         if !appsInUse.isEmpty {
             if inUseStatus == nil { inUseStatus = Variant(appsInUse.map(\.rawValue).sorted()) }

@@ -115,6 +115,9 @@ public struct ContentAvailableQueue<Payload: Sendable & Equatable>: Sendable, Eq
         wakes[appID]
     }
 
+    /// How many apps have an undelivered wake.
+    public var undeliveredCount: Int { wakes.count }
+
     /// The apps with an undelivered wake, sorted.
     public var undelivered: [AppID] {
         wakes.keys.sorted()

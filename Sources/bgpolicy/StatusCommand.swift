@@ -82,10 +82,12 @@ struct StatusReport {
 
     /// The keys `schedulingLines` shows (an agent without a scheduler sends none of them).
     static let scheduling = [
-        "global_enabled", "apps", "pending", "running", "next_window", "waiting", "waiting_summary", "in_use", "refresh",
+        "global_enabled", "apps", "pending", "content_wakes", "running", "next_window", "waiting", "waiting_summary", "in_use",
+        "refresh",
     ]
 
-    /// "Background work: on", "Apps: 3, pending: 1", one line per running slice, and the
+    /// "Background work: on", "Apps: 3, pending: 1" (", content-available wakes: 1" when some
+    /// wait), one line per running slice, and the
     /// next planned window: each only when the agent sends its key.
     var schedulingLines: [String] {
         var lines: [String] = []
@@ -93,7 +95,8 @@ struct StatusReport {
             lines.append("Background work: " + (on ? "on" : "off"))
         }
         if status["apps"] != nil || status["pending"] != nil {
-            lines.append("Apps: \(status.cell("apps")), pending: \(status.cell("pending"))")
+            let wakes = status.integer("content_wakes").map { ", content-available wakes: \($0)" } ?? ""
+            lines.append("Apps: \(status.cell("apps")), pending: \(status.cell("pending"))" + wakes)
         }
         if case .array(_, let slices)? = status["running"]?.value {
             for slice in slices {

@@ -146,7 +146,8 @@ def test_on_a_full_disk_the_wake_is_accepted_and_kept_in_memory(world):
 
 
 def test_a_waiting_wake_is_listed_with_what_holds_it(world):
-    """ListPending (and `bgpolicy pending`) list an app's undelivered wake beside its requests,
+    """ListPending (and `bgpolicy pending`) list an app's undelivered wake beside its requests
+    (and GetStatus counts it, `bgpolicy status` too),
     with the rules that hold it and when it can go, so that a wake held for days says why: here
     the app has quit and cannot be started, then it registers again and the wake waits only for
     the next window, then it is delivered and no longer listed."""
@@ -164,6 +165,8 @@ def test_a_waiting_wake_is_listed_with_what_holds_it(world):
     assert "registers again" in wake["reasons"][0], wake
     listed = agent.cli("pending").stdout
     assert "content-available" in listed and "unreachable" in listed, listed
+    th.wait_until(lambda: agent.status().get("content_wakes") == 1, 5, "GetStatus to count the wake")
+    assert "content-available wakes: 1" in agent.cli("status").stdout
 
     # Back on the bus, between two windows: it waits for the next one.
     th.wait_between_windows(GRID, GRID / 4 + 0.5, GRID - 1.5)
@@ -173,4 +176,5 @@ def test_a_waiting_wake_is_listed_with_what_holds_it(world):
     assert wake["earliest_window"] - time.time() < GRID, wake
     run = second.wait_event("RunTask", lambda e: e["kind"] == "content-available", timeout=3 * GRID)
     th.wait_until(lambda: agent.list_pending() == [], 5, "the delivered wake to leave the list")
+    th.wait_until(lambda: "content_wakes" not in agent.status(), 5, "GetStatus to count no wake")
     assert run["info"]["n"] == 2, run
