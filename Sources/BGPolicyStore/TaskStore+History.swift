@@ -41,19 +41,15 @@ extension TaskStore {
     /// counts them (`RecentViolations`).
     public func violationTimes(appID: AppID, since: UnixTime) throws(StoreError) -> [UnixTime] {
         try read { db in
-            let events = HistoryEvent.allCases.filter(\.isViolation).map(\.rawValue)
-            let placeholders = Array(repeating: "?", count: events.count).joined(separator: ", ")
-            var arguments: StatementArguments = [appID.rawValue, since]
-            arguments += StatementArguments(events)
-            return try UnixTime.fetchAll(
+            try UnixTime.fetchAll(
                 db,
                 sql: """
                     SELECT time FROM (
                         SELECT DISTINCT time, event FROM history
-                        WHERE app_id = ? AND time >= ? AND event IN (\(placeholders)))
+                        WHERE app_id = ? AND time >= ? AND \(Self.isViolationSQL))
                     ORDER BY time
                     """,
-                arguments: arguments)
+                arguments: [appID.rawValue, since])
         }
     }
 
@@ -66,9 +62,9 @@ extension TaskStore {
                 db,
                 sql: """
                     SELECT app_id, result FROM history
-                    WHERE time >= ? AND event = ? AND kind = ? ORDER BY time, id
+                    WHERE time >= ? AND \(Self.isRefreshResultSQL) ORDER BY time, id
                     """,
-                arguments: [since, HistoryEvent.completed.rawValue, DeliveryKind.refresh.rawValue]
+                arguments: [since]
             ).compactMap { row in
                 guard let app = try row.decode(String?.self, forColumn: "app_id").flatMap(AppID.init(rawValue:)),
                     let result = try row.decode(String?.self, forColumn: "result").flatMap(TaskResult.init(rawValue:))
@@ -87,33 +83,70 @@ extension TaskStore {
         }
     }
 
-    /// The most history entries kept for one app (or for the entries of no app), however
-    /// recent: an app that submits and cancels in a loop writes a row per call, and retention
-    /// by age alone would let it fill the disk. At ~200 bytes a row, about 4 MB per app, and
-    /// weeks of any app's real use.
+    /// The most history entries of each share (`historyShareSQL`) kept for one app (or for the
+    /// entries of no app), however recent: an app that submits and cancels in a loop writes a
+    /// row per call, and retention by age alone would let it fill the disk. At ~200 bytes a row,
+    /// about 4 MB per app and share, and weeks of any app's real use.
     public static let historyPerAppLimit = 20_000
 
-    /// Deletes the entries with `time < before`, and the oldest of any app's beyond `perApp`.
-    /// Returns the number of entries deleted by the second rule.
+    /// The entries `violationTimes` reads: the app's violations (`HistoryEvent.isViolation`).
+    static let isViolationSQL: String = {
+        let events = HistoryEvent.allCases.filter(\.isViolation).map { "'\($0.rawValue)'" }
+        return "event IN (\(events.joined(separator: ", ")))"
+    }()
+
+    /// The entries `refreshResults` reads: the answers of completed refreshes.
+    static let isRefreshResultSQL =
+        "(event = '\(HistoryEvent.completed.rawValue)' AND kind = '\(DeliveryKind.refresh.rawValue)')"
+
+    /// Which share of an app's history an entry is in, each capped apart (`pruneHistory`):
+    /// 1 its violations, 2 its refreshes' answers, 0 the rest. The agent decides from the first
+    /// two, read back at start: an app's overrun penalties (`violationTimes`) and its refreshes'
+    /// standing (`refreshResults`). Under one cap for all, an app that resubmitted 20,001 times
+    /// (a `replaced` row each, at the bus's pace) pushed them out, and a restart forgave it.
+    /// Capped apart, a flood pushes out only older rows of its own share. Those two are not
+    /// simply left uncapped, since an app makes violations at will too (16 background tasks left
+    /// to expire every 30 s): a violation gives way only to a newer one, and 20,000 of those in
+    /// the 7 days that count hold an app at the longest penalty anyway; a refresh's answer only
+    /// to newer answers, which are what its standing follows. Retention by age (8 weeks, counted
+    /// from no later than now) never reaches into those 7 days. Literals, not arguments: the raw
+    /// values are this agent's own.
+    static let historyShareSQL =
+        "CASE WHEN \(isViolationSQL) THEN 1 WHEN \(isRefreshResultSQL) THEN 2 ELSE 0 END"
+
+    /// Deletes the entries with `time < before`, and the oldest of any app's share of its history
+    /// (`historyShareSQL`) beyond `perApp`. Returns the number of entries deleted by the second rule.
     @discardableResult
     public func pruneHistory(before: UnixTime, perApp: Int = TaskStore.historyPerAppLimit) throws(StoreError) -> Int {
         try write { db in
             try db.execute(sql: "DELETE FROM history WHERE time < ?", arguments: [before])
-            // history_app_time has every app's count at hand; only an app over the limit is
-            // touched, from its oldest entry on (by time, then id, as GetHistory orders them).
+            // history_app_time has every app's count at hand: only an app with more entries than
+            // one share may hold can hold too many of one, and only its entries are read for their
+            // share. Each share is trimmed from its oldest entry on (by time, then id, as
+            // GetHistory orders them).
             let over = try Row.fetchAll(
-                db, sql: "SELECT app_id, COUNT(*) AS n FROM history GROUP BY app_id HAVING n > ?", arguments: [perApp])
+                db, sql: "SELECT app_id FROM history GROUP BY app_id HAVING COUNT(*) > ?", arguments: [perApp])
             var trimmed = 0
             for row in over {
                 let appID: String? = row["app_id"]
-                let excess: Int = row["n"] - perApp
-                try db.execute(
+                let shares = try Row.fetchAll(
+                    db,
                     sql: """
-                        DELETE FROM history WHERE id IN (
-                            SELECT id FROM history WHERE app_id IS ? ORDER BY time, id LIMIT ?)
+                        SELECT \(Self.historyShareSQL) AS share, COUNT(*) AS n FROM history
+                        WHERE app_id IS ? GROUP BY share HAVING n > ?
                         """,
-                    arguments: [appID, excess])
-                trimmed += db.changesCount
+                    arguments: [appID, perApp])
+                for share in shares {
+                    let excess: Int = share["n"] - perApp
+                    try db.execute(
+                        sql: """
+                            DELETE FROM history WHERE id IN (
+                                SELECT id FROM history WHERE app_id IS ? AND \(Self.historyShareSQL) = ?
+                                ORDER BY time, id LIMIT ?)
+                            """,
+                        arguments: [appID, share["share"] as Int, excess])
+                    trimmed += db.changesCount
+                }
             }
             return trimmed
         }

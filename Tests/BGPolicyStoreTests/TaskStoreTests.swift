@@ -294,6 +294,48 @@ struct TaskStoreTests {
         #expect(try store.history(since: 0, limit: 100) == kept)
     }
 
+    /// Submit writes a row each time and has no rate limit: an app that resubmits 20,001 times
+    /// in a loop made the next prune take its oldest rows whatever they were, and with them
+    /// the violations and refresh answers the agent reads back at start to penalise it.
+    @Test("an app's flood of other entries leaves the violations and refresh answers the agent reads back")
+    func pruneKeepsWhatTheAgentReadsBack() throws {
+        let store = try TaskStore.inMemory()
+        try store.append(Sample.entry(.expired, at: 10))
+        try store.append(Sample.entry(.cpuThrottled, at: 11))
+        try store.append(
+            HistoryEntry(
+                time: 12, appID: Sample.maps, identifier: "org.gnome.Maps.refresh", taskID: "t1", event: .completed,
+                kind: .refresh, result: .noData, detail: ""))
+        for n in 0...TaskStore.historyPerAppLimit {
+            try store.append(Sample.entry(.replaced, at: 20 + UnixTime(n)))
+        }
+        // Only the oldest `replaced` goes: the cap holds the flood to its own kind.
+        #expect(try store.pruneHistory(before: 0) == 1)
+        #expect(try store.violationTimes(appID: Sample.maps, since: 0) == [10, 11])
+        let results = try store.refreshResults(since: 0)
+        #expect(results.map(\.appID) == [Sample.maps] && results.map(\.result) == [.noData])
+        let replaced = try store.history(since: 0, limit: 2 * TaskStore.historyPerAppLimit).filter { $0.event == .replaced }
+        #expect(replaced.count == TaskStore.historyPerAppLimit && replaced.first?.time == 21)
+    }
+
+    @Test("violations, refresh answers and the other entries are each capped apart, the newest kept")
+    func prunePerKind() throws {
+        let store = try TaskStore.inMemory()
+        func refresh(_ time: UnixTime, _ kind: DeliveryKind = .refresh) -> HistoryEntry {
+            HistoryEntry(
+                time: time, appID: Sample.maps, identifier: "org.gnome.Maps.x", taskID: "t\(time)", event: .completed,
+                kind: kind, result: .newData, detail: "")
+        }
+        for time in [1.0, 2, 3] { try store.append(Sample.entry(.backgroundTaskExpired, at: time)) }
+        for time in [4.0, 5, 6] { try store.append(refresh(time)) }
+        // A processing task's answer is not what the planner reads back: one of the rest.
+        try store.append(refresh(7, .processing))
+        for time in [8.0, 9] { try store.append(Sample.entry(.submitted, at: time)) }
+        #expect(try store.pruneHistory(before: 0, perApp: 2) == 3)
+        #expect(try store.history(since: 0, limit: 100).map(\.time) == [2, 3, 5, 6, 8, 9])
+        #expect(try store.pruneHistory(before: 0, perApp: 2) == 0)
+    }
+
     // MARK: Usage
 
     @Test("usage records every state, per app, oldest first")
