@@ -106,6 +106,34 @@ extension TaskEngine {
         noteLeft(appID, at: now)
     }
 
+    /// `ReportUsage` from an app with an app unit the user opened running (`OpenedAppUnits`):
+    /// the agent saw it launched, and `ReportUsage` is for apps whose launches it cannot see.
+    /// The unit's appearance was the open and its last unit's end is the leave, as `Register`
+    /// takes it (`noteRegistrationAsOpen`): the user manager's word, where the report is the
+    /// app's, and the usage log pairs each open with one leave. So a `foreground` is use within
+    /// that open, as another launch of an app already open is (`appUnitChanged`): the record
+    /// keeps it as the last use, with no row and no open learned (on GNOME, an app reporting
+    /// itself at launch was counted opened twice). A `background` leaves nothing: the app stays
+    /// in use, the CPU monitor's exemption included, until its last unit goes. Taken as a leave,
+    /// it logged a close and opened the window after use while the app still ran, the unit's
+    /// end logged a second, and the next `foreground` was an open the unit never saw. The app
+    /// is no longer in use by its own word, though: should the unit be found gone unseen (the
+    /// user manager restarted, `appUnitsRunning`), the app is not held in use. Either is the
+    /// state reported last, so that the same again changes nothing. Throws when the record
+    /// cannot be saved; nothing is remembered then.
+    func reportWhileUnitRuns(_ appID: AppID, _ state: UsageState, at time: UnixTime) throws(StoreError) {
+        if state == .foreground {
+            try noteLastUse(of: appID, at: time)
+            selfReportedInUse.insert(appID)
+        } else {
+            selfReportedInUse.remove(appID)
+        }
+        lastUsageReport[appID] = state
+        logger.debug(
+            "Usage report of an app whose unit runs; the unit says when it is opened and left",
+            metadata: ["app.id": "\(appID)", "state": "\(state.rawValue)"])
+    }
+
     /// Stores the units the session started (`SessionStartedUnits`), for the next run. A failed
     /// write is logged: this run keeps them in memory, and the next would take a scope started
     /// at login and still running for one the user opened.

@@ -121,8 +121,9 @@ actor TaskEngine {
     /// published after every evaluation, and sorting a thousand ids each time slowed Submit.
     var inUseStatus: Variant?
     /// Apps in use by their own word since the agent started (they registered, or reported
-    /// themselves in the foreground, and have not been left since): in use whatever the user
-    /// manager's units say.
+    /// themselves in the foreground, and have not been left since, nor reported themselves in
+    /// the background while a unit of theirs ran, `reportWhileUnitRuns`): in use whatever the
+    /// user manager's units say.
     var selfReportedInUse: Set<AppID> = []
     /// Each app's last `ReportUsage` state in this run, until the user is seen leaving the app
     /// (`noteLeft`) or its last connection goes: a report of the same state is not recorded.
@@ -776,6 +777,13 @@ actor TaskEngine {
         }
         let now = Self.wallNow()
         do {
+            // An app unit of it runs: the unit, not the report, says when the user opened and
+            // leaves the app (`reportWhileUnitRuns`).
+            if openedUnits.contains(appID) {
+                try reportWhileUnitRuns(appID, state, at: now)
+                budget.spend()
+                return
+            }
             // Remembered once the row is in: a report the disk refused is recorded when sent again.
             try appendUsage(appID, state, at: now)
             budget.spend()

@@ -277,6 +277,33 @@ def test_a_usage_report_of_the_state_reported_last_records_nothing(world):
         usage_rows(world)
 
 
+def test_an_app_whose_unit_runs_is_not_opened_again_by_its_own_usage_reports(world):
+    """GNOME's launcher makes a scope for the app, which registers and reports itself in the
+    foreground as it starts. The scope's appearance was the open: the report is part of the
+    same use, as the registration is, so no second row, no second open (Explain's `opens`
+    stays 1). Its `background` while the scope runs is no leave either (it stays in use, with
+    no row): the app is left when its last unit goes, with the one close."""
+    app_id, unit = "org.example.App", "app-gnome-org.example.App-1234.scope"
+    _, manager = start_manager(world)
+    agent = world.start_agent(planner=True)
+    wait_subscribed(agent, manager)
+    emit(manager, "UnitNew", unit)
+    th.wait_until(lambda: agent.status().get("in_use") == [app_id], th.TIMEOUT, "the app's scope to put it in use")
+    app = world.registered_app(app_id, [f"{app_id}.refresh"])
+    app.scheduler("ReportUsage", "s", ("foreground",))
+    explanation = agent.explain(app_id, f"{app_id}.refresh")
+    assert (explanation["opens"], explanation["opens_last_24h"]) == (1, 1), explanation
+    app.scheduler("ReportUsage", "s", ("background",))
+    assert agent.status().get("in_use") == [app_id], agent.status()
+    app.scheduler("ReportUsage", "s", ("foreground",))
+    assert agent.explain(app_id, f"{app_id}.refresh")["opens"] == 1
+    emit(manager, "UnitRemoved", unit)
+    th.wait_until(lambda: "in_use" not in agent.status(), th.TIMEOUT, "the app to be left as its scope goes")
+    app.quit()
+    agent.stop()
+    assert usage_rows(world) == [(app_id, "foreground"), (app_id, "background")]
+
+
 def test_an_app_alternating_its_usage_state_in_a_loop_is_refused_past_a_persons_pace(world):
     """Each change of state is a row of the usage log, kept for 8 weeks: an app alternating
     foreground and background in a loop wrote about 600 a second, gigabytes a day, from one
