@@ -136,9 +136,9 @@ extension AgentInterfaces {
                     launches until it is used again.
                     "background" may start the app's pending refresh at once, when the planner has
                     learned that the user often comes back to the app soon. While an app unit of
-                    the app that the user opened runs, the agent saw the launch: the unit is the
-                    open and its end the leave, so "foreground" is no second open and "background"
-                    no leave. A report of the state reported last changes nothing. An app may have
+                    the app that the user opened runs, the agent saw the launch: "foreground" of the
+                    app in use is no second open; "background" is a leave, and "foreground" after it
+                    an open. A report of the state reported last changes nothing. An app may have
                     60 changes recorded at once, then one a second: LimitsExceeded past that (not
                     recorded; send it again later).
                     """),

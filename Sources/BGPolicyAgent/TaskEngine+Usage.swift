@@ -38,6 +38,12 @@ extension TaskEngine {
                 logger.debug("App unit closed while another of the app runs; the app is not left", metadata: metadata)
                 return
             }
+            // An app that reported itself in the background while the unit ran was left then
+            // (`reportWhileUnitRuns`): its close is in the log already.
+            guard appsInUse.contains(appID) else {
+                logger.debug("App unit closed after the app reported itself in the background; left already", metadata: metadata)
+                return
+            }
             appendUsageOrWarn(appID, .background, at: now, metadata: metadata)
             logger.debug("App unit changed", metadata: metadata)
             noteLeft(appID, at: now)
@@ -106,32 +112,36 @@ extension TaskEngine {
         noteLeft(appID, at: now)
     }
 
-    /// `ReportUsage` from an app with an app unit the user opened running (`OpenedAppUnits`):
-    /// the agent saw it launched, and `ReportUsage` is for apps whose launches it cannot see.
-    /// The unit's appearance was the open and its last unit's end is the leave, as `Register`
-    /// takes it (`noteRegistrationAsOpen`): the user manager's word, where the report is the
-    /// app's, and the usage log pairs each open with one leave. So a `foreground` is use within
-    /// that open, as another launch of an app already open is (`appUnitChanged`): the record
-    /// keeps it as the last use, with no row and no open learned (on GNOME, an app reporting
-    /// itself at launch was counted opened twice). A `background` leaves nothing: the app stays
-    /// in use, the CPU monitor's exemption included, until its last unit goes. Taken as a leave,
-    /// it logged a close and opened the window after use while the app still ran, the unit's
-    /// end logged a second, and the next `foreground` was an open the unit never saw. The app
-    /// is no longer in use by its own word, though: should the unit be found gone unseen (the
-    /// user manager restarted, `appUnitsRunning`), the app is not held in use. Either is the
-    /// state reported last, so that the same again changes nothing. Throws when the record
-    /// cannot be saved; nothing is remembered then.
+    /// `ReportUsage` from an app with an app unit the user opened running (`OpenedAppUnits`).
+    /// The report changes the app's state only where it differs from what the agent holds:
+    /// the unit's appearance was the open, so a `foreground` of the app in use is use within
+    /// that open (the record keeps it as the last use, as another launch of an app already
+    /// open, `appUnitChanged`), with no row and no open learned: on GNOME an app reporting
+    /// itself at launch was counted opened twice. A `background` is the user leaving the app
+    /// while it runs on (a window closed to the tray, another app brought up): a leave, with
+    /// its row and the window after use, and the CPU monitor then watches its slices, as an
+    /// app that reports its focus changes asks; a `foreground` after it is the user coming
+    /// back, an open. The last unit's end leaves only an app still in use, so that each open
+    /// pairs with one leave in the log. Throws when the record or the row cannot be saved;
+    /// nothing is remembered then.
     func reportWhileUnitRuns(_ appID: AppID, _ state: UsageState, at time: UnixTime) throws(StoreError) {
-        if state == .foreground {
+        let inUse = appsInUse.contains(appID)
+        switch (state, inUse) {
+        case (.foreground, true):
             try noteLastUse(of: appID, at: time)
-            selfReportedInUse.insert(appID)
-        } else {
-            selfReportedInUse.remove(appID)
+            logger.debug(
+                "The app reported itself in the foreground while its unit runs and it is in use: a use, not an open",
+                metadata: ["app.id": "\(appID)"])
+        case (.foreground, false):
+            try appendUsage(appID, .foreground, at: time)
+            try noteUse(of: appID, at: time)
+        case (.background, true):
+            try appendUsage(appID, .background, at: time)
+            noteLeft(appID, at: time)
+        case (.background, false):
+            break
         }
         lastUsageReport[appID] = state
-        logger.debug(
-            "Usage report of an app whose unit runs; the unit says when it is opened and left",
-            metadata: ["app.id": "\(appID)", "state": "\(state.rawValue)"])
     }
 
     /// Stores the units the session started (`SessionStartedUnits`), for the next run. A failed

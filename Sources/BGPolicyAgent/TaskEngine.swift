@@ -777,8 +777,8 @@ actor TaskEngine {
         }
         let now = Self.wallNow()
         do {
-            // An app unit of it runs: the unit, not the report, says when the user opened and
-            // leaves the app (`reportWhileUnitRuns`).
+            // An app unit of it runs: the unit's appearance was its open, so the report changes
+            // only what differs from the agent's view (`reportWhileUnitRuns`).
             if openedUnits.contains(appID) {
                 try reportWhileUnitRuns(appID, state, at: now)
                 budget.spend()

@@ -280,9 +280,10 @@ def test_a_usage_report_of_the_state_reported_last_records_nothing(world):
 def test_an_app_whose_unit_runs_is_not_opened_again_by_its_own_usage_reports(world):
     """GNOME's launcher makes a scope for the app, which registers and reports itself in the
     foreground as it starts. The scope's appearance was the open: the report is part of the
-    same use, as the registration is, so no second row, no second open (Explain's `opens`
-    stays 1). Its `background` while the scope runs is no leave either (it stays in use, with
-    no row): the app is left when its last unit goes, with the one close."""
+    same use, so no second row and no second open (Explain's `opens` stays 1; it was 2). Its
+    `background` while the scope runs is the user leaving it (a window closed to the tray):
+    a leave, and its next `foreground` an open. The scope's end after that leaves nothing
+    more: each open pairs with one close in the log."""
     app_id, unit = "org.example.App", "app-gnome-org.example.App-1234.scope"
     _, manager = start_manager(world)
     agent = world.start_agent(planner=True)
@@ -290,18 +291,30 @@ def test_an_app_whose_unit_runs_is_not_opened_again_by_its_own_usage_reports(wor
     emit(manager, "UnitNew", unit)
     th.wait_until(lambda: agent.status().get("in_use") == [app_id], th.TIMEOUT, "the app's scope to put it in use")
     app = world.registered_app(app_id, [f"{app_id}.refresh"])
-    app.scheduler("ReportUsage", "s", ("foreground",))
-    explanation = agent.explain(app_id, f"{app_id}.refresh")
-    assert (explanation["opens"], explanation["opens_last_24h"]) == (1, 1), explanation
-    app.scheduler("ReportUsage", "s", ("background",))
+
+    def report(state):
+        app.scheduler("ReportUsage", "s", (state,))
+
+    def opens():
+        explanation = agent.explain(app_id, f"{app_id}.refresh")
+        return explanation["opens"], explanation["opens_last_24h"]
+
+    report("foreground")
+    assert opens() == (1, 1)
     assert agent.status().get("in_use") == [app_id], agent.status()
-    app.scheduler("ReportUsage", "s", ("foreground",))
-    assert agent.explain(app_id, f"{app_id}.refresh")["opens"] == 1
+    report("background")
+    assert "in_use" not in agent.status(), agent.status()
+    report("foreground")
+    assert agent.status().get("in_use") == [app_id], agent.status()
+    assert opens() == (2, 2)
+    report("background")
     emit(manager, "UnitRemoved", unit)
-    th.wait_until(lambda: "in_use" not in agent.status(), th.TIMEOUT, "the app to be left as its scope goes")
+    th.wait_until(lambda: "scope" in agent.stderr() and "left already" in agent.stderr(), th.TIMEOUT,
+                  "the agent to see the scope go")
+    assert "in_use" not in agent.status(), agent.status()
     app.quit()
     agent.stop()
-    assert usage_rows(world) == [(app_id, "foreground"), (app_id, "background")]
+    assert usage_rows(world) == [(app_id, "foreground"), (app_id, "background")] * 2
 
 
 def test_an_app_alternating_its_usage_state_in_a_loop_is_refused_past_a_persons_pace(world):
