@@ -11,6 +11,12 @@ public import Logging
 /// apps opened or closed while the agent was not watching (it restarted, or stopped before the
 /// apps at the end of the last session) are then known for what they are.
 ///
+/// A reload of the manager (`systemctl --user daemon-reload`) sends a `UnitRemoved` and a
+/// `UnitNew` for every unit, between `Reloading(true)` and `Reloading(false)`: those are held,
+/// and at `Reloading(false)` the source asks again which app units run, and reports only the
+/// units that appeared or went across the reload (`AppUnitTracker.reloadFinished`). A manager
+/// that goes away during a reload takes the held signals with it: the next one is listed anew.
+///
 /// The manager sends those signals only to clients that called `Subscribe`. The name's owner
 /// is followed (`DaemonFollower`): a manager missing at start is picked up when it appears,
 /// and one that restarts is subscribed to again. Nothing polls; between signals this costs
@@ -32,7 +38,8 @@ public struct AppUnitSource: Sendable {
 
     /// Runs until the task is cancelled, calling `running` with the app units that run each
     /// time it connects to a manager (after subscribing, so that no change is lost between),
-    /// and `report` for each app unit that appears or goes, in the order the manager sent them.
+    /// and `report` for each app unit that appears or goes, in the order the manager sent them
+    /// (across a reload, once it is done, for the units that really did).
     public func run(
         logger: Logger, running: @escaping @Sendable ([RunningAppUnit]) async -> Void,
         report: @escaping @Sendable (AppUnitEvent) async -> Void
@@ -51,6 +58,12 @@ public struct AppUnitSource: Sendable {
                 await running(tracker.running(units: units))
             }
             for try await signal in signals {
+                if signal.member == "Reloading" {
+                    for event in await reloading(signal, owner: owner, tracker: &tracker, logger: logger) {
+                        await report(event)
+                    }
+                    continue
+                }
                 guard let member = signal.member, member == "UnitNew" || member == "UnitRemoved" else { continue }
                 guard signal.body.count == 2, case .string(let unit) = signal.body[0] else {
                     logger.warning(
@@ -68,9 +81,36 @@ public struct AppUnitSource: Sendable {
         await waitUntilCancelled()
     }
 
+    /// The manager's `Reloading` signal: at its start, unit signals are held by `tracker`; at its
+    /// end, the running app units are listed again (the manager sends the signal once the
+    /// reload's `UnitNew`s are out, and answers after it) and the changes across the reload
+    /// returned. The next signals wait meanwhile, so that none is read before the list.
+    private func reloading(
+        _ signal: Message, owner: String, tracker: inout AppUnitTracker, logger: Logger
+    ) async -> [AppUnitEvent] {
+        guard signal.body.count == 1, case .boolean(let active) = signal.body[0] else {
+            logger.warning(
+                "The systemd user manager sent Reloading with unexpected arguments",
+                metadata: ["signature": "\(signal.signature)"])
+            return []
+        }
+        if active {
+            logger.debug("The systemd user manager is reloading; app unit signals are held until it is done")
+            tracker.reloadStarted()
+            return []
+        }
+        let units = await runningAppUnits(owner: owner, logger: logger)
+        let events = tracker.reloadFinished(running: units)
+        logger.debug(
+            "The systemd user manager reloaded; app units checked against those it runs",
+            metadata: ["units.listed": "\(units != nil)", "units.changed": "\(events.count)"])
+        return events
+    }
+
     /// The names of the manager's running app units, or nil when it cannot say (a manager
-    /// older than systemd 230, or one that failed): then nothing is reconciled, and the usage
-    /// log's word stands.
+    /// older than systemd 230, or one that failed): then, on connecting, nothing is reconciled,
+    /// and the usage log's word stands; at the end of a reload, the held signals are taken at
+    /// their word.
     private func runningAppUnits(owner: String, logger: Logger) async -> [String]? {
         let states: [DBusValue] = ["active", "activating", "reloading"].map { .string($0) }
         let patterns: [DBusValue] = AppIdentityParser.appUnitPatterns.map { .string($0) }
@@ -87,7 +127,7 @@ public struct AppUnitSource: Sendable {
             }
         } catch {
             logger.warning(
-                "Could not list the running app units; apps opened or closed while the agent was not watching are not known",
+                "Could not list the running app units; only the manager's signals say which apps run",
                 metadata: ["bus.unique": "\(owner)", "error": "\(error)"])
             return nil
         }

@@ -30,6 +30,22 @@ struct AppUnitSourceTests {
             timeout: .seconds(5))
     }
 
+    /// The mock manager emits `Reloading(active)`.
+    func emitReloading(_ connection: DBusConnection, _ active: Bool) async throws {
+        _ = try await connection.call(
+            destination: SystemdUserManagerProxy.busName, path: Self.managerPath, interface: "org.freedesktop.DBus.Mock",
+            member: "EmitSignal",
+            [.string(Self.managerInterface), .string("Reloading"), .string("b"), .array(element: .variant, [.variant(.boolean(active))])],
+            timeout: .seconds(5))
+    }
+
+    /// Calls the mock manager's `member` (`StartUnit`, `StopUnit`) for `unit`.
+    func manage(_ connection: DBusConnection, _ member: String, _ unit: String) async throws {
+        _ = try await connection.call(
+            destination: SystemdUserManagerProxy.busName, path: Self.managerPath, interface: Self.managerInterface,
+            member: member, [.string(unit), .string("replace")], timeout: .seconds(5))
+    }
+
     /// Waits (bounded) until the running mock logged a `Subscribe` call.
     func waitForSubscribe(_ connection: DBusConnection) async throws {
         let deadline = ContinuousClock.now + .seconds(20)
@@ -102,6 +118,50 @@ struct AppUnitSourceTests {
         // Each manager was asked which app units run (none in these mocks: the agent's tests
         // start some) before its signals were followed.
         #expect(seen.running.withLock { $0 } == [[], []])
+
+        running.cancel()
+        await running.value
+    }
+
+    @Test("a reload's signals are held: only the app unit that really went is reported, once the reload is done")
+    func reload() async throws {
+        let manager = try MockUserManager()
+        let sourceConnection = try await DBusConnection.connect(to: .address(manager.address))
+        defer { sourceConnection.close() }
+        let control = try await DBusConnection.connect(to: .address(manager.address))
+        defer { control.close() }
+        try await manager.start(connection: control, template: MockUserManager.subscribingTemplate)
+        let nautilus = "app-gnome-org.gnome.Nautilus-12345.scope", konsole = "app-org.kde.konsole-a1b2c3.scope"
+        for unit in [nautilus, konsole] {
+            _ = try await control.call(
+                destination: SystemdUserManagerProxy.busName, path: Self.managerPath, interface: "org.freedesktop.DBus.Mock",
+                member: "AddMockUnit", [.string(unit)], timeout: .seconds(5))
+            try await manage(control, "StartUnit", unit)
+        }
+
+        let seen = Reported()
+        let source = AppUnitSource(sessionBus: sourceConnection)
+        let running = Task {
+            await source.run(logger: Logger(label: "test")) { units in
+                seen.running.withLock { $0.append(units) }
+            } report: { event in
+                seen.events.withLock { $0.append(event) }
+            }
+        }
+        try await waitForSubscribe(control)
+        // Both scopes are taken down and built again; Konsole exits meanwhile, and is not built again.
+        try await emitReloading(control, true)
+        for unit in ["dbus.service", nautilus, konsole] { try await emit(control, "UnitRemoved", unit) }
+        for unit in ["dbus.service", nautilus] { try await emit(control, "UnitNew", unit) }
+        try await manage(control, "StopUnit", konsole)
+        try await emitReloading(control, false)
+        // Maps opens after the reload: once it is reported, the reload's end has been handled.
+        try await emit(control, "UnitNew", "app-gnome-org.gnome.Maps-12345.scope")
+        #expect(try await wait(for: 2, in: seen) == [
+            event("org.kde.konsole", .closed, konsole),
+            event("org.gnome.Maps", .opened, "app-gnome-org.gnome.Maps-12345.scope"),
+        ])
+        #expect(seen.running.withLock { $0 }.map { $0.map(\.unit) } == [[nautilus, konsole].sorted()])
 
         running.cancel()
         await running.value

@@ -88,6 +88,98 @@ struct AppUnitTrackerTests {
         #expect(tracker.event(member: "UnitNew", unit: "app-org.kde.dolphin@12ab.service")?.change == .opened)
     }
 
+    static let maps = "app-gnome-org.gnome.Maps-12345.scope"
+    static let nautilus = "app-gnome-org.gnome.Nautilus-12345.scope"
+    static let konsole = "app-org.kde.konsole-a1b2c3.scope"
+    static let dolphin = "app-org.kde.dolphin@12ab.service"
+
+    /// A tracker with `live` running, as listed when it connected, and a reload started in which
+    /// the manager removed `removed` and announced `new`, in that order, with other units among them.
+    func reloading(live: [String], removed: [String], new: [String]) -> AppUnitTracker {
+        var tracker = AppUnitTracker()
+        _ = tracker.running(units: live)
+        tracker.reloadStarted()
+        for unit in removed + ["dbus.service"] { #expect(tracker.event(member: "UnitRemoved", unit: unit) == nil) }
+        for unit in new + ["dbus.service"] { #expect(tracker.event(member: "UnitNew", unit: unit) == nil) }
+        return tracker
+    }
+
+    func event(_ unit: String, _ change: AppUnitEvent.Change) throws -> AppUnitEvent {
+        AppUnitEvent(appID: try #require(AppIdentityParser.appID(fromUnitName: unit)), change: change, unit: unit)
+    }
+
+    @Test("A reload that builds every unit again says nothing, whether the manager lists its units or not")
+    func reloadRebuildsUnits() {
+        for listed in [true, false] {
+            let running = [Self.nautilus, Self.konsole]
+            var tracker = reloading(live: running, removed: running, new: running)
+            #expect(tracker.reload == AppUnitTracker.Reload(removed: Set(running), new: Set(running)))
+            #expect(tracker.reloadFinished(running: listed ? running + ["dbus.service"] : nil) == [])
+            #expect(tracker.reload == nil)
+            #expect(tracker.live == Set(running))
+            // Afterwards signals count again: a running unit announced again is still no open.
+            #expect(tracker.event(member: "UnitNew", unit: Self.nautilus) == nil)
+            #expect(tracker.event(member: "UnitRemoved", unit: Self.nautilus)?.change == .closed)
+        }
+    }
+
+    @Test("Across a reload, a unit that went closes and one that appeared opens, after it; one built again but not running (an inactive app service) is neither")
+    func reloadChanges() throws {
+        var tracker = reloading(
+            live: [Self.nautilus, Self.konsole], removed: [Self.nautilus, Self.konsole, Self.dolphin],
+            new: [Self.nautilus, Self.dolphin, Self.maps])
+        let events = tracker.reloadFinished(running: [Self.maps, Self.nautilus])
+        #expect(events == [try event(Self.konsole, .closed), try event(Self.maps, .opened)])
+        #expect(tracker.live == [Self.maps, Self.nautilus])
+    }
+
+    @Test("Without the list, the held signals say what changed: a unit removed for good closes, even one not known live; one only announced new opens")
+    func reloadWithoutList() throws {
+        var tracker = reloading(
+            live: [Self.nautilus, Self.konsole], removed: [Self.nautilus, Self.konsole, Self.dolphin],
+            new: [Self.nautilus, Self.maps])
+        let events = tracker.reloadFinished(running: nil)
+        #expect(events == [try event(Self.dolphin, .closed), try event(Self.konsole, .closed), try event(Self.maps, .opened)])
+        #expect(tracker.live == [Self.maps, Self.nautilus])
+    }
+
+    @Test("A unit removed after the reload and before the list was made is closed by the reload's end, and its late UnitRemoved is no second close")
+    func lateRemovalAfterReload() throws {
+        var tracker = reloading(live: [Self.konsole], removed: [Self.konsole], new: [Self.konsole])
+        #expect(tracker.reloadFinished(running: []) == [try event(Self.konsole, .closed)])
+        #expect(tracker.event(member: "UnitRemoved", unit: Self.konsole) == nil)
+        // Only once: a unit of that name opening and closing again later is heard.
+        #expect(tracker.event(member: "UnitNew", unit: Self.konsole)?.change == .opened)
+        #expect(tracker.event(member: "UnitRemoved", unit: Self.konsole)?.change == .closed)
+    }
+
+    @Test("A unit that opens after the reload and before the list was made opens once")
+    func lateOpenAfterReload() throws {
+        var tracker = reloading(live: [], removed: [], new: [])
+        #expect(tracker.reloadFinished(running: [Self.maps]) == [try event(Self.maps, .opened)])
+        #expect(tracker.event(member: "UnitNew", unit: Self.maps) == nil)
+    }
+
+    @Test("The end of a reload whose start was not seen checks the list against the live units")
+    func reloadEndAlone() throws {
+        var tracker = AppUnitTracker()
+        _ = tracker.running(units: [Self.konsole])
+        #expect(tracker.reloadFinished(running: [Self.konsole, Self.maps]) == [try event(Self.maps, .opened)])
+        #expect(tracker.reloadFinished(running: nil) == [])
+        #expect(tracker.live == [Self.konsole, Self.maps])
+    }
+
+    @Test("A second Reloading(true) goes on holding; connecting to a manager anew drops what was held")
+    func reloadHeldStateCleared() throws {
+        var tracker = reloading(live: [Self.konsole], removed: [Self.konsole], new: [])
+        tracker.reloadStarted()
+        #expect(tracker.reload?.removed == [Self.konsole])
+        // The manager went during the reload; the next one lists its units.
+        #expect(tracker.running(units: [Self.konsole]) == [RunningAppUnit(appID: try #require(AppID(rawValue: "org.kde.konsole")), unit: Self.konsole)])
+        #expect(tracker.reload == nil)
+        #expect(tracker.event(member: "UnitRemoved", unit: Self.konsole)?.change == .closed)
+    }
+
     @Test("The set of live units is bounded")
     func bounded() {
         var tracker = AppUnitTracker()
