@@ -3,7 +3,8 @@
 usage rows; an open of a registered app refreshes its `last_used_at` (ListApps) and lifts the
 7-day inactivity rule (Explain), and a close opens a refresh window for the app left. Unit names are the ones GNOME Shell and KDE really create;
 units that are not apps change nothing. The agent copes with the manager being absent at start,
-and follows it when it stops and starts again.
+follows it when it stops and starts again, and takes a reload (every unit removed and new again
+between `Reloading(true)` and `Reloading(false)`) for what changed across it only.
 
 Apps are made "unused for 30 days" by registering them, stopping the agent and moving their
 times back in its database (the agent is the only writer, so only while it is stopped)."""
@@ -59,6 +60,19 @@ def wait_subscribed(agent, mock):
 def emit(mock, member, unit):
     path = f"/org/freedesktop/systemd1/unit/{unit.replace('.', '_').replace('-', '_').replace('@', '_')}"
     mock.mock("EmitSignal", "sssav", (MANAGER, member, "so", [GLib.Variant("s", unit), GLib.Variant("o", path)]))
+
+
+def emit_reloading(mock, active):
+    """The manager's `Reloading(active)`: true as `systemctl --user daemon-reload` begins, false once done."""
+    mock.mock("EmitSignal", "sssav", (MANAGER, "Reloading", "b", [GLib.Variant("b", active)]))
+
+
+def start_unit(world, mock, unit):
+    """`unit` runs in the mock manager (ListUnitsByPatterns lists it), and its UnitNew is sent."""
+    mock.mock("AddMockUnit", "s", (unit,))
+    th.call(world.session.conn, MANAGER, "StartUnit", "ss", (unit, "replace"), reply_type="(o)",
+            dest=MANAGER_NAME, path="/org/freedesktop/systemd1")
+    emit(mock, "UnitNew", unit)
 
 
 def database(world):
@@ -571,16 +585,10 @@ def test_a_scope_the_session_started_is_still_the_sessions_after_a_restart(world
     agent = world.start_agent(planner=True)
     wait_subscribed(agent, manager)
 
-    def start_unit(unit):
-        manager.mock("AddMockUnit", "s", (unit,))
-        th.call(world.session.conn, MANAGER, "StartUnit", "ss", (unit, "replace"), reply_type="(o)",
-                dest=MANAGER_NAME, path="/org/freedesktop/systemd1")
-        emit(manager, "UnitNew", unit)
-
     emit(manager, "UnitNew", tray_autostart)
-    start_unit(tray_scope)
+    start_unit(world, manager, tray_scope)
     emit(manager, "UnitRemoved", tray_autostart)
-    start_unit(UNITS[KONSOLE])
+    start_unit(world, manager, UNITS[KONSOLE])
     th.wait_until(lambda: agent.status().get("in_use") == [KONSOLE], th.TIMEOUT, "Konsole's unit to put it in use")
     agent.stop()
     with sqlite3.connect(database(world)) as db:
@@ -600,6 +608,79 @@ def test_a_scope_the_session_started_is_still_the_sessions_after_a_restart(world
     assert usage_rows(world) == [(KONSOLE, "foreground"), (MAPS, "foreground"), (MAPS, "background")]
     with sqlite3.connect(database(world)) as db:
         assert db.execute("SELECT unit FROM session_started_units").fetchall() == []
+
+
+def test_a_reload_of_the_user_manager_opens_and_closes_nothing(world):
+    """`systemctl --user daemon-reload` (package updates run it, as does enabling a unit) frees
+    every unit and builds it again: between `Reloading(true)` and `Reloading(false)` the manager
+    sends a `UnitRemoved` and a `UnitNew` for each. Nautilus, which the user opened, is still in
+    use, with no close and no second open in the usage log; the Flatpak scope the session's
+    autostart started for Tray, known from the database after a restart, is still the
+    session's, not an app the user opened. The agent asks the manager again which app units
+    run once the reload is done."""
+    nautilus = ("org.gnome.Nautilus", "app-gnome-org.gnome.Nautilus-12345.scope")
+    tray = "org.example.Tray"
+    tray_autostart, tray_scope = f"app-{tray}-autostart.service", f"app-flatpak-{tray}-5151.scope"
+    _, manager = start_manager(world)
+    agent = world.start_agent(planner=True)
+    wait_subscribed(agent, manager)
+    emit(manager, "UnitNew", tray_autostart)
+    start_unit(world, manager, tray_scope)
+    emit(manager, "UnitRemoved", tray_autostart)
+    start_unit(world, manager, nautilus[1])
+    th.wait_until(lambda: agent.status().get("in_use") == [nautilus[0]], th.TIMEOUT, "Nautilus' unit to put it in use")
+    # A restart forgets when Tray's autostart unit appeared: its scope is the session's by the
+    # database alone, as on the day a package update reloads the manager.
+    agent.stop()
+    agent.restart()
+    th.wait_until(lambda: len(manager.calls("ListUnitsByPatterns")) >= 2, th.TIMEOUT,
+                  "the restarted agent to list the running units")
+
+    emit_reloading(manager, True)
+    for unit in (tray_scope, "dbus.service", nautilus[1]):
+        emit(manager, "UnitRemoved", unit)
+    for unit in (tray_scope, "dbus.service", nautilus[1]):
+        emit(manager, "UnitNew", unit)
+    emit_reloading(manager, False)
+    # Maps opens after the reload: signals are handled in order, so once it is in use, the
+    # reload has been handled too.
+    emit(manager, "UnitNew", UNITS[MAPS])
+    th.wait_until(lambda: agent.status().get("in_use") == [MAPS, nautilus[0]], th.TIMEOUT,
+                  "Maps and Nautilus to be in use, and not Tray")
+    assert len(manager.calls("ListUnitsByPatterns")) == 3, "the agent lists the running units after the reload"
+    agent.stop()
+    assert usage_rows(world) == [(nautilus[0], "foreground"), (MAPS, "foreground")]
+    with sqlite3.connect(database(world)) as db:
+        assert db.execute("SELECT unit FROM session_started_units").fetchall() == [(tray_scope,)]
+
+
+def test_an_app_unit_that_goes_during_a_reload_is_closed_once_it_is_done(world):
+    """Konsole exits while the user manager reloads: its unit is removed and not built again.
+    Its `UnitRemoved` is one of the reload's, held like the rest, so Konsole is still in use
+    until `Reloading(false)`; then the manager no longer lists its unit, and it is left, with
+    one close in the usage log. Nautilus, built again, stays in use."""
+    nautilus = ("org.gnome.Nautilus", "app-gnome-org.gnome.Nautilus-12345.scope")
+    _, manager = start_manager(world)
+    agent = world.start_agent(planner=True)
+    wait_subscribed(agent, manager)
+    for unit in (UNITS[KONSOLE], nautilus[1]):
+        start_unit(world, manager, unit)
+    th.wait_until(lambda: agent.status().get("in_use") == [nautilus[0], KONSOLE], th.TIMEOUT,
+                  "Konsole's and Nautilus' units to put them in use")
+
+    emit_reloading(manager, True)
+    for unit in (UNITS[KONSOLE], nautilus[1]):
+        emit(manager, "UnitRemoved", unit)
+    emit(manager, "UnitNew", nautilus[1])
+    th.call(world.session.conn, MANAGER, "StopUnit", "ss", (UNITS[KONSOLE], "replace"), reply_type="(o)",
+            dest=MANAGER_NAME, path="/org/freedesktop/systemd1")
+    time.sleep(1)
+    assert agent.status().get("in_use") == [nautilus[0], KONSOLE], "nothing is left while the manager reloads"
+    emit_reloading(manager, False)
+    th.wait_until(lambda: agent.status().get("in_use") == [nautilus[0]], th.TIMEOUT,
+                  "Konsole to be left once the reload is done")
+    agent.stop()
+    assert usage_rows(world) == [(KONSOLE, "foreground"), (nautilus[0], "foreground"), (KONSOLE, "background")]
 
 
 def test_an_app_running_before_the_agent_restarted_is_not_opened_again(world):
