@@ -487,8 +487,11 @@ actor TaskEngine {
 
         let now = Self.wallNow()
         let previous = apps[appID]?.record
-        // Left out: the one given before. "": none from now on.
-        let busName = options.busName.map { $0.isEmpty ? nil : $0 } ?? previous?.busName
+        // Left out: the one given before. "": none from now on. Not one an unverified caller
+        // gave, when the verified app takes its id over: the agent would start whatever owns
+        // the squatter's name for the app's work (and its content-available payloads).
+        let inheritedBusName = previous?.identity.isVerified == false && identity.source.isVerified ? nil : previous?.busName
+        let busName = options.busName.map { $0.isEmpty ? nil : $0 } ?? inheritedBusName
         // Sorted, as the store reads them back, so that a restart does not read as a change.
         var record = AppRecord(
             appID: appID, identifiers: Set(identifiers).sorted(), busName: busName,

@@ -126,9 +126,11 @@ def test_an_unverified_caller_can_never_take_a_verified_id(world):
 def test_an_unverified_claim_ends_when_the_verified_app_registers(world):
     """SPEC §1: an unverified id can never take over an id a verified caller uses. A process
     that claimed Maps before Maps itself registered loses the id then: it can no longer see,
-    submit or cancel Maps' requests, nor take deliveries or the id back."""
+    submit or cancel Maps' requests, nor take deliveries or the id back, and the bus_name it
+    gave goes with it."""
     agent = world.start_agent()
-    squatter = world.registered_app("org.example.Maps", ["org.example.Maps.refresh"], name="squatter")
+    squatter = world.app("squatter")
+    squatter.register(["org.example.Maps.refresh"], app_id="org.example.Maps", bus_name="org.example.Maps.Squatter")
     squatter.submit("org.example.Maps.refresh", "refresh", earliest_begin=later(3600))
 
     maps = world.app("maps", cgroup=unit_cgroup("app-gnome-org.example.Maps-1234.scope"))
@@ -136,6 +138,9 @@ def test_an_unverified_claim_ends_when_the_verified_app_registers(world):
 
     record = agent.app_record("org.example.Maps")
     assert (record["identity"], record["verified"], record["connected"]) == ("systemd-unit", True, True), record
+    # Nor does the name it gave for D-Bus activation stay: the agent would start the squatter
+    # for Maps' work once Maps quits.
+    assert "bus_name" not in record, record
     for call in (squatter.pending, lambda: squatter.cancel("org.example.Maps.refresh"),
                  lambda: squatter.submit("org.example.Maps.refresh", "refresh")):
         expect_error("NotRegistered", call)
