@@ -70,6 +70,8 @@ struct AdminInterface: Sendable {
             switch identity.source {
             case .flatpak, .snap:
                 refusal = "org.bgpolicy.Admin1 is for the user's own tools, and this caller is \(identity.appID.map { "\($0)" } ?? "an app") in a \(identity.source == .flatpak ? "Flatpak" : "snap") sandbox: an app schedules its own work through org.bgpolicy.Scheduler1; the user manages all apps' with the bgpolicy command"
+            case .unverified where !identity.seen:
+                refusal = "the agent cannot see the calling process (PID \(pid): its /proc entry is gone or hidden), so it cannot tell it is outside an app sandbox; org.bgpolicy.Admin1 answers only callers it can. A process that exited leaves its connection to its children: call from the process that connected"
             case .systemdUnit, .unverified:
                 refusal = nil
             }

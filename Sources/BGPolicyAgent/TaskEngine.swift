@@ -430,8 +430,7 @@ actor TaskEngine {
                 "bus_name '\(SchedulerError.shown(busName))' is not a well-known D-Bus name such as org.example.App (or \"\" to register none)")
         }
 
-        let identity = pid.map { inspector.identify(pid: $0) }
-            ?? ProcessIdentity(pid: 0, appID: nil, source: .unverified, unit: nil, cgroupPath: nil)
+        let identity = pid.map { inspector.identify(pid: $0) } ?? .unseen(pid: 0)
         let appID: AppID
         if let derived = identity.appID {
             if let claimed = options.appID, claimed != derived.rawValue {
@@ -441,6 +440,14 @@ actor TaskEngine {
             }
             appID = derived
         } else {
+            // Only a process seen outside any sandbox names its own app: one the agent cannot
+            // read may be a sandboxed app's (it forked and exited, and the bus reports the PID
+            // that connected), and would take any id no verified app holds yet.
+            guard identity.seen else {
+                throw SchedulerError(
+                    .accessDenied,
+                    "the agent cannot see this process (PID \(identity.pid): its /proc entry is gone or hidden, or the bus gave none), so it cannot tell which app it is; register from the process that opened the connection")
+            }
             guard let claimed = options.appID else {
                 throw .invalid(
                     "the agent cannot tell which app this process is (it is not in a Flatpak, a snap or an app-*.scope/.service unit): pass your app id in the app_id option")

@@ -16,18 +16,32 @@ public struct ProcessIdentity: Sendable, Equatable {
     /// which is what the CPU monitor measures; nil exactly when `unit` is, so that
     /// `cpuUsage(pid:cgroupPath:)` never counts a cgroup shared with other programs.
     public var cgroupPath: String?
+    /// Whether the agent could read the process at all. False when its `/proc` entry is gone
+    /// (it exited, though the connection it opened lives on in a child: the bus reports the
+    /// PID of the process that connected) or hidden, or the bus gave no PID: then nothing
+    /// tells a host process from a sandboxed one, and the caller gets no host's rights
+    /// (`Admin1`, naming its own app id).
+    public var seen: Bool
 
-    public init(pid: UInt32, appID: AppID?, source: IdentitySource, unit: String? = nil, cgroupPath: String? = nil) {
+    public init(
+        pid: UInt32, appID: AppID?, source: IdentitySource, unit: String? = nil, cgroupPath: String? = nil, seen: Bool = true
+    ) {
         self.pid = pid
         self.appID = appID
         self.source = source
         self.unit = unit
         self.cgroupPath = cgroupPath
+        self.seen = seen
     }
 
-    /// A process nothing vouches for.
+    /// A process nothing vouches for, seen outside any sandbox.
     public static func unverified(pid: UInt32) -> ProcessIdentity {
         ProcessIdentity(pid: pid, appID: nil, source: .unverified)
+    }
+
+    /// A process the agent cannot read (`seen` false); pid 0 when the bus gave none.
+    public static func unseen(pid: UInt32) -> ProcessIdentity {
+        ProcessIdentity(pid: pid, appID: nil, source: .unverified, seen: false)
     }
 }
 

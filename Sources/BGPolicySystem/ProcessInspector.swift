@@ -11,36 +11,50 @@ public struct ProcessInspector: Sendable {
     public var procRoot: String
     /// Where the cgroup-v2 hierarchy is mounted; `<cgroupRoot><cgroup path>/cpu.stat` is read.
     public var cgroupRoot: String
+    /// Where `identify` reads a process that `procRoot` has no entry for; nil: nowhere. Set
+    /// by `fromEnvironment` to the real `/proc` when tests point `procRoot` at a fake tree, so
+    /// that the processes the tree does not describe (a test's own connection, `bgpolicy`)
+    /// are read as they are, not taken for gone.
+    public var fallbackProcRoot: String?
 
-    public init(procRoot: String = "/proc", cgroupRoot: String = "/sys/fs/cgroup") {
+    public init(procRoot: String = "/proc", cgroupRoot: String = "/sys/fs/cgroup", fallbackProcRoot: String? = nil) {
         self.procRoot = procRoot
         self.cgroupRoot = cgroupRoot
+        self.fallbackProcRoot = fallbackProcRoot
     }
 
-    /// The default roots, overridden by `BGPOLICY_PROC_ROOT` and `BGPOLICY_CGROUP_ROOT` when set
-    /// and not empty (tests).
+    /// The default roots, overridden by `BGPOLICY_PROC_ROOT` (then falling back to `/proc`
+    /// for processes it has no entry for) and `BGPOLICY_CGROUP_ROOT` when set and not empty
+    /// (tests).
     public static func fromEnvironment() -> ProcessInspector {
         func variable(_ name: String) -> String? {
             guard let raw = getenv(name) else { return nil }
             let value = String(cString: raw)
             return value.isEmpty ? nil : value
         }
+        let fake = variable("BGPOLICY_PROC_ROOT")
         return ProcessInspector(
-            procRoot: variable("BGPOLICY_PROC_ROOT") ?? "/proc", cgroupRoot: variable("BGPOLICY_CGROUP_ROOT") ?? "/sys/fs/cgroup")
+            procRoot: fake ?? "/proc", cgroupRoot: variable("BGPOLICY_CGROUP_ROOT") ?? "/sys/fs/cgroup",
+            fallbackProcRoot: fake == nil ? nil : "/proc")
     }
 
     // MARK: Identity
 
     /// Who `pid` is: its Flatpak instance (`<procRoot>/<pid>/root/.flatpak-info`) first, then its
-    /// snap, then its systemd app unit; unverified when none of them names it (or it is gone).
+    /// snap, then its systemd app unit; unverified when none of them names it, and unseen
+    /// (`ProcessIdentity.seen` false) when its cgroup cannot be read: gone, or hidden.
     ///
     /// A process whose root holds a `.flatpak-info` that names no app (a runtime run with
     /// `flatpak run --command`, a damaged file, or a symlink or FIFO in its place) is sandboxed
     /// yet unnamed: it is unverified, not identified by its cgroup, because only Flatpak vouches
     /// for what runs in a sandbox and here it names nothing.
     public func identify(pid: UInt32) -> ProcessIdentity {
-        let cgroupText = SmallFile.read("\(procRoot)/\(pid)/cgroup", limit: Self.cgroupFileLimit).map(SmallFile.text)
-        let path = cgroupText.flatMap(AppIdentityParser.cgroupPath(fromProcCgroup:))
+        var procRoot = procRoot
+        if let fallbackProcRoot, access("\(procRoot)/\(pid)", F_OK) != 0 { procRoot = fallbackProcRoot }
+        guard let cgroupText = SmallFile.read("\(procRoot)/\(pid)/cgroup", limit: Self.cgroupFileLimit).map(SmallFile.text) else {
+            return .unseen(pid: pid)
+        }
+        let path = AppIdentityParser.cgroupPath(fromProcCgroup: cgroupText)
         let unit = path.flatMap(AppIdentityParser.unitName(fromCgroupPath:))
 
         /// The identity, with the process's unit when that unit is the app's own.
@@ -51,12 +65,24 @@ public struct ProcessInspector: Sendable {
             return ProcessIdentity(pid: pid, appID: id, source: source, unit: unit, cgroupPath: unitCgroup)
         }
 
-        switch flatpakInstance(pid: pid) {
+        /// Flatpak runs each instance in `app-flatpak-<id>-<pid>.scope`; any other unit is shared.
+        func flatpak(_ id: AppID) -> ProcessIdentity {
+            identity(id, .flatpak) { AppIdentityParser.appID(fromUnitName: $0) == id }
+        }
+        switch flatpakInstance(pid: pid, procRoot: procRoot) {
         case .app(let id):
-            // Flatpak runs each instance in `app-flatpak-<id>-<pid>.scope`; any other unit is shared.
-            return identity(id, .flatpak) { AppIdentityParser.appID(fromUnitName: $0) == id }
+            return flatpak(id)
         case .unnamed:
             return .unverified(pid: pid)
+        case .unreadable:
+            // A root the agent may not enter: a FUSE root (a toolbox container), or a process
+            // that made itself non-dumpable. Flatpak's own scope still says it is one, and a
+            // sandboxed app cannot move out of it (its cgroupfs is read-only).
+            if let unit, unit.hasPrefix("app-flatpak-"), let id = AppIdentityParser.appID(fromUnitName: unit) {
+                return flatpak(id)
+            }
+        case .gone:
+            return .unseen(pid: pid)
         case .none:
             break
         }
@@ -69,22 +95,36 @@ public struct ProcessInspector: Sendable {
         return .unverified(pid: pid)
     }
 
-    private enum FlatpakInstance {
+    enum FlatpakInstance: Equatable {
         case none
         case app(AppID)
         case unnamed
+        /// The root could not be entered (EACCES).
+        case unreadable
+        /// The process went between the reads (ESRCH).
+        case gone
     }
 
-    private func flatpakInstance(pid: UInt32) -> FlatpakInstance {
+    private func flatpakInstance(pid: UInt32, procRoot: String) -> FlatpakInstance {
         // Symlinks refused, and the regular-file check in SmallFile: the file lies in the sandbox's root.
         switch SmallFile.read("\(procRoot)/\(pid)/root/.flatpak-info", limit: Self.flatpakInfoLimit, followingSymlinks: false) {
         case .success(let bytes):
             return AppIdentityParser.flatpakAppID(fromInfo: SmallFile.text(bytes)).map(FlatpakInstance.app) ?? .unnamed
         case .failure(let failure):
-            // Absent (a host process, or one already gone) or unreadable (a FUSE root, as in a
-            // toolbox container, which Flatpak never uses): not a Flatpak instance. Anything
-            // else (a symlink, a FIFO, a huge file) is a root that someone has tampered with.
-            return [ENOENT, ENOTDIR, EACCES, ESRCH].contains(failure.code) ? .none : .unnamed
+            return Self.flatpakInstance(failing: failure.code)
+        }
+    }
+
+    /// What a failure to read `.flatpak-info` says: absent (`ENOENT`, `ENOTDIR`) is a host
+    /// process; a root the agent may not enter (`EACCES`) or a process gone meanwhile
+    /// (`ESRCH`) says nothing either way; anything else (a symlink, a FIFO, a huge file) is
+    /// a root someone has tampered with.
+    static func flatpakInstance(failing code: Int32) -> FlatpakInstance {
+        switch code {
+        case ENOENT, ENOTDIR: .none
+        case EACCES: .unreadable
+        case ESRCH: .gone
+        default: .unnamed
         }
     }
 

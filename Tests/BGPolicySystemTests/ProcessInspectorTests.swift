@@ -1,5 +1,5 @@
 import BGPolicyCore
-import BGPolicySystem
+@testable import BGPolicySystem
 import Foundation
 import Testing
 
@@ -128,16 +128,51 @@ struct ProcessInspectorTests {
         #expect(roots.inspector.identify(pid: 12345).unit == "app-gnome-org.gnome.Maps-12345.scope")
     }
 
-    @Test("a terminal, a session scope or no cgroup at all: unverified, no unit")
+    @Test("a terminal, a session scope or a cgroup naming no unit: unverified, no unit")
     func unverified() throws {
         let roots = try FakeRoots()
         try roots.cgroupFile(pid: 2, path: "/user.slice/user-1000.slice/session-2.scope")
         try roots.cgroupFile(pid: 3, path: "\(userManager)/app.slice/app-org.gnome.Terminal.slice/vte-spawn-228ae109-a869-4533-8988-65ea4c10b492.scope")
         try roots.cgroupFile(pid: 4, path: "/")
         try roots.write("garbage", to: "proc/5/cgroup")
-        for pid: UInt32 in [2, 3, 4, 5, 6] {
+        for pid: UInt32 in [2, 3, 4, 5] {
             #expect(roots.inspector.identify(pid: pid) == .unverified(pid: pid))
+            #expect(roots.inspector.identify(pid: pid).seen)
         }
+    }
+
+    /// A process whose cgroup cannot be read is gone (or hidden): the bus reports the PID of
+    /// the process that connected, which may have exited leaving its connection to a child,
+    /// a sandboxed one as well as any. Nothing then says it is outside a sandbox.
+    @Test("no /proc entry, or no cgroup in it: unseen")
+    func unseen() throws {
+        let roots = try FakeRoots()
+        try FileManager.default.createDirectory(atPath: roots.proc + "/7", withIntermediateDirectories: true)
+        for pid: UInt32 in [6, 7] {
+            #expect(roots.inspector.identify(pid: pid) == .unseen(pid: pid))
+            #expect(!roots.inspector.identify(pid: pid).seen)
+        }
+    }
+
+    @Test("tests' fake tree falls back to the real /proc for a process it has no entry for")
+    func fallback() throws {
+        let roots = try FakeRoots()
+        var inspector = roots.inspector
+        inspector.fallbackProcRoot = "/proc"
+        let me = UInt32(getpid())
+        #expect(roots.inspector.identify(pid: me).seen == false)
+        #expect(inspector.identify(pid: me).seen)
+        // An entry in the fake tree is read there, fallback or not.
+        try roots.cgroupFile(pid: me, path: "\(userManager)/app.slice/app-gnome-org.gnome.Maps-1.scope")
+        #expect(inspector.identify(pid: me).appID == AppID(rawValue: "org.gnome.Maps"))
+    }
+
+    @Test("what a failure to read .flatpak-info says", arguments: [
+        (ENOENT, ProcessInspector.FlatpakInstance.none), (ENOTDIR, .none), (EACCES, .unreadable), (ESRCH, .gone),
+        (ELOOP, .unnamed), (EFBIG, .unnamed),
+    ])
+    func flatpakInfoFailures(code: Int32, expected: ProcessInspector.FlatpakInstance) {
+        #expect(ProcessInspector.flatpakInstance(failing: code) == expected)
     }
 
     // MARK: CPU
@@ -229,7 +264,7 @@ struct ProcessInspectorTests {
         try roots.write("usage_usec 2500000\n", to: "cgroup/app.scope/cpu.stat")
         #expect(roots.inspector.cpuUsage(pid: 999, cgroupPath: "/app.scope") == nil)
         #expect(roots.inspector.cpuUsage(pid: 999, cgroupPath: nil) == nil)
-        #expect(roots.inspector.identify(pid: 999) == .unverified(pid: 999))
+        #expect(roots.inspector.identify(pid: 999) == .unseen(pid: 999))
         // Truncated or oversized stat files read as gone, not as garbage.
         try roots.write("998 (cut", to: "proc/998/stat")
         #expect(roots.inspector.cpuUsage(pid: 998, cgroupPath: nil) == nil)
