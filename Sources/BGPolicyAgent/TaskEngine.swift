@@ -121,9 +121,9 @@ actor TaskEngine {
     /// published after every evaluation, and sorting a thousand ids each time slowed Submit.
     var inUseStatus: Variant?
     /// Apps in use by their own word since the agent started (they registered, or reported
-    /// themselves in the foreground, and have not been left since, nor reported themselves in
-    /// the background while a unit of theirs ran, `reportWhileUnitRuns`): in use whatever the
-    /// user manager's units say.
+    /// themselves in the foreground while no app unit of theirs ran, and have not been left
+    /// since: a `background` report, also one while a unit runs, `reportWhileUnitRuns`, is a
+    /// leave): in use whatever the user manager's units say.
     var selfReportedInUse: Set<AppID> = []
     /// Each app's last `ReportUsage` state in this run, until the user is seen leaving the app
     /// (`noteLeft`) or its last connection goes: a report of the same state is not recorded.
