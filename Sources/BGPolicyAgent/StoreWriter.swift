@@ -43,6 +43,15 @@ final class StoreWriter: @unchecked Sendable {
         return try result.get()
     }
 
+    /// Queues `body` to run on the writer thread after every job queued before it, and returns
+    /// at once: for a write whose place in line matters and whose caller does not wait for it.
+    func enqueue(_ body: @escaping @Sendable () -> Void) {
+        pthread_mutex_lock(mutex)
+        jobs.append(body)
+        pthread_cond_signal(condition)
+        pthread_mutex_unlock(mutex)
+    }
+
     private func loop() {
         while true {
             pthread_mutex_lock(mutex)

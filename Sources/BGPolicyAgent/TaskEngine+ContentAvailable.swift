@@ -112,20 +112,22 @@ extension TaskEngine {
         }
     }
 
-    /// Stores every app's bucket as it is in memory (their times moved with the wall clock).
-    /// A failure is logged: a restart before the buckets refill would then count from the
-    /// times stored before the clock was set.
-    func saveContentBuckets() {
-        var buckets: [AppID: ContentAvailableQueue<[String: Variant]>.Bucket] = [:]
-        for appID in contentWakes.appsWithBuckets where apps[appID] != nil {
-            buckets[appID] = contentWakes.bucket(for: appID)
-        }
-        do {
-            try store.saveContentBuckets(buckets)
-        } catch {
-            logger.warning(
-                "Could not store the content-available buckets after the clock was set",
-                metadata: ["apps": "\(buckets.count)", "error": "\(error)"])
+    /// Moves the stored buckets' and wakes' times by `step`, as `wallClockStepped(by:)` moved
+    /// them in memory. On the writer, behind the wake writes queued before the step (their
+    /// times are from before it), so that each row moves once. A failure is logged: a restart
+    /// before the buckets refill would then count from the times stored before the clock was
+    /// set.
+    func moveStoredContentTimes(by step: Double) {
+        let store = store
+        let logger = logger
+        writer.enqueue {
+            do {
+                try store.moveContentTimes(by: step)
+            } catch {
+                logger.warning(
+                    "Could not move the stored content-available times with the wall clock",
+                    metadata: ["step.seconds": "\(Int(step.rounded()))", "error": "\(error)"])
+            }
         }
     }
 

@@ -253,7 +253,7 @@ extension TaskEngine {
             apps[appID]?.violations.wallClockStepped(by: step)
         }
         contentWakes.wallClockStepped(by: step)
-        saveContentBuckets()
+        moveStoredContentTimes(by: step)
         opportunity?.at += step
         appOpenedAt? += step
         appLeft?.at += step

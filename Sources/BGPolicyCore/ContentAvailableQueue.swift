@@ -150,11 +150,6 @@ public struct ContentAvailableQueue<Payload: Sendable & Equatable>: Sendable, Eq
         }
     }
 
-    /// The apps that have a bucket (`bucket(for:)`), sorted.
-    public var appsWithBuckets: [AppID] {
-        buckets.keys.sorted()
-    }
-
     // MARK: Saving and restoring
 
     /// The app's bucket as it was last worked out, not brought forward to any time: what the

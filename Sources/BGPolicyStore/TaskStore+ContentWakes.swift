@@ -98,15 +98,22 @@ extension TaskStore {
         ON CONFLICT (app_id) DO UPDATE SET tokens = excluded.tokens, updated_at = excluded.updated_at
         """
 
-    /// Stores the apps' buckets, replacing what was stored for each, in one transaction (after
-    /// the wall clock was set, when their times moved with it). The apps must have been saved.
-    public func saveContentBuckets(_ buckets: [AppID: ContentAvailableBucket]) throws(StoreError) {
-        guard !buckets.isEmpty else { return }
+    /// Moves every stored time of content-available wakes and buckets by `step` seconds, in one
+    /// transaction: the wall clock was set by `step`, and what these times measure (a bucket's
+    /// refill, how long a wake has waited) must stay as long ago as it was. The agent runs it on
+    /// its store writer, in line with the wake writes queued before the step, whose times are
+    /// those before it: moved after them, every row ends up moved once. Nothing happens for a
+    /// step that is zero or not finite.
+    public func moveContentTimes(by step: Double) throws(StoreError) {
+        guard step.isFinite, step != 0 else { return }
         try write { db in
-            let statement = try db.cachedStatement(sql: Self.upsertBucketSQL)
-            for (appID, bucket) in buckets.sorted(by: { $0.key < $1.key }) {
-                try statement.execute(arguments: [appID.rawValue, bucket.tokens, bucket.updatedAt])
-            }
+            try db.execute(
+                sql: "UPDATE content_buckets SET updated_at = updated_at + ?1", arguments: [step])
+            try db.execute(
+                sql: """
+                    UPDATE content_wakes SET received_at = received_at + ?1,
+                        first_received_at = first_received_at + ?1
+                    """, arguments: [step])
         }
     }
 

@@ -43,22 +43,27 @@ struct ContentWakeStoreTests {
         #expect(try store.contentBuckets().isEmpty)
     }
 
-    @Test("buckets stored alone (the clock was set) replace the stored ones and leave the wakes")
-    func bucketsAlone() throws {
+    @Test("the clock set moves every stored bucket and wake time by the step, once, and nothing else")
+    func timesMoved() throws {
         let store = try TaskStore.inMemory()
         try store.saveApp(Sample.app(Sample.maps))
         try store.saveApp(Sample.app(Sample.feeds))
-        let wake = Self.wake(Sample.maps)
+        var wake = Self.wake(Sample.maps)
         try store.saveContentWake(wake, bucket: ContentAvailableBucket(tokens: 0.5, updatedAt: 10))
-        let moved: [AppID: ContentAvailableBucket] = [
-            Sample.maps: ContentAvailableBucket(tokens: 0.5, updatedAt: 670),
-            Sample.feeds: ContentAvailableBucket(tokens: 2, updatedAt: 660),
-        ]
-        try store.saveContentBuckets(moved)
-        #expect(try store.contentBuckets() == moved)
+        try store.saveContentWake(Self.wake(Sample.feeds), bucket: nil)
+        try store.deleteContentWake(appID: Sample.feeds)
+        try store.moveContentTimes(by: 660)
+        wake.receivedAt += 660
+        wake.firstReceivedAt += 660
         #expect(try store.contentWakes() == [wake])
-        try store.saveContentBuckets([:])
-        #expect(try store.contentBuckets() == moved)
+        #expect(try store.contentBuckets() == [Sample.maps: ContentAvailableBucket(tokens: 0.5, updatedAt: 670)])
+        try store.moveContentTimes(by: -700)
+        try store.moveContentTimes(by: .nan)
+        try store.moveContentTimes(by: 0)
+        wake.receivedAt -= 700
+        wake.firstReceivedAt -= 700
+        #expect(try store.contentWakes() == [wake])
+        #expect(try store.contentBuckets() == [Sample.maps: ContentAvailableBucket(tokens: 0.5, updatedAt: -30)])
     }
 
     @Test("a delivered wake's row goes; its bucket stays, so the count holds")

@@ -185,10 +185,24 @@ def test_content_available_buckets_move_with_the_clock(laptop):
     """On battery at 6 wakes an hour (one every 10 minutes), Mail has used all 6. The clock is
     set 11 minutes ahead: the bucket refills by the seconds that passed, not by the step, so
     the next wake is still refused, with about 10 minutes to wait; after a restart too, since
-    the stored bucket moved with the clock. (Unmoved, the step refilled one wake at once.)"""
+    the stored bucket moved with the clock. (Unmoved, the step refilled one wake at once.)
+    Chat, which quit, has a wake waiting: it was received seconds ago before the step, and so
+    it is after it, and after the restart (its stored times moved too; unmoved, 11 min ago)."""
     agent = laptop.start_agent(config="[limits]\ncontent_available_per_hour = 6\n")
+    chat = laptop.registered_app("org.example.Chat", ["org.example.Chat.refresh"], name="chat")
+    chat.quit()
+    th.wait_until(lambda: agent.app_record("org.example.Chat")["connected"] is False, 10, "the agent to see Chat leave")
+    th.call(laptop.session.conn, th.SCHEDULER, "NotifyContentAvailable", "sa{sv}",
+            ("org.example.Chat", {"n": GLib.Variant("i", 1)}), None, 10.0)
     mail = laptop.registered_app("org.example.Mail", ["org.example.Mail.refresh"])
     mail.configure(complete_after=0.1)
+
+    def chat_waited():
+        (wake,) = agent.list_pending()
+        assert wake["app_id"] == "org.example.Chat" and wake["kind"] == "content-available", wake
+        return time.time() - wake["submitted_at"]
+
+    assert 0 <= chat_waited() < 60
 
     def notify(n):
         th.call(laptop.session.conn, th.SCHEDULER, "NotifyContentAvailable", "sa{sv}",
@@ -211,6 +225,8 @@ def test_content_available_buckets_move_with_the_clock(laptop):
     with clock_stepped(STEP):
         th.wait_until(lambda: "The wall clock was set" in agent.stderr(), 5, "the agent hears the step")
         assert 8 <= minutes_to_wait() <= 10
+        assert 0 <= chat_waited() < 60
         agent.stop()
         agent.restart()
         assert 8 <= minutes_to_wait() <= 10
+        assert 0 <= chat_waited() < 60
