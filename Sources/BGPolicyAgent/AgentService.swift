@@ -144,6 +144,16 @@ public struct AgentService: Service {
         let conditions = ConditionsService(hub: hub, logger: logger, sessionSources: [(idleMonitor, idleRereads)]) { event in
             // Awaited before the sleep inhibitor is released: slices are expired first.
             await engine.sleepEvent(event)
+            guard event == .resumed else { return }
+            // Work waits for the battery and power profile read anew (the sources are asked
+            // once this returns), or a few seconds without them, as at start.
+            let generation = await engine.settleGeneration
+            await hub.resettle()
+            await hub.onSettled { Task { await engine.conditionsSettle(generation: generation) } }
+            Task {
+                try await AgentExecutor.sleep(for: TaskEngine.settleTimeout)
+                await engine.conditionsSettle(timedOut: true, generation: generation)
+            }
         }
         // Apps opening and closing, from the systemd user manager on this same bus.
         let appUnits = AppUnitSource(sessionBus: connection) { try await AgentExecutor.sleep(for: $0) }

@@ -41,10 +41,29 @@ actor ConditionsHub {
         settledListeners.append(listener)
     }
 
+    /// The machine resumed: what the sources said before may be hours old, and they are
+    /// about to read their inputs again. Waits again, as at start, for a report from each
+    /// source of `settling` that is live now (one that is not cannot say anything new before
+    /// it comes back); `onSettled` listeners added from now on are called when they have
+    /// reported, at once when none is live. Until UPower has answered, power comes from udev
+    /// once udev has read again (`ConditionsModel.rereadRequested`).
+    func resettle() {
+        let awaited = Self.settling.intersection(model.conditions.sources)
+        reported = Self.settling.subtracting(awaited)
+        settled = awaited.isEmpty
+        let before = model.conditions
+        if model.rereadRequested(awaited) { publish(from: before, source: "resume") }
+    }
+
     func apply(_ report: ConditionReport, from source: ConditionSourceName) {
         defer { noteReported(source) }
         let before = model.conditions
         guard model.apply(report, from: source) else { return }
+        publish(from: before, source: source.rawValue)
+    }
+
+    /// The conditions changed from `before`: logs it and tells the listeners.
+    private func publish(from before: Conditions, source: String) {
         let conditions = model.conditions
         let encoded = conditions.dbusDictionary.dbusValue
         latest.withLock { $0 = encoded }
@@ -55,7 +74,7 @@ actor ConditionsHub {
         logger.log(
             level: levelAside == conditions ? .debug : .info,
             "Conditions changed",
-            metadata: ["source": "\(source.rawValue)", "conditions": "\(conditions.summary)",
+            metadata: ["source": "\(source)", "conditions": "\(conditions.summary)",
                        "live": "\(conditions.sources.sorted().map(\.rawValue).joined(separator: ","))"])
         for listener in listeners { listener(conditions) }
     }

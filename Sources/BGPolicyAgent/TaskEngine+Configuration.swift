@@ -43,13 +43,17 @@ extension TaskEngine {
     static let settleTimeout: Duration = .seconds(3)
 
     /// The first facts are in (`ConditionsHub.onSettled`), or `settleTimeout` passed: from now
-    /// on evaluations launch work, starting with one of everything.
-    func conditionsSettle(timedOut: Bool = false) {
-        guard !conditionsSettled else { return }
+    /// on evaluations launch work, starting with one of everything. After a resume the wait is
+    /// that resume's `generation` (`settleGeneration`): the end of an earlier one's changes
+    /// nothing.
+    func conditionsSettle(timedOut: Bool = false, generation: Int = 0) {
+        guard !conditionsSettled, generation == settleGeneration else { return }
         conditionsSettled = true
         if timedOut {
             logger.info(
-                "Starting work before the battery and power profile are known: their sources did not report within \(Int(Self.settleTimeout.components.seconds)) s")
+                generation == 0
+                    ? "Starting work before the battery and power profile are known: their sources did not report within \(Int(Self.settleTimeout.components.seconds)) s"
+                    : "Starting work after the resume before the battery and power profile were read again: their sources did not report within \(Int(Self.settleTimeout.components.seconds)) s")
         }
         takeConditions()
         requestEvaluation()

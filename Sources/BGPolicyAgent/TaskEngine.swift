@@ -81,8 +81,12 @@ actor TaskEngine {
     var holdsTotal: [BlockingRule: Int] = [:]
     var historyAppends = 0
     /// The battery and power-profile sources have reported once, or the wait for them ended
-    /// (`conditionsSettle`): until then no evaluation launches anything.
+    /// (`conditionsSettle`): until then no evaluation launches anything. Unset again at each
+    /// resume, until the sources have read their inputs anew (`sleepEvent`).
     var conditionsSettled = false
+    /// Counts the resumes, so that the wait of an earlier one, ending late, does not end the
+    /// wait of a later one (`conditionsSettle(generation:)`).
+    var settleGeneration = 0
     /// What the history's and the usage log's retention count back from (`retentionNow`);
     /// set at `load`.
     var retentionClock = RetentionClock(wall: TaskEngine.wallNow(), newestRow: nil, boot: TaskEngine.bootNow())
@@ -329,6 +333,11 @@ actor TaskEngine {
             }
         case .resumed:
             sleeping = false
+            // What the sources said before the sleep may be hours old: a laptop suspended on
+            // AC at 100 % may wake on battery at 8 %. Nothing starts until they have read
+            // their inputs again (`ConditionsHub.resettle`), or `settleTimeout` passed.
+            conditionsSettled = false
+            settleGeneration += 1
             // The timer's monotonic clock stopped while the machine slept: a wake planned for
             // 08:00 and armed at 23:00 would come 8 hours late after a night's sleep. It is
             // dropped, and the evaluation sets it again for the time left (as `wallClockSet`).

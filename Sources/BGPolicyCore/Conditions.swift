@@ -150,13 +150,32 @@ public struct ConditionsModel: Sendable, Equatable {
     private var session: SessionSample?
     private var input: InputSample?
     private var live: Set<ConditionSourceName> = []
+    /// Power sources asked to read their input again (the machine resumed) that have not
+    /// answered yet: what they said may be from before the sleep (`rereadRequested`).
+    private var rereading: Set<ConditionSourceName> = []
+    /// Those of the last `rereadRequested` that have answered since.
+    private var reread: Set<ConditionSourceName> = []
 
     public init() {}
+
+    /// The machine resumed, and `sources` are asked to read their input again: until each
+    /// reports, what it said before may be hours old (suspended on AC at 100 %, a laptop can
+    /// wake on battery at 8 %). While UPower has not answered and udev has (it reads the
+    /// kernel's files itself, at once), power comes from udev. Returns true if the conditions
+    /// changed.
+    @discardableResult
+    public mutating func rereadRequested(_ sources: Set<ConditionSourceName>) -> Bool {
+        let before = conditions
+        rereading = sources.intersection([.upower, .udev])
+        reread = []
+        return conditions != before
+    }
 
     /// Applies one report; returns true if the resulting conditions changed.
     @discardableResult
     public mutating func apply(_ report: ConditionReport, from source: ConditionSourceName) -> Bool {
         let before = conditions
+        if rereading.remove(source) != nil { reread.insert(source) }
         switch report {
         case .power(let sample):
             power[source] = sample
@@ -186,9 +205,11 @@ public struct ConditionsModel: Sendable, Equatable {
         return conditions != before
     }
 
-    /// The power source in use: UPower when live, else udev.
+    /// The power source in use: UPower when live, else udev; and udev while UPower has not
+    /// answered a re-read that udev has (`rereadRequested`).
     public var powerSource: ConditionSourceName? {
-        if power[.upower] != nil { return .upower }
+        let udevFresher = rereading.contains(.upower) && reread.contains(.udev) && power[.udev] != nil
+        if power[.upower] != nil, !udevFresher { return .upower }
         if power[.udev] != nil { return .udev }
         return nil
     }

@@ -98,6 +98,40 @@ struct ConditionsTests {
         #expect(model.conditions.sources == [.udev, .upower])
     }
 
+    @Test("after a resume, udev read again stands in for UPower until UPower answers")
+    func rereadAfterResume() {
+        var model = ConditionsModel()
+        let onAC = PowerSample(onBatteryReported: false, batteryPresent: true, percentage: 100, state: .fullyCharged)
+        let low = PowerSample(onBatteryReported: true, batteryPresent: true, percentage: 8, state: .discharging)
+        model.apply(.power(onAC), from: .udev)
+        model.apply(.power(onAC), from: .upower)
+        model.apply(.profile(.balanced), from: .powerProfiles)
+        // Asked to read again: until one answers, nothing better is known.
+        let asked = model.rereadRequested([.upower, .udev, .powerProfiles])
+        #expect(!asked)
+        #expect(model.powerSource == .upower)
+        // udev read the kernel's files again; UPower has not answered.
+        let udevRead = model.apply(.power(low), from: .udev)
+        #expect(udevRead)
+        #expect(model.powerSource == .udev)
+        #expect(model.conditions.onBattery == true && model.conditions.percentage == 8)
+        #expect(model.conditions.sources == [.udev, .upower, .powerProfiles])
+        // UPower answers (whatever it says), and is the power source again.
+        let upowerAnswered = model.apply(.power(low), from: .upower)
+        #expect(!upowerAnswered)
+        #expect(model.powerSource == .upower)
+        // A re-read UPower alone was asked for: udev, not read again, does not stand in.
+        model.rereadRequested([.upower])
+        #expect(model.powerSource == .upower)
+        // Asked of udev and UPower, and UPower lost before it answered: udev, once it reads.
+        model.rereadRequested([.upower, .udev])
+        model.apply(.lost, from: .upower)
+        #expect(model.powerSource == .udev)
+        let upowerBack = model.apply(.power(onAC), from: .upower)
+        #expect(upowerBack)
+        #expect(model.powerSource == .upower)
+    }
+
     @Test("a report that changes nothing says so")
     func noChange() {
         var model = ConditionsModel()

@@ -681,6 +681,13 @@ class World:
             logind.call("org.freedesktop.login1.Session", "SetLockedHint", "b", (True,), path=logind.session_path)
         return logind
 
+    def start_upowerd(self):
+        """The real upowerd on the private system bus, reading the world's testbed."""
+        if self.system is None:
+            self.start_system_bus()
+        env = ch.system_env(self.system_address, self.testbed, self.tmp / "upower")
+        return ch.start_upowerd(self.stack, self.system, env)
+
     def start_systemd_mock(self, units=()):
         """python-dbusmock's systemd template on the *session* bus, as the user manager, with the
         methods the CPU monitor uses (TESTBED.md: the template lacks them)."""

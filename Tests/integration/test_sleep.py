@@ -1,12 +1,21 @@
 """Sleep (SPEC §2): on logind's PrepareForSleep(true) the agent expires running slices before it
 releases its delay inhibitor, and starts nothing until PrepareForSleep(false)."""
 
+import os
+import signal
 import time
 
 from gi.repository import GLib
 
 import conditions_helpers as ch
-from tasks_helpers import later, wait_until, world  # noqa: F401 - the fixture
+import tasks_helpers as th
+from tasks_helpers import laptop, later, wait_until, world  # noqa: F401 - the fixtures
+
+
+def conditions(agent):
+    """The agent's org.bgpolicy.Admin1.Conditions."""
+    return th.call(agent.world.session.conn, "org.freedesktop.DBus.Properties", "Get", "ss",
+                   (th.ADMIN, "Conditions"), "(v)")[0]
 
 
 def prepare_for_sleep(logind, start):
@@ -83,3 +92,42 @@ def test_system_bus_gone_while_preparing_for_sleep_does_not_hold_work_for_good(w
     # conditions service once the bus is lost and the sources are ended.
     assert "while the machine was preparing for sleep, before logind said the machine resumed; taken as resumed" \
         in agent.stderr(), agent.stderr_tail()
+
+
+def test_after_a_resume_work_waits_for_the_facts_read_again(laptop):
+    """Suspended on AC, the laptop wakes on battery at 3 %: the kernel changed the supplies'
+    attributes while it slept, with no uevent, and upowerd is slow to answer after the resume
+    (stopped here). No work starts on the facts from before the sleep: the agent waits for its
+    sources to read again (a few seconds at most), takes power from udev, which read the
+    kernel's files again at once, while UPower has not answered, and so the refresh that
+    waited through the sleep is held by the critical-battery rule. (Before, it ran within
+    milliseconds of the resume, on AC by UPower's word from before the sleep.)"""
+    world = laptop
+    logind = world.start_logind()
+    ch.set_charger(world.testbed, world.ac, world.bat, True)
+    upowerd = world.start_upowerd()
+    agent = world.start_agent()
+    wait_until(lambda: "upower" in conditions(agent).get("sources", []) and conditions(agent).get("on_battery") is False,
+               10, "the agent to hear from UPower that the charger is in")
+    app_id = "org.example.Sleeper"
+    identifier = f"{app_id}.refresh"
+    app = world.registered_app(app_id, [identifier])
+    prepare_for_sleep(logind, True)
+    app.submit(identifier, "refresh")
+    wait_until(lambda: "sleeping" in agent.explain(app_id, identifier)["blocking"], 5, "Explain names sleeping")
+
+    os.kill(upowerd.pid, signal.SIGSTOP)
+    try:
+        world.testbed.set_attribute(world.ac, "online", "0")
+        world.testbed.set_attribute(world.bat, "status", "Discharging")
+        world.testbed.set_attribute(world.bat, "energy_now", "1800000")  # 1.8 Wh of 60 Wh: 3 %
+        prepare_for_sleep(logind, False)
+        wait_until(lambda: conditions(agent).get("on_battery") is True, 5, "the agent to read the battery again")
+        assert conditions(agent)["percentage"] < 4, conditions(agent)
+        time.sleep(4)  # past the longest wait for UPower
+        assert app.events_of("RunTask") == [], app.events_of("RunTask")
+        assert "before the battery and power profile were read again" in agent.stderr(), agent.stderr_tail()
+        blocking = agent.explain(app_id, identifier)["blocking"]
+        assert blocking == ["critical-battery"], blocking
+    finally:
+        os.kill(upowerd.pid, signal.SIGCONT)
