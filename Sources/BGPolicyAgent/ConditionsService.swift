@@ -32,13 +32,17 @@ struct ConditionsService: Sendable {
         }
     }
 
-    private func run(_ source: any ConditionSource, rereads: Rereads) async {
+    /// Runs `source` to its end; `whenLost` runs after each report that it is lost.
+    private func run(_ source: any ConditionSource, rereads: Rereads, whenLost: (@Sendable () -> Void)? = nil) async {
         let name = source.name
         let hub = hub
         let context = SourceContext(
             logger: logger.with(source: name), rereads: rereads.stream,
             sleep: { try await AgentExecutor.sleep(for: $0) },
-            report: { report in await hub.apply(report, from: name) })
+            report: { report in
+                await hub.apply(report, from: name)
+                if case .lost = report { whenLost?() }
+            })
         await source.run(context)
         // A source that returned is not live, whatever it said last; unless it was cancelled:
         // the agent is stopping, which says nothing about the machine (clients watching
@@ -46,6 +50,7 @@ struct ConditionsService: Sendable {
         // went, and `runSystemBusSources` says its sources are lost.
         guard !Task.isCancelled else { return }
         await hub.apply(.lost, from: name)
+        whenLost?()
     }
 
     private func runSystemBusSources(udevRereads: Rereads, sessionRereads: [Rereads]) async {
@@ -82,8 +87,15 @@ struct ConditionsService: Sendable {
                 (UPowerSource(systemBus: bus), rereads.upower), (PowerProfilesSource(systemBus: bus), rereads.profiles),
                 (NetworkManagerSource(systemBus: bus), rereads.network), (logind, rereads.logind),
             ]
+            // With UPower gone, power comes from udev, whose last reading may be hours old:
+            // the kernel sends no uevent for a charge that drops (UPower polls for it). udev
+            // reads the kernel's files again then.
+            let rereadUdev: @Sendable () -> Void = { udevRereads.poke() }
             await withTaskGroup(of: Void.self) { group in
-                for (source, rereads) in sources { group.addTask { await run(source, rereads: rereads) } }
+                for (source, rereads) in sources {
+                    let whenLost = source.name == .upower ? rereadUdev : nil
+                    group.addTask { await run(source, rereads: rereads, whenLost: whenLost) }
+                }
                 group.addTask {
                     await bus.waitUntilDisconnected()
                     self.logger.warning("Lost the system bus; reconnecting")
@@ -97,6 +109,7 @@ struct ConditionsService: Sendable {
             // group's cancelling stopped did not say so themselves; see `run(_:rereads:)`.)
             if !Task.isCancelled {
                 for (source, _) in sources { await hub.apply(.lost, from: source.name) }
+                rereadUdev()
                 // Nor can logind's resume reach the agent any more.
                 await logind.resumeUnannouncedSleep(logger, why: "The system bus was lost")
             }

@@ -272,6 +272,22 @@ def test_a_system_bus_that_comes_later_is_joined_when_its_socket_appears(world):
     assert agent.stderr().count("still not reachable") == 1, agent.stderr_tail()
 
 
+def test_upower_stopped_udev_reads_the_charge_again(world):
+    """The kernel sends no uevent as the charge drops (UPower polls for it): udev's reading from
+    the last uevent may be hours old. When upowerd goes, udev reads the supplies again, so the
+    agent takes the charge as it is, not as it was at the last plug (42 %, before)."""
+    tb, _ac, bat, _logind, upowerd = laptop_with_upower(world)
+    agent = world.start_agent()
+    agent.wait_conditions(lambda c: {"upower", "udev"} <= set(c["sources"]) and on_battery_at_42(c),
+                          what="UPower and udev live, on battery at 42 %")
+    tb.set_attribute(bat, "energy_now", "3000000")  # 3 Wh of 60 Wh: 5 %, and no uevent
+    upowerd.kill(signal.SIGKILL)
+    world.system.wait_for_name(h.UPOWER_NAME, present=False, timeout=5)
+    after = agent.wait_conditions(lambda c: "upower" not in c["sources"] and abs(c.get("percentage", 0) - 5) < 0.5,
+                                  timeout=3, what="udev's reading of 5 % once upowerd was killed")
+    assert after["on_battery"] is True and after["battery_state"] == "discharging", after
+
+
 def test_upower_stopped_udev_takes_over_with_the_same_facts(world):
     tb, ac, bat, _logind, upowerd = laptop_with_upower(world)
     agent = world.start_agent()
