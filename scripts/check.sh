@@ -35,12 +35,13 @@ stage_unit() {
 
 # `make install`/`uninstall` with only the variables given here, whatever the caller's
 # environment or `make check VAR=...` command line would hand down.
+# (pristine_env VAR=value... make ...: the same, with only the given variables in the environment.)
+pristine_env=(env -u MAKEFLAGS -u MAKEOVERRIDES -u MFLAGS -u PREFIX -u EXEC_PREFIX -u BINDIR
+    -u LIBEXECDIR -u DATAROOTDIR -u DOCDIR -u SYSTEMDUSERUNITDIR -u DBUSSERVICEDIR
+    -u DBUSINTERFACEDIR -u MANDIR -u BASHCOMPLETIONDIR -u ZSHCOMPLETIONDIR -u FISHCOMPLETIONDIR
+    -u DESTDIR -u prefix -u exec_prefix -u bindir -u libexecdir -u datarootdir -u docdir -u mandir)
 pristine_make() {
-    env -u MAKEFLAGS -u MAKEOVERRIDES -u MFLAGS -u PREFIX -u EXEC_PREFIX -u BINDIR \
-        -u LIBEXECDIR -u DATAROOTDIR -u DOCDIR -u SYSTEMDUSERUNITDIR -u DBUSSERVICEDIR \
-        -u DBUSINTERFACEDIR -u MANDIR -u BASHCOMPLETIONDIR -u ZSHCOMPLETIONDIR -u FISHCOMPLETIONDIR \
-        -u DESTDIR -u prefix -u exec_prefix -u bindir -u libexecdir -u datarootdir -u docdir -u mandir \
-        make -s -C "$ROOT" "$@"
+    "${pristine_env[@]}" make -s -C "$ROOT" "$@"
 }
 
 # Each stage runs in a subshell of its own (see the loop below), so globals and an
@@ -149,6 +150,96 @@ stage_units() {
     out=$(find "$tmp/lower" -not -type d)
     [[ -z $out ]] || { printf 'make uninstall prefix=... left files behind:\n%s\n' "$out" >&2; return 1; }
     echo "units: make install prefix=... libexecdir=... (GNU's lower-case names) installs there, and uninstalls"
+
+    # make install checks the packages it builds with (scripts/deps.sh build), as make run and
+    # make check check theirs; make release, the build alone, too.
+    for target in install release; do
+        out=$(pristine_make -n "$target")
+        [[ $out == *"scripts/deps.sh build"* ]] || {
+            printf 'make %s does not check its build packages first:\n%s\n' "$target" "$out" >&2
+            return 1
+        }
+    done
+    out=$(scripts/deps.sh build 2>&1) || { printf 'scripts/deps.sh build fails:\n%s\n' "$out" >&2; return 1; }
+    echo "units: make install and make release check the packages they build with first (deps.sh build)"
+
+    # A directory on the command line wins over one from the environment, whichever case
+    # each is in; of two given the same way, the upper-case one.
+    local env_value cli expected
+    while IFS='|' read -r env_value cli expected; do
+        # shellcheck disable=SC2086 # $env_value and $cli are lists of assignments
+        out=$("${pristine_env[@]}" $env_value make -s -n -C "$ROOT" install $cli | grep -o "PREFIX='[^']*' BINDIR='[^']*'")
+        [[ $out == "$expected" ]] || {
+            printf 'make install %s with %s in the environment passes %s, not %s\n' "$cli" "$env_value" "$out" "$expected" >&2
+            return 1
+        }
+    done <<'CASES'
+PREFIX=/env|prefix=/cli|PREFIX='/cli' BINDIR='/cli/bin'
+prefix=/env|PREFIX=/cli|PREFIX='/cli' BINDIR='/cli/bin'
+PREFIX=/env|prefix=/cli PREFIX=/upper|PREFIX='/upper' BINDIR='/upper/bin'
+PREFIX=/env|bindir=/b|PREFIX='/env' BINDIR='/b'
+PREFIX=/env BINDIR=/eb|bindir=/b|PREFIX='/env' BINDIR='/b'
+PREFIX=/env prefix=/lower|exec_prefix=/x|PREFIX='/env' BINDIR='/x/bin'
+CASES
+    echo "units: a directory on make's command line wins over the environment's (PREFIX exported, prefix= given)"
+
+    # As root under sudo: the toolchain the invoking user's login shell finds (sudo resets PATH),
+    # or swiftly's; and make uninstall stops that user's agent through their user manager, as
+    # them, with their runtime directory and bus. A stand-in systemctl answers (there is no user
+    # manager here), and getent names a home of the test's for the user nobody.
+    if ((EUID == 0)) && command -v runuser >/dev/null && getent passwd nobody >/dev/null; then
+        local pub
+        pub=$(mktemp -d)
+        chmod 0755 "$pub"
+        mkdir -p "$pub/home/tools" "$pub/swiftly/.local/share/swiftly/bin" "$pub/stub"
+        printf '#!/bin/sh\n' >"$pub/home/tools/swift"
+        cp "$pub/home/tools/swift" "$pub/swiftly/.local/share/swiftly/bin/swift"
+        chmod 0755 "$pub/home/tools/swift" "$pub/swiftly/.local/share/swiftly/bin/swift"
+        printf 'echo profile noise\nPATH="%s:$PATH"\n' "$pub/home/tools" >"$pub/home/.profile"
+        chmod -R a+rX "$pub"
+        out=$(SWIFT=$SWIFT SUDO_USER=nobody PUB=$pub bash -c '
+            source "$1/scripts/lib.sh"   # (SWIFT is given: no lookup at source time)
+            getent() { printf "nobody:x:65534:65534::%s:/bin/sh\n" "$PUB/home"; }
+            sudo_user_swift
+            getent() { printf "nobody:x:65534:65534::%s:/usr/sbin/nologin\n" "$PUB/swiftly"; }
+            sudo_user_swift' bash "$ROOT" 2>&1) || true
+        [[ $out == "$pub/home/tools/swift"$'\n'"$pub/swiftly/.local/share/swiftly/bin/swift" ]] || {
+            printf 'as root under sudo, lib.sh finds these toolchains for the user:\n%s\n' "$out" >&2
+            return 1
+        }
+        echo "units: under sudo, the toolchain is the one the user's login shell finds, else swiftly's"
+
+        # The stand-in logs who ran it and how, and says the unit was loaded from the installed file
+        # (installed at the top of this stage).
+        touch "$pub/stub/log"
+        chmod 0666 "$pub/stub/log"
+        cat >"$pub/stub/systemctl" <<STUB
+#!/bin/sh
+echo "uid=\$(id -u) XDG_RUNTIME_DIR=\$XDG_RUNTIME_DIR DBUS_SESSION_BUS_ADDRESS=\$DBUS_SESSION_BUS_ADDRESS \$*" >>"$pub/stub/log"
+case "\$*" in *FragmentPath*) echo "$unit" ;; esac
+STUB
+        chmod 0755 "$pub/stub/systemctl"
+        out=$(SUDO_USER=nobody PATH="$pub/stub:$PATH" pristine_make uninstall PREFIX="$tmp/prefix")
+        local bus="DBUS_SESSION_BUS_ADDRESS=unix:path=/run/user/65534/bus"
+        expected="uid=65534 XDG_RUNTIME_DIR=/run/user/65534 $bus --user show -P FragmentPath bgpolicyd.service
+uid=65534 XDG_RUNTIME_DIR=/run/user/65534 $bus --user stop bgpolicyd.service
+uid=65534 XDG_RUNTIME_DIR=/run/user/65534 $bus --user daemon-reload"
+        [[ $(<"$pub/stub/log") == "$expected" && $out == *"stopped nobody's bgpolicyd.service"* ]] || {
+            printf 'sudo make uninstall asked the user manager:\n%s\nand said:\n%s\n' "$(<"$pub/stub/log")" "$out" >&2
+            return 1
+        }
+        # No user manager at all (systemctl fails): the uninstall goes on and removes every file.
+        pristine_make install PREFIX="$tmp/prefix" >/dev/null
+        printf '#!/bin/sh\necho "Failed to connect to bus" >&2\nexit 1\n' >"$pub/stub/systemctl"
+        SUDO_USER=nobody PATH="$pub/stub:$PATH" pristine_make uninstall PREFIX="$tmp/prefix" >/dev/null
+        out=$(find "$tmp/prefix" -not -type d)
+        [[ -z $out ]] || { printf 'sudo make uninstall with no user manager left:\n%s\n' "$out" >&2; return 1; }
+        rm -rf "$pub"
+        pristine_make install PREFIX="$tmp/prefix" >/dev/null # (for the checks below)
+        echo "units: sudo make uninstall stops and forgets the sudo user's agent as them, and goes on without a user manager"
+    else
+        echo "units: (not root: the sudo toolchain lookup and sudo make uninstall are not checked)"
+    fi
 
     # Enabled by a user, then uninstalled: the links systemctl made to the unit go with it, and
     # a link to another unit stays. (No SUDO_USER: the links are the caller's.)

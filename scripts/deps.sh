@@ -2,11 +2,21 @@
 # Makes sure the Debian packages that build and test bgpolicy are installed.
 # Root: installs what is missing. Anyone else: prints the one command to run, exits 1.
 # Quiet (one line) when everything is there; safe to run again and again.
+#
+#   scripts/deps.sh          everything `make run` and `make check` need
+#   scripts/deps.sh build    only what building and running the installed agent need
+#                            (`make release`, `make install`): no test tools
 set -euo pipefail
 
-packages=(
+# What the build links against and what the installed agent needs to run: libdbus, libudev
+# and libsqlite3 come with their -dev packages; dbus-user-session gives the user manager its
+# dbus.socket, without which the unit (Type=dbus) and D-Bus activation cannot work.
+build_packages=(
     libdbus-1-dev libudev-dev libsqlite3-dev pkg-config  # build
     dbus dbus-user-session                              # dbus-daemon, dbus-run-session, the user bus units
+)
+packages=(
+    "${build_packages[@]}"
     upower umockdev gir1.2-umockdev-1.0                 # the real upowerd on a fake sysfs
     python3-dbusmock python3-gi python3-pytest          # mocks and the integration test driver
     libglib2.0-bin                                      # gdbus, one of the real clients in the tests
@@ -14,6 +24,12 @@ packages=(
     systemd                                             # systemd-analyze, busctl
     groff-base man-db                                   # the manual pages' lint (check.sh units)
 )
+
+case ${1:-all} in
+    all) ;;
+    build) packages=("${build_packages[@]}") ;;
+    *) echo "usage: $0 [all|build]" >&2; exit 2 ;;
+esac
 
 missing() {
     local p

@@ -1,5 +1,8 @@
 #!/usr/bin/env bash
-# scripts/install.sh install|uninstall — what `make install` and `make uninstall` do.
+# scripts/install.sh build|install|uninstall — what `make release`, `make install` and
+# `make uninstall` do. `build` makes the release build that `install` installs (as the owner of
+# the tree when root runs it); run it as yourself first, and `sudo make install` finds it up to
+# date and only copies.
 #
 # Directories come from the environment (the Makefile passes them), GNU style:
 #   PREFIX=/usr/local  BINDIR=$PREFIX/bin  LIBEXECDIR=$PREFIX/libexec
@@ -106,11 +109,15 @@ as_tree_owner() {
     runuser -u "$name" -- env HOME="$home" PATH="$PATH" SWIFT="$SWIFT" "$@"
 }
 
-do_install() {
+do_build() {
     [[ $EUID -ne 0 || $(stat -c %u "$ROOT") -eq 0 ]] || say "building as the owner of $ROOT, not as root"
     # (lib.sh anew in the owner's shell: it finds the toolchain and the build folders.)
     as_tree_owner bash -c 'source "$1/scripts/lib.sh"; for p in bgpolicyd bgpolicy generate-manual; do
         swift_build_release --product "$p"; done' bash "$ROOT"
+}
+
+do_install() {
+    do_build
     local bin f day
     bin=$(as_tree_owner bash -c 'source "$1/scripts/lib.sh"; release_bin' bash "$ROOT")
     gen=$(mktemp -d) # global: the EXIT trap runs after this function has returned
@@ -173,17 +180,53 @@ remove_enablement() {
             if rm -f "$link" 2>/dev/null; then say "removed $link"; else say "could not remove $link"; fi
         done < <(find "$dir" -maxdepth 2 -type l -print0 2>/dev/null)
     done
-    # The agent this unit runs for the user who runs this, if their manager has it loaded from
-    # this very file (never another install's, nor a test's).
-    if [[ $EUID -ne 0 ]] && command -v systemctl >/dev/null &&
-        [[ $(systemctl --user show -P FragmentPath "$unit" 2>/dev/null) == "$installed" ]]; then
-        # (Not `stop && say`: a stop that fails would end the uninstall under `set -e`.)
-        if systemctl --user stop "$unit" 2>/dev/null; then say "stopped your $unit"; fi
+}
+
+# Runs `systemctl --user "$@"` against the user manager of the user who runs this, or, as root
+# under sudo, of the user who ran sudo (as them, with their runtime directory and bus; root has no
+# user manager of its own to ask). Fails when there is no such manager, or no such user.
+user_systemctl() {
+    command -v systemctl >/dev/null || return 1
+    if [[ $EUID -ne 0 ]]; then
+        systemctl --user "$@"
+    elif [[ -n ${SUDO_USER:-} && $SUDO_USER != root ]] && command -v runuser >/dev/null; then
+        local uid
+        uid=$(id -u "$SUDO_USER" 2>/dev/null) || return 1
+        runuser -u "$SUDO_USER" -- env PATH="$PATH" XDG_RUNTIME_DIR="/run/user/$uid" \
+            DBUS_SESSION_BUS_ADDRESS="unix:path=/run/user/$uid/bus" systemctl --user "$@"
+    else
+        return 1
     fi
 }
 
+# Stops the agent this unit runs for the user who runs this (or who ran sudo), if their manager
+# has it loaded from this very file (never another install's, nor a test's); says whether the
+# manager must forget the removed unit (reload_user_manager, after the files are gone). No
+# manager, or one that cannot be reached, is no error: there is nothing to stop.
+stopped_agent=
+whose() { if [[ $EUID -ne 0 ]]; then printf 'your'; else printf "%s's" "$SUDO_USER"; fi; }
+stop_agent() {
+    local installed="$SYSTEMDUSERUNITDIR/$unit"
+    [[ $(user_systemctl show -P FragmentPath "$unit" 2>/dev/null) == "$installed" ]] || return 0
+    stopped_agent=yes
+    # (Not `stop && say`: a stop that fails would end the uninstall under `set -e`.)
+    if user_systemctl stop "$unit" 2>/dev/null; then
+        say "stopped $(whose) $unit"
+    else
+        say "could not stop $(whose) $unit: stop it with systemctl --user stop $unit"
+    fi
+}
+
+reload_user_manager() {
+    [[ -n $stopped_agent ]] || return 0
+    if user_systemctl daemon-reload 2>/dev/null; then say "reloaded $(whose) user manager"; fi
+}
+
 do_uninstall() {
-    [[ -n $DESTDIR ]] || remove_enablement
+    if [[ -z $DESTDIR ]]; then
+        stop_agent
+        remove_enablement
+    fi
     local f targets=(
         "$DESTDIR$BINDIR/bgpolicy" "$DESTDIR$LIBEXECDIR/bgpolicyd"
         "$DESTDIR$SYSTEMDUSERUNITDIR/$unit" "$DESTDIR$DBUSSERVICEDIR/$activation"
@@ -208,6 +251,7 @@ do_uninstall() {
     fi
     [[ ! -d $DESTDIR$DOCDIR ]] || rmdir --ignore-fail-on-non-empty "$DESTDIR$DOCDIR"
     if [[ -z $DESTDIR ]]; then
+        reload_user_manager
         say ""
         say "Other users who enabled the agent keep links to the removed unit, which systemd ignores;"
         say "each can remove theirs with:"
@@ -216,7 +260,8 @@ do_uninstall() {
 }
 
 case $mode in
+    build) do_build ;;
     install) do_install ;;
     uninstall) do_uninstall ;;
-    *) die "usage: $0 install|uninstall" ;;
+    *) die "usage: $0 build|install|uninstall" ;;
 esac

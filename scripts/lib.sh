@@ -12,13 +12,39 @@ BUS_CONFIG="$ROOT/scripts/session-bus.conf"
 say() { printf '%s\n' "$*"; }
 die() { printf '%s: %s\n' "${0##*/}" "$*" >&2; exit 1; }
 
-# The toolchain: $SWIFT if given, else swift on PATH, else the one this project's
-# machines carry at /opt/swift.
+# The toolchain: $SWIFT if given (also as `make ... SWIFT=/path/to/swift`), else swift on PATH,
+# else, as root under sudo (which resets PATH to its secure_path), the invoking user's: the
+# swift their login shell finds, or swiftly's (~/.local/share/swiftly/bin, or ~/.local/bin
+# for swiftly before 1.0); else the one this project's machines carry at /opt/swift.
+sudo_user_swift() {
+    [[ $EUID -eq 0 && -n ${SUDO_USER:-} && $SUDO_USER != root ]] || return 1
+    local entry home shell found
+    entry=$(getent passwd "$SUDO_USER") || return 1
+    home=$(cut -d: -f6 <<<"$entry")
+    shell=$(cut -d: -f7 <<<"$entry")
+    # Their login shell, as them (never as root), with nothing to read from and 10 s to answer:
+    # it reads their profile, which is where toolchain installers add to PATH.
+    if [[ -x $shell && $shell != */nologin && $shell != */false ]] && command -v runuser >/dev/null; then
+        found=$(cd / && timeout 10 runuser -u "$SUDO_USER" -- env -i HOME="$home" USER="$SUDO_USER" \
+            LOGNAME="$SUDO_USER" SHELL="$shell" PATH=/usr/local/bin:/usr/bin:/bin \
+            "$shell" -lc 'command -v swift' </dev/null 2>/dev/null | tail -n 1) || found=
+        [[ $found == /* && -x $found ]] && { printf '%s\n' "$found"; return 0; }
+    fi
+    for found in "$home/.local/share/swiftly/bin/swift" "$home/.local/bin/swift"; do
+        [[ -x $found ]] && { printf '%s\n' "$found"; return 0; }
+    done
+    return 1
+}
+
 if [[ -z ${SWIFT:-} ]]; then
     if command -v swift >/dev/null 2>&1; then
         SWIFT=$(command -v swift)
+    elif SWIFT=$(sudo_user_swift); then
+        :
     elif [[ -x /opt/swift/usr/bin/swift ]]; then
         SWIFT=/opt/swift/usr/bin/swift
+    elif [[ $EUID -eq 0 && -n ${SUDO_USER:-} ]]; then
+        die "no Swift toolchain: sudo resets PATH, and neither $SUDO_USER's login shell nor swiftly's folder has swift; name it: sudo make install SWIFT=\"\$(command -v swift)\""
     else
         die "no Swift toolchain: put swift on PATH or set SWIFT=/path/to/swift"
     fi
