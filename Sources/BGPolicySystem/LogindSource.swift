@@ -139,7 +139,14 @@ public struct LogindSource: ConditionSource {
                 var followed: ObjectPath?
                 var following: Task<Void, Never>?
                 let ended = SharedFlag()
-                defer { following?.cancel() }
+                // A lookup or a follow that failed (logind busy at login, a call timed out) is
+                // tried again after a wait, as well as when sessions change: otherwise lock
+                // and idle stayed unknown until the next login.
+                let retry = SessionRetry(sleep: context.sleep) { _ = poke.yield() }
+                defer {
+                    following?.cancel()
+                    retry.cancel()
+                }
                 var chose = false
                 var next = changes.makeAsyncIterator()
                 repeat {
@@ -149,7 +156,9 @@ public struct LogindSource: ConditionSource {
                     } catch is CancellationError {
                         return
                     } catch {
-                        context.logger.warning("Cannot find the user's logind session; trying again when sessions change", metadata: ["error": "\(error)"])
+                        context.logger.warning(
+                            "Cannot find the user's logind session; trying again \(retry.failed())",
+                            metadata: ["error": "\(error)"])
                         following?.cancel()
                         following = nil
                         chose = false
@@ -164,6 +173,7 @@ public struct LogindSource: ConditionSource {
                     ended.value = false
                     guard let path else {
                         following = nil
+                        retry.succeeded()
                         context.logger.warning(
                             "No logind session for this user; idle and lock state are unknown until one starts", metadata: ["uid": "\(uid)"])
                         await context.report(.lost)
@@ -172,14 +182,14 @@ public struct LogindSource: ConditionSource {
                     context.logger.info("Following the user's logind session", metadata: ["session": "\(path)"])
                     following = Task {
                         do {
-                            try await followSession(at: path, owner: owner, context: context)
+                            try await followSession(at: path, owner: owner, context: context) { retry.succeeded() }
                         } catch is CancellationError {
                         } catch {
                             if Task.isCancelled { return }
-                            context.logger.warning(
-                                "Cannot follow the user's logind session; trying again when sessions change",
-                                metadata: ["session": "\(path)", "error": "\(error)"])
                             ended.value = true
+                            context.logger.warning(
+                                "Cannot follow the user's logind session; trying again \(retry.failed())",
+                                metadata: ["session": "\(path)", "error": "\(error)"])
                             await context.report(.lost)
                         }
                     }
@@ -190,7 +200,10 @@ public struct LogindSource: ConditionSource {
         }
     }
 
-    private func followSession(at sessionPath: ObjectPath, owner: String, context: SourceContext) async throws {
+    /// Follows the session's `LockedHint` and `IdleHint`; `onRead` runs after the first read.
+    private func followSession(
+        at sessionPath: ObjectPath, owner: String, context: SourceContext, onRead: @Sendable () -> Void
+    ) async throws {
         let session = RemoteObject(connection: connection, owner: owner, path: sessionPath, interface: Self.sessionInterface)
         let changes = try await session.propertiesChanged()
 
@@ -209,6 +222,7 @@ public struct LogindSource: ConditionSource {
             await publish()
         }
         try await read()
+        onRead()
         // Lock and Unlock are not followed: they ask the locker to act, and LockedHint says
         // whether it did (see the type's comment).
         for try await _ in changes { try await read() }
@@ -253,5 +267,52 @@ final class SharedFlag: Sendable {
     var value: Bool {
         get { flag.withLock { $0 } }
         set { flag.withLock { $0 = newValue } }
+    }
+}
+
+/// When to look for the user's logind session again after a lookup or a follow failed: 1 s,
+/// doubling up to 5 min, `DaemonFollower.retries` times in a row at most (then only when
+/// sessions change, logind restarts, or the system bus comes back); a success starts over. The
+/// wait is a timer only while something failed.
+final class SessionRetry: Sendable {
+    private let sleep: Sleep
+    private let poke: @Sendable () -> Void
+    private let state = Mutex<(failures: Int, pending: Task<Void, Never>?)>((0, nil))
+
+    init(sleep: @escaping Sleep, poke: @escaping @Sendable () -> Void) {
+        self.sleep = sleep
+        self.poke = poke
+    }
+
+    /// One more failure: pokes after the wait, unless too many came in a row. Returns the
+    /// words for the log ("in 4 s, or when sessions change").
+    func failed() -> String {
+        state.withLock { s in
+            s.pending?.cancel()
+            s.failures += 1
+            guard s.failures <= DaemonFollower.retries else {
+                s.pending = nil
+                return "when sessions change (it failed \(s.failures) times in a row)"
+            }
+            let wait = min(DaemonFollower.firstRetry * (1 << min(s.failures - 1, 16)), DaemonFollower.longestRetry)
+            let sleep = sleep, poke = poke
+            s.pending = Task {
+                do { try await sleep(wait) } catch { return }
+                poke()
+            }
+            return "in \(wait.components.seconds) s, or when sessions change"
+        }
+    }
+
+    func succeeded() {
+        state.withLock { s in
+            s.pending?.cancel()
+            s.pending = nil
+            s.failures = 0
+        }
+    }
+
+    func cancel() {
+        state.withLock { $0.pending?.cancel() }
     }
 }

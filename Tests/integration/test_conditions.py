@@ -498,6 +498,27 @@ def test_a_session_that_starts_after_the_agent_is_followed(world):
     assert agent.proc.alive()
 
 
+def test_a_session_lookup_that_failed_is_tried_again(world):
+    """logind fails the agent's first two GetUser calls (busy at login, a call timed out): the
+    agent looks again after a wait, 1 s then 2 s, and follows the session's lock state. It
+    used to wait for the next SessionNew or SessionRemoved, and lock and idle stayed unknown
+    until the user logged in again."""
+    world.use_testbed(h.new_testbed())
+    system = world.start_system_bus()
+    logind = h.start_logind(world.stack, system, world.env())
+    logind.call("org.freedesktop.login1.Session", "SetLockedHint", "b", (True,), path=logind.session_path)
+    logind.mock("AddMethod", "sssss", (h.LOGIND_MANAGER, "GetUser", "u", "o", "\n".join([
+        'self.get_user_calls = getattr(self, "get_user_calls", 0) + 1',
+        'if self.get_user_calls <= 2:',
+        '    raise dbus.exceptions.DBusException("busy", name="org.freedesktop.DBus.Error.NoReply")',
+        'ret = dbus.ObjectPath("/org/freedesktop/login1/user/%d" % args[0])'])))
+    agent = world.start_agent()
+    agent.wait_conditions(lambda c: "logind" in c["sources"] and c.get("locked") is True, timeout=8,
+                          what="the session found on the third try, and its LockedHint followed")
+    assert "Cannot find the user's logind session; trying again in 1 s" in agent.stderr(), agent.stderr_tail()
+    assert "trying again in 2 s" in agent.stderr(), agent.stderr_tail()
+
+
 def agent_inhibitors(logind):
     inhibitors = logind.call(h.LOGIND_MANAGER, "ListInhibitors", reply_type="(a(ssssuu))")[0]
     return [i for i in inhibitors if i[1] == "bgpolicy"]
