@@ -366,7 +366,13 @@ actor TaskEngine {
 
     /// Takes the connection `name` off `appID`, then closes as failed the tasks of its slices
     /// (`slice`) and its background tasks (`backgroundTask`): the words their history gives.
-    func unbind(_ name: String, from appID: AppID, slice sliceDetail: String, backgroundTask taskDetail: String) async {
+    /// A connection still on the bus (`stillConnected`: it lost the app id, it did not leave)
+    /// is sent `ExpireTask` for each first, so that its handlers stop the work rather than
+    /// work on unwarned and find every later report refused.
+    func unbind(
+        _ name: String, from appID: AppID, slice sliceDetail: String, backgroundTask taskDetail: String,
+        stillConnected: Bool = false
+    ) async {
         boundApp[name] = nil
         if var runtime = apps[appID] {
             runtime.connections[name] = nil
@@ -376,9 +382,13 @@ actor TaskEngine {
             apps[appID] = runtime
         }
         for (id, slice) in slices where slice.connection == name {
+            if stillConnected {
+                for member in slice.openMembers { sendExpire(member.taskID, to: name) }
+            }
             await endSlice(id, as: .vanished, detail: sliceDetail)
         }
         for (token, task) in backgroundTasks where task.connection == name {
+            if stillConnected { sendExpire(token, to: name) }
             task.timer?.cancel()
             backgroundTasks[token] = nil
             appendHistory(HistoryEntry(
@@ -553,8 +563,9 @@ actor TaskEngine {
                 metadata: ["app.id": "\(appID)", "bus.unique": "\(claimant)", "identity": "\(identity.source.rawValue)"])
             await unbind(
                 claimant, from: appID,
-                slice: "the app registered from its \(identity.source.rawValue); the unverified connection running this slice lost the app id",
-                backgroundTask: "the app registered from its \(identity.source.rawValue); the unverified connection that began this task lost the app id")
+                slice: "the app registered from its \(identity.source.rawValue); the unverified connection running this slice lost the app id (ExpireTask sent)",
+                backgroundTask: "the app registered from its \(identity.source.rawValue); the unverified connection that began this task lost the app id (ExpireTask sent)",
+                stillConnected: true)
         }
         switch meaning {
         case .opened: noteRegistrationAsOpen(appID, at: now)

@@ -159,6 +159,31 @@ def test_an_unverified_claim_ends_when_the_verified_app_registers(world):
     maps.cancel("org.example.Maps.refresh")
 
 
+def test_a_claimant_that_loses_the_id_is_told_to_stop_its_work(world):
+    """The squatter was running a slice and a background task as Maps when Maps itself
+    registered: it is still on the bus, so it gets ExpireTask for both (its handlers stop the
+    work), and both end as failed in the history. It used to hear nothing, work on, and find
+    every later report refused."""
+    agent = world.start_agent()
+    squatter = world.app("squatter")
+    squatter.register(["org.example.Maps.refresh"], app_id="org.example.Maps")
+    squatter.submit("org.example.Maps.refresh", "refresh", earliest_begin=later(3600))
+    agent.simulate_launch("org.example.Maps", "org.example.Maps.refresh")
+    run = squatter.wait_run_task("org.example.Maps.refresh", timeout=5)
+    (token, _seconds) = squatter.begin_background_task("saving")
+
+    maps = world.app("maps", cgroup=unit_cgroup("app-gnome-org.example.Maps-1234.scope"))
+    assert maps.register(["org.example.Maps.refresh"]) == "org.example.Maps"
+    for task_id in (run["task_id"], token):
+        squatter.wait_event("ExpireTask", lambda e, t=task_id: e["task_id"] == t, timeout=5)
+    entry = agent.wait_history("vanished", task_id=run["task_id"], timeout=5)
+    assert entry["result"] == "failed" and "lost the app id (ExpireTask sent)" in entry["detail"], entry
+    entry = agent.wait_history("background-task-ended", task_id=token, timeout=5)
+    assert "lost the app id (ExpireTask sent)" in entry["detail"], entry
+    assert agent.status()["running"] == []
+    assert maps.events_of("ExpireTask") == []
+
+
 def test_registering_again_withdraws_the_requests_of_identifiers_left_out(world):
     """Register's list replaces the one given before: a pending request of an identifier
     left out is cancelled (with a history entry), not delivered later, and stays gone after a
