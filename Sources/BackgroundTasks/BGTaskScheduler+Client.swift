@@ -124,7 +124,16 @@ extension BGTaskScheduler {
         }
         let target: Target = state.withLock { s in
             if let task = s.running[id] { return .task(task) }
-            if let entry = s.backgroundTasks.removeValue(forKey: id) { return .backgroundTask(entry) }
+            if var entry = s.backgroundTasks[id] {
+                // Being ended: the handler runs only if that end fails (`endBackgroundTask`).
+                guard entry.ending == 0 else {
+                    entry.expired = true
+                    s.backgroundTasks[id] = entry
+                    return .unknown
+                }
+                s.backgroundTasks[id] = nil
+                return .backgroundTask(entry)
+            }
             s.earlyExpirations.append(id)
             if s.earlyExpirations.count > Self.earlyExpirationLimit { s.earlyExpirations.removeFirst() }
             return .unknown

@@ -78,6 +78,11 @@ public final class BGTaskScheduler: Sendable {
         let expirationHandler: (@Sendable () -> Void)?
         /// The agent (its unique name) that granted it, when known.
         var grantedBy: String? = nil
+        /// `endBackgroundTask` calls on their way: an `ExpireTask` meanwhile waits for their
+        /// outcome, and runs the handler only if none ended it.
+        var ending = 0
+        /// The agent warned it while an end was on its way.
+        var expired = false
     }
 
     struct State {
@@ -411,10 +416,15 @@ public final class BGTaskScheduler: Sendable {
     /// Throws `.unavailable` when the battery is critical or the machine is going to sleep,
     /// `.limitsExceeded` when the app has 16 under way, and `.invalidArgument` for a `name`
     /// over 255 bytes.
+    ///
+    /// A call whose task is cancelled once `BeginBackgroundTask` is sent still waits for the
+    /// agent's answer: the agent grants the background task whether or not the app hears of
+    /// it, and one whose token the app never learnt would run out as a violation. The granted
+    /// task is then ended at once, and the call throws `.other` ("the call was cancelled").
     public func beginBackgroundTask(
         name: String, expirationHandler: (@Sendable () -> Void)?
     ) async throws -> BGBackgroundTaskIdentifier {
-        let message = try await callAgentForReply("BeginBackgroundTask", [.string(name)])
+        let message = try await callAgentForReply("BeginBackgroundTask", [.string(name)], waitingOnceSent: true)
         let reply = message.body
         let identifier: BGBackgroundTaskIdentifier
         do {
@@ -422,6 +432,12 @@ public final class BGTaskScheduler: Sendable {
                 rawValue: try reply.decode(String.self, at: 0), timeAllowed: TimeInterval(try reply.decode(UInt32.self, at: 1)))
         } catch {
             throw BGTaskSchedulerError(.other, "the agent's answer to BeginBackgroundTask is malformed: \(error.message)")
+        }
+        if Task.isCancelled {
+            // Nobody will end it: end it now, on a task the caller's cancellation does not reach.
+            state.withLock { s in s.earlyExpirations.removeAll { $0 == identifier.rawValue } }
+            _ = await Task { try await self.callAgent("EndBackgroundTask", [.string(identifier.rawValue)]) }.result
+            throw BGTaskSchedulerError(CancellationError())
         }
         let expiredAlready: Bool = state.withLock { s in
             if let index = s.earlyExpirations.firstIndex(of: identifier.rawValue) {
@@ -438,15 +454,43 @@ public final class BGTaskScheduler: Sendable {
     /// Ends a background task begun with `beginBackgroundTask(name:expirationHandler:)`.
     /// Throws `.unknownTask` when the agent has already ended it, and, without asking it, for
     /// one that a `disconnect()` ended.
+    ///
+    /// Until the agent confirms the end (or answers `.unknownTask`), the background task is
+    /// still the app's: when the call fails otherwise (no answer in time, cancelled,
+    /// `.limitsExceeded`, the agent not running), the agent's warning still runs its expiration
+    /// handler, then or when it comes, and the app may end it again.
     public func endBackgroundTask(_ identifier: BGBackgroundTaskIdentifier) async throws {
+        let id = identifier.rawValue
         let endedByDisconnect: Bool = state.withLock { s in
-            s.backgroundTasks.removeValue(forKey: identifier.rawValue)
-            guard let index = s.endedBackgroundTasks.firstIndex(of: identifier.rawValue) else { return false }
+            guard let index = s.endedBackgroundTasks.firstIndex(of: id) else {
+                s.backgroundTasks[id]?.ending += 1
+                return false
+            }
             s.endedBackgroundTasks.remove(at: index)
             return true
         }
         if endedByDisconnect { throw Self.endedByDisconnect }
-        _ = try await callAgent("EndBackgroundTask", [.string(identifier.rawValue)])
+        do throws(BGTaskSchedulerError) {
+            _ = try await callAgent("EndBackgroundTask", [.string(id)])
+        } catch {
+            let warned: BackgroundTaskEntry? = state.withLock { s in
+                guard var entry = s.backgroundTasks[id] else { return nil }
+                guard error.code != .unknownTask else {
+                    s.backgroundTasks[id] = nil
+                    return nil
+                }
+                entry.ending -= 1
+                // The agent's warning came while the end was on its way; it still runs.
+                guard entry.ending == 0, entry.expired else {
+                    s.backgroundTasks[id] = entry
+                    return nil
+                }
+                return s.backgroundTasks.removeValue(forKey: id)
+            }
+            if let handler = warned?.expirationHandler { Task { handler() } }
+            throw error
+        }
+        _ = state.withLock { $0.backgroundTasks.removeValue(forKey: id) }
     }
 
     // MARK: Talking to the agent
@@ -474,15 +518,23 @@ public final class BGTaskScheduler: Sendable {
     }
 
     /// `callAgent`, returning the whole reply (its sender is the agent that answered).
-    func callAgentForReply(_ member: String, _ body: [DBusValue] = []) async throws(BGTaskSchedulerError) -> Message {
+    ///
+    /// With `waitingOnceSent`, a caller cancelled once the call is sent still waits for the
+    /// answer (the connection forgets a cancelled call's reply), for calls whose effect the app
+    /// must learn of, such as a granted background task; the caller checks `Task.isCancelled`.
+    func callAgentForReply(
+        _ member: String, _ body: [DBusValue] = [], waitingOnceSent: Bool = false
+    ) async throws(BGTaskSchedulerError) -> Message {
         var retried = false
         while true {
             let link = try await ready()
             do {
-                return try await link.connection.call(
-                    .methodCall(
-                        destination: BGPolicyNames.busName, path: Self.agentPath, interface: BGPolicyNames.schedulerInterface,
-                        member: member, body: body))
+                let message = Message.methodCall(
+                    destination: BGPolicyNames.busName, path: Self.agentPath, interface: BGPolicyNames.schedulerInterface,
+                    member: member, body: body)
+                guard waitingOnceSent else { return try await link.connection.call(message) }
+                try Task.checkCancellation()
+                return try await Task { try await link.connection.call(message) }.value
             } catch DBusError.remote(let name, _) where name == BGPolicyErrorName.notRegistered.dbusName && !retried {
                 retried = true
                 state.withLock { s in

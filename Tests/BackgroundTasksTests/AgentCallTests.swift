@@ -20,11 +20,14 @@ struct AgentCallTests {
     }
 
     /// Owns `org.bgpolicy.Agent1` on `bus` and serves the `Scheduler1` methods the tests use.
-    /// A method answers the errors `errors` holds for it, first to last, then succeeds.
+    /// A method answers the errors `errors` holds for it, first to last, then succeeds; while
+    /// `held` names it, it waits (recorded already) before answering.
     final class FakeAgent: Sendable {
         let connection: DBusConnection
         let calls = Mutex<[Call]>([])
         let errors = Mutex<[String: [BGPolicyErrorName]]>([:])
+        let held = Mutex<Set<String>>([])
+        let backgroundTasks = Mutex(0)
         let explanation = Mutex<[String: Variant]>([:])
         let serving = Mutex<Task<Void, Never>?>(nil)
 
@@ -39,26 +42,48 @@ struct AgentCallTests {
                       outputs: [.init("explanation", .dictionary(key: .string, value: .variant))], documentation: ""),
                 .init("NotifyContentAvailable", inputs: [.init("app_id", .string), .init("payload", .dictionary(key: .string, value: .variant))],
                       documentation: ""),
+                .init("Submit", inputs: [.init("identifier", .string), .init("kind", .string), .init("options", .dictionary(key: .string, value: .variant))],
+                      documentation: ""),
+                .init("BeginBackgroundTask", inputs: [.init("name", .string)],
+                      outputs: [.init("token", .string), .init("seconds", .uint32)], documentation: ""),
+                .init("EndBackgroundTask", inputs: [.init("token", .string)], documentation: ""),
             ])
 
         init(on bus: PrivateBus) async throws {
             connection = try await DBusConnection.connect(to: .address(bus.address))
             let interface = ExportedInterface(Self.description)
                 .method("Register") { [weak self] call in
-                    self?.record(call, "Register")
+                    try await self?.answer(call, "Register")
                     return [.string("org.example.App")]
                 }
+                .method("Submit") { [weak self] call in
+                    try await self?.answer(call, "Submit")
+                    return []
+                }
+                .method("BeginBackgroundTask") { [weak self] call in
+                    guard let self else { return [] }
+                    try await answer(call, "BeginBackgroundTask")
+                    let number = backgroundTasks.withLock { n in
+                        n += 1
+                        return n
+                    }
+                    return [.string("bg-\(number)"), .uint32(30)]
+                }
+                .method("EndBackgroundTask") { [weak self] call in
+                    try await self?.answer(call, "EndBackgroundTask")
+                    return []
+                }
                 .method("SetTaskCompleted") { [weak self] call in
-                    try self?.answer(call, "SetTaskCompleted")
+                    try await self?.answer(call, "SetTaskCompleted")
                     return []
                 }
                 .method("Explain") { [weak self] call in
                     guard let self else { return [] }
-                    try answer(call, "Explain")
+                    try await answer(call, "Explain")
                     return [explanation.withLock { $0 }.dbusValue]
                 }
                 .method("NotifyContentAvailable") { [weak self] call in
-                    try self?.answer(call, "NotifyContentAvailable")
+                    try await self?.answer(call, "NotifyContentAvailable")
                     return []
                 }
             try connection.objects.export([interface], at: BGTaskScheduler.agentPath)
@@ -70,9 +95,11 @@ struct AgentCallTests {
             calls.withLock { $0.append(Call(member: member, sender: call.sender, arguments: call.arguments)) }
         }
 
-        /// Records the call, then throws the next error scripted for `member`, if any.
-        func answer(_ call: MethodCall, _ member: String) throws {
+        /// Records the call, waits while `member` is held, then throws the next error scripted
+        /// for it, if any.
+        func answer(_ call: MethodCall, _ member: String) async throws {
             record(call, member)
+            while held.withLock({ $0.contains(member) }) { try await Task.sleep(for: .milliseconds(5)) }
             let error: BGPolicyErrorName? = errors.withLock { e in e[member]?.isEmpty == false ? e[member]?.removeFirst() : nil }
             if let error { throw ClientCallError(error, "the stand-in answers \(error.rawValue)") }
         }
@@ -285,4 +312,80 @@ struct AgentCallTests {
         #expect(refused?.code == .limitsExceeded)
         #expect(agent.calls(of: "NotifyContentAvailable").last?.arguments == [.string("org.example.Mail"), [String: Variant]().dbusValue])
     }
+
+    // MARK: Background tasks
+
+    /// The connection forgets a cancelled call's reply, but the agent has granted the
+    /// background task all the same: the library dropped its token, and the task ran out 30 s
+    /// later as an app's violation (`background-task-expired`).
+    @Test("a background task begun by a call cancelled meanwhile is ended at once, and the call throws")
+    func beginCancelled() async throws {
+        let bus = try PrivateBus()
+        let agent = try await FakeAgent(on: bus)
+        defer { agent.close() }
+        let (scheduler, _) = try await activatedScheduler(on: bus)
+        defer { scheduler.disconnect() }
+
+        agent.held.withLock { _ = $0.insert("BeginBackgroundTask") }
+        let begin = Task { try await scheduler.beginBackgroundTask(name: "save", expirationHandler: nil) }
+        try await waitUntil("BeginBackgroundTask to reach the agent") { !agent.calls(of: "BeginBackgroundTask").isEmpty }
+        begin.cancel()
+        agent.held.withLock { _ = $0.remove("BeginBackgroundTask") }
+        let error = await #expect(throws: BGTaskSchedulerError.self) { _ = try await begin.value }
+        #expect(error?.code == .other && error?.message == "the call was cancelled", "\(String(describing: error))")
+        #expect(agent.calls(of: "EndBackgroundTask").map(\.arguments) == [[.string("bg-1")]])
+        #expect(scheduler.state.withLock { $0.backgroundTasks.isEmpty })
+
+        // One not yet sent is not sent at all.
+        let never = Task {
+            withUnsafeCurrentTask { $0?.cancel() }
+            return try await scheduler.beginBackgroundTask(name: "never", expirationHandler: nil)
+        }
+        await #expect(throws: BGTaskSchedulerError.self) { _ = try await never.value }
+        #expect(agent.calls(of: "BeginBackgroundTask").count == 1)
+    }
+
+    /// `endBackgroundTask` forgot the task before the agent answered: when the end failed, the
+    /// agent's warning found nothing, and the handler never ran.
+    @Test("a background task whose end failed is still warned; one ended meanwhile is not")
+    func endFailed() async throws {
+        let bus = try PrivateBus()
+        let agent = try await FakeAgent(on: bus)
+        defer { agent.close() }
+        let (scheduler, _) = try await activatedScheduler(on: bus)
+        defer { scheduler.disconnect() }
+        let warned = Mutex<[String]>([])
+
+        // Refused, then warned.
+        let first = try await scheduler.beginBackgroundTask(name: "save") { warned.withLock { $0.append("bg-1") } }
+        agent.errors.withLock { $0["EndBackgroundTask"] = [.limitsExceeded] }
+        let refused = await #expect(throws: BGTaskSchedulerError.self) { try await scheduler.endBackgroundTask(first) }
+        #expect(refused?.code == .limitsExceeded)
+        try await agent.call("ExpireTask", [.string(first.rawValue)], in: scheduler)
+        try await waitUntil("the first expiration handler to run") { warned.withLock { $0 } == ["bg-1"] }
+
+        // Warned while its end is on its way, which fails: the handler runs then.
+        let second = try await scheduler.beginBackgroundTask(name: "send") { warned.withLock { $0.append("bg-2") } }
+        agent.errors.withLock { $0["EndBackgroundTask"] = [.failed] }
+        agent.held.withLock { _ = $0.insert("EndBackgroundTask") }
+        let ending = Task { try await scheduler.endBackgroundTask(second) }
+        try await waitUntil("EndBackgroundTask to reach the agent") { agent.calls(of: "EndBackgroundTask").count == 2 }
+        try await agent.call("ExpireTask", [.string(second.rawValue)], in: scheduler)
+        agent.held.withLock { _ = $0.remove("EndBackgroundTask") }
+        await #expect(throws: BGTaskSchedulerError.self) { try await ending.value }
+        try await waitUntil("the second expiration handler to run") { warned.withLock { $0 } == ["bg-1", "bg-2"] }
+
+        // Warned while its end is on its way, which the agent takes: no handler.
+        let third = try await scheduler.beginBackgroundTask(name: "sync") { warned.withLock { $0.append("bg-3") } }
+        agent.held.withLock { _ = $0.insert("EndBackgroundTask") }
+        let ended = Task { try await scheduler.endBackgroundTask(third) }
+        try await waitUntil("EndBackgroundTask to reach the agent") { agent.calls(of: "EndBackgroundTask").count == 3 }
+        try await agent.call("ExpireTask", [.string(third.rawValue)], in: scheduler)
+        agent.held.withLock { _ = $0.remove("EndBackgroundTask") }
+        try await ended.value
+        try await Task.sleep(for: .milliseconds(100))
+        #expect(warned.withLock { $0 } == ["bg-1", "bg-2"])
+        #expect(scheduler.state.withLock { $0.backgroundTasks.isEmpty })
+    }
+
 }
