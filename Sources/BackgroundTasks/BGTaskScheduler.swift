@@ -256,10 +256,14 @@ public final class BGTaskScheduler: Sendable {
     /// An app started by D-Bus activation calls this right after registering its handlers, so
     /// that the agent's waiting `RunTask` finds it ready.
     ///
+    /// Only this call reports a `busName` another process owns (`.other`): the app still works
+    /// while it runs, but the agent cannot start it by that name. Other calls go on without it.
+    /// The name is asked for once per connection.
+    ///
     /// - Returns: the app id the agent registered the app as.
     @discardableResult
     public func activate() async throws -> String {
-        _ = try await ready()
+        _ = try await ready(reportingTakenName: true)
         return state.withLock { $0.registeredAppID } ?? appID ?? ""
     }
 
@@ -546,8 +550,9 @@ public final class BGTaskScheduler: Sendable {
         }
     }
 
-    /// The connection, with the current identifier list registered and the bus name taken.
-    func ready() async throws(BGTaskSchedulerError) -> AgentLink {
+    /// The connection, with the current identifier list registered and the bus name asked for
+    /// (`activate()` reports a name another process owns: `reportingTakenName`).
+    func ready(reportingTakenName: Bool = false) async throws(BGTaskSchedulerError) -> AgentLink {
         let registered: Bool = state.withLock { s in
             s.wantsAgent = true
             return !s.handlers.isEmpty
@@ -555,33 +560,46 @@ public final class BGTaskScheduler: Sendable {
         // Every Scheduler1 call needs Register first, and Register needs an identifier.
         guard registered else { throw Self.nothingRegistered }
         let link = try await currentLink()
-        try await prepare(link)
+        try await prepare(link, reportingTakenName: reportingTakenName)
         return link
     }
 
     /// Registers the current identifier list on `link` and takes the bus name on it; fails when
     /// `link` is no longer the scheduler's.
-    private func prepare(_ link: AgentLink) async throws(BGTaskSchedulerError) {
+    ///
+    /// The name is asked for once per connection, by the first call to get here, which waits
+    /// for the answer. Only `activate()` (`reportingTakenName`) reports a name another process
+    /// owns, waiting for the request if another call made it: an app whose name is taken still
+    /// works while it runs, and every other call goes on to be sent.
+    private func prepare(_ link: AgentLink, reportingTakenName: Bool = false) async throws(BGTaskSchedulerError) {
         try await ensureRegistered(on: link)
-        if let busName, link.claimNameRequest() {
-            // Once per connection: an app whose name is taken still works while it runs, so only
-            // the first call (normally activate()) reports it.
-            let reply: DBusConnection.RequestNameReply
-            do {
-                reply = try await link.connection.requestName(busName, flags: [.doNotQueue])
-            } catch {
-                // Not asked, or no answer: ask again at the next call, or the agent could
-                // never start this app by its name while this connection lives.
-                link.releaseNameRequest()
-                throw BGTaskSchedulerError(error)
+        guard let busName else { return }
+        let (request, isNew) = link.nameRequest {
+            Task {
+                do {
+                    switch try await link.connection.requestName(busName, flags: [.doNotQueue]) {
+                    case .primaryOwner, .alreadyOwner: return false
+                    case .exists, .inQueue: return true
+                    }
+                } catch {
+                    // Not asked, or no answer: ask again at the next call, or the agent could
+                    // never start this app by its name while this connection lives.
+                    link.releaseNameRequest()
+                    throw error
+                }
             }
-            switch reply {
-            case .primaryOwner, .alreadyOwner:
-                break
-            case .exists, .inQueue:
-                throw BGTaskSchedulerError(
-                    .other, "another process owns \(busName), so the agent cannot start this app by that name")
-            }
+        }
+        guard isNew || reportingTakenName else { return }
+        let taken: Bool
+        do {
+            taken = try await request.valueUnlessCancelled()
+        } catch {
+            guard reportingTakenName else { return }
+            throw BGTaskSchedulerError(error)
+        }
+        if taken && reportingTakenName {
+            throw BGTaskSchedulerError(
+                .other, "another process owns \(busName), so the agent cannot start this app by that name")
         }
     }
 
@@ -854,7 +872,8 @@ final class AgentLink: Sendable {
     let agent: NameOwnerFollower
     private struct State {
         var tasks: [Task<Void, Never>] = []
-        var nameRequested = false
+        /// The request for the app's bus name: whether another process owns it.
+        var nameRequest: Task<Bool, any Error>?
         var closed = false
     }
     private let state = Mutex(State())
@@ -872,18 +891,20 @@ final class AgentLink: Sendable {
         if cancelNow { for task in tasks { task.cancel() } }
     }
 
-    /// True the first time only: the bus name is requested once per connection.
-    func claimNameRequest() -> Bool {
+    /// The request for the bus name on this connection: the one made before, or, the first
+    /// time, the one `make` starts (`isNew`).
+    func nameRequest(_ make: () -> Task<Bool, any Error>) -> (request: Task<Bool, any Error>, isNew: Bool) {
         state.withLock { s in
-            defer { s.nameRequested = true }
-            return !s.nameRequested
+            if let request = s.nameRequest { return (request, false) }
+            let request = make()
+            s.nameRequest = request
+            return (request, true)
         }
     }
 
-    /// The request `claimNameRequest` allowed did not reach the bus (it failed or timed out):
-    /// the next call asks again.
+    /// The request did not reach the bus (it failed or timed out): the next call asks again.
     func releaseNameRequest() {
-        state.withLock { $0.nameRequested = false }
+        state.withLock { $0.nameRequest = nil }
     }
 
     func close() {

@@ -388,4 +388,28 @@ struct AgentCallTests {
         #expect(scheduler.state.withLock { $0.backgroundTasks.isEmpty })
     }
 
+    // MARK: The bus name
+
+    /// The name was checked before the call itself, so the first call, even `submit(_:)`,
+    /// threw `.other` unsent, and the request was lost.
+    @Test("a bus name another process owns fails activate() only; submit is sent")
+    func busNameTaken() async throws {
+        let bus = try PrivateBus()
+        let agent = try await FakeAgent(on: bus)
+        defer { agent.close() }
+        let squatter = try await DBusConnection.connect(to: .address(bus.address))
+        defer { squatter.close() }
+        #expect(try await squatter.requestName("org.example.App") == .primaryOwner)
+
+        let scheduler = BGTaskScheduler(appID: "org.example.App", busName: "org.example.App", bus: .address(bus.address))
+        defer { scheduler.disconnect() }
+        scheduler.register(forTaskWithIdentifier: Self.identifier) { _ in }
+        try await scheduler.submit(BGAppRefreshTaskRequest(identifier: Self.identifier))
+        #expect(agent.calls(of: "Submit").count == 1)
+        let taken = await #expect(throws: BGTaskSchedulerError.self) { try await scheduler.activate() }
+        #expect(taken?.code == .other && taken?.message.contains("another process owns org.example.App") == true)
+        try await scheduler.submit(BGAppRefreshTaskRequest(identifier: Self.identifier))
+        #expect(agent.calls(of: "Submit").count == 2)
+    }
+
 }
