@@ -37,7 +37,10 @@ import Synchronization
 /// The scheduler connects to the bus lazily, on the first call that needs the agent (or on
 /// `activate()`): it exports `org.bgpolicy.Client1` at `/org/bgpolicy/Client1`, sends
 /// `Register` with every registered identifier, and, when `busName` is set, takes that name.
-/// Registering another identifier later re-sends `Register` before the next call. If the agent
+/// Registering another identifier later re-sends `Register` before the next call; but each
+/// `Register` replaces the app's list at the agent, which cancels the requests of identifiers
+/// left out (`register(forTaskWithIdentifier:launchHandler:)`). Use one scheduler per app,
+/// `.shared` (or one made with the app's `appID`): two would each send their own list. If the agent
 /// restarts, the scheduler registers again by itself; the tasks and background tasks an agent
 /// that left the bus without a word (it crashed) had started ended with it, and their
 /// expiration handlers run. A new agent that refuses that `Register` for a reason that may pass
@@ -208,9 +211,14 @@ public final class BGTaskScheduler: Sendable {
     /// Registers the code to run when the agent launches the task `identifier`.
     ///
     /// Register every identifier before the first call that talks to the agent (`activate()`,
-    /// `submit(_:)`, …), as on iOS, so the first `Register` carries them all. Registering later
-    /// works too: the list is sent again before the next call. The handler runs on its own task
-    /// each time the task is launched.
+    /// `submit(_:)`, …), as on iOS, so the first `Register` carries them all. Every `Register`
+    /// carries only the identifiers registered so far, and the agent takes an identifier left
+    /// out as withdrawn: the requests kept from the app's last run for an identifier not yet
+    /// registered are cancelled (history: "cancelled: the app registered again without …"). An
+    /// identifier registered later is sent, with the others, before the next call, and can be
+    /// submitted from then on. Two `BGTaskScheduler`s in one process each register their own
+    /// list, each replacing the other's: use one, `.shared` (or one made with the app's
+    /// `appID`). The handler runs on its own task each time the task is launched.
     ///
     /// - Returns: `false` when `identifier` is already registered, is not a task identifier
     ///   (letters, digits, `_`, `-` and `.`, at most 255 bytes, not beginning with `-`), or would be one more than
@@ -230,8 +238,9 @@ public final class BGTaskScheduler: Sendable {
     /// waiting (`NotifyContentAvailable`, the counterpart of a silent push): the task's `kind`
     /// is `.contentAvailable`, its `identifier` empty, and its `payload` the hint the notifier
     /// sent. Complete it as any other task. Wakes are not requested, so no identifier is
-    /// registered for them; without this handler the app refuses them and the agent keeps the
-    /// newest for its next window. The app still registers at least one task identifier: the
+    /// registered for them. Register the handler before the first call that talks to the
+    /// agent: without it, the app answers a wake `NotPermitted`, and the agent drops a wake
+    /// the app refuses (it is not delivered again). The app still registers at least one task identifier: the
     /// agent's `Register` takes 1 to 64, and without one every call but
     /// `notifyContentAvailable(appID:payload:)` throws `.notRegistered`.
     ///
