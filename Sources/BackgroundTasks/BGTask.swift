@@ -63,7 +63,19 @@ public final class BGTask: Sendable, CustomStringConvertible {
     /// or none, the task has ended at the agent.
     let launcher: String
 
-    typealias Reporter = @Sendable (_ taskID: String, _ success: Bool, _ result: TaskResult) async throws -> Void
+    typealias Reporter = @Sendable (_ taskID: String, _ success: Bool, _ result: TaskResult) async throws(CompletionFailure) -> Void
+
+    /// A report of the task's end that failed, and whether the agent may still hold the task as
+    /// running, so that the app may report again.
+    struct CompletionFailure: Error {
+        let error: BGTaskSchedulerError
+        let taskMayStillRun: Bool
+
+        init(_ error: BGTaskSchedulerError, taskMayStillRun: Bool? = nil) {
+            self.error = error
+            self.taskMayStillRun = taskMayStillRun ?? error.taskMayStillRun
+        }
+    }
 
     private struct State {
         var expirationHandler: (@Sendable () -> Void)?
@@ -135,7 +147,9 @@ public final class BGTask: Sendable, CustomStringConvertible {
     /// When the report fails but the task is still running at the agent (`.failed`, such as a
     /// full disk, or no answer in time, `.other`), the next call reports again, with its own
     /// arguments: call it again once there is room. After `.unknownTask`, `.notRegistered` or
-    /// `.agentNotRunning` the task has ended at the agent, and later calls return the failed task.
+    /// `.agentNotRunning` the task has ended at the agent, and later calls return the failed task;
+    /// so it has when the agent no longer knew the app's connection and the scheduler's
+    /// `Register` again was refused (`.accessDenied`: another process took the app id over).
     @discardableResult
     public func setTaskCompleted(success: Bool) -> Task<Void, any Error> {
         complete(success: success, result: .unspecified)
@@ -153,11 +167,11 @@ public final class BGTask: Sendable, CustomStringConvertible {
             s.reports += 1
             let number = s.reports
             let report = Task { [reporter, taskID] in
-                do {
+                do throws(CompletionFailure) {
                     try await reporter(taskID, success, result)
                 } catch {
-                    if BGTaskSchedulerError(error).taskMayStillRun { self.reportFailed(number) }
-                    throw error
+                    self.reportFailed(number, taskMayStillRun: error.taskMayStillRun)
+                    throw error.error
                 }
             }
             s.completion = report
@@ -168,7 +182,8 @@ public final class BGTask: Sendable, CustomStringConvertible {
     }
 
     /// Report `number` failed while the agent still holds the task: the next call reports again.
-    private func reportFailed(_ number: Int) {
+    private func reportFailed(_ number: Int, taskMayStillRun: Bool) {
+        guard taskMayStillRun else { return }
         state.withLock { s in
             if s.reports == number { s.mayReportAgain = true }
         }

@@ -92,9 +92,9 @@ extension BGTaskScheduler {
             let epoch = s.disconnects
             let task = BGTask(
                 identifier: identifier, kind: kind, taskID: taskID, deadline: deadline, payload: payload, launcher: call.sender
-            ) { [weak self] id, success, result in
+            ) { [weak self] id, success, result throws(BGTask.CompletionFailure) in
                 guard let self else {
-                    throw BGTaskSchedulerError(.other, "the scheduler that launched this task no longer exists")
+                    throw BGTask.CompletionFailure(BGTaskSchedulerError(.other, "the scheduler that launched this task no longer exists"))
                 }
                 try await self.reportCompletion(taskID: id, success: success, result: result, epoch: epoch)
             }

@@ -538,6 +538,15 @@ public final class BGTaskScheduler: Sendable {
     func callAgentForReply(
         _ member: String, _ body: [DBusValue] = [], waitingOnceSent: Bool = false
     ) async throws(BGTaskSchedulerError) -> Message {
+        var forgotten = false
+        return try await callAgentForReply(member, body, waitingOnceSent: waitingOnceSent, agentForgotApp: &forgotten)
+    }
+
+    /// `callAgentForReply`, setting `agentForgotApp` when the agent answered `NotRegistered`
+    /// before the scheduler registered again and retried: it did not know this connection.
+    func callAgentForReply(
+        _ member: String, _ body: [DBusValue] = [], waitingOnceSent: Bool = false, agentForgotApp: inout Bool
+    ) async throws(BGTaskSchedulerError) -> Message {
         var retried = false
         while true {
             let link = try await ready()
@@ -550,6 +559,7 @@ public final class BGTaskScheduler: Sendable {
                 return try await Task { try await link.connection.call(message) }.value
             } catch DBusError.remote(let name, _) where name == BGPolicyErrorName.notRegistered.dbusName && !retried {
                 retried = true
+                agentForgotApp = true
                 state.withLock { s in
                     if s.link === link { s.forgetRegistration() }
                 }
@@ -859,15 +869,25 @@ public final class BGTaskScheduler: Sendable {
     /// accepted the end or its answer says the task is gone: after `Failed` (a full disk) the
     /// agent still runs it, and the app may report again (`BGTask.setTaskCompleted`).
     ///
+    /// An agent that answered `NotRegistered` did not know this connection, and has ended its
+    /// tasks (it restarted, or another process took the app id over): whatever the `Register`
+    /// and the report sent after it are answered (`AccessDenied` for an id taken over), the
+    /// task is over.
+    ///
     /// `epoch` is the `disconnects` count the task was launched in: after a `disconnect()` the
     /// agent has ended it, and it is not worth a connection.
-    func reportCompletion(taskID: String, success: Bool, result: TaskResult, epoch: Int) async throws {
-        guard state.withLock({ $0.disconnects }) == epoch else { throw Self.endedByDisconnect }
+    func reportCompletion(
+        taskID: String, success: Bool, result: TaskResult, epoch: Int
+    ) async throws(BGTask.CompletionFailure) {
+        guard state.withLock({ $0.disconnects }) == epoch else { throw BGTask.CompletionFailure(Self.endedByDisconnect) }
+        var forgotten = false
         do throws(BGTaskSchedulerError) {
-            _ = try await callAgent("SetTaskCompleted", [.string(taskID), .boolean(success), .string(result.rawValue)])
+            _ = try await callAgentForReply(
+                "SetTaskCompleted", [.string(taskID), .boolean(success), .string(result.rawValue)], agentForgotApp: &forgotten)
         } catch {
-            if !error.taskMayStillRun { _ = state.withLock { $0.running.removeValue(forKey: taskID) } }
-            throw error
+            let failure = BGTask.CompletionFailure(error, taskMayStillRun: error.taskMayStillRun && !forgotten)
+            if !failure.taskMayStillRun { _ = state.withLock { $0.running.removeValue(forKey: taskID) } }
+            throw failure
         }
         _ = state.withLock { $0.running.removeValue(forKey: taskID) }
     }

@@ -142,7 +142,8 @@ extension BGTaskSchedulerError {
     /// task up), and may after a timeout or a cancelled call (the outcome is unknown; a second
     /// report of a task that did end is `UnknownTask`). It has none after `UnknownTask`, nor
     /// after `NotRegistered` or `.agentNotRunning`: an agent that does not know the app, or
-    /// that the app lost, has ended the app's tasks.
+    /// that the app lost, has ended the app's tasks. (`BGTaskScheduler.reportCompletion` also
+    /// takes any failure after a `NotRegistered` as final, whatever its code.)
     var taskMayStillRun: Bool {
         switch code {
         case .unknownTask, .notRegistered, .agentNotRunning: false

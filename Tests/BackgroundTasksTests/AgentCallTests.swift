@@ -412,4 +412,23 @@ struct AgentCallTests {
         #expect(agent.calls(of: "Submit").count == 2)
     }
 
+    // MARK: Completion
+
+    /// An app id taken over: the agent answers `NotRegistered`, the scheduler registers
+    /// again, and the agent refuses that (`AccessDenied`). The task was counted as "may still
+    /// run", so it went back to running for good.
+    @Test("a completion refused after the agent forgot the app ends the task")
+    func completionAfterTakeover() async throws {
+        try await withTaskRun("task-3", completionRefusedWith: .notRegistered) { agent, scheduler, task in
+            agent.errors.withLock { $0["Register"] = [.accessDenied] }
+            let first = task.setTaskCompleted(success: true)
+            let error = await #expect(throws: BGTaskSchedulerError.self) { try await first.value }
+            #expect(error?.code == .accessDenied)
+            #expect(task.isCompleted)
+            #expect(scheduler.state.withLock { $0.running.isEmpty })
+            #expect(task.setTaskCompleted(success: true) == first)
+            #expect(agent.calls(of: "SetTaskCompleted").count == 1)
+        }
+    }
+
 }
