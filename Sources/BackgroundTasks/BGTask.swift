@@ -78,8 +78,12 @@ public final class BGTask: Sendable, CustomStringConvertible {
     }
 
     private struct State {
+        /// Kept while a report is on its way: if it fails and the task runs again, a warning
+        /// that came meanwhile still reaches it. Dropped once a report is final.
         var expirationHandler: (@Sendable () -> Void)?
         var expired = false
+        /// The expiration handler has been called (or set after the warning, and so called).
+        var warned = false
         /// The newest report of the task's end: on its way, accepted, or refused for good.
         var completion: Task<Void, any Error>?
         /// That report failed and the agent still holds the task as running (it could not
@@ -124,7 +128,9 @@ public final class BGTask: Sendable, CustomStringConvertible {
         set {
             let runNow: Bool = state.withLock { s in
                 s.expirationHandler = newValue
-                return s.expired && !s.completed
+                guard s.expired && !s.completed else { return false }
+                s.warned = true
+                return true
             }
             if runNow, let newValue { Task { newValue() } }
         }
@@ -150,6 +156,9 @@ public final class BGTask: Sendable, CustomStringConvertible {
     /// `.agentNotRunning` the task has ended at the agent, and later calls return the failed task;
     /// so it has when the agent no longer knew the app's connection and the scheduler's
     /// `Register` again was refused (`.accessDenied`: another process took the app id over).
+    ///
+    /// A warning that comes while the report is on its way makes the task expired; if the
+    /// report then fails and the task still runs, the expiration handler runs.
     @discardableResult
     public func setTaskCompleted(success: Bool) -> Task<Void, any Error> {
         complete(success: success, result: .unspecified)
@@ -173,27 +182,44 @@ public final class BGTask: Sendable, CustomStringConvertible {
                     self.reportFailed(number, taskMayStillRun: error.taskMayStillRun)
                     throw error.error
                 }
+                self.reportEnded(number)
             }
             s.completion = report
             s.mayReportAgain = false
-            s.expirationHandler = nil
             return report
         }
     }
 
-    /// Report `number` failed while the agent still holds the task: the next call reports again.
+    /// Report `number` failed. While the agent still holds the task, the next call reports
+    /// again, and a warning that came while the report was on its way runs the handler now.
     private func reportFailed(_ number: Int, taskMayStillRun: Bool) {
-        guard taskMayStillRun else { return }
+        guard taskMayStillRun else { return reportEnded(number) }
+        let handler: (@Sendable () -> Void)? = state.withLock { s in
+            guard s.reports == number else { return nil }
+            s.mayReportAgain = true
+            guard s.expired, !s.warned else { return nil }
+            s.warned = true
+            return s.expirationHandler
+        }
+        if let handler { Task { handler() } }
+    }
+
+    /// Report `number` was final: the task is over, and its handler is not needed any more.
+    private func reportEnded(_ number: Int) {
         state.withLock { s in
-            if s.reports == number { s.mayReportAgain = true }
+            if s.reports == number { s.expirationHandler = nil }
         }
     }
 
-    /// Marks the task expired and runs the expiration handler, unless it is already complete.
+    /// Marks the task expired and runs the expiration handler, unless a report of its end is on
+    /// its way or final. One on its way that fails leaves the task expired, and runs the
+    /// handler then (`reportFailed`).
     func expire() {
         let handler: (@Sendable () -> Void)? = state.withLock { s in
-            guard !s.expired, !s.completed else { return nil }
+            guard !s.expired else { return nil }
             s.expired = true
+            guard !s.completed else { return nil }
+            s.warned = true
             return s.expirationHandler
         }
         if let handler { Task { handler() } }

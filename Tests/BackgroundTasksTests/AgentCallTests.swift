@@ -431,4 +431,23 @@ struct AgentCallTests {
         }
     }
 
+    /// `expire()` returned early while a report was on its way, without marking the task: when
+    /// the report then failed, the task ran again unwarned.
+    @Test("a warning that comes while a completion is on its way reaches the task if the report fails")
+    func expiredWhileReporting() async throws {
+        try await withTaskRun("task-4", completionRefusedWith: .failed) { agent, scheduler, task in
+            let warned = Mutex(0)
+            task.expirationHandler = { warned.withLock { $0 += 1 } }
+            agent.held.withLock { _ = $0.insert("SetTaskCompleted") }
+            let report = task.setTaskCompleted(success: true)
+            try await waitUntil("SetTaskCompleted to reach the agent") { !agent.calls(of: "SetTaskCompleted").isEmpty }
+            try await agent.call("ExpireTask", [.string("task-4")], in: scheduler)
+            agent.held.withLock { _ = $0.remove("SetTaskCompleted") }
+            let error = await #expect(throws: BGTaskSchedulerError.self) { try await report.value }
+            #expect(error?.code == .failed)
+            #expect(!task.isCompleted)
+            #expect(task.isExpired)
+            try await waitUntil("the expiration handler to run") { warned.withLock { $0 } == 1 }
+        }
+    }
 }
