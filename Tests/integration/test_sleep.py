@@ -52,17 +52,24 @@ def test_running_slices_expire_before_sleep_and_nothing_starts_until_resume(worl
     assert resumed["identifier"] == second
 
 
-def sleep_interrupted(world, lose):
-    """PrepareForSleep(true) with a refresh waiting, then `lose(logind)` takes away any word of
-    the resume: the agent must stop waiting for it and run the refresh. Returns the agent."""
-    logind = world.start_logind()
-    agent = world.start_agent()
+def refresh_waiting_through_sleep(world, agent, logind):
+    """An app registers, the machine prepares for sleep, and the app submits a refresh, which
+    Explain says waits for the resume. Returns (app_id, identifier, app)."""
     app_id = "org.example.Sleeper"
     identifier = f"{app_id}.refresh"
     app = world.registered_app(app_id, [identifier])
     prepare_for_sleep(logind, True)
     app.submit(identifier, "refresh")
     wait_until(lambda: "sleeping" in agent.explain(app_id, identifier)["blocking"], 5, "Explain names sleeping")
+    return app_id, identifier, app
+
+
+def sleep_interrupted(world, lose):
+    """PrepareForSleep(true) with a refresh waiting, then `lose(logind)` takes away any word of
+    the resume: the agent must stop waiting for it and run the refresh. Returns the agent."""
+    logind = world.start_logind()
+    agent = world.start_agent()
+    app_id, identifier, app = refresh_waiting_through_sleep(world, agent, logind)
 
     lose(logind)
     wait_until(lambda: "sleeping" not in agent.explain(app_id, identifier)["blocking"], 5,
@@ -109,12 +116,7 @@ def test_after_a_resume_work_waits_for_the_facts_read_again(laptop):
     agent = world.start_agent()
     wait_until(lambda: "upower" in conditions(agent).get("sources", []) and conditions(agent).get("on_battery") is False,
                10, "the agent to hear from UPower that the charger is in")
-    app_id = "org.example.Sleeper"
-    identifier = f"{app_id}.refresh"
-    app = world.registered_app(app_id, [identifier])
-    prepare_for_sleep(logind, True)
-    app.submit(identifier, "refresh")
-    wait_until(lambda: "sleeping" in agent.explain(app_id, identifier)["blocking"], 5, "Explain names sleeping")
+    app_id, identifier, app = refresh_waiting_through_sleep(world, agent, logind)
 
     os.kill(upowerd.pid, signal.SIGSTOP)
     try:
