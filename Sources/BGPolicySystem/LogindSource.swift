@@ -8,7 +8,8 @@ import Synchronization
 ///
 /// - The session: `GetUser(uid)` → `Display`; when that names no session (`/`), the user's
 ///   `Sessions`, preferring an active graphical one. Its `LockedHint` and `IdleHint` are
-///   followed through `PropertiesChanged`. `IdleHint` is not kept current by GNOME or KDE; the
+///   followed through `PropertiesChanged`; `IdleHint` only for a graphical session
+///   (`idleHintFromTerminal`). `IdleHint` is not kept current by GNOME or KDE; the
 ///   core also counts a locked session as idle, and no input by GNOME's idle monitor
 ///   (`IdleMonitorSource`; Docs/Conditions.md).
 /// - Locked is `LockedHint`, and nothing else. logind's `Lock` and `Unlock` signals are
@@ -200,6 +201,14 @@ public struct LogindSource: ConditionSource {
         }
     }
 
+    /// Session types whose `IdleHint` logind works out from the terminal's last access (5 min
+    /// without it reads as idle) rather than taking it from the session: a compositor started
+    /// from a console login (sway, Hyprland) reads input from evdev and never touches the
+    /// terminal, so the hint turned true five minutes after login while the user worked, and
+    /// processing ran under them. Only graphical sessions (`x11`, `wayland`, `mir`) carry a hint
+    /// set by the desktop.
+    static let idleHintFromTerminal: Set<String> = ["tty", "unspecified", "web"]
+
     /// Follows the session's `LockedHint` and `IdleHint`; `onRead` runs after the first read.
     private func followSession(
         at sessionPath: ObjectPath, owner: String, context: SourceContext, onRead: @Sendable () -> Void
@@ -209,6 +218,7 @@ public struct LogindSource: ConditionSource {
 
         var sample = SessionSample(locked: false, idleHint: false)
         var reported: SessionSample?
+        var saidConsole = false
         func publish() async {
             if sample != reported {
                 reported = sample
@@ -218,7 +228,19 @@ public struct LogindSource: ConditionSource {
         func read() async throws {
             let properties = try await session.getAll()
             sample.locked = properties.property("LockedHint", as: Bool.self, logger: context.logger, from: Self.busName) ?? false
-            sample.idleHint = properties.property("IdleHint", as: Bool.self, logger: context.logger, from: Self.busName) ?? false
+            let idleHint = properties.property("IdleHint", as: Bool.self, logger: context.logger, from: Self.busName) ?? false
+            let type = properties.property("Type", as: String.self, logger: context.logger, from: Self.busName)
+            if let type, Self.idleHintFromTerminal.contains(type) {
+                sample.idleHint = false
+                if !saidConsole {
+                    saidConsole = true
+                    context.logger.info(
+                        "Not using logind's IdleHint: for a session of this type logind works it out from the terminal's last use, which a compositor started from the console never touches",
+                        metadata: ["session": "\(sessionPath)", "type": "\(type)"])
+                }
+            } else {
+                sample.idleHint = idleHint
+            }
             await publish()
         }
         try await read()

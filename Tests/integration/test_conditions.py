@@ -420,6 +420,27 @@ def agent_with_logind_session(world):
     return logind, agent
 
 
+@pytest.mark.parametrize("session_type", ["wayland", "tty"])
+def test_idle_hint_counts_only_for_a_graphical_session(world, session_type):
+    """logind's IdleHint makes a graphical session idle (processing may run). For a console
+    session (`tty`) logind works it out from the terminal's last access, which a compositor
+    started from the console (sway, Hyprland) never touches: there it is not used, and the
+    session is not idle while the user works (a locked one still counts as idle for
+    processing, and the idle monitor where there is one)."""
+    logind, agent = agent_with_logind_session(world)
+    iface = "org.freedesktop.login1.Session"
+    logind.set_property(iface, "Type", GLib.Variant("s", session_type), path=logind.session_path)
+    logind.set_property(iface, "IdleHint", GLib.Variant("b", True), path=logind.session_path)
+    if session_type == "wayland":
+        agent.wait_conditions(lambda c: c.get("idle") is True, timeout=2, what="IdleHint true -> idle")
+        logind.set_property(iface, "IdleHint", GLib.Variant("b", False), path=logind.session_path)
+        agent.wait_conditions(lambda c: c.get("idle") is False, timeout=2, what="IdleHint false -> not idle")
+    else:
+        assert wait_for_log(agent, ["Not using logind's IdleHint"], timeout=2), agent.stderr_tail()
+        time.sleep(0.3)
+        assert agent.conditions().get("idle") is False, agent.conditions()
+
+
 def test_session_lock_and_unlock(world):
     logind, agent = agent_with_logind_session(world)
     session = logind.session_path
