@@ -19,6 +19,11 @@ public struct IdleMonitorSource: ConditionSource {
     static let path = try! ObjectPath("/org/gnome/Mutter/IdleMonitor/Core")
     static let interface = "org.gnome.Mutter.IdleMonitor"
 
+    static let sessionManagerName = "org.gnome.SessionManager"
+    static let sessionManagerPath = try! ObjectPath("/org/gnome/SessionManager")
+    /// gnome-session's `InhibitedActions` flag for idle (`GSM_INHIBITOR_FLAG_IDLE`).
+    static let idleInhibitedFlag: UInt32 = 8
+
     public let name = ConditionSourceName.mutter
     let connection: DBusConnection
     let setting: LiveSetting<Duration>
@@ -84,6 +89,15 @@ public struct IdleMonitorSource: ConditionSource {
         // The state now: already idle for the interval means waiting for the next input.
         let idleTime = try await monitor.call("GetIdletime").decode(UInt64.self, at: 0)
         var noInput = idleTime >= interval
+        // Mutter's idle watches do not fire while gnome-session holds an idle inhibitor (a
+        // video playing, a presentation), but GetIdletime counts on: a film watched for the
+        // interval without a key pressed is not the user away. Mutter fires the idle watch
+        // when the inhibitor goes, if there was still no input.
+        if noInput, await idleInhibited() {
+            noInput = false
+            logger.info(
+                "No input for the interval, but gnome-session inhibits idle (a video, a presentation): not idle until the idle watch fires")
+        }
         if noInput { try await addUserActiveWatch() }
         await context.report(.input(InputSample(noInput: noInput)))
 
@@ -109,6 +123,20 @@ public struct IdleMonitorSource: ConditionSource {
                 }
             }
         }
+    }
+
+    /// Whether gnome-session holds an inhibitor of idle now (`InhibitedActions`). No
+    /// gnome-session, no answer within 2 s, or an answer of another type: not inhibited.
+    private func idleInhibited() async -> Bool {
+        var message = Message.methodCall(
+            destination: Self.sessionManagerName, path: Self.sessionManagerPath,
+            interface: ObjectServer.propertiesInterface, member: "Get",
+            body: [.string(Self.sessionManagerName), .string("InhibitedActions")])
+        message.noAutoStart = true
+        guard let reply = try? await connection.call(message, timeout: .seconds(2)),
+            case .variant(let value)? = reply.body.first, let flags = try? value.decode(UInt32.self)
+        else { return false }
+        return flags & Self.idleInhibitedFlag != 0
     }
 
     /// `RemoveWatch(id)`, sent without waiting for the reply.

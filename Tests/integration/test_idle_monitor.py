@@ -178,6 +178,35 @@ def test_monitor_that_goes_away_falls_back_and_is_rearmed_when_it_returns(world)
     assert agent.alive()
 
 
+def start_session_manager(world, inhibited_actions):
+    """A dbusmock org.gnome.SessionManager on the session bus with `InhibitedActions`."""
+    name, path = "org.gnome.SessionManager", "/org/gnome/SessionManager"
+    proc = world.stack.push(ch.Proc([PYTHON, "-m", "dbusmock", "--session", name, path, name],
+                                    dict(os.environ, DBUS_SESSION_BUS_ADDRESS=world.address),
+                                    name="dbusmock gnome-session"))
+    world.session.wait_for_name(name, process=proc)
+    th.call(world.session.conn, "org.freedesktop.DBus.Mock", "AddProperty", "ssv",
+            (name, "InhibitedActions", th.GLib.Variant("u", inhibited_actions)), dest=name, path=path)
+
+
+def test_a_film_watched_without_input_is_not_idle(world):
+    """No input for 10 s, as the agent starts, while gnome-session holds an idle inhibitor (a
+    video playing): mutter's idle watches do not fire then, but GetIdletime counts on, and the
+    agent took it for the user away, so processing could start over the film. Not idle until
+    the idle watch fires (mutter fires it when the inhibitor goes, if still no input)."""
+    start_session_manager(world, inhibited_actions=4 | 8)  # suspend and idle
+    mutter = MutterMock(world, idletime=10_000)
+    agent = world.start_agent(config=CONFIG)
+    idle_watch = mutter.wait_watch("idle")
+    wait_conditions(agent, lambda c: "mutter" in c["sources"] and c.get("idle") is False, "not idle under the inhibitor")
+    time.sleep(0.3)
+    assert conditions(agent).get("idle") is False, conditions(agent)
+    assert mutter.of_kind("active") == {}, mutter.watches()
+    assert "gnome-session inhibits idle" in agent.stderr(), agent.stderr_tail()
+    mutter.fire(idle_watch)
+    wait_conditions(agent, lambda c: c.get("idle") is True, "idle once the idle watch fired")
+
+
 def test_a_reload_that_changes_no_input_after_replaces_the_idle_watch(world):
     mutter = MutterMock(world, idletime=0)
     agent = world.start_agent(config=CONFIG)
