@@ -2,7 +2,7 @@ import ArgumentParser
 import BGPolicyCore
 import BGPolicyDBus
 // @preconcurrency: for `stdout`, a C global that Swift 6 takes for shared mutable state. It is
-// read only by the exit handler, when no other thread writes it.
+// flushed only before a write to standard error and by the exit handler; stdio locks the stream.
 @preconcurrency import Glibc
 import SystemPackage
 
@@ -36,9 +36,9 @@ enum ExitStatus {
     static func checkStandardOutputAtExit() {
         atexit {
             let flushFailed = fflush(stdout) != 0
-            let code = errno
+            let code = flushFailed ? errno : ExitStatus.standardOutputError
             guard flushFailed || ferror(stdout) != 0 else { return }
-            let reason = flushFailed ? String(cString: strerror(code)) : "a write failed"
+            let reason = code.map { String(cString: strerror($0)) } ?? "a write failed"
             ExitStatus.printError("cannot write to standard output: \(reason)", hint: nil)
             _exit(ExitStatus.outputFailed)
         }
@@ -72,9 +72,17 @@ enum ExitStatus {
         writeStandardError(text)
     }
 
-    /// Writes `text` to standard error as it is, unbuffered. A write that fails (a closed
-    /// descriptor) is dropped: there is nowhere left to say so.
+    /// Writes `text` to standard error as it is, unbuffered, after what the command has printed
+    /// so far. To a pipe, standard output is block-buffered: without the flush, a note written
+    /// after a table (`bgpolicy history 2>&1 | less`) came before it, or in the middle of one
+    /// longer than the buffer. A write that fails (a closed descriptor) is dropped: there is
+    /// nowhere left to say so.
     static func writeStandardError(_ text: String) {
+        if fflush(stdout) != 0, standardOutputError == nil { standardOutputError = errno }
         _ = try? FileDescriptor.standardError.writeAll(text.utf8)
     }
+
+    /// Why a flush of standard output before a write to standard error failed, for the exit
+    /// handler: stdio keeps only that a write failed, and the exit handler says why.
+    nonisolated(unsafe) private static var standardOutputError: Int32?
 }

@@ -113,6 +113,20 @@ def test_history_says_when_the_limit_left_events_out(agent):
         assert r.stderr == "", r
 
 
+def test_a_note_on_stderr_comes_after_what_it_is_about(agent):
+    """To a pipe, stdout is block-buffered and stderr is not: `history 2>&1 | less` showed the
+    note before the table, or in the middle of a table longer than the buffer. Standard output
+    is flushed before anything goes to stderr (ExitStatus.writeStandardError)."""
+    for switch in ["disable", "enable", "disable"]:
+        agent.cli(switch, "--all")
+    table = agent.cli("history", "--limit", "2").stdout
+    r = subprocess.run([str(BIN / "bgpolicy"), "history", "--limit", "2"], env=agent.env, stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, text=True, timeout=20)
+    assert r.returncode == 0, r
+    note = "bgpolicy: note: only the newest 2 events are shown; older ones were left out (--limit shows up to 10000).\n"
+    assert r.stdout == table + note, r.stdout
+
+
 # A stand-in for bgpolicyd on the test's bus, for values the real agent gives only by chance:
 # Admin1's GetStatus and Explain answer the dictionaries given as GVariant text.
 STAND_IN = r'''

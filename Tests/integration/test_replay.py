@@ -185,6 +185,12 @@ def test_a_trace_with_nothing_to_score_says_so(tmp_path, text, note):
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["freshness_15m"] == 0
     assert r.stderr == f"bgpolicy: note: {trace}: {note}\n"
+    # After the figures, not before them: stdout, block-buffered to a pipe, is flushed first.
+    table = subprocess.run([str(bgpolicy()), "replay", "--trace", str(trace)], capture_output=True, text=True,
+                           timeout=20).stdout
+    r = subprocess.run([str(bgpolicy()), "replay", "--trace", str(trace)], stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, text=True, timeout=20)
+    assert r.returncode == 0 and r.stdout == table + f"bgpolicy: note: {trace}: {note}\n", r.stdout
 
 
 def test_quoted_fields_and_a_byte_order_mark_are_read(synthetic, tmp_path):
