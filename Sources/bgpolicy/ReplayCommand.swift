@@ -119,7 +119,23 @@ struct ReplayCommand: ParsableCommand {
     static func refreshLine(_ refresh: ReplayRefresh) -> String {
         let t = refresh.time
         let stamp = t == t.rounded() && abs(t) < 1e15 ? String(Int64(t)) : "\(t)"
-        return stamp + "," + refresh.appID + "\n"
+        return stamp + "," + csvField(refresh.appID) + "\n"
+    }
+
+    /// `field` as RFC 4180 writes it: as it is, or, when it holds a comma, a double quote or a
+    /// line break, in double quotes with each quote doubled. The trace may quote an app id
+    /// (`"org.example.A,B"`), and the file must read back with the same id.
+    static func csvField(_ field: String) -> String {
+        // Scalars, not Characters: "\r\n" is one Character, equal to neither "\r" nor "\n".
+        guard field.unicodeScalars.contains(where: { $0 == "," || $0 == "\"" || $0 == "\r" || $0 == "\n" }) else {
+            return field
+        }
+        var quoted = "\""
+        for scalar in field.unicodeScalars {
+            if scalar == "\"" { quoted.unicodeScalars.append(scalar) }
+            quoted.unicodeScalars.append(scalar)
+        }
+        return quoted + "\""
     }
 
     static func jsonText(_ metrics: ReplayMetrics) -> String {

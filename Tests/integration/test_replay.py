@@ -7,6 +7,7 @@ Its exact --help text is checked with the others in test_agent.py (HELP_COMMANDS
 bus: replay runs offline. The binary comes from $BGPOLICY_BUILD_DIR (conftest.py).
 """
 
+import csv
 import json
 import os
 import resource
@@ -129,6 +130,25 @@ def test_refreshes_file_lists_every_refresh(synthetic, tmp_path):
         assert r.returncode == 64 and r.stdout == "", (r.returncode, r.stdout)
         assert "--refreshes names the trace itself" in r.stderr, r.stderr
         assert copy.read_bytes() == synthetic.read_bytes(), "the trace was overwritten"
+
+
+def test_refreshes_file_quotes_app_ids_as_the_trace_may(tmp_path):
+    """The trace may quote an app id holding a comma or a double quote (RFC 4180); the
+    refreshes were written without quotes, so such a line read as three fields, or a quote
+    opened and never closed. Read back as CSV, the file has every app id as the trace had it."""
+    apps = ["org.example.A,B", 'say "hi"', "plain", ' "lead', "cr\rin"]
+    fields = ['"' + app.replace('"', '""') + '"' for app in apps]
+    rows = ["timestamp,app_id,event"] + [f"{i},{field},open" for i, field in enumerate(fields)]
+    rows += [f"{D + 1000 + i},{field},open" for i, field in enumerate(fields)]
+    trace = tmp_path / "quoted.csv"
+    trace.write_text("\n".join(rows) + "\n", newline="")
+    out = tmp_path / "refreshes.csv"
+    r = subprocess.run([str(bgpolicy()), "replay", "--trace", str(trace), "--policy", "oracle:10m",
+                        "--refreshes", str(out)], capture_output=True, text=True, timeout=20)
+    assert r.returncode == 0, r.stderr
+    with open(out, newline="") as f:
+        read = list(csv.reader(f))
+    assert read == [["timestamp", "app_id"]] + [[str(D + 400 + i), app] for i, app in enumerate(apps)], read
 
 
 CEILING = ROOT / "scripts" / "after-use-ceiling.py"
