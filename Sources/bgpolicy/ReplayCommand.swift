@@ -35,6 +35,8 @@ struct ReplayCommand: ParsableCommand {
     static let noInput = ExitCode(66)
     static let badData = ExitCode(65)
 
+    /// Every usage error is found here, not in `run()`: ArgumentParser shows a ValidationError
+    /// thrown from `run()` with the usage of `bgpolicy`, not of `replay` (as SimulateCommand notes).
     func validate() throws {
         // "" is no file (a script's unset variable): "cannot read : No such file" names none.
         if trace == "" { throw ValidationError("--trace needs the name of the file to read.") }
@@ -44,18 +46,15 @@ struct ReplayCommand: ParsableCommand {
         } catch {
             throw ValidationError(error.description)
         }
-    }
-
-    func run() throws {
-        let choice: ReplayPolicyChoice
-        do {
-            choice = try ReplayPolicyChoice(parsing: policy)
-        } catch {
-            throw ValidationError(error.description)
-        }
         if let refreshes, Self.sameFile(refreshes, trace) {
             // Creating it would empty the trace before anyone noticed the slip.
             throw ValidationError("--refreshes names the trace itself (\(refreshes)); writing the refreshes there would overwrite it. Name another file.")
+        }
+    }
+
+    func run() throws {
+        guard let choice = try? ReplayPolicyChoice(parsing: policy) else {
+            preconditionFailure("validate() lets through only a policy that parses")
         }
         let text: String
         switch Self.readFile(trace, limit: Self.maximumTraceBytes) {

@@ -120,7 +120,9 @@ def test_refreshes_file_lists_every_refresh(synthetic, tmp_path):
                         "--refreshes", "/dev/full"], capture_output=True, text=True, timeout=20)
     assert r.returncode == 73 and r.stdout == "", (r.returncode, r.stdout)
     assert "cannot write /dev/full" in r.stderr and "No space left on device" in r.stderr, r.stderr
-    # The trace itself, however it is spelled: refused as a usage error, and the trace is kept.
+    # The trace itself, however it is spelled: refused as a usage error, with replay's usage
+    # line (it was bgpolicy's, "Usage: bgpolicy <subcommand>", when found in run()), and the
+    # trace is kept.
     copy = tmp_path / "trace.csv"
     copy.write_bytes(synthetic.read_bytes())
     (tmp_path / "link.csv").symlink_to(copy)
@@ -128,7 +130,8 @@ def test_refreshes_file_lists_every_refresh(synthetic, tmp_path):
         r = subprocess.run([str(bgpolicy()), "replay", "--trace", str(copy), "--refreshes", name],
                            capture_output=True, text=True, timeout=20)
         assert r.returncode == 64 and r.stdout == "", (r.returncode, r.stdout)
-        assert "--refreshes names the trace itself" in r.stderr, r.stderr
+        assert r.stderr.startswith("Error: --refreshes names the trace itself"), r.stderr
+        assert "\nUsage: bgpolicy replay --trace <file>" in r.stderr, r.stderr
         assert copy.read_bytes() == synthetic.read_bytes(), "the trace was overwritten"
 
 
