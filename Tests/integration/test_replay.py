@@ -244,6 +244,8 @@ def test_table_names_every_figure(synthetic):
 
 @pytest.mark.parametrize("text,status,message", [
     ("time,app,event\n", 65, "line 1: expected the header"),
+    # An empty file is a trace without its header (65), not an empty name given as FILE (64).
+    ("", 65, "line 1: the trace is empty"),
     ("timestamp,app_id,event\n5,a,open\n4,a,close\n", 65, "line 3: "),
     ("timestamp,app_id,event\n5,a,launch\n", 65, "line 2: event \"launch\""),
     # A digit too many in a trace's last line: an error at once, not a replay of 3,000 years.
