@@ -214,6 +214,52 @@ struct TimelineRenderTests {
         #expect(!svg.contains("no usage data yet"))
     }
 
+    /// At `COLUMNS=20` the header and the legend were wrapped, but an app's state in words ran
+    /// on in one line of 70 columns. 20 columns leave 11 beside the 7-column label: the words
+    /// wrap there, the lines after the first under the first, a planned refresh still under them.
+    @Test func wordsInPlaceOfAStripWrapToTheWidth() {
+        let prior = 1.0 / 96
+        let timeline = TimelineFixture.day([
+            .init(appID: "a", probabilities: Array(repeating: prior, count: 96), refreshes: [TimelineFixture.start + 1800]),
+            .init(appID: "b", probabilities: [], inactive: true),
+            .init(appID: "c", probabilities: []),
+            .init(appID: "d", probabilities: TimelineFixture.probabilities([:])),
+        ])
+        let lines = TimelineText.render(timeline, utcOffsetSeconds: 0, width: 20, color: false)
+            .split(separator: "\n").map(String.init)
+        for line in lines { #expect(line.count <= 20, "\(line)") }
+        let pad = String(repeating: " ", count: 9)
+        let a = lines.firstIndex(of: "a        no use seen")!
+        #expect(Array(lines[a...].prefix(7)) == [
+            "a        no use seen", pad + "yet: 1 % in", pad + "every", pad + "15 min slot", pad + "until it is",
+            pad + "learned", pad + "▲",
+        ])
+        #expect(lines.contains("b        inactive:"))
+        #expect(lines.contains(pad + "unused for"))
+        #expect(lines.contains("c        no usage"))
+        #expect(lines.contains("d        no use"))
+
+        // Each state's words are all there, in order, once the rows are joined again.
+        func words(after label: String, in lines: [String]) -> String {
+            let first = lines.firstIndex { $0.hasPrefix(label + " ") }!
+            let rows = [lines[first]] + lines[(first + 1)...].prefix { $0.hasPrefix(pad) && !$0.hasSuffix("▲") }
+            return rows.map { $0.dropFirst(9) }.joined(separator: " ")
+        }
+        #expect(words(after: "b", in: lines) == "inactive: unused for 7 days, nothing planned")
+        #expect(words(after: "c", in: lines) == "no usage data yet")
+        #expect(words(after: "d", in: lines) == "no use predicted in the next 24 h")
+
+        var everyWindow = timeline
+        everyWindow.strategy = .everyWindow
+        let wider = TimelineText.render(everyWindow, utcOffsetSeconds: 0, width: 24, color: false)
+            .split(separator: "\n").map(String.init)
+        for line in wider { #expect(line.count <= 24, "\(line)") }
+        #expect(words(after: "c", in: wider) == Timeline.everyWindowWords)
+        // Without a width (a pipe), one line each, as before.
+        #expect(TimelineText.render(timeline, utcOffsetSeconds: 0, width: nil, color: false).split(separator: "\n")
+            .contains("a        no use seen yet: 1 % in every 15 min slot until it is learned"))
+    }
+
     @Test func noApps() {
         let timeline = TimelineFixture.day([], windows: [TimelineFixture.start + 900])
         let lines = TimelineText.render(timeline, utcOffsetSeconds: 0, width: 80, color: false).split(separator: "\n")

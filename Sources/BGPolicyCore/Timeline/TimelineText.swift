@@ -154,25 +154,24 @@ public enum TimelineText {
         func appRows(_ app: Timeline.App, _ probabilities: [Double]) -> [String] {
             let label = TimelineSafeText.truncated(TimelineSafeText.clean(app.appID), to: labelWidth)
             if app.inactive {
-                return [row(label, [paint(t.inactiveWords, "2")])]
+                return wordRows(label, t.inactiveWords)
             }
-            var strip: [String]
+            var rows: [String]
             if t.strategy == .everyWindow {
-                strip = [paint(Timeline.everyWindowWords, "2")]
+                rows = wordRows(label, Timeline.everyWindowWords)
             } else if !Timeline.hasData(app) {
-                strip = [paint("no usage data yet", "2")]
+                rows = wordRows(label, "no usage data yet")
             } else if let chance = t.flatChance(app) {
-                strip = [paint(t.flatWords(chance), "2")]
+                rows = wordRows(label, t.flatWords(chance))
             } else {
-                strip = probabilities.map { p in
+                let strip = probabilities.map { p in
                     let level = TimelineText.level(p, scale: scale)
                     return level == 0 ? " " : paint(TimelineText.levels[level], "34")
                 }
-                if strip.allSatisfy({ $0 == " " }) {
-                    strip = [paint("no use predicted in the next \(TimelineSafeText.span(slots * slotSeconds))", "2")]
-                }
+                rows = strip.allSatisfy({ $0 == " " })
+                    ? wordRows(label, "no use predicted in the next \(TimelineSafeText.span(slots * slotSeconds))")
+                    : [row(label, strip)]
             }
-            var rows = [row(label, strip)]
             let refreshes = marks(app.refreshes, TimelineText.refreshMark, ansi: "33")
             if refreshes.contains(where: { $0 != " " }) { rows.append(row("", refreshes)) }
             return rows
@@ -206,6 +205,15 @@ public enum TimelineText {
             return cells
         }
 
+        /// An app's state in words where its strip would be, wrapped, as the header and the
+        /// legend are, to the columns beside the label; the lines after the first under the
+        /// first.
+        func wordRows(_ label: String, _ words: String) -> [String] {
+            wrap(words, to: width.map { max(1, $0 - labelWidth - 2) }).enumerated().map { i, line in
+                row(i == 0 ? label : "", [paint(line, "2")])
+            }
+        }
+
         /// The label column, two spaces, the cells; no trailing blanks.
         func row(_ label: String, _ cells: [String]) -> String {
             var cells = cells
@@ -219,7 +227,10 @@ public enum TimelineText {
         }
 
         /// Words wrapped to the width, when there is one.
-        func wrap(_ text: String) -> [String] {
+        func wrap(_ text: String) -> [String] { wrap(text, to: width) }
+
+        /// Words wrapped to `width` columns, when there is a width.
+        func wrap(_ text: String, to width: Int?) -> [String] {
             guard let width else { return [text] }
             var lines: [String] = []
             var line = ""
