@@ -43,7 +43,9 @@ struct StatusReport {
 
     var text: String {
         let version = (try? status.optional("version", as: String.self)) ?? nil
-        var lines = ["bgpolicyd \(version ?? "(unknown version)") is running"]
+        // Every text from the agent goes through TableText.cell, as in the other commands' tables:
+        // no escape sequence or bidirectional override reaches the terminal.
+        var lines = ["bgpolicyd \(version.map(TableText.cell) ?? "(unknown version)") is running"]
         var rows: [(String, String)] = []
         for (key, label) in Self.known {
             guard let value = status[key]?.value else { continue }
@@ -71,6 +73,8 @@ struct StatusReport {
         for key in status.keys.sorted() where !shown.contains(key) {
             rows.append((key, format(key, status[key]!.value)))
         }
+        // The state directory, the summary, the source names, unknown keys and their values.
+        rows = rows.map { (TableText.cell($0.0), TableText.cell($0.1)) }
         let width = rows.map(\.0.count).max() ?? 0
         for (label, value) in rows {
             lines.append("  " + label + String(repeating: " ", count: width - label.count + 2) + value)

@@ -193,3 +193,26 @@ def test_explain_of_an_empty_identifier_has_no_trailing_space(stand_in):
     assert r.returncode == 0, r
     assert r.stdout.splitlines()[0] == "org.example.Feeds ''", r.stdout
     assert all(line == line.rstrip() for line in r.stdout.splitlines()), r.stdout
+
+
+ESC, RLO = "\\u001b", "\\u202e"  # as GVariant text escapes them: ESC, RIGHT-TO-LEFT OVERRIDE
+UNSAFE_STATUS = (f"{{'version': <'0.1{ESC}[2J'>, 'state_dir': <'/tmp/st{RLO}ate'>, "
+                 f"'conditions': <{{'summary': <'on AC{ESC}[31m'>, 'sources': <['up{ESC}]0;x', 'logind']>}}>, "
+                 f"'zz{RLO}key': <'v{ESC}[1m'>, 'nested': <{{'b': <1>, 'a': <{{'d': <2>, 'c': <3>}}>}}>}}")
+
+
+def test_status_makes_the_agent_s_text_safe(stand_in):
+    """`status` printed the version, the state directory, the conditions' summary and sources,
+    and unknown keys and their values as the agent sent them, where every other command passes
+    the agent's text through TableText.cell (control characters, bidirectional overrides)."""
+    r = subprocess.run([str(BIN / "bgpolicy"), "status"], env=stand_in(UNSAFE_STATUS), capture_output=True, text=True,
+                       timeout=20)
+    assert r.returncode == 0, r
+    assert "\x1b" not in r.stdout and "\u202e" not in r.stdout, repr(r.stdout)
+    lines = r.stdout.splitlines()
+    assert lines[0] == "bgpolicyd 0.1?[2J is running", lines
+    rows = {line.split()[0]: line.split(None, 1)[1] for line in lines[1:] if line.strip()}
+    assert rows["State"] == "/tmp/st?ate", rows
+    assert rows["Now"] == "on AC?[31m", rows
+    assert rows["Sources"].startswith("logind, up?]0;x;"), rows
+    assert rows["zz?key"] == "v?[1m", rows
