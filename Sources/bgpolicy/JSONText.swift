@@ -27,10 +27,12 @@ enum JSONText {
         case .array(_, let items): "[" + items.map(value).joined(separator: ", ") + "]"
         case .structure(let fields): "[" + fields.map(value).joined(separator: ", ") + "]"
         case .dictionary(_, _, let entries):
+            // Sorted at every depth, as `object` sorts the top level: the bus keeps the
+            // sender's order, which may change from one answer to the next.
             "{" + entries.map { entry in
                 let key: String = if case .string(let s) = entry.key { s } else { value(entry.key) }
-                return string(key) + ": " + value(entry.value)
-            }.joined(separator: ", ") + "}"
+                return (key, value(entry.value))
+            }.sorted { $0.0 < $1.0 }.map { string($0.0) + ": " + $0.1 }.joined(separator: ", ") + "}"
         }
     }
 

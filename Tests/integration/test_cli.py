@@ -216,3 +216,19 @@ def test_status_makes_the_agent_s_text_safe(stand_in):
     assert rows["Now"] == "on AC?[31m", rows
     assert rows["Sources"].startswith("logind, up?]0;x;"), rows
     assert rows["zz?key"] == "v?[1m", rows
+
+
+def test_json_sorts_keys_at_every_depth(stand_in):
+    """`--json` sorted the keys of the top level only, in the order the bus kept, while
+    Docs/CLI.md says keys are sorted; the table's unknown keys are shown with the same JSON."""
+    env = stand_in(UNSAFE_STATUS)
+    r = subprocess.run([str(BIN / "bgpolicy"), "status", "--json"], env=env, capture_output=True, text=True, timeout=20)
+    assert r.returncode == 0, r
+    assert '"nested": {"a": {"c": 3, "d": 2}, "b": 1}' in r.stdout, r.stdout
+    status = json.loads(r.stdout)
+    assert list(status["conditions"]) == ["sources", "summary"], status
+    # JSON is for scripts: the agent's text is kept exactly, as JSON escapes it.
+    assert status["version"] == "0.1\x1b[2J" and status["conditions"]["summary"] == "on AC\x1b[31m", status
+    r = subprocess.run([str(BIN / "bgpolicy"), "status"], env=env, capture_output=True, text=True, timeout=20)
+    rows = {line.split()[0]: line.split(None, 1)[1] for line in r.stdout.splitlines()[1:] if line.strip()}
+    assert rows["nested"] == '{"a": {"c": 3, "d": 2}, "b": 1}', r.stdout
