@@ -126,7 +126,42 @@ extension TaskStore {
                     lost.append(table)
                 }
             }
+            if lost.contains("app_identifiers") { try? rebuildIdentifiers(db) }
+            try? keepSequences(db)
             return (kept, lost)
+        }
+    }
+
+    /// The identifiers the apps registered were lost while their requests may be kept: at load
+    /// every request whose identifier its app no longer registers is dropped, so losing this
+    /// one table lost every pending request. Each kept request (and running task) names an
+    /// identifier its app registered: they are taken back from there, and the app's next
+    /// `Register` replaces the list as usual.
+    private static func rebuildIdentifiers(_ db: Database) throws {
+        try db.execute(sql: """
+            INSERT OR IGNORE INTO main.app_identifiers (app_id, identifier)
+            SELECT app_id, identifier FROM main.pending
+            UNION SELECT app_id, identifier FROM main.running WHERE identifier != ''
+            """)
+    }
+
+    /// Keeps the AUTOINCREMENT counters (`sqlite_sequence`) of the copied tables at least where
+    /// they were: the history's ids are never reused (a client may hold one), and rows deleted
+    /// before the damage (a forgotten app's) left the counter above the highest id copied.
+    /// Best effort: a damaged `sqlite_sequence` leaves the counters at the highest ids copied.
+    private static func keepSequences(_ db: Database) throws {
+        let theirs = try Row.fetchAll(db, sql: "SELECT name, seq FROM aside.sqlite_sequence")
+        for row in theirs {
+            let name: String = try row.decode(String.self, atIndex: 0)
+            let seq: Int64 = try row.decode(Int64.self, atIndex: 1)
+            if try Bool.fetchOne(db, sql: "SELECT EXISTS (SELECT 1 FROM main.sqlite_sequence WHERE name = ?)", arguments: [name]) == true {
+                try db.execute(
+                    sql: "UPDATE main.sqlite_sequence SET seq = max(seq, ?) WHERE name = ?", arguments: [seq, name])
+            } else if try Bool.fetchOne(
+                db, sql: "SELECT EXISTS (SELECT 1 FROM main.sqlite_master WHERE type = 'table' AND name = ?)", arguments: [name]) == true
+            {
+                try db.execute(sql: "INSERT INTO main.sqlite_sequence (name, seq) VALUES (?, ?)", arguments: [name, seq])
+            }
         }
     }
 }

@@ -184,6 +184,40 @@ def test_a_damaged_table_loses_that_table_only(world):
     assert pending_identifiers(agent) == [IDENTIFIERS[0]]
 
 
+def test_a_damaged_identifier_table_keeps_the_pending_requests(world):
+    """The table of the identifiers each app registered is the one damaged: its app's pending
+    requests are kept, with the identifiers they name, rather than dropped at load as
+    "no longer registered" (both were lost before, though the log said the requests were
+    kept). History ids go on from where they were, not from the highest one left."""
+    agent = world.start_agent()
+    app = world.registered_app(APP, IDENTIFIERS)
+    app.submit(IDENTIFIERS[0], "refresh", earliest_begin=later(3600))
+    app.submit(IDENTIFIERS[1], "processing", earliest_begin=later(3600))
+    app.quit()
+    agent.stop()
+    db = sqlite3.connect(database(world))
+    db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    (newest,) = db.execute("SELECT max(id) FROM history").fetchone()
+    db.execute("DELETE FROM history WHERE id = ?", (newest,))  # as `bgpolicy forget` leaves a gap
+    db.commit()
+    db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    (page,) = db.execute("SELECT rootpage FROM sqlite_master WHERE name = 'app_identifiers'").fetchone()
+    (size,) = db.execute("PRAGMA page_size").fetchone()
+    db.close()
+    overwrite_page(world, page, size)
+
+    agent.restart()
+    loud = critical_lines(agent.stderr())
+    assert len(loud) == 1 and "these are lost: app_identifiers" in loud[0], agent.stderr()
+    assert "Dropped a pending request" not in agent.stderr(), agent.stderr_tail()
+    assert sorted(pending_identifiers(agent)) == IDENTIFIERS[:2]
+    again = world.registered_app(APP, IDENTIFIERS)
+    again.submit(IDENTIFIERS[2], "processing", earliest_begin=later(3600))
+    assert sorted(pending_identifiers(agent)) == IDENTIFIERS
+    assert min(e["id"] for e in agent.history() if e.get("event") == "submitted"
+               and e.get("identifier") == IDENTIFIERS[2]) > newest
+
+
 def test_a_damaged_file_of_the_previous_release_keeps_its_readable_tables(world):
     """The same damage in a file the release before left (one migration short), first opened by
     this one: an upgrade is a start. The readable tables are read back into a fresh file of
