@@ -703,9 +703,14 @@ extension TaskEngine {
                 putBack(member, sliceID: sliceID, reason: reason, now: now)
                 continue
             }
-            let request = Self.failedAttempt(member.request, reason: reason, now: now)
+            // The app submitted the identifier again while RunTask was on its way (an app
+            // started for its work submits at start): the newer request stands, with its own
+            // options and earliest_begin, and its write is done or queued. Put back, the old one
+            // replaced it in memory and on disk.
+            let newer = pending[member.request.appID]?[member.request.identifier]
+            let request = newer ?? Self.failedAttempt(member.request, reason: reason, now: now)
             do {
-                try storeReturn(of: request, taskID: member.taskID, reason: reason, at: now)
+                try storeReturn(of: request, taskID: member.taskID, reason: reason, at: now, repending: newer == nil)
             } catch {
                 // On disk the task is still running, and a start would close it as interrupted
                 // and never deliver it: written again at the next chance.
@@ -727,14 +732,19 @@ extension TaskEngine {
     /// unless a newer one arrived meanwhile (only the newest is kept).
     /// The request pending again (written first, so a crash in between leaves it pending
     /// rather than lost), then the task's running row gone, with its history.
-    func storeReturn(of request: TaskRequest, taskID: String, reason: String, at time: UnixTime) throws(StoreError) {
-        try store.savePending(request)
+    /// `repending: false`: a newer request for the identifier is pending, and stays as it is.
+    func storeReturn(
+        of request: TaskRequest, taskID: String, reason: String, at time: UnixTime, repending: Bool = true
+    ) throws(StoreError) {
+        if repending { try store.savePending(request) }
         try store.finishTask(
             taskID: taskID,
             history: HistoryEntry(
                 time: time, appID: request.appID, identifier: request.identifier, taskID: taskID,
                 event: .deliveryFailed, kind: DeliveryKind(request.kind),
-                detail: "RunTask failed: \(reason); the request stays pending"))
+                detail: repending
+                    ? "RunTask failed: \(reason); the request stays pending"
+                    : "RunTask failed: \(reason); the app submitted it again meanwhile, and that request stays pending"))
     }
 
     /// Writes again what `unstart` could not (`unsavedReturns`): the request as memory holds

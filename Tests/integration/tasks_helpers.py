@@ -856,6 +856,9 @@ DEFAULT_BEHAVIOR = {
     "exit_after_completions": None,
     "exit_after_run_task": None,  # seconds after answering RunTask to exit without completing (0: at once)
     "stop_agent_on_run_task": False,  # SIGSTOP the caller of RunTask before answering (the test goes on with it)
+    # {"identifier", "kind", "earliest_begin"}: Submit that before answering RunTask, as an app
+    # started for its work submits at start
+    "resubmit_on_run_task": None,
 }
 
 
@@ -936,6 +939,11 @@ class AppProgram:
             task_id, identifier, kind, seconds, info = parameters.unpack()
             self.record("RunTask", sender=sender, task_id=task_id, identifier=identifier, kind=kind,
                         seconds=seconds, info=info, info_types=self._info_types(parameters))
+            resubmit = self.behavior["resubmit_on_run_task"]
+            if resubmit:
+                options = {"earliest_begin": GLib.Variant("x", int(resubmit["earliest_begin"]))}
+                call(self.conn, SCHEDULER, "Submit", "ssa{sv}", (resubmit["identifier"], resubmit["kind"], options))
+                self.record("Resubmitted", identifier=resubmit["identifier"])
             error = self.behavior["run_task_error"]
             kinds = self.behavior["run_task_error_kinds"]
             if error and (kinds is None or kind in kinds):

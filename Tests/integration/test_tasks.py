@@ -175,6 +175,32 @@ def test_simulate_launch_quotes_an_apps_error_without_its_control_characters(wor
         cli.stderr.splitlines()[:1], ascii(cli.stderr)
 
 
+def test_a_request_submitted_again_during_a_failed_delivery_stands(world):
+    """The app submits its refresh again (an hour ahead) while the agent's RunTask for it is on
+    its way, then answers RunTask with an error. The newer request stands, in memory and on
+    disk: before, the failed delivery put the old request back over it, and it was tried
+    again after the wait, the app's new earliest_begin lost."""
+    agent = world.start_agent()
+    app_id, identifier = "org.example.Again", "org.example.Again.refresh"
+    app = world.registered_app(app_id, [identifier])
+    ahead = later(3600)
+    app.configure(run_task_error="org.example.Again.Error",
+                  resubmit_on_run_task={"identifier": identifier, "kind": "refresh", "earliest_begin": ahead})
+    app.submit(identifier, "refresh", earliest_begin=later(1800))
+    expect_error("Unavailable", agent.simulate_launch, app_id, identifier)
+    assert app.events_of("Resubmitted"), app.app_events()
+
+    def check():
+        (pending,) = agent.list_pending()
+        assert pending["identifier"] == identifier and pending["earliest_begin"] == ahead, pending
+    check()
+    (failed,) = agent.events("delivery-failed", app_id=app_id)
+    assert "submitted it again meanwhile" in failed["detail"], failed
+    agent.stop()
+    agent.restart()
+    check()
+
+
 def test_an_apps_run_task_error_of_megabytes_is_quoted_briefly_everywhere(world):
     """An app that answers RunTask with a 4 MB error message: the agent keeps its start and its
     length, in SimulateLaunch's refusal, the request's last error (ListPending, GetPending,
