@@ -134,6 +134,8 @@ actor TaskEngine {
     var lastUsageReport: [AppID: UsageState] = [:]
     /// Each app's budget of usage changes recorded from `ReportUsage` (`UsageReportBudget`).
     var usageReportBudgets: [AppID: UsageReportBudget] = [:]
+    /// All apps' together (`UsageReportBudget.allApps`).
+    var usageReportBudgetAll = UsageReportBudget.allApps(at: .now)
     /// When a `Register` was last refused for `[limits] apps` with a warning (`tooManyApps`).
     var tooManyAppsWarnedAt: ContinuousClock.Instant?
     /// The app units running that the user opened (not ones the agent launched), by app, as the
@@ -805,6 +807,13 @@ actor TaskEngine {
                     + "then one a second); this one was not recorded. Send it again in a second, and report only "
                     + "when the user brings the app up or leaves it")
         }
+        guard usageReportBudgetAll.allows(at: instant) else {
+            throw SchedulerError(
+                .limitsExceeded,
+                "the apps together reported more changes of their usage state than a person makes "
+                    + "(\(Int(UsageReportBudget.allAppsBurst)) at once, then \(Int(UsageReportBudget.allAppsPerSecond)) a second); "
+                    + "this one was not recorded. Send it again in a second")
+        }
         let now = Self.wallNow()
         do {
             // An app unit of it runs: the unit's appearance was its open, so the report changes
@@ -812,11 +821,13 @@ actor TaskEngine {
             if openedUnits.contains(appID) {
                 try reportWhileUnitRuns(appID, state, at: now)
                 budget.spend()
+                usageReportBudgetAll.spend()
                 return
             }
             // Remembered once the row is in: a report the disk refused is recorded when sent again.
             try appendUsage(appID, state, at: now)
             budget.spend()
+            usageReportBudgetAll.spend()
             if state == .foreground {
                 selfReportedInUse.insert(appID)
                 lastUsageReport[appID] = state

@@ -7,21 +7,40 @@ import BGPolicyCore
 /// change over the budget is refused (`LimitsExceeded`), not dropped, so that the app knows
 /// and can send it again. Measured on the monotonic clock: a step of the wall clock neither
 /// lifts nor tightens it.
+///
+/// All apps together have a budget too (`allApps`): a process that registers thousands of
+/// unverified app ids (up to `[limits] apps`), each within its own budget, wrote thousands of
+/// rows a second between them, kept for 8 weeks. Two changes a second all day is more than a
+/// person makes; the burst covers a session bringing many apps up at once.
 struct UsageReportBudget {
+    /// One app's: a burst of 60, then one a second.
     static let burst = 60.0
     static let perSecond = 1.0
+    /// Every app's together: a burst of 3,600, then two a second.
+    static let allAppsBurst = 3600.0
+    static let allAppsPerSecond = 2.0
 
-    private(set) var tokens = Self.burst
+    let burst: Double
+    let perSecond: Double
+    private(set) var tokens: Double
     private var updatedAt: ContinuousClock.Instant
 
-    init(at now: ContinuousClock.Instant) {
+    init(at now: ContinuousClock.Instant, burst: Double = Self.burst, perSecond: Double = Self.perSecond) {
+        self.burst = burst
+        self.perSecond = perSecond
+        tokens = burst
         updatedAt = now
+    }
+
+    /// The budget of all apps together.
+    static func allApps(at now: ContinuousClock.Instant) -> UsageReportBudget {
+        UsageReportBudget(at: now, burst: allAppsBurst, perSecond: allAppsPerSecond)
     }
 
     /// Whether a change may be recorded at `now` (refilled to then; nothing spent).
     mutating func allows(at now: ContinuousClock.Instant) -> Bool {
         if now > updatedAt {
-            tokens = min(Self.burst, tokens + (now - updatedAt).seconds * Self.perSecond)
+            tokens = min(burst, tokens + (now - updatedAt).seconds * perSecond)
         }
         updatedAt = now
         return tokens >= 1

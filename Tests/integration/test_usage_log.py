@@ -363,6 +363,35 @@ def test_an_app_alternating_its_usage_state_in_a_loop_is_refused_past_a_persons_
         [("org.example.Flip", state) for state in accepted + [refused]], len(usage_rows(world))
 
 
+def test_usage_reports_of_all_apps_together_are_bounded(world):
+    """A process that registers app id after app id (unverified ids, up to `[limits] apps`),
+    each reporting within its own budget, wrote thousands of rows a second between them. All
+    apps together may record 3,600 changes at once, then two a second: the next is refused
+    with LimitsExceeded saying so, and one sent again a second later is recorded."""
+    agent = world.start_agent()
+    refusal = None
+    recorded = 0
+    for n in range(70):
+        conn = world.stack.push(th.ch.GBus(world.address)).conn
+        app_id = f"org.example.Many{n}"
+        th.call(conn, th.SCHEDULER, "Register", "asa{sv}", ([f"{app_id}.refresh"], th.register_options(app_id=app_id)), "(s)")
+        for i in range(60):
+            try:
+                th.call(conn, th.SCHEDULER, "ReportUsage", "s", ("background" if i % 2 == 0 else "foreground",))
+                recorded += 1
+            except th.AgentError as error:
+                assert error.name == "org.bgpolicy.Error.LimitsExceeded", error
+                refusal = error.message
+                break
+        if refusal:
+            break
+    assert refusal and "the apps together reported more changes" in refusal, refusal
+    assert 3600 <= recorded <= 3700, recorded
+    time.sleep(1.1)
+    th.call(conn, th.SCHEDULER, "ReportUsage", "s", ("background" if i % 2 == 0 else "foreground",))  # the one refused
+    assert agent.alive()
+
+
 def test_opens_known_only_from_registrations_are_learned_again_after_a_restart(world):
     """An app the user manager does not see (no app unit: a session without app scopes, or an
     unverified app id) is opened only by its registrations. Each is in the usage log, as its
