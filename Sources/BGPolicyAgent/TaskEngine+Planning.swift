@@ -139,12 +139,23 @@ extension TaskEngine {
     /// for the app's own refresh, if the planner chooses it (`WindowPlanner.afterUseWindow`),
     /// and then for the other apps' the planner takes alongside it: every app is asked.
     /// Only an app the user opened counts: the end of a launch the agent made is not the user
-    /// leaving anything.
+    /// leaving anything. The app was in use until now, so its record keeps the leave as its
+    /// last use (`[limits] inactive_after` counts from it): an app kept open longer than that
+    /// is not unused the moment it is closed.
     func noteLeft(_ appID: AppID, at time: UnixTime) {
         selfReportedInUse.remove(appID)
         lastUsageReport[appID] = nil
         inUseByLogAtStart.remove(appID)
         guard appsInUse.remove(appID) != nil else { return }
+        do {
+            try noteLastUse(of: appID, at: time)
+        } catch {
+            // This run still knows it (the next save of the record stores it); a restart before
+            // then would take the app's last open for its last use.
+            apps[appID]?.record.lastUsedAt = time
+            requestEvaluation(for: appID)
+            logger.warning("Could not record the app's last use as it was left", metadata: ["app.id": "\(appID)", "error": "\(error)"])
+        }
         guard refreshPlanner != nil else { return publishStatus(nextWindow: evaluationTimerDue) }
         refreshPlanner?.recordClose(of: appID.rawValue, at: time)
         appLeft = AppLeft(appID: appID, at: time)

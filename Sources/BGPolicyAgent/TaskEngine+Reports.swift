@@ -223,7 +223,8 @@ extension TaskEngine {
         // Only when something waits: the reply of an idle agent stays as small as it was.
         if !waiting.isEmpty {
             status["waiting"] = Variant(Dictionary(uniqueKeysWithValues: waiting.map { ($0.key.rawValue, UInt32(clamping: $0.value)) }))
-            status["waiting_summary"] = Variant(BlockingRule.summary(of: waiting))
+            status["waiting_summary"] = Variant(BlockingRule.summary(
+                of: waiting, inactiveAfter: configuration.limits.inactiveAfter.seconds))
         }
         let entries = StatusEntry.encode(status)
         statusEntries.withLock { $0 = entries }

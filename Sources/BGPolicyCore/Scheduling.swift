@@ -31,8 +31,9 @@ public enum BlockingRule: String, Sendable, CaseIterable, Codable {
 
 extension BlockingRule {
     /// What a request held by this rule waits for, in words that follow "waits for":
-    /// `GetStatus`'s summary of what holds the pending work.
-    public var awaited: String {
+    /// `GetStatus`'s summary of what holds the pending work. `inactiveAfter` is
+    /// `[limits] inactive_after`, in seconds.
+    public func awaited(inactiveAfter: Double) -> String {
         switch self {
         case .globalDisabled: "background work to be switched on"
         case .appDisabled: "their app to be switched on"
@@ -43,7 +44,8 @@ extension BlockingRule {
         case .notIdle: "the session to be idle"
         case .noNetwork: "a network"
         case .noExternalPower: "external power"
-        case .appInactive: "their app to be used (unused for 7 days)"
+        case .appInactive:
+            "their app to be used (unused for \(RunWhenEligiblePolicy.durationWords(inactiveAfter, roundingUp: false)))"
         case .overrunPenalty: "their app's overrun penalty to end"
         case .unreachable: "their app to be reachable on the bus"
         case .appBusy: "their app's running slice to end"
@@ -56,13 +58,14 @@ extension BlockingRule {
 
     /// "10 wait for the session to be idle; 3 for the next wake window": the counts of
     /// `SchedulingPolicy.holds`, largest first (then in rule order); "" when nothing waits.
-    public static func summary(of holds: [BlockingRule: Int]) -> String {
+    /// `inactiveAfter`: `[limits] inactive_after`, in seconds, for `appInactive`'s words.
+    public static func summary(of holds: [BlockingRule: Int], inactiveAfter: Double) -> String {
         let order = Dictionary(uniqueKeysWithValues: allCases.enumerated().map { ($1, $0) })
         let entries = holds.filter { $0.value > 0 }.sorted {
             $0.value != $1.value ? $0.value > $1.value : order[$0.key]! < order[$1.key]!
         }
         return entries.enumerated().map { index, entry in
-            "\(entry.value) " + (index == 0 ? (entry.value == 1 ? "waits for " : "wait for ") : "for ") + entry.key.awaited
+            "\(entry.value) " + (index == 0 ? (entry.value == 1 ? "waits for " : "wait for ") : "for ") + entry.key.awaited(inactiveAfter: inactiveAfter)
         }.joined(separator: "; ")
     }
 }

@@ -280,7 +280,10 @@ struct WindowPlannerTests {
         let held = request(mail, .refresh, at: now, earliest: Clock.at(day: 21, 12, 0))
         #expect(planner.decide(pending: [held], apps: apps, context: ctx).nextEvaluation == Clock.at(day: 21, 12, 0) - 1 + 86_400)
 
+        // Mail left (the routine records opens alone: left at a time not known, after its last
+        // open) and not used since: an app still open would be in use, never unused.
         var unused = refresh
+        unused.recordLeftUnseen(mail)
         let later = Clock.at(day: 29, 10, 0)
         unused.advance(to: later)
         #expect(unused.lookAhead(after: later, among: [candidate]) == .never)
@@ -418,9 +421,11 @@ struct WindowPlannerTests {
         #expect(decision.launches.first?.requests.map(\.kind) == [.processing])
         #expect(planner.holds(work, launched: decision.launches.first, context: open) == [.predictedUse: 1])
 
-        #expect(BlockingRule.summary(of: [.nextWindow: 3, .notIdle: 10]) == "10 wait for the session to be idle; 3 for the next wake window")
-        #expect(BlockingRule.summary(of: [.nextWindow: 1]) == "1 waits for the next wake window")
-        #expect(BlockingRule.summary(of: [:]) == "")
+        #expect(BlockingRule.summary(of: [.nextWindow: 3, .notIdle: 10], inactiveAfter: 7 * 86_400) == "10 wait for the session to be idle; 3 for the next wake window")
+        #expect(BlockingRule.summary(of: [.nextWindow: 1], inactiveAfter: 7 * 86_400) == "1 waits for the next wake window")
+        #expect(BlockingRule.summary(of: [:], inactiveAfter: 7 * 86_400) == "")
+        // The configured duration, not a fixed week.
+        #expect(BlockingRule.summary(of: [.appInactive: 2], inactiveAfter: 15) == "2 wait for their app to be used (unused for 15 s)")
         #expect(RunWhenEligiblePolicy().holds(work, launched: nil, context: ctx) == [.powerSaver: 2])
     }
 
@@ -909,5 +914,36 @@ struct WindowPlannerTests {
         let r = request(mail, .processing, at: now)
         #expect(planner.decide(pending: [r], apps: [app.record.appID: app], context: ctx).launches.isEmpty)
         #expect(planner.explain(r, app: app, context: ctx).blocking.map(\.rule) == [.notIdle])
+    }
+
+    /// `[limits] inactive_after` of 15 s. Mail, opened a minute ago and still open, is in use:
+    /// neither `app-inactive` (the agent's record has it used now) nor the planner holds it as
+    /// unused, and no words say so. Left 20 s ago it is unused, and the words give the limit
+    /// configured, not 7 days. (Left 20 s ago, `app-inactive` holds it first; the planner's own
+    /// words are read here with a record that says used.)
+    @Test func anAppInUseIsNotHeldAsUnusedAndTheWordsGiveTheLimit() {
+        let now = Clock.at(day: 21, 9, 1)
+        var refresh = RefreshPlanner(registeredAppCount: 1)
+        refresh.inactiveAfterSeconds = 15
+        refresh.recordOpen(of: mail, at: now - 60)
+        refresh.advance(to: now)
+        let r = request(mail, .refresh, at: now)
+        func ctx(_ planner: RefreshPlanner, inUse: Set<AppID>) -> SchedulingContext {
+            var ctx = context(now, strategy: .predicted, planning: PlanningFacts(refresh: planner, appsInUse: inUse))
+            ctx.configuration.limits.inactiveAfter = .seconds(15)
+            return ctx
+        }
+        let open = planner.explain(r, app: appState(mail, lastUsed: now), context: ctx(refresh, inUse: [AppID(rawValue: mail)!]))
+        #expect(!open.blocking.map(\.rule).contains(.appInactive))
+        #expect(!open.blocking.contains { $0.words.contains("not been used") })
+
+        // (The record is not looked at by the planner's rule: a record used now, the planner's
+        // words alone.)
+        var left = refresh
+        left.recordClose(of: mail, at: now - 20)
+        let unused = planner.explain(r, app: appState(mail, lastUsed: now), context: ctx(left, inUse: []))
+        #expect(unused.blocking.map(\.rule) == [.predictedUse])
+        #expect(unused.blocking.last?.words == "\(mail) has not been used in the last 15 s, so no use is predicted: "
+            + "refresh is planned once the app is opened")
     }
 }

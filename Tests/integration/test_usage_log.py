@@ -236,6 +236,46 @@ def test_an_app_kept_open_for_weeks_is_not_held_as_unused(world):
     assert not any(line.startswith(KONSOLE) and "inactive" in line for line in strips), strips
 
 
+def test_an_app_left_after_a_use_longer_than_inactive_after_is_not_held_as_unused(world):
+    """With `inactive_after = 15s`, Maps is opened (its registration), kept open 17 s, and left
+    (`ReportUsage` background): it was used until it was left, so neither `app-inactive` nor the
+    refresh planner (the default `predicted` strategy) holds its refresh as unused, the timeline
+    does not show it inactive, and its record's last use is the leave, kept across a restart.
+    The leave was never taken for a use: the record kept the open, and the planner its last
+    open, so the app became unused the moment it was closed. 15 s after the leave it is unused.
+    (Its refresh may run in the window after use; Explain then has nothing pending to hold.)"""
+    agent = world.start_agent(planner=True, config="[windows]\ngrid_on_battery = 1h\ngrid_on_ac = 1h\n"
+                                                   "[limits]\ninactive_after = 15s\n")
+    maps = world.registered_app(MAPS, [f"{MAPS}.refresh"])
+    maps.submit(f"{MAPS}.refresh", "refresh")
+
+    def unused(explanation):
+        return "app-inactive" in explanation["blocking"] or any(
+            "not been used" in words for words in explanation["reasons"])
+
+    def inactive_in_timeline():
+        (timeline,) = agent.admin("GetTimeline", "s", (MAPS,), reply_type="(a{sv})")
+        return timeline["apps"][0]["inactive"]
+
+    time.sleep(17)
+    assert agent.status().get("in_use") == [MAPS]
+    explanation = agent.explain(MAPS, f"{MAPS}.refresh")
+    assert explanation["state"] != "not-pending" and not unused(explanation), explanation
+    maps.scheduler("ReportUsage", "s", ("background",))
+    th.wait_until(lambda: abs((last_used(agent, MAPS) or 0) - time.time()) < 5, th.TIMEOUT, "Maps' last_used_at to be its leave")
+    left = last_used(agent, MAPS)
+    assert agent.status().get("in_use", []) == []
+    explanation = agent.explain(MAPS, f"{MAPS}.refresh")
+    assert not unused(explanation), explanation
+    assert inactive_in_timeline() is False
+    agent.stop()
+    agent.restart()
+    assert abs(last_used(agent, MAPS) - left) < 1, agent.app_record(MAPS)
+    assert inactive_in_timeline() is False
+    time.sleep(max(0, left + 16 - time.time()))
+    assert inactive_in_timeline() is True
+
+
 def test_an_app_known_by_its_own_word_is_left_when_its_last_connection_closes(world):
     """Notes has no app unit: it registered, which counts as an open, so when its last bus
     connection closes the user left it. `in_use` drops it, the usage log gets the close, and a

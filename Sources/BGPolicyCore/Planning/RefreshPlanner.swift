@@ -215,7 +215,7 @@ public struct RefreshPlanner: Sendable {
         advance(to: time)
         reuse.recordClose(of: appID, at: time)
         follow.recordClose(of: appID, at: time)
-        predictor.recordClose(of: appID)
+        predictor.recordClose(of: appID, at: time)
     }
 
     /// Records that the user left an app at a time not known (it was closed while the caller
@@ -403,14 +403,14 @@ public struct RefreshPlanner: Sendable {
 
     /// Why a candidate cannot refresh at `time` whatever the prediction says, if it cannot.
     public enum Ineligibility: Sendable, Equatable {
-        /// Never opened, or not for `inactiveAfterSeconds`.
+        /// Never opened, or not used (opened, in use or left) for `inactiveAfterSeconds`.
         case inactive
         /// Refreshed too recently: the next refresh may come at `until`.
         case tooSoon(until: Double)
     }
 
     public func ineligibility(of candidate: Candidate, at time: Double) -> Ineligibility? {
-        guard let span = eligibleSpan(of: candidate, lastOpen: predictor.lastOpen(of: candidate.appID),
+        guard let span = eligibleSpan(of: candidate, lastUse: predictor.lastUse(of: candidate.appID),
                                       refreshed: lastRefresh[candidate.appID]),
             time < span.until
         else { return .inactive }
@@ -419,17 +419,18 @@ public struct RefreshPlanner: Sendable {
 
     /// When `candidate` may be refreshed: from the end of its refresh interval (15 min, longer
     /// as its weight shrinks; `-infinity` when never refreshed) until `inactiveAfterSeconds`
-    /// after its last open; `nil` when it was never opened. The one statement of the rule that
+    /// after its last use (`UsagePredictor.lastUse`: its last open or leave; no end while it is
+    /// in use); `nil` when it was never opened. The one statement of the rule that
     /// `ineligibility`, `choose` and `nextWindow` apply.
-    private func eligibleSpan(of candidate: Candidate, lastOpen: Double?, refreshed: Double?)
+    private func eligibleSpan(of candidate: Candidate, lastUse: Double?, refreshed: Double?)
         -> (from: Double, until: Double)?
     {
-        guard let lastOpen else { return nil }
+        guard let lastUse else { return nil }
         var from = -Double.infinity
         if let refreshed {
             from = refreshed + minRefreshIntervalSeconds / max(candidate.weight, Self.minimumWeight)
         }
-        return (from, lastOpen + inactiveAfterSeconds)
+        return (from, lastUse + inactiveAfterSeconds)
     }
 
     /// The apps among `candidates` that refresh in a window at `time` (the slot holding `time`
@@ -547,7 +548,7 @@ public struct RefreshPlanner: Sendable {
         for i in candidates.indices {
             if let skip, skip[i] { continue }
             guard let found = located[i],
-                let span = eligibleSpan(of: candidates[i], lastOpen: predictor.lastOpen(at: found.position),
+                let span = eligibleSpan(of: candidates[i], lastUse: predictor.lastUse(at: found.position),
                                         refreshed: found.refreshed),
                 span.from <= time, time < span.until
             else { continue }
@@ -767,7 +768,7 @@ public struct RefreshPlanner: Sendable {
     {
         let located = located ?? locate(candidates)
         // When each candidate can be chosen at all: from the end of its refresh interval until
-        // 7 days after its last open. Worked out once, so that a slot in which nobody is
+        // `inactiveAfterSeconds` after its last use. Worked out once, so that a slot in which nobody is
         // eligible, or the window is not worth it, costs no ranking: a lookahead over 1,000
         // candidates and 96 slots stays cheap.
         var spans: [(from: Double, until: Double)] = []
@@ -775,7 +776,7 @@ public struct RefreshPlanner: Sendable {
         for i in candidates.indices {
             if let skip, skip[i] { continue }
             guard let found = located[i],
-                let span = eligibleSpan(of: candidates[i], lastOpen: predictor.lastOpen(at: found.position),
+                let span = eligibleSpan(of: candidates[i], lastUse: predictor.lastUse(at: found.position),
                                         refreshed: found.refreshed),
                 span.from < span.until
             else { continue }

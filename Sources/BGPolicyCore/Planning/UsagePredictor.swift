@@ -79,6 +79,8 @@ public struct UsagePredictor: Sendable {
         var openedInSlot = false
         /// Opened and not left since (`recordClose`).
         var inUse = false
+        /// When the user last left the app, if that time is known (`recordClose(of:at:)`).
+        var lastLeft: Double?
     }
 
     /// The apps in a fixed (sorted) order, so that training (and so every replay) is
@@ -174,9 +176,25 @@ public struct UsagePredictor: Sendable {
         return true
     }
 
-    /// Records that the user left `appID`: it is no longer in use.
-    public mutating func recordClose(of appID: String) {
-        if let i = index[appID] { models[i].inUse = false }
+    /// Records that the user left `appID` (at `time`, when it is known): it is no longer in use.
+    public mutating func recordClose(of appID: String, at time: Double? = nil) {
+        guard let i = index[appID] else { return }
+        models[i].inUse = false
+        if let time { models[i].lastLeft = max(models[i].lastLeft ?? time, time) }
+    }
+
+    /// When the user last used `appID`: `infinity` while it is in use (it is used now, however
+    /// long ago it was opened), else its last open or its last leave, whichever came later; nil
+    /// when it was never opened. What the 7-day rule (`[limits] inactive_after`) counts from:
+    /// an app kept open a week and then left was used until it was left.
+    public func lastUse(of appID: String) -> Double? { index[appID].flatMap { lastUse(at: $0) } }
+
+    /// `lastUse(of:)` of the app at `position` (see `position(of:)`).
+    func lastUse(at position: Int) -> Double? {
+        let model = models[position]
+        guard let lastOpen = model.lastOpen else { return nil }
+        if model.inUse { return .infinity }
+        return max(lastOpen, model.lastLeft ?? lastOpen)
     }
 
     /// Records that a known app is in use, opened at a time not known: nothing is learned of
@@ -195,6 +213,7 @@ public struct UsagePredictor: Sendable {
     public mutating func wallClockStepped(by step: Double, slotStart newStart: Double) {
         for i in models.indices {
             models[i].lastOpen? += step
+            models[i].lastLeft? += step
             for j in models[i].recentOpens.indices { models[i].recentOpens[j] += step }
         }
         lastAnyOpen? += step
@@ -246,7 +265,8 @@ public struct UsagePredictor: Sendable {
     }
 
     /// For every app, by `position(of:)`: its probability of being opened in the slot at `time`,
-    /// or nil when it was last opened `inactiveAfter` seconds ago or more (it cannot be refreshed).
+    /// or nil when it was last used (`lastUse(at:)`) `inactiveAfter` seconds ago or more (it
+    /// cannot be refreshed).
     func probabilitiesOfActiveApps(inSlotAt time: Double, inactiveAfter: Double) -> [Double?] {
         let shared = sharedFeatures(at: time)
         // Read in place through a pointer: a thousand models are looked at, none is copied or
@@ -256,7 +276,9 @@ public struct UsagePredictor: Sendable {
                 models.withUnsafeBufferPointer { models in
                     models.indices.map { i in
                         let model = models.baseAddress! + i
-                        guard let last = model.pointee.lastOpen, time - last < inactiveAfter else { return nil }
+                        guard let last = model.pointee.lastOpen,
+                            model.pointee.inUse || time - max(last, model.pointee.lastLeft ?? last) < inactiveAfter
+                        else { return nil }
                         let cell = shared.slot * cellStride + i
                         let score = Self.score(of: model, column: i, weights: weights, stride: stride,
                                                historyBin: Int(bins[cell]), inSlotAt: time, shared: shared)

@@ -398,8 +398,9 @@ public struct WindowPlanner: SchedulingPolicy {
             case .inactive:
                 reasons.append(BlockingReason(
                     rule: .predictedUse,
-                    words: "no open of \(appID) is recorded in the last 7 days, so no use is predicted: "
-                        + "refresh is planned once the app is opened"))
+                    words: "\(appID) has not been used in the last "
+                        + "\(RunWhenEligiblePolicy.durationWords(context.configuration.limits.inactiveAfter.seconds, roundingUp: false)), "
+                        + "so no use is predicted: refresh is planned once the app is opened"))
             case .tooSoon(let until):
                 let at = Self.gridPoint(atOrAfter: until, grid: grid)
                 reasons.append(BlockingReason(
