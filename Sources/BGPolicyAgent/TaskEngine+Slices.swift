@@ -56,7 +56,10 @@ struct Slice {
     /// The violations already counted against the app for this slice: one per kind, however
     /// many of its tasks the history names (sharing a slice is the agent's choice).
     var violationsCounted: Set<HistoryEvent> = []
-    /// `requires_external_power` processing on AC: the CPU monitor leaves it alone.
+    /// Only `requires_external_power` processing: the CPU monitor leaves it alone while on AC.
+    var externalPowerProcessing = false
+    /// External-power processing while on AC (`externalPowerProcessing`, now): the CPU monitor
+    /// leaves it alone. Follows the charger for the slice's life (`followExemptionsToPower`).
     var exempt = false
 
     var deadline: UnixTime { startedAt + length.seconds }
@@ -416,8 +419,9 @@ extension TaskEngine {
             id: sliceID, appID: appID, connection: target, members: members, startedAt: now,
             started: ContinuousClock.now, length: launch.sliceLength)
         slice.backgroundOnly = runtime.record.backgroundOnly
-        slice.exempt = conditions.onBattery == false && !requests.isEmpty && !launch.contentAvailable
+        slice.externalPowerProcessing = !requests.isEmpty && !launch.contentAvailable
             && requests.allSatisfy { $0.kind == .processing && $0.requiresExternalPower }
+        slice.exempt = slice.externalPowerProcessing && conditions.onBattery == false
         let records = members.map {
             RunningTaskRecord(
                 taskID: $0.taskID, sliceID: sliceID, appID: appID, identifier: $0.request.identifier,
@@ -673,15 +677,39 @@ extension TaskEngine {
         slice.monitor = monitor
     }
 
-    /// The charger unplugged (or its state no longer known) during slices that were exempt from
-    /// the CPU monitor as external-power processing on AC: the exemption held only on AC
-    /// (SPEC §2), so from now on they are watched like any other.
-    func endExemptionsOffAC() {
-        guard conditions.onBattery != false else { return }
+    /// Why an enforcement is undone when the charger comes back during external-power
+    /// processing, in its `cpu-released` entry.
+    static let releasedOnAC =
+        "the charger is back: processing that requires external power is not held to the CPU limit while on AC"
+
+    /// The CPU monitor is off for external-power processing while on AC, and only then (SPEC
+    /// §2), for as long as its slice runs. The charger unplugged (or its state no longer known):
+    /// such slices are watched like any other from now on. The charger back: they are exempt
+    /// again, their monitor goes, warning phase and all, and what it did to the app (a quota, a
+    /// freeze) is undone at once, as when an app comes into use (`stopWatchingInUse`), with a
+    /// `cpu-released` entry that says why; the violation it counted on battery stays counted.
+    /// Unplugged again, the slice is watched from a new window.
+    func followExemptionsToPower() {
+        let onAC = conditions.onBattery == false
         for id in slices.keys.sorted() {
-            guard var slice = slices[id], slice.exempt else { continue }
-            slice.exempt = false
-            watchFromNow(id, &slice, why: "CPU monitor on: the charger went during a slice of external-power processing")
+            guard var slice = slices[id], slice.externalPowerProcessing, slice.exempt != onAC else { continue }
+            slice.exempt = onAC
+            if !onAC {
+                watchFromNow(id, &slice, why: "CPU monitor on: the charger went during a slice of external-power processing")
+                continue
+            }
+            slice.monitorTask?.cancel()
+            slice.monitorTask = nil
+            slice.monitor = nil
+            slice.lastCPUPercent = nil
+            let enforcement = slice.enforcement
+            slice.enforcement = nil
+            slices[id] = slice
+            logger.info(
+                "CPU monitor off: the charger is back during a slice of external-power processing",
+                metadata: ["app.id": "\(slice.appID)", "slice.id": "\(id)", "enforcement.lifted": "\(enforcement != nil)"])
+            guard let enforcement else { continue }
+            Task { await self.release(enforcement, slice: slice, why: Self.releasedOnAC) }
         }
     }
 
@@ -1151,10 +1179,13 @@ extension TaskEngine {
                 }
             }
         }
-        // The user came to the app while the systemd call was on its way: `stopWatchingInUse`
-        // found nothing to undo then, so it is undone below, once recorded.
+        // The user came to the app, or the charger came back to external-power processing,
+        // while the systemd call was on its way: `stopWatchingInUse` (or
+        // `followExemptionsToPower`) found nothing to undo then, so it is undone below, once
+        // recorded.
         let cameIntoUse = enforcement != nil && appsInUse.contains(slice.appID)
-        slices[sliceID]?.enforcement = cameIntoUse ? nil : enforcement
+        let exemptAgain = enforcement != nil && !cameIntoUse && slices[sliceID]?.exempt == true
+        slices[sliceID]?.enforcement = cameIntoUse || exemptAgain ? nil : enforcement
         logger.warning(
             "CPU limit enforced",
             metadata: ["app.id": "\(slice.appID)", "action": "\(event.rawValue)", "cpu.percent": "\(percent)"])
@@ -1173,6 +1204,8 @@ extension TaskEngine {
             await release(enforcement, slice: slice)
         } else if cameIntoUse, let enforcement {
             await release(enforcement, slice: slice, why: Self.releasedForUse)
+        } else if exemptAgain, let enforcement {
+            await release(enforcement, slice: slice, why: Self.releasedOnAC)
         }
     }
 

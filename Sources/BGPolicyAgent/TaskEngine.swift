@@ -320,7 +320,7 @@ actor TaskEngine {
             logger.debug("Opportunistic wake window", metadata: ["reason": "\(reason.rawValue)"])
         }
         conditions = newest
-        endExemptionsOffAC()
+        followExemptionsToPower()
         requestEvaluation()
     }
 

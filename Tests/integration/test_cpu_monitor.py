@@ -184,6 +184,46 @@ def test_an_exempt_slice_is_watched_once_the_charger_goes(tmp_path):
         exempt.complete(run["task_id"], True, "no-data")
 
 
+def test_an_exempt_slice_is_exempt_again_when_the_charger_comes_back(tmp_path):
+    """The charger goes during external-power processing: it is watched, warned and throttled.
+    The charger comes back during the same slice: the CPU monitor is off for it again (SPEC §2:
+    off for it while on AC), and the throttle it applied on battery is lifted at once, with a
+    `cpu-released` entry saying why; the slice burns on, on AC, with no further warning or
+    throttle. The violation counted on battery stays counted. (The exemption, once ended, was
+    never restored: the burn on AC was warned and throttled again.)"""
+    with th.open_world(tmp_path, power="battery") as world:
+        systemd = world.start_systemd_mock(units=[EXEMPT_UNIT])
+        ch.set_charger(world.testbed, world.ac, world.bat, plugged=True)
+        agent = world.start_agent(config=cpu_config("throttle", processing="60s"))
+        th.wait_until(lambda: agent.status()["conditions"].get("on_battery") is False, 5, "the agent to see AC power")
+        exempt, run = start_burner(world, EXEMPT_UNIT, "org.example.Exempt", requires_external_power=True)
+
+        ch.set_charger(world.testbed, world.ac, world.bat, plugged=False)
+        th.wait_until(lambda: agent.status()["conditions"].get("on_battery") is True, 5, "the agent to see battery power")
+        agent.wait_history("cpu-throttled", app_id="org.example.Exempt", timeout=12)
+        assert quotas(systemd) == [(EXEMPT_UNIT, 100000)]
+        assert len(exempt.events_of("ExpireTask")) == 1
+
+        ch.set_charger(world.testbed, world.ac, world.bat, plugged=True)
+        th.wait_until(lambda: agent.status()["conditions"].get("on_battery") is False, 5, "the agent to see AC power again")
+        th.wait_until(lambda: len(quotas(systemd)) >= 2, 5, "the throttle is lifted when the charger comes back")
+        assert quotas(systemd) == [(EXEMPT_UNIT, 100000), (EXEMPT_UNIT, UINT64_MAX)]
+        released = agent.wait_history("cpu-released", app_id="org.example.Exempt", timeout=3)
+        assert released["detail"] == (
+            f"the CPU quota on {EXEMPT_UNIT} was lifted (the charger is back: processing that requires external "
+            "power is not held to the CPU limit while on AC)"), released
+        time.sleep(6)  # a window of the monitor and its warning's grace, burning on AC
+        assert [e["event"] for e in agent.events(task_id=run["task_id"])] == [
+            "delivered", "cpu-warned", "cpu-throttled"], agent.events(task_id=run["task_id"])
+        assert len(exempt.events_of("ExpireTask")) == 1
+        assert len(quotas(systemd)) == 2
+        assert "CPU monitor off: the charger is back" in agent.stderr()
+        assert agent.app_record("org.example.Exempt")["violations"] == 1
+        exempt.complete(run["task_id"], True, "no-data")
+        agent.wait_history("completed", task_id=run["task_id"], timeout=5)
+        assert len(quotas(systemd)) == 2, "nothing left to lift at the slice's end"
+
+
 def quotas(systemd):
     """The CPU quotas the agent set, in order, as (unit, CPUQuotaPerSecUSec)."""
     out = []
