@@ -109,7 +109,7 @@ public enum AgentInterfaces {
                     words, and when known "app_id" (s), "identifier" (s), "task_id" (s), "kind" (s),
                     "result" (s), "cpu_seconds" (d) CPU the app used in the slice, "duration" (d) seconds.
                     Events: registered, submitted, replaced, cancelled, delivered, delivery-failed,
-                    expiration-warned, completed, expired, vanished, interrupted, sleep-expired,
+                    expiration-warned, completed, expired, vanished, interrupted, sleep-expired, switched-off,
                     cpu-warned, cpu-throttled, cpu-frozen, cpu-stopped, cpu-observed, cpu-released,
                     background-task-began, background-task-ended, background-task-expired, app-enabled,
                     app-disabled, global-enabled, global-disabled, content-queued, database-recovered.
@@ -134,11 +134,11 @@ public enum AgentInterfaces {
                     .init("app_id", .string, "A registered app."),
                     .init("enabled", .boolean, "false stops background launches of the app and makes its Submit fail with Unavailable."),
                 ],
-                documentation: "SetAppEnabled:\nThe user's per-app switch; it survives restarts. InvalidArgument for text that is no app id; NotRegistered for an unknown app."),
+                documentation: "SetAppEnabled:\nThe user's per-app switch; it survives restarts. Switched off, the app's running slices get ExpireTask at once and end as switched-off (no violation). InvalidArgument for text that is no app id; NotRegistered for an unknown app."),
             .init(
                 "SetGlobalEnabled",
                 inputs: [.init("enabled", .boolean, "false stops all background launches.")],
-                documentation: "SetGlobalEnabled:\nThe user's switch for all background work; it survives restarts."),
+                documentation: "SetGlobalEnabled:\nThe user's switch for all background work; it survives restarts. Switched off, every running slice gets ExpireTask at once and ends as switched-off (no violation)."),
             .init(
                 "ForgetApp",
                 inputs: [.init("app_id", .string, "A registered app that is not running.")],

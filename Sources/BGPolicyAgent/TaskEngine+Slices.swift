@@ -1001,6 +1001,18 @@ extension TaskEngine {
         await endSlice(sliceID, as: .sleepExpired, detail: "expired because the machine went to sleep; not a violation")
     }
 
+    /// The user switched background work off (`bgpolicy disable`) for the apps `switchedOff`
+    /// selects: their running slices are told at once (`ExpireTask`) and closed, as before
+    /// sleep. The user asked for it, so it is no violation of the app: run to its deadline, the
+    /// slice ended `expired`, counted against the app the user had just switched off.
+    func expireSwitchedOff(where switchedOff: (AppID) -> Bool, reason: String) async {
+        for id in slices.keys.sorted() {
+            guard let appID = slices[id]?.appID, switchedOff(appID) else { continue }
+            warnExpiring(sliceID: id, reason: reason, event: .expirationWarned)
+            await endSlice(id, as: .switchedOff, detail: "expired because \(reason); not a violation")
+        }
+    }
+
     /// Ends a slice before its tasks were all completed: each open task is recorded as `event`
     /// (failed) with `detail`, and the slice closes.
     func endSlice(_ sliceID: String, as event: HistoryEvent, detail: String) async {

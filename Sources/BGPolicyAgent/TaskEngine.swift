@@ -849,7 +849,7 @@ actor TaskEngine {
 
     // MARK: Switches
 
-    func setAppEnabled(_ text: String, enabled: Bool) throws(SchedulerError) {
+    func setAppEnabled(_ text: String, enabled: Bool) async throws(SchedulerError) {
         let appID = try SchedulerError.appID(text)
         guard var record = apps[appID]?.record else { throw .unknownApp(text) }
         guard record.enabled != enabled else { return }
@@ -865,9 +865,10 @@ actor TaskEngine {
             detail: enabled ? "background work switched on by the user" : "background work switched off by the user"))
         // Switched off, its work is held: the timer may have been for it (`endSaving`).
         if enabled { requestEvaluation(for: appID) } else { requestEvaluation() }
+        if !enabled { await expireSwitchedOff(where: { $0 == appID }, reason: "the user switched the app's background work off") }
     }
 
-    func setGlobalEnabled(_ enabled: Bool) throws(SchedulerError) {
+    func setGlobalEnabled(_ enabled: Bool) async throws(SchedulerError) {
         guard globalEnabled != enabled else { return }
         do {
             try store.setGlobalEnabled(enabled)
@@ -879,6 +880,7 @@ actor TaskEngine {
             time: Self.wallNow(), appID: nil, event: enabled ? .globalEnabled : .globalDisabled,
             detail: enabled ? "background work switched on for all apps" : "background work switched off for all apps"))
         requestEvaluation()
+        if !enabled { await expireSwitchedOff(where: { _ in true }, reason: "the user switched background work off for all apps") }
     }
 
     // MARK: History

@@ -221,6 +221,9 @@ public enum HistoryEvent: String, Sendable, CaseIterable, Codable {
     case interrupted
     /// Expired because the machine went to sleep.
     case sleepExpired = "sleep-expired"
+    /// Expired because the user switched the app's background work off (or all apps'): the
+    /// slice's tasks are told at once and closed, not a violation.
+    case switchedOff = "switched-off"
     case cpuWarned = "cpu-warned"
     case cpuThrottled = "cpu-throttled"
     case cpuFrozen = "cpu-frozen"

@@ -787,6 +787,37 @@ def test_switching_an_app_or_everything_off(world):
     expect_error("NotRegistered", agent.set_app_enabled, "org.example.Nobody", False)
 
 
+def test_switching_off_ends_running_slices_at_once_without_a_violation(world):
+    """The user switches an app off (`bgpolicy disable APP`) while a slice of it runs: the task
+    is sent `ExpireTask` at once and its slice closed as `switched-off`, no violation. So with
+    `bgpolicy disable --all` for another app's. (Nothing was sent: the task ran to its deadline
+    and ended `expired`, a violation against the app the user had just switched off.) A slice
+    of an app left on, when one other app is switched off, runs on."""
+    agent = world.start_agent(config="[slices]\nrefresh = 20s\nexpiration_warning = 2s\n")
+    _, sync, run = running_app(world, "org.example.Sync")
+    _, other, other_run = running_app(world, "org.example.Other")
+    sent = time.monotonic()
+    agent.cli("disable", "org.example.Sync")
+    expire = sync.wait_event("ExpireTask", timeout=3)
+    assert expire["task_id"] == run["task_id"] and expire["mono"] - sent < 1.5, (expire, sent)
+    entry = agent.wait_history("switched-off", task_id=run["task_id"], timeout=3)
+    assert entry["detail"] == "expired because the user switched the app's background work off; not a violation", entry
+    assert [e["event"] for e in agent.events(task_id=run["task_id"])] == ["delivered", "expiration-warned", "switched-off"]
+    assert agent.app_record("org.example.Sync")["violations"] == 0
+    assert [r["app_id"] for r in agent.status()["running"]] == ["org.example.Other"]
+    assert other.events_of("ExpireTask") == []
+    expect_error("UnknownTask", sync.set_task_completed, run["task_id"], True, "new-data")
+
+    agent.cli("disable", "--all")
+    other.wait_event("ExpireTask", lambda e: e["task_id"] == other_run["task_id"], timeout=3)
+    entry = agent.wait_history("switched-off", task_id=other_run["task_id"], timeout=3)
+    assert entry["detail"] == "expired because the user switched background work off for all apps; not a violation", entry
+    assert agent.app_record("org.example.Other")["violations"] == 0
+    assert agent.status()["running"] == []
+    time.sleep(0.5)
+    assert agent.events("expired") == [], "no slice also expires at its deadline"
+
+
 def test_explain_names_the_blocking_rules_in_words(world):
     agent = world.start_agent()
     app_id, identifier = "org.example.Why", "org.example.Why.refresh"
