@@ -118,12 +118,16 @@ public struct AgentService: Service {
         try connection.objects.export([admin.exported(), scheduler.exported()], at: objectPath)
         let log = logger
         // Work starts once the battery and power profile are known (or after a few seconds
-        // without them); see `TaskEngine.conditionsSettled`.
-        await hub.onSettled { Task { await engine.conditionsSettle() } }
-        let settleFallback = Task {
-            try await AgentExecutor.sleep(for: TaskEngine.settleTimeout)
-            await engine.conditionsSettle(timedOut: true)
+        // without them); see `TaskEngine.conditionsSettled`. The same after each resume, for
+        // that resume's `generation`.
+        @Sendable func settleWhenKnown(generation: Int) async -> Task<Void, any Error> {
+            await hub.onSettled { Task { await engine.conditionsSettle(generation: generation) } }
+            return Task {
+                try await AgentExecutor.sleep(for: TaskEngine.settleTimeout)
+                await engine.conditionsSettle(timedOut: true, generation: generation)
+            }
         }
+        let settleFallback = await settleWhenKnown(generation: 0)
         defer { settleFallback.cancel() }
         await hub.onChange { conditions in
             engine.noteConditions(conditions)
@@ -149,11 +153,7 @@ public struct AgentService: Service {
             // once this returns), or a few seconds without them, as at start.
             let generation = await engine.settleGeneration
             await hub.resettle()
-            await hub.onSettled { Task { await engine.conditionsSettle(generation: generation) } }
-            Task {
-                try await AgentExecutor.sleep(for: TaskEngine.settleTimeout)
-                await engine.conditionsSettle(timedOut: true, generation: generation)
-            }
+            _ = await settleWhenKnown(generation: generation)
         }
         // Apps opening and closing, from the systemd user manager on this same bus.
         let appUnits = AppUnitSource(sessionBus: connection) { try await AgentExecutor.sleep(for: $0) }

@@ -28,17 +28,13 @@ final class StoreWriter: @unchecked Sendable {
     /// goes on meanwhile.
     func run<T: Sendable, E: Error>(_ body: @escaping @Sendable () throws(E) -> T) async throws(E) -> T {
         let result: Result<T, E> = await withCheckedContinuation { continuation in
-            let job = {
+            enqueue {
                 do throws(E) {
                     continuation.resume(returning: .success(try body()))
                 } catch {
                     continuation.resume(returning: .failure(error))
                 }
             }
-            pthread_mutex_lock(mutex)
-            jobs.append(job)
-            pthread_cond_signal(condition)
-            pthread_mutex_unlock(mutex)
         }
         return try result.get()
     }

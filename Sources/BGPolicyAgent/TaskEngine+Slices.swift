@@ -698,19 +698,32 @@ extension TaskEngine {
                 watchFromNow(id, &slice, why: "CPU monitor on: the charger went during a slice of external-power processing")
                 continue
             }
-            slice.monitorTask?.cancel()
-            slice.monitorTask = nil
-            slice.monitor = nil
-            slice.lastCPUPercent = nil
-            let enforcement = slice.enforcement
-            slice.enforcement = nil
             slices[id] = slice
+            guard let (slice, _, enforcement) = takeMonitorOff(id) else { continue }
             logger.info(
                 "CPU monitor off: the charger is back during a slice of external-power processing",
                 metadata: ["app.id": "\(slice.appID)", "slice.id": "\(id)", "enforcement.lifted": "\(enforcement != nil)"])
             guard let enforcement else { continue }
             Task { await self.release(enforcement, slice: slice, why: Self.releasedOnAC) }
         }
+    }
+
+    /// Takes the CPU monitor off the slice: its sampling stops, and what it did (a throttle or
+    /// a freeze) is taken from the slice before the caller undoes it, so that the slice's close
+    /// does not undo it a second time; a systemd call of `enforce` on its way undoes what it
+    /// did itself when it returns. Returns the slice as stored, whether it was watched, and the
+    /// enforcement to release; nil when there is no such slice.
+    func takeMonitorOff(_ sliceID: String) -> (slice: Slice, watched: Bool, enforcement: Slice.Enforcement?)? {
+        guard var slice = slices[sliceID] else { return nil }
+        let watched = slice.monitor != nil
+        slice.monitorTask?.cancel()
+        slice.monitorTask = nil
+        slice.monitor = nil
+        slice.lastCPUPercent = nil
+        let enforcement = slice.enforcement
+        slice.enforcement = nil
+        slices[sliceID] = slice
+        return (slice, watched, enforcement)
     }
 
     /// Gives the slice a CPU monitor from its CPU time now, starts its sampling, stores it, and
@@ -1271,21 +1284,11 @@ extension TaskEngine {
         }
     }
 
-    /// The slice's app came into use: no monitor, and what the monitor did is undone. The
-    /// enforcement is taken from the slice before the undo is under way, so that the slice's
-    /// close does not undo it a second time; a systemd call of `enforce` on its way now finds
-    /// the app in use when it returns, and undoes what it did itself.
+    /// The slice's app came into use: no monitor, and what the monitor did is undone
+    /// (`takeMonitorOff`); a systemd call of `enforce` on its way now finds the app in use when
+    /// it returns, and undoes what it did itself.
     func stopWatchingInUse(_ sliceID: String) {
-        guard var slice = slices[sliceID] else { return }
-        let watched = slice.monitor != nil
-        slice.monitorTask?.cancel()
-        slice.monitorTask = nil
-        slice.monitor = nil
-        slice.lastCPUPercent = nil
-        let enforcement = slice.enforcement
-        slice.enforcement = nil
-        slices[sliceID] = slice
-        guard watched || enforcement != nil else { return }
+        guard let (slice, watched, enforcement) = takeMonitorOff(sliceID), watched || enforcement != nil else { return }
         logger.info(
             "CPU monitor off: the app is in use, and the CPU limit is only for background work",
             metadata: ["app.id": "\(slice.appID)", "slice.id": "\(sliceID)", "enforcement.lifted": "\(enforcement != nil)"])
