@@ -109,7 +109,7 @@ public enum AgentInterfaces {
                     words, and when known "app_id" (s), "identifier" (s), "task_id" (s), "kind" (s),
                     "result" (s), "cpu_seconds" (d) CPU the app used in the slice, "duration" (d) seconds.
                     Events: registered, submitted, replaced, cancelled, delivered, delivery-failed,
-                    expiration-warned, completed, expired, vanished, interrupted, sleep-expired, switched-off,
+                    expiration-warned, completed, expired, vanished, interrupted, sleep-expired, switched-off, user-returned,
                     cpu-warned, cpu-throttled, cpu-frozen, cpu-stopped, cpu-observed, cpu-released,
                     background-task-began, background-task-ended, background-task-expired, app-enabled,
                     app-disabled, global-enabled, global-disabled, content-queued, database-recovered.

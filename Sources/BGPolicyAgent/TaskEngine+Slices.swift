@@ -61,6 +61,9 @@ struct Slice {
     /// External-power processing while on AC (`externalPowerProcessing`, now): the CPU monitor
     /// leaves it alone. Follows the charger for the slice's life (`followExemptionsToPower`).
     var exempt = false
+    /// Its processing tasks end when the user comes back (`expireProcessingOnReturn`). Not for
+    /// a simulated launch (`bgpolicy run`), which ignores the rules, idle among them.
+    var processingNeedsIdle = true
 
     var deadline: UnixTime { startedAt + length.seconds }
     var openMembers: [Member] { members.filter { !$0.done } }
@@ -419,6 +422,7 @@ extension TaskEngine {
             id: sliceID, appID: appID, connection: target, members: members, startedAt: now,
             started: ContinuousClock.now, length: launch.sliceLength)
         slice.backgroundOnly = runtime.record.backgroundOnly
+        slice.processingNeedsIdle = !simulated
         slice.externalPowerProcessing = !requests.isEmpty && !launch.contentAvailable
             && requests.allSatisfy { $0.kind == .processing && $0.requiresExternalPower }
         slice.exempt = slice.externalPowerProcessing && conditions.onBattery == false
@@ -1023,6 +1027,33 @@ extension TaskEngine {
             guard let appID = slices[id]?.appID, switchedOff(appID) else { continue }
             warnExpiring(sliceID: id, reason: reason, event: .expirationWarned)
             await endSlice(id, as: .switchedOff, detail: "expired because \(reason); not a violation")
+        }
+    }
+
+    /// Processing runs only while the session is idle (SPEC §2), and the user came back: the
+    /// session unlocked, or input after a while without. Each processing task still running is
+    /// told at once (`ExpireTask`) and closed as `user-returned`, not a violation, as sleep
+    /// closes it; the app's other tasks in the slice run on to its deadline. Before, processing
+    /// started in an idle moment ran its 10 minutes under the user, the CPU monitor allowing
+    /// 80 % of a core meanwhile (none at all for external-power processing on AC).
+    func expireProcessingOnReturn() async {
+        guard conditions.isIdleForProcessing == false else { return }
+        let reason = "the user came back (the session is no longer locked or idle), and processing runs only while it is"
+        for id in slices.keys.sorted() {
+            guard let slice = slices[id], slice.processingNeedsIdle else { continue }
+            let processing = slice.openMembers.filter { $0.kind == .processing }
+            guard !processing.isEmpty else { continue }
+            let now = Self.wallNow()
+            for member in processing {
+                sendExpire(member.taskID, to: slice.connection)
+                appendHistory(HistoryEntry(
+                    time: now, appID: slice.appID, identifier: member.request.identifier, taskID: member.taskID,
+                    event: .expirationWarned, kind: member.kind, detail: "ExpireTask sent: \(reason)"))
+                // Never throws without `mustStore`.
+                try? finish(member, in: id, event: .userReturned, result: .failed,
+                            detail: "expired because \(reason); not a violation", at: now)
+            }
+            if slices[id]?.openMembers.isEmpty ?? true { await closeSlice(id) }
         }
     }
 

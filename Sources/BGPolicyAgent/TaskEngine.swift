@@ -321,6 +321,9 @@ actor TaskEngine {
         }
         conditions = newest
         followExemptionsToPower()
+        if newest.isIdleForProcessing == false, slices.values.contains(where: \.processingNeedsIdle) {
+            Task { await self.expireProcessingOnReturn() }
+        }
         requestEvaluation()
     }
 

@@ -224,6 +224,9 @@ public enum HistoryEvent: String, Sendable, CaseIterable, Codable {
     /// Expired because the user switched the app's background work off (or all apps'): the
     /// slice's tasks are told at once and closed, not a violation.
     case switchedOff = "switched-off"
+    /// A processing task expired because the user came back (the session no longer locked or
+    /// idle): told at once and closed, not a violation.
+    case userReturned = "user-returned"
     case cpuWarned = "cpu-warned"
     case cpuThrottled = "cpu-throttled"
     case cpuFrozen = "cpu-frozen"

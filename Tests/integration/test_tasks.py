@@ -818,6 +818,42 @@ def test_switching_off_ends_running_slices_at_once_without_a_violation(world):
     assert agent.events("expired") == [], "no slice also expires at its deadline"
 
 
+def test_processing_ends_when_the_user_comes_back(world):
+    """Processing runs only while the session is idle. A processing task running when the user
+    unlocks the session is sent `ExpireTask` at once and closed as `user-returned`, no violation
+    (it ran on under the user to its deadline before). A processing task `SimulateLaunch` started,
+    which ignores the rules, runs on."""
+    logind = world.start_logind(locked=True)
+    agent = world.start_agent(config="[slices]\nprocessing = 30s\nexpiration_warning = 2s\n")
+    th.wait_until(lambda: agent.status()["conditions"].get("locked") is True, 5, "the agent sees the locked session")
+    app_id = "org.example.Tidy"
+    app = world.registered_app(app_id, [f"{app_id}.processing"])
+    app.submit(f"{app_id}.processing", "processing", earliest_begin=later(1))
+    run = app.wait_run_task(f"{app_id}.processing", timeout=15)
+    _, forced, forced_run = running_app(world, "org.example.Forced", kind="processing")
+    assert len(agent.status()["running"]) == 2
+
+    sent = time.monotonic()
+    logind.call("org.freedesktop.login1.Session", "SetLockedHint", "b", (False,), path=logind.session_path)
+    expire = app.wait_event("ExpireTask", timeout=3)
+    assert expire["task_id"] == run["task_id"] and expire["mono"] - sent < 1.5, (expire, sent)
+    entry = agent.wait_history("user-returned", task_id=run["task_id"], timeout=3)
+    assert entry["detail"].startswith("expired because the user came back"), entry
+    assert entry["result"] == "failed", entry
+    assert [e["event"] for e in agent.events(task_id=run["task_id"])] == ["delivered", "expiration-warned", "user-returned"]
+    assert agent.app_record(app_id)["violations"] == 0
+    expect_error("UnknownTask", app.set_task_completed, run["task_id"], True, "no-data")
+    # The forced one runs on, and the unlocked session starts no new processing.
+    assert [r["app_id"] for r in agent.status()["running"]] == ["org.example.Forced"]
+    assert forced.events_of("ExpireTask") == []
+    app.submit(f"{app_id}.processing", "processing")
+    time.sleep(1.5)
+    assert len(app.events_of("RunTask")) == 1
+    assert "not-idle" in app.explain(f"{app_id}.processing")["blocking"]
+    assert forced.complete(forced_run["task_id"], True, "no-data")["error"] is None
+    assert agent.wait_history("completed", task_id=forced_run["task_id"], timeout=5)["app_id"] == "org.example.Forced"
+
+
 def test_explain_names_the_blocking_rules_in_words(world):
     agent = world.start_agent()
     app_id, identifier = "org.example.Why", "org.example.Why.refresh"
