@@ -21,7 +21,8 @@ extension AgentInterfaces {
             UnknownTask, LimitsExceeded (a call's arguments over 1 MiB in the wire format;
             more than 256 calls, or 4 MiB of arguments, waiting from one caller; 16
             background tasks under way for the app; content-available wakes over the
-            hour's allowance; usage changes faster than 60 at once, then one a second), Failed (the database refused a write: nothing was changed),
+            hour's allowance; usage changes faster than 60 at once, then one a second, or
+            all apps' faster than 3,600 at once, then two a second), Failed (the database refused a write: nothing was changed),
             and for a call the agent cannot route UnknownObject, UnknownInterface,
             UnknownMethod, UnknownProperty or PropertyReadOnly, each with a message that
             says what to do.
@@ -55,7 +56,9 @@ extension AgentInterfaces {
                     an open, or in use), or the process started over 5 s before the agent (the
                     agent restarted: not opened again, and in use only if it was when the agent
                     stopped). A new app id when the agent keeps [limits] apps (4096) apps already
-                    is LimitsExceeded: bgpolicy forget makes room.
+                    is LimitsExceeded: bgpolicy forget makes room. AccessDenied too for a connection
+                    already registered as another app (one connection per app), and for an
+                    identified caller naming another app id.
                     """),
             .init(
                 "Submit",
@@ -65,7 +68,8 @@ extension AgentInterfaces {
                     .init("options", asv, """
                         "earliest_begin" (x) not before this Unix time, at most 7 days ahead;
                         "requires_network" (b) only with full connectivity; "requires_external_power" (b)
-                        only on AC, and then the CPU monitor is off for a processing task;
+                        only on AC, and a slice of processing tasks that all require it (no content-available
+                        wake with them) is not watched by the CPU monitor while on AC;
                         "expected_duration" (u) seconds the work is expected to take. Unknown keys are refused.
                         """),
                 ],
@@ -139,8 +143,9 @@ extension AgentInterfaces {
                     the app that the user opened runs, the agent saw the launch: "foreground" of the
                     app in use is no second open; "background" is a leave, and "foreground" after it
                     an open. A report of the state reported last changes nothing. An app may have
-                    60 changes recorded at once, then one a second: LimitsExceeded past that (not
-                    recorded; send it again later).
+                    60 changes recorded at once, then one a second, and all apps together 3,600 at
+                    once, then two a second: LimitsExceeded past that (not recorded; send it again
+                    later).
                     """),
             .init(
                 "GetRefreshStatus",

@@ -193,7 +193,7 @@ public enum AgentInterfaces {
                     windows; "strategy" (s) the refresh strategy, "predicted" or "every-window";
                     "inactive_after_seconds" (x) [limits] inactive_after; "apps"
                     (aa{sv}) per app "app_id" (s), "probabilities" (ad) the predicted probability of an
-                    open in each slot (none with "every-window", which predicts nothing), "refreshes"
+                    open in each slot (an empty array with "every-window", which predicts nothing), "refreshes"
                     (ax) its planned refresh windows (if it resubmits after each, as apps do),
                     "pending" (as) its pending identifiers, "inactive" (b) unused for [limits]
                     inactive_after (7 days by default), so nothing is planned.

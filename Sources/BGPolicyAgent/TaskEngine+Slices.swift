@@ -62,7 +62,7 @@ struct Slice {
     /// leaves it alone. Follows the charger for the slice's life (`followExemptionsToPower`).
     var exempt = false
     /// Its processing tasks end when the user comes back (`expireProcessingOnReturn`). Not for
-    /// a simulated launch (`bgpolicy run`), which ignores the rules, idle among them.
+    /// a simulated launch (`bgpolicy simulate launch`), which ignores the rules, idle among them.
     var processingNeedsIdle = true
 
     var deadline: UnixTime { startedAt + length.seconds }
