@@ -61,11 +61,18 @@ struct AdminInterface: Sendable {
             if let refusal = verdict { throw SchedulerError(.accessDenied, refusal) }
             return
         }
-        let refusal: String?
+        let pid: UInt32?
         do {
-            guard let pid = try await engine.connection.credentials(of: sender).pid else {
-                throw SchedulerError(.accessDenied, "the bus did not give the caller's process id")
-            }
+            pid = try await engine.connection.credentials(of: sender).pid
+        } catch {
+            // A passing failure (the bus slow to answer, the agent stopping): refused this once,
+            // and not remembered, so that the caller's next call is asked about again.
+            throw SchedulerError(
+                .accessDenied,
+                "the agent could not tell which process called (\(error)); org.bgpolicy.Admin1 answers only callers it can see are outside an app sandbox. Try again")
+        }
+        let refusal: String?
+        if let pid {
             let identity = engine.inspector.identify(pid: pid)
             switch identity.source {
             case .flatpak, .snap:
@@ -75,9 +82,10 @@ struct AdminInterface: Sendable {
             case .systemdUnit, .unverified:
                 refusal = nil
             }
-        } catch {
-            refusal = "the agent could not tell which process called (\(error)); org.bgpolicy.Admin1 answers only callers it can see are outside an app sandbox"
+        } else {
+            refusal = "the bus did not give the caller's process id, so the agent cannot tell it is outside an app sandbox; org.bgpolicy.Admin1 answers only callers it can"
         }
+        // Definite answers only: they hold for the connection's life.
         callers.record(refusal, for: sender)
         if let refusal { throw SchedulerError(.accessDenied, refusal) }
     }
