@@ -17,7 +17,7 @@ all_stages=(build unit units integration fuzz leak)
 describe() {
     case $1 in
         build) echo "debug build of every target and test, with the import check" ;;
-        unit) echo "unit tests (swift test)" ;;
+        unit) echo "unit tests (swift test; the umockdev suite under umockdev-wrapper)" ;;
         units) echo "install into a temporary prefix; systemd-analyze verify; D-Bus files" ;;
         integration) echo "integration tests (pytest, Tests/integration)" ;;
         fuzz) echo "seeded fuzzer, release build" ;;
@@ -30,7 +30,22 @@ stage_build() {
 }
 
 stage_unit() {
-    with_toolchain_tmp private_bus "$SWIFT" test --package-path "$ROOT" --skip-build
+    log=$(mktemp) # (global: the EXIT trap runs after the function returns)
+    trap 'rm -f "$log"' EXIT
+    with_toolchain_tmp private_bus "$SWIFT" test --package-path "$ROOT" --skip-build 2>&1 | tee "$log"
+    # swift test passes when it finds nothing to run (a filter, a target left out).
+    grep -Eq 'Test run with [1-9][0-9]* tests? .*passed' "$log" || {
+        echo "swift test ran no test; this stage must run some" >&2
+        return 1
+    }
+    # UdevUmockdevTests needs libumockdev-preload, so the run above skips it: again under
+    # umockdev-wrapper, and the suite must have run and passed, not been skipped.
+    with_toolchain_tmp private_bus umockdev-wrapper "$SWIFT" test --package-path "$ROOT" --skip-build \
+        --filter UdevUmockdevTests 2>&1 | tee "$log"
+    grep -q 'Suite "UdevPowerSource under umockdev" passed' "$log" || {
+        echo "the UdevUmockdevTests suite did not run under umockdev-wrapper" >&2
+        return 1
+    }
 }
 
 # `make install`/`uninstall` with only the variables given here, whatever the caller's
