@@ -39,14 +39,17 @@ struct SessionRetryTests {
     @Test("a success or a cancel before the wait ends: no poke")
     func cancelled() async throws {
         let recorder = Recorder()
-        let retry = SessionRetry(sleep: { try await Task.sleep(for: .seconds($0.components.seconds * 60)) }) {
+        // Each wait of the retry's (1 s after a first failure) takes 20 ms here, so a pending
+        // poke that the success or the cancel failed to stop comes well within the 500 ms
+        // this test waits.
+        let retry = SessionRetry(sleep: { try await Task.sleep(for: .milliseconds($0.components.seconds * 20)) }) {
             recorder.pokes.withLock { $0 += 1 }
         }
         _ = retry.failed()
         retry.succeeded()
         _ = retry.failed()
         retry.cancel()
-        try await Task.sleep(for: .milliseconds(50))
+        try await Task.sleep(for: .milliseconds(500))
         #expect(recorder.pokes.withLock { $0 } == 0)
     }
 }
