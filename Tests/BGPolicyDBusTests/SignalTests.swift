@@ -158,7 +158,8 @@ struct SignalTests {
     }
 
     /// The number of match rules `connection` has on the bus, from the bus's Debug.Stats
-    /// interface; nil if this dbus-daemon was built without it.
+    /// interface; nil if this dbus-daemon was built without it (a test that needs it records
+    /// an issue then: the bus the tests run on has it).
     static func matchRules(of connection: DBusConnection, asking asker: DBusConnection) async throws -> UInt32? {
         do {
             let body = try await asker.call(
@@ -176,8 +177,12 @@ struct SignalTests {
         let c = try await connect(3, to: bus)
         let (listener, emitter, observer) = (c[0], c[1], c[2])
         let baseline = try await Self.matchRules(of: listener, asking: observer)
+        if baseline == nil {
+            // The other checks still run; this one is not passed in silence.
+            Issue.record("the private bus answers no Debug.Stats.GetConnectionStats, so the match rules cannot be counted")
+        }
         func expectRules(_ delta: UInt32, _ what: String, sourceLocation: SourceLocation = #_sourceLocation) async throws {
-            guard let baseline else { return }  // no Debug.Stats on this bus: the other checks still run
+            guard let baseline else { return }  // recorded above
             let ok = await eventually {
                 (try? await Self.matchRules(of: listener, asking: observer)) == baseline + delta
             }
@@ -251,7 +256,10 @@ struct SignalTests {
             for connection in c { connection.close() }
         }
         #expect(try await emitter.requestName(Self.wellKnown) == .primaryOwner)
-        guard let baseline = try await Self.matchRules(of: listener, asking: observer) else { return }  // no Debug.Stats
+        guard let baseline = try await Self.matchRules(of: listener, asking: observer) else {
+            Issue.record("the private bus answers no Debug.Stats.GetConnectionStats, so the match rules cannot be counted")
+            return
+        }
         // A plain rule, and one whose sender is a well-known name (whose owner tracking is set
         // up first, by a task of its own that outlives the cancelled subscribe).
         for rule in [MatchRule(interface: Self.interface, member: "Changed"), MatchRule(sender: Self.wellKnown, interface: Self.interface)] {
