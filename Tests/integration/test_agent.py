@@ -29,11 +29,15 @@ BIN = bin_dir()
 
 
 class Bus:
-    """A private dbus-daemon; never the machine's own session bus."""
+    """A private dbus-daemon; never the machine's own session bus. Its configuration is the
+    scripts' (scripts/session-bus.conf): the stock session one reads the machine's service
+    directories, so a name nobody owns, org.bgpolicy.Agent1 included, would start the
+    bgpolicyd installed there, against the user's real state."""
 
     def __init__(self):
         out = subprocess.run(
-            ["dbus-daemon", "--session", "--fork", "--print-address=1", "--print-pid=1"],
+            ["dbus-daemon", f"--config-file={ROOT / 'scripts' / 'session-bus.conf'}", "--fork",
+             "--print-address=1", "--print-pid=1"],
             capture_output=True, text=True, check=True, timeout=10)
         lines = out.stdout.split()
         self.address, self.pid = lines[0], int(lines[1])
@@ -108,6 +112,15 @@ def gdbus(bus, *args, check=False):
 
 def busctl(bus, *args):
     return subprocess.run(["busctl", f"--address={bus.address}", *args], capture_output=True, text=True, timeout=20)
+
+
+def test_the_test_bus_starts_nothing_installed_on_the_machine(bus):
+    """The tests' bus reads no service directory: a call to a name nobody owns (the agent's,
+    before a test starts it) must fail, not start what the machine has installed."""
+    r = busctl(bus, "--json=short", "call", "org.freedesktop.DBus", "/org/freedesktop/DBus",
+               "org.freedesktop.DBus", "ListActivatableNames")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["data"] == [["org.freedesktop.DBus"]], r.stdout
 
 
 # --- Status and the CLI ---------------------------------------------------------------
@@ -705,7 +718,8 @@ def test_a_system_bus_that_appears_later_is_picked_up(bus, tmp_path):
     try:
         status = a.wait_ready()
         assert "networkmanager" not in status["conditions"]["sources"]
-        system = subprocess.Popen(["dbus-daemon", "--session", "--nofork", f"--address=unix:path={socket}"],
+        system = subprocess.Popen(["dbus-daemon", f"--config-file={ROOT / 'scripts' / 'session-bus.conf'}", "--nofork",
+                                   f"--address=unix:path={socket}"],
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 5
         while not socket.exists():
