@@ -203,6 +203,8 @@ def test_help_text_is_exact(bus, tmp_path, command):
     golden = ROOT / "Tests" / "integration" / "golden" / ("bgpolicy" + "".join("-" + c.strip("-") for c in command) + ".txt")
     if os.environ.get("BGPOLICY_UPDATE_GOLDEN"):
         golden.write_text(r.stdout)
+        # Compared with what it just wrote, the test would pass whatever the output.
+        pytest.fail(f"golden file {golden.name} updated: review the diff, then rerun without BGPOLICY_UPDATE_GOLDEN")
     assert r.stdout == golden.read_text()
 
 
