@@ -621,7 +621,8 @@ def test_without_upower_or_networkmanager_their_facts_are_unknown(world):
     world.start_system_bus()
     agent = world.start_agent()
     # Let the sources look: the agent logs each daemon it finds missing.
-    wait_for_log(agent, ["org.freedesktop.UPower", "org.freedesktop.NetworkManager"], timeout=3)
+    assert wait_for_log(agent, ["org.freedesktop.UPower", "org.freedesktop.NetworkManager"], timeout=3), \
+        f"the agent did not log UPower and NetworkManager missing:\n{agent.stderr_tail()}"
     time.sleep(0.2)
     c = agent.conditions()
     assert agent.status()["conditions"] == c
@@ -663,7 +664,7 @@ def test_without_any_system_bus_the_agent_serves_status(world):
     status = agent.status()
     assert status["pid"] == agent.proc.pid
     # A while after it said so (it waits for the socket to appear), the agent still serves.
-    wait_for_log(agent, ["system bus"], timeout=3)
+    assert wait_for_log(agent, ["system bus"], timeout=3), agent.stderr_tail()
     time.sleep(1.2)
     status = agent.status()
     assert agent.proc.alive(), agent.stderr()
