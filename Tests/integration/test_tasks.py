@@ -792,14 +792,27 @@ def test_switching_off_ends_running_slices_at_once_without_a_violation(world):
     is sent `ExpireTask` at once and its slice closed as `switched-off`, no violation. So with
     `bgpolicy disable --all` for another app's. (Nothing was sent: the task ran to its deadline
     and ended `expired`, a violation against the app the user had just switched off.) A slice
-    of an app left on, when one other app is switched off, runs on."""
-    agent = world.start_agent(config="[slices]\nrefresh = 20s\nexpiration_warning = 2s\n")
-    _, sync, run = running_app(world, "org.example.Sync")
-    _, other, other_run = running_app(world, "org.example.Other")
+    of an app left on, when one other app is switched off, runs on. Slices of 6 s, warned 1 s
+    before their end: the switch's `ExpireTask` comes well before the warning would, and the
+    test waits past both deadlines to see that no timer of the closed slices was left armed."""
+    agent = world.start_agent(config="[slices]\nrefresh = 6s\nexpiration_warning = 1s\n")
+    apps = {}
+    for app_id in ("org.example.Sync", "org.example.Other"):
+        app = world.registered_app(app_id, [f"{app_id}.refresh"])
+        app.submit(f"{app_id}.refresh", "refresh", earliest_begin=later(3600))
+        apps[app_id] = app
+    sync, other = apps["org.example.Sync"], apps["org.example.Other"]
+    agent.simulate_launch("org.example.Sync", "org.example.Sync.refresh")
+    run = sync.wait_run_task("org.example.Sync.refresh", timeout=5)
+    agent.simulate_launch("org.example.Other", "org.example.Other.refresh")
+    other_run = other.wait_run_task("org.example.Other.refresh", timeout=5)
+    assert run["seconds"] == other_run["seconds"] == 6, (run, other_run)
     sent = time.monotonic()
     agent.cli("disable", "org.example.Sync")
     expire = sync.wait_event("ExpireTask", timeout=3)
+    # At once: not the deadline's warning, due 5 s into the slice.
     assert expire["task_id"] == run["task_id"] and expire["mono"] - sent < 1.5, (expire, sent)
+    assert expire["mono"] - run["mono"] < 3.5, ("ExpireTask came as late as the deadline's warning", expire, run)
     entry = agent.wait_history("switched-off", task_id=run["task_id"], timeout=3)
     assert entry["detail"] == "expired because the user switched the app's background work off; not a violation", entry
     assert [e["event"] for e in agent.events(task_id=run["task_id"])] == ["delivered", "expiration-warned", "switched-off"]
@@ -814,8 +827,18 @@ def test_switching_off_ends_running_slices_at_once_without_a_violation(world):
     assert entry["detail"] == "expired because the user switched background work off for all apps; not a violation", entry
     assert agent.app_record("org.example.Other")["violations"] == 0
     assert agent.status()["running"] == []
-    time.sleep(0.5)
-    assert agent.events("expired") == [], "no slice also expires at its deadline"
+
+    # Past both deadlines (and their warnings): the closed slices' timers were cancelled, so
+    # neither app is warned again, no slice ends `expired`, and no violation is counted.
+    time.sleep(max(0, max(run["mono"], other_run["mono"]) + 6 + 1.5 - time.monotonic()))
+    assert agent.events("expired") == [], "a switched-off slice also expired at its deadline"
+    assert [e["task_id"] for e in sync.events_of("ExpireTask")] == [run["task_id"]]
+    assert [e["task_id"] for e in other.events_of("ExpireTask")] == [other_run["task_id"]]
+    for app_id in apps:
+        assert agent.app_record(app_id)["violations"] == 0, agent.app_record(app_id)
+    assert [e["event"] for e in agent.events(task_id=run["task_id"])] == ["delivered", "expiration-warned", "switched-off"]
+    assert [e["event"] for e in agent.events(task_id=other_run["task_id"])] == \
+        ["delivered", "expiration-warned", "switched-off"]
 
 
 def test_processing_ends_when_the_user_comes_back(world):
