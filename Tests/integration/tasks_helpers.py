@@ -1183,6 +1183,10 @@ def main_flood(args):
         calls.append(("Cancel", GLib.Variant("(s)", (identifier,)), n))
     summary = {"ok": 0, "limited": 0, "cancel_after_refused_submit": 0, "other": [], "calls": len(calls)}
     refused = set()
+    # Per identifier, the position in `calls` of its last call that succeeded: calls from one
+    # connection are served in order, so an identifier is left pending exactly when that call
+    # is a Submit (a refused Cancel leaves its Submit, a refused Submit changes nothing).
+    last_ok = {}
     state = {"next": 0, "outstanding": 0}
     started = time.monotonic()
 
@@ -1205,6 +1209,8 @@ def main_flood(args):
         try:
             c.call_finish(res)
             summary["ok"] += 1
+            identifier, position = identifiers[n % len(identifiers)], 2 * n + (method == "Cancel")
+            last_ok[identifier] = max(last_ok.get(identifier, -1), position)
         except GLib.Error as e:
             err = AgentError.from_glib(e)
             if err.name == ERROR_PREFIX + "LimitsExceeded":
@@ -1228,6 +1234,7 @@ def main_flood(args):
     # Its median, since the calls in flight while the test stops this process wait that long.
     summary["latency_median"] = statistics.median(latencies) if latencies else None
     summary["unanswered"] = state["outstanding"] + (len(calls) - state["next"])
+    summary["left_pending"] = sorted(i for i, position in last_ok.items() if position % 2 == 0)
     print("SUMMARY " + json.dumps(summary), flush=True)
     return 0
 
