@@ -33,8 +33,7 @@ def test_running_slices_expire_before_sleep_and_nothing_starts_until_resume(worl
     run = app.wait_run_task(first, timeout=5)
 
     prepare_for_sleep(logind, True)
-    expired = app.wait_event("ExpireTask", lambda e: e["task_id"] == run["task_id"], timeout=5)
-    assert expired["time"] >= run["time"], expired
+    app.wait_event("ExpireTask", lambda e: e["task_id"] == run["task_id"], timeout=5)
     entry = agent.wait_history("sleep-expired", task_id=run["task_id"], timeout=5)
     assert entry["result"] == "failed" and "sleep" in entry["detail"], entry
     assert agent.status()["running"] == []
