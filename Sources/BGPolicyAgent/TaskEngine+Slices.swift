@@ -961,11 +961,17 @@ extension TaskEngine {
     }
 
     /// Sends `ExpireTask` for every unfinished task of the slice. Not awaited by the app's
-    /// answer: an app that does not answer must not hold the agent.
-    func warnExpiring(sliceID: String, reason: String, event: HistoryEvent = .expirationWarned) {
+    /// answer: an app that does not answer must not hold the agent. Without `expectingReply`
+    /// the call is queued before this returns (`sendExpireExpectingNoReply`), not from a task
+    /// that runs later: before sleep it must be on its way before the inhibitor goes.
+    func warnExpiring(sliceID: String, reason: String, event: HistoryEvent = .expirationWarned, expectingReply: Bool = true) {
         guard let slice = slices[sliceID] else { return }
         for member in slice.openMembers {
-            sendExpire(member.taskID, to: slice.connection)
+            if expectingReply {
+                sendExpire(member.taskID, to: slice.connection)
+            } else {
+                sendExpireExpectingNoReply(member.taskID, to: slice.connection)
+            }
             appendHistory(HistoryEntry(
                 time: Self.wallNow(), appID: slice.appID, identifier: member.request.identifier, taskID: member.taskID,
                 event: event, kind: member.kind, detail: "ExpireTask sent: \(reason)"))
@@ -973,7 +979,8 @@ extension TaskEngine {
     }
 
     /// `ExpireTask` as a call that wants no answer, queued at once: for the agent's stop,
-    /// which closes the connection right after (the close sends what was queued first).
+    /// which closes the connection right after (the close sends what was queued first), and
+    /// before sleep, which flushes the connection before the inhibitor is released.
     func sendExpireExpectingNoReply(_ taskID: String, to destination: String) {
         var message = Message.methodCall(
             destination: destination, path: Self.clientPath, interface: BGPolicyNames.clientInterface,
@@ -1014,7 +1021,7 @@ extension TaskEngine {
     }
 
     func expireForSleep(sliceID: String) async {
-        warnExpiring(sliceID: sliceID, reason: "the machine is going to sleep", event: .expirationWarned)
+        warnExpiring(sliceID: sliceID, reason: "the machine is going to sleep", event: .expirationWarned, expectingReply: false)
         await endSlice(sliceID, as: .sleepExpired, detail: "expired because the machine went to sleep; not a violation")
     }
 

@@ -333,9 +333,14 @@ actor TaskEngine {
         switch event {
         case .preparing:
             sleeping = true
+            let hadSlices = !slices.isEmpty
             for id in Array(slices.keys) {
                 await expireForSleep(sliceID: id)
             }
+            // The apps' ExpireTask calls are written to the bus before this returns and the
+            // sleep inhibitor is released: queued from a task that ran later, they could go
+            // out after it, as the machine went down.
+            if hadSlices { await connection.flush() }
         case .resumed:
             sleeping = false
             // What the sources said before the sleep may be hours old: a laptop suspended on

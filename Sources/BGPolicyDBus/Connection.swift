@@ -181,6 +181,19 @@ public final class DBusConnection: Sendable {
         if !sent { throw DBusError.disconnected }
     }
 
+    /// Returns once every message sent before it has been written to the bus's socket (or the
+    /// connection is gone): for a message that must be out before something else happens, such
+    /// as `ExpireTask` before the sleep inhibitor is released.
+    public func flush() async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let queued = loop.enqueue { loop in
+                loop.flush()
+                continuation.resume()
+            }
+            if !queued { continuation.resume() }
+        }
+    }
+
     /// Emits a signal from one of this connection's objects.
     public func emitSignal(path: ObjectPath, interface: String, member: String, body: [DBusValue] = []) throws {
         try send(.signal(path: path, interface: interface, member: member, body: body))

@@ -261,6 +261,12 @@ final class ConnectionLoop: @unchecked Sendable {
         }
     }
 
+    /// Writes out what libdbus holds queued to send, blocking until the socket took it all.
+    func flush() {
+        guard let connection, dbus_connection_get_is_connected(connection) != 0 else { return }
+        dbus_connection_flush(connection)
+    }
+
     func startCall(
         id: UInt64, raw: RawMessage, timeoutMilliseconds: Int32, written: CallWritten? = nil, replyBodyLimit: Int? = nil,
         continuation: CheckedContinuation<Message, any Error>

@@ -977,7 +977,9 @@ class AppProgram:
                 GLib.timeout_add(int(after * 1000), self._complete_later, task_id)
         elif method == "ExpireTask":
             (task_id,) = parameters.unpack()
-            self.record("ExpireTask", sender=sender, task_id=task_id)
+            # A call that wants no answer (the agent's stop, sleep) is queued at once by the agent.
+            no_reply = bool(invocation.get_message().get_flags() & Gio.DBusMessageFlags.NO_REPLY_EXPECTED)
+            self.record("ExpireTask", sender=sender, task_id=task_id, no_reply=no_reply)
             invocation.return_value(None)
             if self.behavior["complete_on_expire"] and task_id in self.tasks:
                 self.complete(task_id, self.behavior["success"], self.behavior["result"])
