@@ -110,7 +110,8 @@ public struct AgentService: Service {
                       arguments: [2: ""]),
             buffer: 65_536)
 
-        let hub = ConditionsHub(logger: logger)
+        let hub = ConditionsHub(
+            logger: logger, udevPolling: UdevBatteryPolling(interval: environment.configuration.battery.udevReadInterval))
         let liveConfiguration = LiveConfiguration(environment)
         let admin = AdminInterface(environment: environment, configuration: liveConfiguration, conditions: hub, engine: engine)
         let scheduler = SchedulerInterface(engine: engine, connection: connection)
@@ -144,7 +145,8 @@ public struct AgentService: Service {
         let idleRereads = Rereads()
         let idleMonitor = IdleMonitorSource(sessionBus: connection, noInputAfter: idleInterval)
         let reloader = ConfigurationReloader(
-            live: liveConfiguration, engine: engine, idleInterval: idleInterval, idleRereads: idleRereads, logger: logger)
+            live: liveConfiguration, engine: engine, idleInterval: idleInterval, idleRereads: idleRereads,
+            udevPolling: hub.udevPolling, logger: logger)
         let conditions = ConditionsService(hub: hub, logger: logger, sessionSources: [(idleMonitor, idleRereads)]) { event in
             // Awaited before the sleep inhibitor is released: slices are expired first.
             await engine.sleepEvent(event)

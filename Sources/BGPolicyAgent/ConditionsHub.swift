@@ -22,8 +22,13 @@ actor ConditionsHub {
     /// readable without a hop onto the actor by handlers that answer on the connection's thread.
     private let latest = Mutex(Conditions.unknown.dbusDictionary.dbusValue)
 
-    init(logger: Logger) {
+    /// udev's timer for the battery, on while udev alone says the machine runs on battery
+    /// (`ConditionsModel.udevNeedsRereads`): set after every report and resume.
+    nonisolated let udevPolling: UdevBatteryPolling
+
+    init(logger: Logger, udevPolling: UdevBatteryPolling) {
         self.logger = logger
+        self.udevPolling = udevPolling
     }
 
     var current: Conditions { model.conditions }
@@ -52,14 +57,28 @@ actor ConditionsHub {
         reported = Self.settling.subtracting(awaited)
         settled = awaited.isEmpty
         let before = model.conditions
+        defer { followPowerSource() }
         if model.rereadRequested(awaited) { publish(from: before, source: "resume") }
     }
 
     func apply(_ report: ConditionReport, from source: ConditionSourceName) {
         defer { noteReported(source) }
         let before = model.conditions
-        guard model.apply(report, from: source) else { return }
+        let changed = model.apply(report, from: source)
+        followPowerSource()
+        guard changed else { return }
         publish(from: before, source: source.rawValue)
+    }
+
+    /// Turns udev's battery timer on or off as the power source and the charger say.
+    private func followPowerSource() {
+        let needed = model.udevNeedsRereads
+        guard udevPolling.set(active: needed) else { return }
+        logger.debug(
+            needed
+                ? "On battery without UPower: udev reads the battery again on a timer"
+                : "udev's battery timer is off (on AC, no battery, or UPower is live)",
+            metadata: ["interval.seconds": "\(udevPolling.interval.components.seconds)"])
     }
 
     /// The conditions changed from `before`: logs it and tells the listeners.

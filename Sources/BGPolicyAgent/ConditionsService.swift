@@ -23,7 +23,7 @@ struct ConditionsService: Sendable {
         // udev runs for the whole life of the agent: it is the fallback the moment UPower goes.
         await withTaskGroup(of: Void.self) { group in
             let udevRereads = Rereads()
-            group.addTask { await run(UdevPowerSource(), rereads: udevRereads) }
+            group.addTask { await run(UdevPowerSource(polling: hub.udevPolling), rereads: udevRereads) }
             let sessionRereads = sessionSources.map(\.rereads)
             for (source, rereads) in sessionSources {
                 group.addTask { await run(source, rereads: rereads) }

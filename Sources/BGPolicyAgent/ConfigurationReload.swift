@@ -76,6 +76,8 @@ struct ConfigurationReloader: Sendable {
     /// is added with the interval, so a new interval needs a new watch.
     let idleInterval: LiveSetting<Duration>
     let idleRereads: Rereads
+    /// udev's battery timer, whose period is `[battery] udev_read_interval`.
+    let udevPolling: UdevBatteryPolling
     let logger: Logger
 
     func reload() async {
@@ -96,6 +98,7 @@ struct ConfigurationReloader: Sendable {
         let changes = fresh.configuration.changes(from: before.configuration)
         let pending = await engine.reconfigure(fresh.configuration)
         if idleInterval.set(fresh.configuration.idle.noInputAfter) { idleRereads.poke() }
+        udevPolling.set(interval: fresh.configuration.battery.udevReadInterval)
         var metadata: Logger.Metadata = ["config": "\(fresh.configSource ?? "defaults")"]
         if !changes.isEmpty { metadata["changes"] = "\(changes.joined(separator: "; "))" }
         logger.notice(changes.isEmpty ? "Configuration reloaded; nothing changed" : "Configuration reloaded", metadata: metadata)

@@ -214,6 +214,17 @@ public struct ConditionsModel: Sendable, Equatable {
         return nil
     }
 
+    /// Whether udev must read the kernel's battery files again on a timer: udev is the battery's
+    /// source (UPower is not live) and says the machine runs on its battery. Many ACPI batteries
+    /// send no uevent as the charge drops (UPower polls for it, about every 2 minutes on
+    /// battery), so without re-reads udev's percentage stays where it was at the unplug, hours
+    /// after the battery fell below the low and critical levels. On AC, without a battery, or
+    /// while UPower is live, the charge either does not drop or is followed by UPower: no timer.
+    public var udevNeedsRereads: Bool {
+        guard powerSource == .udev, let sample = power[.udev] else { return false }
+        return sample.batteryPresent && sample.onBattery == true
+    }
+
     public var conditions: Conditions {
         var c = Conditions()
         c.sources = live

@@ -137,6 +137,9 @@ enum ConfigurationSchema {
             Knob(section: "battery", key: "discretionary_min",
                  summary: "Battery needed for discretionary transfers when not on AC (SPEC §2 discretionary transfer).",
                  kind: .percentage(\.battery.discretionaryMin, 0...100)),
+            Knob(section: "battery", key: "udev_read_interval",
+                 summary: "Without UPower, on battery: the battery's charge is read from the kernel this often; never on AC or while UPower runs (not in SPEC §2).",
+                 kind: .duration(\.battery.udevReadInterval, .seconds(1) ... .seconds(3600))),
         ]),
         Section(name: "idle", summary: "When the machine counts as idle, for processing slices.", knobs: [
             Knob(section: "idle", key: "no_input_after",

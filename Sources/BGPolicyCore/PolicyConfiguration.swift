@@ -78,11 +78,19 @@ public struct PolicyConfiguration: Sendable, Equatable {
         public var critical: Percentage
         /// Minimum battery level for discretionary transfers when not on AC.
         public var discretionaryMin: Percentage
+        /// How often the kernel's battery files are read again while udev is the battery's only
+        /// source (UPower not live) and the machine runs on battery: the charge drops with no
+        /// uevent. Never on AC, and never while UPower is live.
+        public var udevReadInterval: Duration
 
-        public init(low: Percentage = 20, critical: Percentage = 10, discretionaryMin: Percentage = 50) {
+        public init(
+            low: Percentage = 20, critical: Percentage = 10, discretionaryMin: Percentage = 50,
+            udevReadInterval: Duration = .seconds(60)
+        ) {
             self.low = low
             self.critical = critical
             self.discretionaryMin = discretionaryMin
+            self.udevReadInterval = udevReadInterval
         }
     }
 

@@ -10,8 +10,12 @@ import Synchronization
 /// core reads as on AC (example 2). Every uevent and every resume make it read all supplies
 /// again: there are a handful, and a full read cannot drift the way applying deltas can.
 ///
-/// It does not poll. Firmware that changes `capacity` without a uevent is seen at the next
-/// uevent (plug, unplug, status change) or resume.
+/// It polls in one state only. Many ACPI batteries change `capacity` and `energy_now` without a
+/// uevent, so a battery draining is seen only at the next uevent (plug, unplug, status change)
+/// or resume. UPower polls for it; when UPower is not live and the machine runs on battery, the
+/// agent turns `polling` on, and the supplies are read again every `[battery]
+/// udev_read_interval` (60 s). A re-read that finds the same facts reports nothing. On AC, or
+/// with UPower live, the timer does not exist.
 ///
 /// A watch that breaks (libudev cannot be set up, the uevent socket hangs up, an enumeration
 /// fails) is reported lost, and started again after a wait: `firstRetry`, doubled after each
@@ -25,12 +29,20 @@ public struct UdevPowerSource: ConditionSource {
 
     /// Starts a watch of the supplies: libudev's thread (`UdevPowerSupplyMonitor`), or a test's.
     let startWatch: @Sendable () -> (any PowerSupplyWatch, AsyncStream<UdevPowerSupplyMonitor.Event>)
+    /// When to read the supplies again on a timer (on battery without UPower); nil: never.
+    let polling: UdevBatteryPolling?
 
-    public init() {
-        self.init { UdevPowerSupplyMonitor.start() }
+    /// - Parameter polling: turned on by the agent while udev alone says the machine runs on
+    ///   battery; nil for a source that reads on uevents and re-read requests alone.
+    public init(polling: UdevBatteryPolling? = nil) {
+        self.init(polling: polling) { UdevPowerSupplyMonitor.start() }
     }
 
-    init(startWatch: @escaping @Sendable () -> (any PowerSupplyWatch, AsyncStream<UdevPowerSupplyMonitor.Event>)) {
+    init(
+        polling: UdevBatteryPolling? = nil,
+        startWatch: @escaping @Sendable () -> (any PowerSupplyWatch, AsyncStream<UdevPowerSupplyMonitor.Event>)
+    ) {
+        self.polling = polling
         self.startWatch = startWatch
     }
 
@@ -47,6 +59,9 @@ public struct UdevPowerSource: ConditionSource {
         await withTaskGroup(of: Void.self) { group in
             group.addTask {
                 for await _ in context.rereads { current.rescan() }
+            }
+            if let polling {
+                group.addTask { await poll(polling, context: context, current: current) }
             }
             var delay = Self.firstRetry
             while !Task.isCancelled {
@@ -100,6 +115,34 @@ public struct UdevPowerSource: ConditionSource {
         return broke && !Task.isCancelled
     }
 
+    /// While `polling` is on, asks the watch under way to read the supplies again every
+    /// interval; while it is off, waits for it to turn on, with no timer. Runs until the task
+    /// is cancelled. A broken watch is not hurried: its retry keeps its own wait (and it has
+    /// no facts, so the agent turns polling off).
+    private func poll(_ polling: UdevBatteryPolling, context: SourceContext, current: CurrentWatch) async {
+        while !Task.isCancelled {
+            let now = polling.current
+            guard now.active else {
+                await polling.changed(from: now.version)
+                continue
+            }
+            let elapsed = await withTaskGroup(of: Bool.self) { group in
+                group.addTask { (try? await context.sleep(now.interval)) != nil }
+                group.addTask {
+                    await polling.changed(from: now.version)
+                    return false
+                }
+                let first = await group.next() ?? false
+                group.cancelAll()
+                return first && !Task.isCancelled
+            }
+            if elapsed {
+                context.logger.debug("On battery without UPower: reading the power supplies again")
+                current.poll()
+            }
+        }
+    }
+
     private enum WaitEnd { case elapsed, reread, cancelled }
 
     /// The wait before the next watch: `delay`, or until a re-read is asked (a resume), or the
@@ -131,6 +174,12 @@ public struct UdevPowerSource: ConditionSource {
                 state.watch = new
                 if new != nil { state.asked = false }
             }
+        }
+
+        /// A timed re-read: reaches a watch under way only. Between watches the retry's wait
+        /// stands (a re-read asked then would end it, as a resume does).
+        func poll() {
+            state.withLock { $0.watch }?.rescan()
         }
 
         func rescan() {

@@ -132,6 +132,35 @@ struct ConditionsTests {
         #expect(model.powerSource == .upower)
     }
 
+    @Test("udev reads the battery on a timer only while it alone says the machine runs on battery")
+    func udevRereadsOnlyOnBatteryWithoutUPower() {
+        let draining = PowerSample(onBatteryReported: true, batteryPresent: true, percentage: 90, state: .discharging)
+        let charging = PowerSample(onBatteryReported: false, batteryPresent: true, percentage: 90, state: .charging)
+        let noBattery = PowerSample(onBatteryReported: nil, batteryPresent: false)
+        // A low-power charger: the adapter online, the battery draining all the same.
+        let drainingOnCharger = PowerSample(onBatteryReported: false, batteryPresent: true, percentage: 90, state: .discharging)
+        var model = ConditionsModel()
+        #expect(!model.udevNeedsRereads)
+        model.apply(.power(draining), from: .udev)
+        #expect(model.udevNeedsRereads)
+        model.apply(.power(charging), from: .udev)
+        #expect(!model.udevNeedsRereads)
+        model.apply(.power(noBattery), from: .udev)
+        #expect(!model.udevNeedsRereads)
+        model.apply(.power(drainingOnCharger), from: .udev)
+        #expect(model.udevNeedsRereads)
+        // UPower live: it polls the charge itself.
+        model.apply(.power(draining), from: .udev)
+        model.apply(.power(draining), from: .upower)
+        #expect(!model.udevNeedsRereads)
+        // UPower gone: udev again.
+        model.apply(.lost, from: .upower)
+        #expect(model.udevNeedsRereads)
+        // udev's watch broke: nothing to read again until it is back.
+        model.apply(.lost, from: .udev)
+        #expect(!model.udevNeedsRereads)
+    }
+
     @Test("a report that changes nothing says so")
     func noChange() {
         var model = ConditionsModel()

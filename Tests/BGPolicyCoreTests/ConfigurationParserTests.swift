@@ -74,6 +74,7 @@ struct KeyOverride: Sendable, CustomTestStringConvertible {
         .init(section: "battery", key: "low", text: "25%") { $0.battery.low = 25 },
         .init(section: "battery", key: "critical", text: "5 %") { $0.battery.critical = 5 },
         .init(section: "battery", key: "discretionary_min", text: "40%") { $0.battery.discretionaryMin = 40 },
+        .init(section: "battery", key: "udev_read_interval", text: "2min") { $0.battery.udevReadInterval = .seconds(120) },
         .init(section: "idle", key: "no_input_after", text: "2 minutes") { $0.idle.noInputAfter = .seconds(120) },
         .init(section: "cpu", key: "limit", text: "90%") { $0.cpu.limit = 90 },
         .init(section: "cpu", key: "window", text: "30 sec") { $0.cpu.window = .seconds(30) },
@@ -108,7 +109,7 @@ struct KeyOverrideTests {
         let tested = Set(KeyOverride.all.map { "\($0.section).\($0.key)" })
         let schema = Set(ConfigurationSchema.allKnobs.map { "\($0.section).\($0.key)" })
         #expect(tested == schema)
-        #expect(schema.count == 30)
+        #expect(schema.count == 31)
     }
 
     @Test func allOverridesTogether() throws {

@@ -343,6 +343,45 @@ struct UdevPowerSourceRetryTests {
         await run.value
     }
 
+    /// Polling on (on battery without UPower), the source asks the watch under way to read the
+    /// supplies again after each interval, and reports what it finds; turned off (on AC, or
+    /// UPower back), the timer goes and no other starts. Without polling a battery that drains
+    /// with no uevent stayed at the percentage of the unplug.
+    @Test(.timeLimit(.minutes(1)))
+    func pollingRereadsWhileOnAndStopsWhenOff() async throws {
+        let polling = UdevBatteryPolling(interval: .seconds(90))
+        let source = UdevPowerSource(polling: polling) {
+            let watch = CuedWatch(breaks: false)
+            return (watch, watch.stream)
+        }
+        let sleeps = Mutex<[Duration]>([])
+        let (reports, input) = AsyncStream.makeStream(of: ConditionReport.self)
+        let context = SourceContext(
+            logger: Logger(label: "test.udev"), rereads: AsyncStream { _ in },
+            sleep: { delay in
+                sleeps.withLock { $0.append(delay) }
+                try await Task.sleep(for: .milliseconds(20))
+            },
+            report: { input.yield($0) })
+        let run = Task { await source.run(context) }
+        var iterator = reports.makeAsyncIterator()
+        #expect(await iterator.next() == Self.onBattery(50))
+        // Off: no timer at all.
+        try await Task.sleep(for: .milliseconds(200))
+        #expect(sleeps.withLock { $0 }.isEmpty)
+        polling.set(active: true)
+        #expect(await iterator.next() == Self.onBattery(49))
+        #expect(await iterator.next() == Self.onBattery(48))
+        #expect(sleeps.withLock { $0 }.allSatisfy { $0 == .seconds(90) })
+        polling.set(active: false)
+        try await Task.sleep(for: .milliseconds(100))
+        let stopped = sleeps.withLock { $0.count }
+        try await Task.sleep(for: .milliseconds(300))
+        #expect(sleeps.withLock { $0.count } == stopped)
+        run.cancel()
+        await run.value
+    }
+
     /// Cancelled while it waits to try again, the source returns at once.
     @Test(.timeLimit(.minutes(1)))
     func aWaitToTryAgainEndsWithTheTask() async {

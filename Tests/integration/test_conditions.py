@@ -71,7 +71,11 @@ class World:
         """The environment of daemons on the private system bus (upowerd, the mocks)."""
         return h.system_env(self.system_address, self.testbed, self.tmp / "upower")
 
-    def start_agent(self, system_address=None):
+    def start_agent(self, system_address=None, config=None):
+        if config is not None:
+            path = self.tmp / "config" / "bgpolicy" / "bgpolicy.conf"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(config)
         env = h.agent_env(self.session_daemon.address,
                           system_address if system_address is not None else self.system_address,
                           self.testbed, self.tmp)
@@ -286,6 +290,80 @@ def test_upower_stopped_udev_reads_the_charge_again(world):
     after = agent.wait_conditions(lambda c: "upower" not in c["sources"] and abs(c.get("percentage", 0) - 5) < 0.5,
                                   timeout=3, what="udev's reading of 5 % once upowerd was killed")
     assert after["on_battery"] is True and after["battery_state"] == "discharging", after
+
+
+# The battery re-read on a timer, shortened from 60 s for the tests.
+UDEV_READ_1S = "[battery]\nudev_read_interval = 1s\n"
+
+
+def percentage_near(value):
+    return lambda c: c.get("percentage") is not None and abs(c["percentage"] - value) < 0.5
+
+
+def test_without_upower_udev_follows_a_battery_that_drains_without_uevents(world):
+    """No UPower on the machine, unplugged at 42 %: many ACPI batteries send no uevent as the
+    charge drops (UPower polls for it), so udev alone saw 42 % until the next plug or resume,
+    and the agent started work at 8 % that the low- and critical-battery rules forbid. On
+    battery without UPower, udev reads the supplies again every `[battery] udev_read_interval`
+    (1 s here): the percentage follows the kernel's files, and a re-read that finds nothing
+    new is not signalled."""
+    tb, _ac, bat = h.battery_testbed()
+    world.use_testbed(tb)
+    world.start_system_bus()  # a system bus, but no upowerd on it
+    agent = world.start_agent(config=UDEV_READ_1S)
+    agent.wait_conditions(lambda c: "udev" in c["sources"] and "upower" not in c["sources"] and on_battery_at_42(c),
+                          what="udev alone, on battery at 42 %")
+    assert wait_for_log(agent, ["udev reads the battery again on a timer"], timeout=3), agent.stderr_tail()
+
+    t0 = time.monotonic()
+    tb.set_attribute(bat, "energy_now", "4800000")  # 4.8 Wh of 60 Wh: 8 %, and no uevent
+    event = agent.wait_changed(percentage_near(8), since=t0, timeout=3.0)
+    assert event, f"udev's 8 % not signalled within 3 s:\n{agent.stderr_tail()}"
+    c = agent.conditions()
+    assert percentage_near(8)(c) and c["on_battery"] is True and c["battery_state"] == "discharging", c
+    h.log(f"\n8 % without a uevent reached Conditions after {(event['time'] - t0) * 1000:.0f} ms")
+
+    # Three more re-reads of the same files: nothing to say, nothing signalled.
+    settled = time.monotonic()
+    time.sleep(3.2)
+    after = [e["args"] for e in agent.changes.snapshot() if e["time"] >= settled]
+    assert after == [], f"Conditions signalled with nothing new: {after!r}"
+
+
+def test_on_ac_or_with_upower_no_battery_timer_wakes_the_agent(world):
+    """The battery timer exists only while udev alone says the machine runs on battery. Here it
+    is seen waking the agent (1 s) on battery without UPower; plugged in, it is gone, and the
+    idle agent sleeps; unplugged again with the real upowerd live, UPower follows the charge
+    and the agent still sleeps."""
+    tb, ac, bat = h.battery_testbed()
+    world.use_testbed(tb)
+    system = world.start_system_bus()
+    agent = world.start_agent(config=UDEV_READ_1S)
+    agent.wait_conditions(lambda c: "udev" in c["sources"] and on_battery_at_42(c),
+                          what="udev alone, on battery at 42 %")
+    time.sleep(1)
+    woke = h.wakes_over(agent.proc.pid, 5)
+    h.log(f"\non battery without UPower, woke over 5 s: {woke}")
+    assert sum(woke.values()) >= 4, f"the battery timer did not wake the agent: {woke}"
+
+    t0 = h.set_charger(tb, ac, bat, plugged=True)
+    assert agent.wait_changed(lambda c: c.get("on_battery") is False, since=t0, timeout=3.0), agent.stderr_tail()
+    time.sleep(2)
+    woke = h.wakes_over(agent.proc.pid, 6)
+    h.log(f"on AC without UPower, woke over 6 s: {woke}")
+    assert sum(woke.values()) <= 2, f"the agent woke on AC: {woke}"
+    assert "udev's battery timer is off" in agent.stderr(), agent.stderr_tail()
+
+    h.start_logind(world.stack, system, world.env())
+    h.start_upowerd(world.stack, system, world.env())
+    agent.wait_conditions(lambda c: "upower" in c["sources"] and c.get("on_battery") is False,
+                          what="UPower live, on AC")
+    t0 = h.set_charger(tb, ac, bat, plugged=False)
+    assert agent.wait_changed(lambda c: c.get("on_battery") is True, since=t0, timeout=3.0), agent.stderr_tail()
+    time.sleep(2)
+    woke = h.wakes_over(agent.proc.pid, 6)
+    h.log(f"on battery with UPower live, woke over 6 s: {woke}")
+    assert sum(woke.values()) <= 2, f"the agent woke on battery with UPower live: {woke}"
 
 
 def test_upower_stopped_udev_takes_over_with_the_same_facts(world):
