@@ -53,8 +53,19 @@ public struct SystemdUserManagerProxy: Sendable {
         _ = try await call("SetUnitProperties", [.string(unit), .boolean(true), properties])
     }
 
+    /// Not cancellable: each call changes a unit, and a request on its way may have reached
+    /// systemd, which makes the change whether or not anyone waits for the answer. So the call
+    /// runs in a task of its own, which the caller's cancellation does not reach, and the caller
+    /// always learns how it ended. (A call from a cancelled task used to fail before it was sent,
+    /// or stop waiting once sent: the undo of a slice closed by its own deadline timer, which the
+    /// close cancels, thawed nothing; a freeze on its way when the slice ended was taken as not
+    /// done, while the unit stayed frozen.)
     private func call(_ member: String, _ body: [DBusValue]) async throws -> [DBusValue] {
-        try await connection.call(
-            destination: Self.busName, path: Self.path, interface: Self.interface, member: member, body, timeout: timeout)
+        let connection = connection
+        let timeout = timeout
+        return try await Task {
+            try await connection.call(
+                destination: Self.busName, path: Self.path, interface: Self.interface, member: member, body, timeout: timeout)
+        }.value
     }
 }

@@ -114,6 +114,30 @@ def test_freeze_action_freezes_then_thaws_the_unit(world):
     assert_cpu_agrees(entry, completed)
 
 
+@pytest.mark.parametrize("action", ["throttle", "freeze"])
+def test_an_enforced_slice_that_runs_to_its_deadline_is_released(world, action):
+    """A frozen app cannot call SetTaskCompleted, so its slice always runs to its deadline, and
+    a throttled one may. The deadline's timer closes the slice, and the close cancelled that
+    timer's task, in which the undo then ran: its systemd call failed at once (cancelled), the
+    unit stayed frozen or throttled until the agent's next start."""
+    systemd = world.start_systemd_mock(units=[BURNER_UNIT])
+    agent = world.start_agent(config=cpu_config(action))
+    app, run = start_burner(world, BURNER_UNIT, "org.example.Burner")
+    agent.wait_history("cpu-throttled" if action == "throttle" else "cpu-frozen", app_id="org.example.Burner", timeout=16)
+    agent.wait_history("expired", task_id=run["task_id"], timeout=25)
+    if action == "throttle":
+        th.wait_until(lambda: len(quotas(systemd)) >= 2, 5, "the quota is lifted at the deadline")
+        assert quotas(systemd) == [(BURNER_UNIT, 100000), (BURNER_UNIT, UINT64_MAX)]
+        undone = f"the CPU quota on {BURNER_UNIT} was lifted"
+    else:
+        th.wait_until(lambda: systemd.calls("ThawUnit"), 5, "the unit is thawed at the deadline")
+        assert [[v.unpack() for v in c[1]] for c in systemd.calls("ThawUnit")] == [[BURNER_UNIT]]
+        undone = f"{BURNER_UNIT} was thawed"
+    released = agent.wait_history("cpu-released", app_id="org.example.Burner", timeout=3)
+    assert released["detail"] == f"{undone} (slice ended)", released
+    assert "Could not release CPU enforcement" not in agent.stderr(), agent.stderr_tail()
+
+
 def test_without_the_cpu_controller_a_throttle_is_not_pretended(world):
     """systemd before 252 delegates only pids and memory to user@.service: a CPUQuota on a user
     unit is accepted and does nothing. With the slice above the burner's unit lacking the cpu
