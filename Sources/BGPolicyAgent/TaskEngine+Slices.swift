@@ -1214,9 +1214,21 @@ extension TaskEngine {
                         detail = "still at \(percent) % of one core after the warning: \(unit) frozen until the slice ends"
                     }
                     enforcement = intended
-                } catch {
+                } catch where Self.isRefusal(error) {
                     forget(intended, slice: slice)
                     detail = "still at \(percent) % of one core after the warning; the systemd user manager refused to \(action.rawValue) \(unit) (\(error))"
+                } catch {
+                    // No answer (FreezeUnit answers only once the unit is frozen), or the bus
+                    // went: the request may have reached systemd, which then did it. Taken as
+                    // done, record and all, so that the slice's end (or the next start) undoes
+                    // it; lifting a quota or thawing a unit that has none is harmless. Forgotten,
+                    // a unit frozen after all stayed frozen, with nothing to say so.
+                    enforcement = intended
+                    event = action == .throttle ? .cpuThrottled : .cpuFrozen
+                    detail = "still at \(percent) % of one core after the warning: \(unit) "
+                        + (action == .throttle ? "throttled to \(configuration.cpu.throttleQuota.value) %" : "frozen")
+                        + " until the slice ends, as far as the agent knows: the systemd user manager did not answer (\(error)), "
+                        + "and may have done it"
                 }
             }
         } else if action != .observe {
@@ -1269,6 +1281,23 @@ extension TaskEngine {
             await release(enforcement, slice: slice, why: Self.releasedForUse)
         } else if exemptAgain, let enforcement {
             await release(enforcement, slice: slice, why: Self.releasedOnAC)
+        }
+    }
+
+    /// Whether a failed systemd call of `enforce` was surely not done: systemd's own error
+    /// reply (`NoSuchUnit`, `AccessDenied`, …), the bus's (`ServiceUnknown`: no user manager),
+    /// or a value found wrong before anything was sent. Not a timeout (`NoReply`) nor a lost
+    /// connection: the request may have reached systemd.
+    static func isRefusal(_ error: any Error) -> Bool {
+        guard let error = error as? DBusError else { return false }
+        switch error {
+        case .remote(let name, _):
+            return ![DBusError.noReply, "org.freedesktop.DBus.Error.Disconnected", "org.freedesktop.DBus.Error.Timeout",
+                     "org.freedesktop.DBus.Error.TimedOut"].contains(name)
+        case .invalidSignature, .invalidName, .invalidValue, .typeMismatch, .usage:
+            return true
+        case .malformedMessage, .connectionFailed, .disconnected, .outOfMemory:
+            return false
         }
     }
 

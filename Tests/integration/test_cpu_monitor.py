@@ -138,6 +138,30 @@ def test_an_enforced_slice_that_runs_to_its_deadline_is_released(world, action):
     assert "Could not release CPU enforcement" not in agent.stderr(), agent.stderr_tail()
 
 
+def test_a_freeze_systemd_has_not_answered_when_the_slice_ends_is_undone(world, tmp_path):
+    """FreezeUnit answers only once the unit is frozen; this one takes 7 s, and the app completes
+    its task meanwhile. The slice's close cut the wait short (the monitor's task cancelled), or,
+    waited for, the agent's 5 s ran out first (`NoReply`): either way the freeze was taken as
+    refused and its record forgotten, and nothing thawed the unit systemd froze all the same.
+    Anything but a refusal is taken as done, and undone when the slice ends."""
+    systemd = world.start_systemd_mock(units=[BURNER_UNIT])
+    asked = tmp_path / "freeze-asked"
+    systemd.mock("AddMethod", "sssss", ("org.freedesktop.systemd1.Manager", "FreezeUnit", "s", "",
+                                        f"open({str(asked)!r}, 'w').close(); time.sleep(7)"))
+    agent = world.start_agent(config=cpu_config("freeze"))
+    app, run = start_burner(world, BURNER_UNIT, "org.example.Burner")
+    th.wait_until(asked.exists, 16, "the agent asks the user manager for the freeze")
+    completed = app.complete(run["task_id"], True, "no-data")
+    assert completed["error"] is None, completed
+    agent.wait_history("completed", task_id=run["task_id"], timeout=5)
+    th.wait_until(lambda: systemd.calls("ThawUnit"), 15, "the unit is thawed once the freeze has come back")
+    assert [[v.unpack() for v in c[1]] for c in systemd.calls("ThawUnit")] == [[BURNER_UNIT]]
+    frozen = agent.wait_history("cpu-frozen", app_id="org.example.Burner", timeout=3)
+    assert "the systemd user manager did not answer" in frozen["detail"], frozen
+    released = agent.wait_history("cpu-released", app_id="org.example.Burner", timeout=3)
+    assert released["detail"] == f"{BURNER_UNIT} was thawed (slice ended)", released
+
+
 def test_without_the_cpu_controller_a_throttle_is_not_pretended(world):
     """systemd before 252 delegates only pids and memory to user@.service: a CPUQuota on a user
     unit is accepted and does nothing. With the slice above the burner's unit lacking the cpu
