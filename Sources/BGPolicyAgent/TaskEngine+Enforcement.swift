@@ -20,6 +20,10 @@ extension TaskEngine {
             sliceID: slice.id, appID: slice.appID.rawValue, action: enforcement, since: Self.wallNow())
         do {
             try store.recordEnforcement(record)
+            // It replaces the slice's earlier record (a quota lifted when the app came into
+            // use, whose lift failed): the undo at the slice's end undoes both, and a retry of
+            // the earlier one would forget the new record.
+            failedUndos[slice.id] = nil
             return nil
         } catch {
             logger.error(
@@ -39,11 +43,12 @@ extension TaskEngine {
         }
     }
 
-    /// Undoes `record` and forgets it. One that cannot be undone now (the user manager is not
-    /// on the bus) stays stored, and the next start tries again; a unit or process that is gone
-    /// needs nothing undone. A process is continued only if it is the one stopped: same pid,
-    /// same start.
-    func undo(_ record: EnforcementRecord, why: String) async {
+    /// Undoes `record` and forgets it. One that cannot be undone now (a timeout, `UnitBusy`, the
+    /// user manager not on the bus or re-executing) stays stored, is tried again while the agent
+    /// runs (`retryFailedUndos`), and at the next start; a unit or process that is gone needs
+    /// nothing undone. A process is continued only if it is the one stopped: same pid, same
+    /// start. `retrying`: a retry's failure is logged, not added to the history again.
+    func undo(_ record: EnforcementRecord, why: String, retrying: Bool = false) async {
         var detail: String
         var undone = true
         do {
@@ -68,13 +73,19 @@ extension TaskEngine {
                 detail = "its unit is gone; nothing to undo"
             } else {
                 undone = false
-                detail = "could not undo the CPU enforcement (\(error)); the agent tries again at its next start"
+                let wait = retryUndoLater(record, why: why)
+                detail = "could not undo the CPU enforcement (\(error)); the agent tries again "
+                    + (wait.map { "within \($0.components.seconds) s, less and less often (up to every 5 minutes), and " } ?? "")
+                    + "at its next start"
                 logger.error(
                     "Could not release CPU enforcement",
-                    metadata: ["app.id": "\(record.appID)", "slice.id": "\(record.sliceID)", "error": "\(error)"])
+                    metadata: ["app.id": "\(record.appID)", "slice.id": "\(record.sliceID)", "error": "\(error)",
+                               "retry.seconds": "\(wait.map { "\($0.components.seconds)" } ?? "-")"])
             }
         }
+        if !undone && retrying { return }
         if undone {
+            failedUndos[record.sliceID] = nil
             do {
                 try store.removeEnforcement(sliceID: record.sliceID)
             } catch {
@@ -88,6 +99,48 @@ extension TaskEngine {
     }
 
     static let noSuchUnit = "org.freedesktop.systemd1.NoSuchUnit"
+
+    /// Keeps `record`, whose undo failed, for the retry, and starts the retry's timer if none
+    /// runs; returns the timer's wait, nil when the agent is stopping (the record stays stored
+    /// for the next start).
+    @discardableResult
+    func retryUndoLater(_ record: EnforcementRecord, why: String) -> Duration? {
+        failedUndos[record.sliceID] = (record, why)
+        guard !stopping else { return nil }
+        if undoRetryTimer == nil {
+            undoRetryDelay = undoRetryDelay == .zero ? Self.firstUndoRetry : min(undoRetryDelay * 2, Self.lastUndoRetry)
+            let delay = undoRetryDelay
+            undoRetryTimer = Task {
+                do { try await AgentExecutor.sleep(for: delay) } catch { return }
+                await self.retryFailedUndos()
+            }
+        }
+        return undoRetryDelay
+    }
+
+    static let firstUndoRetry = Duration.seconds(5)
+    static let lastUndoRetry = Duration.seconds(300)
+
+    /// Tries again each undo that failed (a frozen unit left frozen until the next start, else;
+    /// the user manager may have been busy or re-executing a moment). A slice watched again may
+    /// enforce again under the same record, and its close undoes that: its earlier record waits
+    /// until the slice closes or is unwatched. When none is left, no timer runs, and the next
+    /// failure starts again from 5 s.
+    func retryFailedUndos() async {
+        undoRetryTimer = nil
+        guard !stopping else { return }
+        for sliceID in failedUndos.keys.sorted() {
+            guard let (record, why) = failedUndos[sliceID], slices[sliceID]?.monitor == nil else { continue }
+            logger.info("Trying again to release CPU enforcement", metadata: ["app.id": "\(record.appID)", "slice.id": "\(sliceID)"])
+            await undo(record, why: why, retrying: true)
+        }
+        if failedUndos.isEmpty {
+            undoRetryDelay = .zero
+        } else if let (record, why) = failedUndos.first?.value {
+            // All still waiting on a watched slice: the timer goes on.
+            retryUndoLater(record, why: why)
+        }
+    }
 
     /// At start, after `load`: undoes what an earlier agent left in place.
     func undoLeftEnforcement() async {
@@ -112,6 +165,9 @@ extension TaskEngine {
     func stop() async {
         stopping = true
         scheduleEvaluation(at: nil, now: Self.wallNow())
+        // What is still to undo stays stored for the next start.
+        undoRetryTimer?.cancel()
+        undoRetryTimer = nil
         storeUnsavedReturns()
         for sliceID in slices.keys.sorted() {
             guard let slice = slices[sliceID] else { continue }

@@ -139,6 +139,7 @@ extension TaskEngine {
             holdsTotal = holdsTotal.filter { $0.value > 0 }
         }
         contentWakes.remove(appID)
+        failedUndos = failedUndos.filter { $0.value.record.appID != appID.rawValue }
         noDataStreak[appID] = nil
         unsavedReturns = unsavedReturns.filter { $0.value.request.appID != appID }
         appsInUse.remove(appID)

@@ -66,6 +66,14 @@ actor TaskEngine {
     var conditions = Conditions.unknown
     var evaluationTimer: Task<Void, Never>?
     var evaluationTimerDue: UnixTime?
+    /// CPU enforcements whose undo failed, by slice id, with the words of their undo: tried
+    /// again while the agent runs (`retryFailedUndos`), on a timer that exists only while some
+    /// are left.
+    var failedUndos: [String: (record: EnforcementRecord, why: String)] = [:]
+    var undoRetryTimer: Task<Void, Never>?
+    /// The wait of the undo retry's timer: 5 s, doubled at each round that leaves some, up to
+    /// 5 minutes; back to 5 s once none is left.
+    var undoRetryDelay: Duration = .zero
     /// The wall clock less the boot-time clock when last looked at (`wallClockSet`).
     var wallClockOffset = TaskEngine.wallMinusBootTime()
     var evaluationQueued = false

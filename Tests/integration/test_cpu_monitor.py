@@ -162,6 +162,38 @@ def test_a_freeze_systemd_has_not_answered_when_the_slice_ends_is_undone(world, 
     assert released["detail"] == f"{BURNER_UNIT} was thawed (slice ended)", released
 
 
+def test_a_failed_thaw_is_tried_again_while_the_agent_runs(world):
+    """The user manager refuses the first two ThawUnit (UnitBusy, as while a job on the unit
+    runs). The thaw is tried again after 5 s, then 10 s, and the third succeeds without a
+    restart of the agent. (It was tried again only at the next start: the unit stayed frozen.)"""
+    systemd = world.start_systemd_mock(units=[BURNER_UNIT])
+    busy = ("self.thaws = getattr(self, 'thaws', 0) + 1\n"
+            "if self.thaws <= 2: raise dbus.exceptions.DBusException("
+            "'Unit is busy', name='org.freedesktop.systemd1.UnitBusy')")
+    systemd.mock("AddMethod", "sssss", ("org.freedesktop.systemd1.Manager", "ThawUnit", "s", "", busy))
+    agent = world.start_agent(config=cpu_config("freeze"))
+    app, run = start_burner(world, BURNER_UNIT, "org.example.Burner")
+    agent.wait_history("cpu-frozen", app_id="org.example.Burner", timeout=16)
+    pid = agent.proc.popen.pid
+    app.complete(run["task_id"], True, "no-data")
+    agent.wait_history("completed", task_id=run["task_id"], timeout=5)
+    th.wait_until(lambda: systemd.calls("ThawUnit"), 5, "the unit is thawed after the slice")
+    failed = agent.wait_history("cpu-released", app_id="org.example.Burner", timeout=3)
+    assert failed["detail"].startswith("could not undo the CPU enforcement"), failed
+    assert "tries again within 5 s" in failed["detail"], failed
+    th.wait_until(lambda: len(systemd.calls("ThawUnit")) >= 3, 25, "the thaw is tried until it succeeds")
+    stamps = [stamp for stamp, _ in systemd.calls("ThawUnit")]
+    assert 4 <= stamps[1] - stamps[0] <= 7 and 9 <= stamps[2] - stamps[1] <= 12, stamps
+    th.wait_until(lambda: len(agent.events("cpu-released", app_id="org.example.Burner")) >= 2, 3, "the thaw is recorded")
+    released = agent.events("cpu-released", app_id="org.example.Burner")
+    assert len(released) == 2, "a retry that fails is not recorded again"
+    assert released[1]["detail"] == f"{BURNER_UNIT} was thawed (slice ended)", released
+    assert agent.proc.popen.pid == pid and agent.proc.popen.poll() is None, "no restart"
+    # Nothing is left to try: no further ThawUnit.
+    time.sleep(6)
+    assert len(systemd.calls("ThawUnit")) == 3
+
+
 def test_without_the_cpu_controller_a_throttle_is_not_pretended(world):
     """systemd before 252 delegates only pids and memory to user@.service: a CPUQuota on a user
     unit is accepted and does nothing. With the slice above the burner's unit lacking the cpu
