@@ -621,6 +621,16 @@ extension TaskEngine {
     /// Who the slice's process is, for the CPU monitor, and its first CPU reading.
     func attach(_ identity: ProcessIdentity, to slice: inout Slice) {
         guard identity.pid != 0 else { return }
+        // The pid the bus gave when the app connected, maybe days ago. If that process has
+        // exited (its connection kept by a child it handed it to) and the number gone to
+        // another process, that one is not the app's: the monitor would measure a stranger's
+        // CPU, and stop it with SIGSTOP.
+        guard inspector.stillRuns(identity) else {
+            logger.warning(
+                "The process that registered the app has exited and its pid is another process's now; its slice's CPU is not watched",
+                metadata: ["app.id": "\(slice.appID)", "pid": "\(identity.pid)", "slice.id": "\(slice.id)"])
+            return
+        }
         slice.pid = identity.pid
         slice.cgroupPath = identity.cgroupPath
         slice.unit = identity.unit

@@ -22,6 +22,10 @@ public struct ProcessIdentity: Sendable, Equatable {
     /// tells a host process from a sandboxed one, and the caller gets no host's rights
     /// (`Admin1`, naming its own app id).
     public var seen: Bool
+    /// When the process started, in seconds since boot, read as it was identified; nil when
+    /// that could not be read. The bus names a connection's process by pid, taken when it
+    /// connected; this tells that process from a later one given the same number.
+    public var startTime: Double? = nil
 
     public init(
         pid: UInt32, appID: AppID?, source: IdentitySource, unit: String? = nil, cgroupPath: String? = nil, seen: Bool = true

@@ -49,6 +49,19 @@ public struct ProcessInspector: Sendable {
     /// yet unnamed: it is unverified, not identified by its cgroup, because only Flatpak vouches
     /// for what runs in a sandbox and here it names nothing.
     public func identify(pid: UInt32) -> ProcessIdentity {
+        var identity = identifyByRoot(pid: pid)
+        if identity.seen { identity.startTime = startTime(pid: pid) }
+        return identity
+    }
+
+    /// Whether `identity`'s process still runs: a process has the pid and started when the one
+    /// identified did. True when its start was not read (nothing to tell them apart by).
+    public func stillRuns(_ identity: ProcessIdentity) -> Bool {
+        guard let started = identity.startTime else { return true }
+        return startTime(pid: identity.pid) == started
+    }
+
+    private func identifyByRoot(pid: UInt32) -> ProcessIdentity {
         var procRoot = procRoot
         if let fallbackProcRoot, access("\(procRoot)/\(pid)", F_OK) != 0 { procRoot = fallbackProcRoot }
         guard let cgroupText = SmallFile.read("\(procRoot)/\(pid)/cgroup", limit: Self.cgroupFileLimit).map(SmallFile.text) else {

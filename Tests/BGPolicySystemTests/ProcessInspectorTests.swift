@@ -141,6 +141,24 @@ struct ProcessInspectorTests {
         }
     }
 
+    @Test("an identity keeps its process's start, and tells a later process with the pid from it")
+    func startTimeTellsAReusedPid() throws {
+        let roots = try FakeRoots()
+        try roots.cgroupFile(pid: 2, path: "/user.slice/user-1000.slice/session-2.scope")
+        try roots.stat(pid: 2, ppid: 1, utime: 0, stime: 0, start: 500)
+        let identity = roots.inspector.identify(pid: 2)
+        #expect(identity.startTime == 500 / ticksPerSecond)
+        #expect(roots.inspector.stillRuns(identity))
+        // The process exits and another is given its number.
+        try roots.stat(pid: 2, ppid: 1, utime: 0, stime: 0, start: 90_000)
+        #expect(!roots.inspector.stillRuns(identity))
+        // No start read, nothing to tell them apart by: taken as the same.
+        try roots.cgroupFile(pid: 3, path: "/user.slice/user-1000.slice/session-2.scope")
+        let unread = roots.inspector.identify(pid: 3)
+        #expect(unread.startTime == nil)
+        #expect(roots.inspector.stillRuns(unread))
+    }
+
     /// A process whose cgroup cannot be read is gone (or hidden): the bus reports the PID of
     /// the process that connected, which may have exited leaving its connection to a child,
     /// a sandboxed one as well as any. Nothing then says it is outside a sandbox.

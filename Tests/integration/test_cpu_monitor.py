@@ -9,6 +9,7 @@ the template lacks added (TESTBED.md). The burners' units come from their fake c
 identities are verified and the units known. The limit is 20 % rather than 80 %, so that a
 busy two-core machine cannot keep a burner (one thread spinning) under the limit by starving it."""
 
+import os
 import time
 
 import pytest
@@ -446,6 +447,32 @@ def test_a_process_stopped_by_the_monitor_is_continued_when_the_agent_stops(worl
     assert f"process {app.pid} was continued with SIGCONT (slice ended)" == released["detail"], released
     ended = agent.wait_history("interrupted", task_id=run["task_id"], timeout=5)
     assert "the agent stopped during the slice" in ended["detail"], ended
+
+
+def test_a_pid_gone_to_another_process_is_neither_watched_nor_stopped(world):
+    """The bus names an app's process by the pid it had when it connected. If that process
+    exits (its connection kept by a child it handed it to) and the number goes to another
+    process of the user, the slice must not measure that stranger's CPU, nor SIGSTOP it. Here
+    the app's fake /proc entry is pointed at a burner that is not the app, after the app
+    registered, as a reused pid would be. (The monitor measured the burner, warned the app
+    and stopped the burner.)"""
+    agent = world.start_agent(config=cpu_config("throttle"))
+    app_id = "org.example.Quiet"
+    identifier = f"{app_id}.work"
+    app = world.app(app_id)
+    assert app.register([identifier], app_id=app_id, background_only=True) == app_id
+    stranger = world.stack.push(ch.Proc([th.PYTHON, "-c", "while True: pass"], dict(os.environ), name="stranger"))
+    stat = world.proc_root / str(app.pid) / "stat"
+    stat.unlink()
+    stat.symlink_to(f"/proc/{stranger.popen.pid}/stat")
+    app.submit(identifier, "processing", earliest_begin=later(3600))
+    agent.simulate_launch(app_id, identifier)
+    app.wait_run_task(identifier, timeout=5)
+    th.wait_until(lambda: "its slice's CPU is not watched" in agent.stderr(), 5, "the agent says why")
+    time.sleep(8)  # the 4-s window, the 2-s warning and a sample: a watched burner is stopped by now
+    assert agent.events("cpu-warned", app_id=app_id) == [], agent.history()
+    assert agent.events("cpu-stopped", app_id=app_id) == [], agent.history()
+    assert process_state(stranger.popen.pid) != "T"
 
 
 def test_a_process_stopped_by_the_monitor_is_continued_after_the_agent_crashed(world):
