@@ -45,6 +45,8 @@ public struct AgentService: Service {
         // end the process), whenever it comes.
         let hangups = await UnixSignalsSequence(trapping: .sighup)
         connection.objects.errorNames = Self.errorNames
+        // No method of the agent takes a descriptor (Submit's options may name one in a variant).
+        connection.objects.limits.acceptsFileDescriptors = false
         // Before the store is read: a second agent on this directory must not touch it.
         let lock = try StateLock(directory: environment.stateDirectory)
         defer { withExtendedLifetime(lock) {} }

@@ -1016,7 +1016,8 @@ extension TaskEngine {
         message.noAutoStart = true
         Task {
             do {
-                _ = try await connection.call(message, timeout: .seconds(5))
+                // ExpireTask returns nothing: an answer with a body is not read, only measured.
+                _ = try await connection.call(message, timeout: .seconds(5), replyBodyLimit: Self.appReplyBytes)
             } catch {
                 logger.info("ExpireTask not answered", metadata: ["task.id": "\(taskID)", "error": "\(error)"])
             }

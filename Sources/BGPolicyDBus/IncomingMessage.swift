@@ -21,6 +21,10 @@ struct IncomingMessage {
         signature = dbus_message_get_signature(pointer).map { String(cString: $0) } ?? ""
     }
 
+    /// Whether file descriptors came with it. libdbus holds them, open in this process, until
+    /// the message is freed: a call that carries some is refused before it can wait in a queue.
+    var carriesFileDescriptors: Bool { dbus_message_contains_unix_fds(pointer) != 0 }
+
     /// The whole message, body included.
     func decoded() throws(DBusError) -> Message {
         var message = header

@@ -143,6 +143,12 @@ public final class ObjectServer: Sendable {
         /// arguments take more memory than their wire format (an `ay` about 24 bytes per
         /// byte), so this bounds a caller's queue to some 100 MiB at the worst.
         public var maximumQueuedBytesPerCaller = 4 << 20
+        /// Whether calls may carry Unix file descriptors, to the methods whose arguments can
+        /// hold one (an `h`, or a variant) and to `Properties.Set`. Other calls that carry
+        /// some are always refused, before anything is read. A service that takes none turns
+        /// this off: its callers' descriptors, open in this process while their calls wait,
+        /// are then refused with the call.
+        public var acceptsFileDescriptors = true
         public init() {}
     }
 
@@ -405,11 +411,25 @@ public final class ObjectServer: Sendable {
     func route(_ incoming: IncomingMessage, loop: ConnectionLoop) {
         let header = incoming.header
         var readFirst: (message: Message, bytes: Int)?
+        // Every descriptor of a call stays open in this process while the call waits in its
+        // caller's lane (and one in a variant is duplicated when the body is read): a call
+        // that cannot use them is answered before anything is read.
+        if header.interface == Self.propertiesInterface, incoming.carriesFileDescriptors,
+            header.member != "Set" || !state.withLock({ $0.limits.acceptsFileDescriptors })
+        {
+            let name = state.withLock { $0.errorNames.invalidArgs }
+            let text = "\(Self.propertiesInterface).\(header.member ?? "") takes no file descriptors here; "
+                + "send the call without them"
+            respond(header.makeError(name: name, message: text), to: header, loop: loop, onLoopThread: true)
+            return
+        }
         if header.interface == Self.propertiesInterface {
             guard let read = readArguments(of: incoming, loop: loop) else { return }
             readFirst = read
         }
-        let resolution = resolve(readFirst?.message ?? header, signature: incoming.signature)
+        let resolution = resolve(
+            readFirst?.message ?? header, signature: incoming.signature,
+            carriesFileDescriptors: incoming.carriesFileDescriptors)
         switch resolution {
         case .reply(let body):
             respond(header.makeReply(body), to: header, loop: loop, onLoopThread: true)
@@ -560,14 +580,16 @@ public final class ObjectServer: Sendable {
     /// can drive it without a bus. `signature` is the body's (by default, that of
     /// `message.body`): routing needs only it and the headers, except for `Properties` calls,
     /// which need their arguments read.
-    func resolve(_ message: Message, signature: String? = nil) -> Resolution {
+    func resolve(_ message: Message, signature: String? = nil, carriesFileDescriptors: Bool = false) -> Resolution {
         let signature = signature ?? message.signature
         let path = message.path ?? .root
         let member = message.member ?? ""
         let interface = message.interface
         let isIntrospect = member == "Introspect" && (interface == nil || interface == Self.introspectableInterface)
-        let (table, names, children) = state.withLock { s -> ([String: ExportedInterface]?, ErrorNames, [String]) in
-            (s.objects[path], s.errorNames, isIntrospect ? Self.children(of: path, in: s.objects.keys) : [])
+        let (table, names, children, acceptsFileDescriptors) = state.withLock {
+            s -> ([String: ExportedInterface]?, ErrorNames, [String], Bool) in
+            (s.objects[path], s.errorNames, isIntrospect ? Self.children(of: path, in: s.objects.keys) : [],
+             s.limits.acceptsFileDescriptors)
         }
 
         if isIntrospect {
@@ -608,6 +630,15 @@ public final class ObjectServer: Sendable {
             return .error(
                 names.invalidArgs,
                 "\(exported.description.name).\(member) takes arguments of type \"\(method.inputSignature)\", not \"\(signature)\"")
+        }
+        // Descriptors sent to a method that cannot take them would stay open in this process
+        // while the call waits its turn, for nothing: refused at once, they close with it.
+        if carriesFileDescriptors,
+            !acceptsFileDescriptors || !method.inputSignature.contains(where: { $0 == "h" || $0 == "v" })
+        {
+            return .error(
+                names.invalidArgs,
+                "\(exported.description.name).\(member) takes no file descriptors; send the call without them")
         }
         if let immediate = exported.immediateMethods[member] { return .immediate(immediate) }
         return .handler(handler)

@@ -464,6 +464,40 @@ struct TypeRoundTripTests {
         server.close()
         client.close()
     }
+
+    @Test("a server that takes no descriptors refuses a call carrying one")
+    func fileDescriptorRefused() async throws {
+        let bus = try PrivateBus()
+        let connections = try await connect(2, to: bus)
+        let (server, client) = (connections[0], connections[1])
+        server.objects.limits.acceptsFileDescriptors = false
+        try server.objects.export([Echo.interface], at: Echo.path)
+        let serving = startServing(server)
+        defer { serving.cancel() }
+
+        var ends: [Int32] = [-1, -1]
+        #expect(pipe(&ends) == 0)
+        let readEnd = UnixFD(taking: ends[0])
+        let writeEnd = UnixFD(taking: ends[1])
+        do {
+            let reply = try await withTimeout(.seconds(10), "Echo") {
+                try await client.call(
+                    destination: server.uniqueName, path: Echo.path, interface: Echo.name, member: "Echo", [.variant(.unixFD(readEnd))])
+            }
+            Issue.record("a call carrying a descriptor was served: \(reply)")
+        } catch DBusError.remote(let name, let message) {
+            #expect(name == server.objects.errorNames.invalidArgs)
+            #expect(message.contains("\(Echo.name).Echo takes no file descriptors"), "\(message)")
+        }
+        withExtendedLifetime(writeEnd) {}
+        // Without descriptors, the same method is served.
+        let reply = try await withTimeout(.seconds(10), "Echo") {
+            try await client.call(destination: server.uniqueName, path: Echo.path, interface: Echo.name, member: "Echo", [.variant(.string("x"))])
+        }
+        #expect(bitExact(reply, [.variant(.string("x"))]))
+        server.close()
+        client.close()
+    }
 }
 
 /// A tiny, independent encoder of the D-Bus wire format, for checking the reader against the

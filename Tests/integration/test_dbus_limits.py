@@ -5,6 +5,7 @@ its memory stays bounded and its connection's thread is not held up for its othe
 Timing is never judged against a fixed figure: the agent's answer to a big message is
 compared with the bus daemon's answer to the same bytes, measured in the same test."""
 
+import os
 import threading
 import time
 
@@ -149,16 +150,18 @@ def test_arguments_that_cannot_be_read_get_the_agents_invalid_argument(world):
 CLIENT_XML = """<node><interface name="org.bgpolicy.Client1">
 <method name="RunTask"><arg type="s" direction="in"/><arg type="s" direction="in"/><arg type="s" direction="in"/>
 <arg type="u" direction="in"/><arg type="a{sv}" direction="in"/><arg type="ay" direction="out"/></method>
-<method name="ExpireTask"><arg type="s" direction="in"/></method></interface></node>"""
+<method name="ExpireTask"><arg type="s" direction="in"/><arg type="ay" direction="out"/></method>
+</interface></node>"""
 
 
 class BigAnswerApp:
     """An app of this process (its own connection, served by a thread) that answers RunTask
-    with BIG bytes of `ay`, where Client1 returns nothing."""
+    and ExpireTask with BIG bytes of `ay`, where Client1 returns nothing."""
 
     def __init__(self, address, app_id):
         self.payload = GLib.Variant.new_tuple(big_bytes())
         self.ready = threading.Event()
+        self.expire_answered = threading.Event()
         threading.Thread(target=self.serve, args=(address, app_id), daemon=True).start()
         assert self.ready.wait(10), "the app did not register"
 
@@ -171,8 +174,11 @@ class BigAnswerApp:
         interface = Gio.DBusNodeInfo.new_for_xml(CLIENT_XML).interfaces[0]
 
         def method(_conn, _sender, _path, _iface, name, _params, invocation):
-            invocation.return_value(self.payload if name == "RunTask" else None)
+            invocation.return_value(self.payload)
+            if name == "ExpireTask":
+                self.expire_answered.set()
         conn.register_object("/org/bgpolicy/Client1", interface, method, None, None)
+        self.conn = conn
         th.call(conn, SCHEDULER, "Register", "asa{sv}", ([f"{app_id}.refresh"], th.register_options(app_id=app_id)), "(s)")
         th.call(conn, SCHEDULER, "Submit", "ssa{sv}",
                 (f"{app_id}.refresh", "refresh", th.submit_options(earliest_begin=th.later(3600))))
@@ -194,3 +200,74 @@ def test_a_big_answer_to_run_task_is_not_read(world):
     check_bounded(agent, hwm_before, "a big answer to RunTask")
     assert agent.wait_history("delivered", app_id="org.example.Big", timeout=5)
     status_answers(world.session.conn)
+
+
+def test_a_big_answer_to_expire_task_is_not_read(world):
+    """ExpireTask returns nothing; its answer was read whole, value by value, on the
+    connection's thread: 32 MiB of `ay` took the agent's peak RSS up by about 750 MiB, and
+    every other caller waited. Like RunTask's, a reply over 64 KiB is measured, not read."""
+    agent = world.start_agent()
+    app = BigAnswerApp(world.address, "org.example.Big")
+    agent.admin("SimulateLaunch", "ss", ("org.example.Big", "org.example.Big.refresh"), timeout=60)
+    assert agent.wait_history("delivered", app_id="org.example.Big", timeout=5)
+    hwm_before = vm_hwm_kib(agent.pid)
+    agent.admin("SimulateExpiration", "ss", ("org.example.Big", "org.example.Big.refresh"))
+    assert app.expire_answered.wait(10), "the app was not sent ExpireTask"
+    # Messages from one connection arrive in order: the agent answers this call only once it
+    # has dealt with the app's answer to ExpireTask.
+    th.call(app.conn, SCHEDULER, "GetRefreshStatus", reply_type="(s)", timeout=60)
+    status_answers(world.session.conn)
+    check_bounded(agent, hwm_before, "a big answer to ExpireTask")
+    assert agent.alive()
+
+
+def call_with_descriptors(conn, interface, method, signature, args, count):
+    """The remote error (name, message) of a call that carries `count` descriptors, or None."""
+    read_end, write_end = os.pipe()
+    try:
+        fds = Gio.UnixFDList.new()
+        for _ in range(count):
+            fds.append(read_end)
+        conn.call_with_unix_fd_list_sync(AGENT_NAME, AGENT_PATH, interface, method, th.variant_args(signature, args),
+                                         None, Gio.DBusCallFlags.NO_AUTO_START, 10_000, fds, None)
+        return None
+    except GLib.Error as error:
+        return Gio.DBusError.get_remote_error(error), error.message
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+
+
+def descriptors(pid):
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def test_a_call_carrying_file_descriptors_is_refused_before_it_waits(world):
+    """No method of the agent takes a file descriptor. A call that carried some was served
+    all the same (GetStatus), or queued in its caller's lane with its descriptors open in the
+    agent, and a handle in Submit's options was duplicated, only to be refused as the wrong
+    type once its turn came. Now the agent answers InvalidArgument at once, saying why."""
+    agent = world.start_agent()
+    client = world.stack.push(th.ch.GBus(world.address)).conn
+    status_answers(client)
+    before = descriptors(agent.pid)
+    th.call(client, SCHEDULER, "Register", "asa{sv}", (["x"], th.register_options(app_id="org.example.Fd")), "(s)")
+    submit = ("x", "refresh", {**th.submit_options(earliest_begin=th.later(3600)), "extra": GLib.Variant("h", 0)})
+    calls = [
+        (th.ADMIN, "GetStatus", "", (), "org.bgpolicy.Admin1.GetStatus"),
+        (SCHEDULER, "Submit", "ssa{sv}", submit, "org.bgpolicy.Scheduler1.Submit"),
+        ("org.freedesktop.DBus.Properties", "Get", "ss", (th.ADMIN, "Conditions"), "org.freedesktop.DBus.Properties.Get"),
+    ]
+    for interface, method, signature, args, named in calls:
+        refusal = call_with_descriptors(client, interface, method, signature, args, 16)
+        assert refusal is not None, f"{method} carrying 16 descriptors was served"
+        name, text = refusal
+        assert name == "org.bgpolicy.Error.InvalidArgument", (method, name, text)
+        assert named in text and "file descriptor" in text, text
+    # Nothing was queued or kept: no request pending, and no descriptor left open.
+    assert [p for p in agent.list_pending() if p["app_id"] == "org.example.Fd"] == []
+    th.wait_until(lambda: descriptors(agent.pid) <= before, 5, "the agent closes the descriptors it was sent")
+    # The same calls without descriptors are served.
+    th.call(client, SCHEDULER, "Submit", "ssa{sv}", ("x", "refresh", th.submit_options(earliest_begin=th.later(3600))))
+    assert [p["identifier"] for p in agent.list_pending() if p["app_id"] == "org.example.Fd"] == ["x"]
+    status_answers(client)
