@@ -39,37 +39,52 @@ struct AdminInterface: Sendable {
     /// that the reply stays the same for a second at a time unless something changes,
     /// and the object server sends a copy of the last one, which libdbus does not validate
     /// again (`ReplyTemplates`).
-    func status() -> DBusValue {
+    ///
+    /// - Parameter namingApps: false for a caller in an app sandbox, or one the agent cannot
+    ///   place: the entries that name apps (`appNamingKeys`) are left out.
+    func status(namingApps: Bool = true) -> DBusValue {
         let seconds = (ContinuousClock.now - startedAt).seconds.rounded(.down)
         var entries = constantEntries
         entries.append(StatusEntry("uptime_seconds", .double(seconds)))
         entries.append(StatusEntry("conditions", conditions.snapshotDBusValue))
         entries.append(contentsOf: configuration.statusEntries)
-        engine.statusEntries.withLock { entries.append(contentsOf: $0) }
+        engine.statusEntries.withLock { engineEntries in
+            if namingApps {
+                entries.append(contentsOf: engineEntries)
+            } else {
+                entries.append(contentsOf: engineEntries.lazy.filter { !Self.appNamingKeys.contains($0.key) })
+            }
+        }
         entries.sort { $0.key < $1.key }
         return .dictionary(key: .string, value: .variant, entries.map(\.entry))
     }
+
+    /// `GetStatus`'s entries that name apps: which apps the user has open, and which run in
+    /// the background now. A sandboxed app may read the device's state and the counts, not
+    /// what the user does with other apps.
+    static let appNamingKeys: Set<String> = ["running", "in_use"]
 
     /// Admin1 is for the user's own tools (`bgpolicy`, a settings panel). An app in a Flatpak
     /// or snap sandbox may be let talk to the agent to schedule its own work; that must not
     /// let it read other apps' requests and history, or turn their work (or all work) off.
     /// So every method but `GetStatus` (and the `Conditions` property: the device's state and
     /// counts, nothing of any one app's) refuses a caller the agent finds in a sandbox, or
-    /// cannot place. Unsandboxed processes of the user could edit the agent's files anyway.
+    /// cannot place, and `GetStatus` leaves out for it the entries that name apps.
+    /// Unsandboxed processes of the user could edit the agent's files anyway.
     func requireOutsideSandbox(_ sender: String) async throws(SchedulerError) {
-        if let verdict = callers.verdict(of: sender) {
-            if let refusal = verdict { throw SchedulerError(.accessDenied, refusal) }
-            return
-        }
+        if let refusal = await sandboxRefusal(of: sender) { throw SchedulerError(.accessDenied, refusal) }
+    }
+
+    /// Why Admin1 refuses `sender`, in words; nil when it is outside an app sandbox.
+    func sandboxRefusal(of sender: String) async -> String? {
+        if let verdict = callers.verdict(of: sender) { return verdict }
         let pid: UInt32?
         do {
             pid = try await engine.connection.credentials(of: sender).pid
         } catch {
             // A passing failure (the bus slow to answer, the agent stopping): refused this once,
             // and not remembered, so that the caller's next call is asked about again.
-            throw SchedulerError(
-                .accessDenied,
-                "the agent could not tell which process called (\(error)); org.bgpolicy.Admin1 answers only callers it can see are outside an app sandbox. Try again")
+            return "the agent could not tell which process called (\(error)); org.bgpolicy.Admin1 answers only callers it can see are outside an app sandbox. Try again"
         }
         let refusal: String?
         if let pid {
@@ -87,13 +102,24 @@ struct AdminInterface: Sendable {
         }
         // Definite answers only: they hold for the connection's life.
         callers.record(refusal, for: sender)
-        if let refusal { throw SchedulerError(.accessDenied, refusal) }
+        return refusal
     }
 
     func exported() -> ExportedInterface {
         ExportedInterface(AgentInterfaces.admin)
-            // Reads only values in memory: answered on the connection's thread.
-            .method("GetStatus", immediate: { _ in [status()] })
+            // Reads only values in memory: answered on the connection's thread once the caller
+            // is placed (inside an app sandbox or not); its first call waits for the bus to say
+            // which process it is.
+            .method(
+                "GetStatus",
+                immediate: { call in
+                    guard let verdict = callers.verdict(of: call.sender) else { throw ObjectServer.NotImmediate() }
+                    return [status(namingApps: verdict == nil)]
+                },
+                queued: { call in
+                    try call.arguments.expect("")
+                    return [status(namingApps: await sandboxRefusal(of: call.sender) == nil)]
+                })
             .property("Conditions", get: { conditions.snapshotDBusValue })
             .method("ListApps") { call in
                 try call.arguments.expect("")

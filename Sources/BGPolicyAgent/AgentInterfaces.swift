@@ -18,7 +18,8 @@ public enum AgentInterfaces {
             Every method but GetStatus (and the Conditions property) answers AccessDenied to a
             caller in a Flatpak or snap sandbox, or one whose process the agent cannot see: an
             app schedules its own work through org.bgpolicy.Scheduler1, and these controls
-            and other apps' requests and history are the user's.
+            and other apps' requests and history are the user's. GetStatus leaves out for such
+            a caller the keys that name apps ("running", "in_use").
             """,
         methods: [
             .init(
@@ -70,7 +71,10 @@ public enum AgentInterfaces {
                 documentation: """
                     GetStatus:
                     Returns what the agent knows about itself. Cheap: it reads no files and calls no
-                    other daemon, so settings panels may call it as often as they redraw.
+                    other daemon, so settings panels may call it as often as they redraw (a
+                    connection's first call asks the bus which process it is, once). A caller in a
+                    Flatpak or snap sandbox, or one whose process the agent cannot see, gets it
+                    without "running" and "in_use", which name apps.
                     Docs/DBusAPI.md shows it called from gdbus, busctl and Python.
                     """),
             .init(

@@ -51,6 +51,18 @@ public struct ExportedInterface: Sendable {
         return copy
     }
 
+    /// A method answered on the connection's thread when `immediate` can (from what it has at
+    /// hand); when it throws `ObjectServer.NotImmediate`, the call waits in its caller's lane
+    /// for `queued`, which may await. Calls queued behind others go to `queued` directly.
+    public func method(
+        _ name: String, immediate: @escaping ImmediateMethodHandler, queued: @escaping MethodHandler
+    ) -> ExportedInterface {
+        var copy = self
+        copy.methods[name] = queued
+        copy.immediateMethods[name] = immediate
+        return copy
+    }
+
     public func property(_ name: String, get: @escaping PropertyGetter, set: PropertySetter? = nil) -> ExportedInterface {
         var copy = self
         copy.getters[name] = get
@@ -132,6 +144,12 @@ public final class ObjectServer: Sendable {
 
     /// What one caller may send before its calls are refused with `limitsExceeded`. They
     /// protect the process, not policy: replies to calls this connection makes are not bound.
+    /// Thrown by an immediate handler that cannot answer without awaiting: the call is then
+    /// queued for the method's other handler (`ExportedInterface.method(_:immediate:queued:)`).
+    public struct NotImmediate: Error {
+        public init() {}
+    }
+
     public struct Limits: Sendable {
         /// The most a method call's arguments may take in the wire format (its body). A call
         /// over it is answered without its arguments being read. 1 MiB: D-Bus services take
@@ -332,7 +350,12 @@ public final class ObjectServer: Sendable {
         case .reply(let body): reply = message.makeReply(body)
         case .error(let name, let text): reply = message.makeError(name: name, message: text)
         case .handler(let handler): reply = await run(handler, for: message)
-        case .immediate(let handler): reply = runImmediate(handler, for: message)
+        case .immediate(let handler, let queued):
+            if let immediate = runImmediate(handler, for: message) {
+                reply = immediate
+            } else {
+                reply = await run(queued, for: message)
+            }
         }
         return message.noReplyExpected ? nil : reply
     }
@@ -438,14 +461,14 @@ public final class ObjectServer: Sendable {
         case .handler(let run):
             guard let read = readFirst ?? readArguments(of: incoming, queued: true, loop: loop) else { return }
             enqueue(Work(message: read.message, loop: loop, run: run, bytes: read.bytes), loop: loop)
-        case .immediate(let handler):
+        case .immediate(let handler, let queued):
             // Inline unless this caller has calls queued, which must be answered first.
             let busy = state.withLock { $0.lanes[header.sender ?? ""] != nil }
             guard let (message, bytes) = readFirst ?? readArguments(of: incoming, queued: busy, loop: loop) else { return }
-            if busy {
-                enqueue(Work(message: message, loop: loop, run: { call in try handler(call) }, bytes: bytes), loop: loop)
+            if !busy, let reply = runImmediate(handler, for: message) {
+                respond(reply, to: message, loop: loop, onLoopThread: true, immediate: true)
             } else {
-                respond(runImmediate(handler, for: message), to: message, loop: loop, onLoopThread: true, immediate: true)
+                enqueue(Work(message: message, loop: loop, run: queued, bytes: bytes), loop: loop)
             }
         }
     }
@@ -538,9 +561,12 @@ public final class ObjectServer: Sendable {
             message: "too many calls waiting from \(sender) (\(bound)); wait for replies before sending more")
     }
 
-    private func runImmediate(_ handler: ImmediateMethodHandler, for message: Message) -> Message {
+    /// The reply, or nil when the handler cannot answer at once (`NotImmediate`).
+    private func runImmediate(_ handler: ImmediateMethodHandler, for message: Message) -> Message? {
         do {
             return message.makeReply(try handler(MethodCall(message: message)))
+        } catch is NotImmediate {
+            return nil
         } catch {
             return errorReply(for: message, error: error)
         }
@@ -573,7 +599,7 @@ public final class ObjectServer: Sendable {
         case reply([DBusValue])
         case error(String, String)
         case handler(@Sendable (MethodCall) async throws -> [DBusValue])
-        case immediate(ImmediateMethodHandler)
+        case immediate(ImmediateMethodHandler, queued: @Sendable (MethodCall) async throws -> [DBusValue])
     }
 
     /// Decides what a call reaches. Pure apart from reading the export table, so the fuzzer
@@ -640,7 +666,7 @@ public final class ObjectServer: Sendable {
                 names.invalidArgs,
                 "\(exported.description.name).\(member) takes no file descriptors; send the call without them")
         }
-        if let immediate = exported.immediateMethods[member] { return .immediate(immediate) }
+        if let immediate = exported.immediateMethods[member] { return .immediate(immediate, queued: handler) }
         return .handler(handler)
     }
 

@@ -738,4 +738,53 @@ struct ReplyTemplateTests {
             for try await answer in group { #expect(answer == [changed]) }
         }
     }
+
+    /// An immediate handler that cannot answer without awaiting hands the call to the queued
+    /// one, once per caller here: the first call of each caller is queued, its next ones are
+    /// answered on the connection's thread, and every caller gets its own answer in order.
+    @Test func anImmediateMethodHandsACallItCannotAnswerToTheQueue() async throws {
+        let bus = try PrivateBus()
+        let connections = try await connect(3, to: bus)
+        let (server, a, b) = (connections[0], connections[1], connections[2])
+        let known = Mutex<Set<String>>([])
+        let queuedCalls = Mutex(0)
+        let description = InterfaceDescription(
+            name: "org.bgpolicy.Snapshot1", documentation: "d",
+            methods: [.init("Get", outputs: [.init("how", .string)], documentation: "d")])
+        try server.objects.export(
+            [ExportedInterface(description).method(
+                "Get",
+                immediate: { call in
+                    guard known.withLock({ $0.contains(call.sender) }) else { throw ObjectServer.NotImmediate() }
+                    return [.string("immediate")]
+                },
+                queued: { call in
+                    try await Task.sleep(for: .milliseconds(20))
+                    known.withLock { _ = $0.insert(call.sender) }
+                    queuedCalls.withLock { $0 += 1 }
+                    return [.string("queued")]
+                })], at: ObjectPath("/s"))
+        let serving = startServing(server)
+        defer { serving.cancel() }
+        func get(_ client: DBusConnection) async throws -> [DBusValue] {
+            try await client.call(destination: server.uniqueName, path: ObjectPath("/s"), interface: "org.bgpolicy.Snapshot1",
+                                  member: "Get", timeout: .seconds(5))
+        }
+        #expect(try await get(a) == [.string("queued")])
+        #expect(try await get(a) == [.string("immediate")])
+        #expect(try await get(b) == [.string("queued")])
+        #expect(try await get(b) == [.string("immediate")])
+        #expect(try await get(a) == [.string("immediate")])
+        #expect(queuedCalls.withLock { $0 } == 2)
+        // Without a bus, handle(_:) does the same.
+        let detached = ObjectServer.detached()
+        try detached.export(
+            [ExportedInterface(description).method(
+                "Get", immediate: { _ in throw ObjectServer.NotImmediate() }, queued: { _ in [.string("queued")] })],
+            at: try ObjectPath("/s"))
+        var call = Message.methodCall(destination: ":1.1", path: try ObjectPath("/s"), interface: "org.bgpolicy.Snapshot1", member: "Get")
+        call.serial = 1
+        call.sender = ":1.9"
+        #expect(await detached.handle(call)?.body == [.string("queued")])
+    }
 }
