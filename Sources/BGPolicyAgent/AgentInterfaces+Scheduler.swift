@@ -123,7 +123,9 @@ extension AgentInterfaces {
                 documentation: """
                     BeginBackgroundTask:
                     Time to finish work the user started, such as sending a message after the window
-                    closed. Client1.ExpireTask(token) comes 5 s before the end. Unavailable when
+                    closed. Client1.ExpireTask(token) comes 5 s before the end, or at once when the
+                    machine prepares for sleep, which ends it (sleep-expired, no violation).
+                    Unavailable when
                     the battery is critical or the machine is going to sleep; InvalidArgument for
                     a name over 255 bytes; LimitsExceeded when the app has 16 under way.
                     """),

@@ -1471,6 +1471,21 @@ extension TaskEngine {
             duration: Self.wallNow() - task.startedAt))
     }
 
+    /// A background task under way as the machine goes to sleep: told to wrap up
+    /// (`ExpireTask`, as slices are) and closed as `sleep-expired`, not a violation. It ran on
+    /// after the resume with what was left of its 30 s, the app's work cut off mid-way
+    /// without a word (a connection dropped by the sleep, a save half written).
+    func expireBackgroundTaskForSleep(_ token: String) {
+        guard let task = backgroundTasks.removeValue(forKey: token) else { return }
+        task.timer?.cancel()
+        sendExpireExpectingNoReply(token, to: task.connection)
+        appendHistory(HistoryEntry(
+            time: Self.wallNow(), appID: task.appID, identifier: task.name, taskID: token, event: .sleepExpired,
+            result: .failed,
+            detail: "background task '\(task.name)' expired because the machine went to sleep (ExpireTask sent); not a violation",
+            duration: Self.wallNow() - task.startedAt))
+    }
+
     func endBackgroundTask(caller: String, token: String) throws(SchedulerError) {
         let appID = try app(of: caller)
         guard let task = backgroundTasks[token], task.appID == appID else {

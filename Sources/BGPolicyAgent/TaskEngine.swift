@@ -335,20 +335,23 @@ actor TaskEngine {
         requestEvaluation()
     }
 
-    /// Before sleep every running slice is expired, so that no app is frozen mid-work with a
-    /// grant it cannot use; nothing starts until resume.
+    /// Before sleep every running slice and background task is expired, so that no app is
+    /// frozen mid-work with a grant it cannot use; nothing starts until resume.
     func sleepEvent(_ event: SleepEvent) async {
         switch event {
         case .preparing:
             sleeping = true
-            let hadSlices = !slices.isEmpty
+            let toldApps = !slices.isEmpty || !backgroundTasks.isEmpty
             for id in Array(slices.keys) {
                 await expireForSleep(sliceID: id)
+            }
+            for token in backgroundTasks.keys.sorted() {
+                expireBackgroundTaskForSleep(token)
             }
             // The apps' ExpireTask calls are written to the bus before this returns and the
             // sleep inhibitor is released: queued from a task that ran later, they could go
             // out after it, as the machine went down.
-            if hadSlices { await connection.flush() }
+            if toldApps { await connection.flush() }
         case .resumed:
             sleeping = false
             // What the sources said before the sleep may be hours old: a laptop suspended on

@@ -135,3 +135,39 @@ def test_after_a_resume_work_waits_for_the_facts_read_again(laptop):
         assert blocking == ["critical-battery"], blocking
     finally:
         os.kill(upowerd.pid, signal.SIGCONT)
+
+
+def test_background_tasks_under_way_expire_before_sleep(world):
+    """A background task (BeginBackgroundTask, 30 s for work the user started) under way as the
+    machine goes to sleep is told to wrap up, as a slice is, and closed as `sleep-expired`, no
+    violation. It ran on after the resume with what was left of its time, the app never told
+    that its work was cut off mid-way."""
+    logind = world.start_logind()
+    agent = world.start_agent()
+    app_id = "org.example.Saver"
+    app = world.registered_app(app_id, [f"{app_id}.refresh"])
+    token, seconds = app.begin_background_task("save document")
+    assert seconds == 30
+
+    prepare_for_sleep(logind, True)
+    expire = app.wait_event("ExpireTask", lambda e: e["task_id"] == token, timeout=5)
+    assert expire["no_reply"] is True, expire
+    entry = agent.wait_history("sleep-expired", task_id=token, timeout=5)
+    assert entry["result"] == "failed" and "background task 'save document'" in entry["detail"], entry
+    assert "not a violation" in entry["detail"], entry
+    assert agent.app_record(app_id)["violations"] == 0
+    # It is over: ending it now says so.
+    message = th.expect_error("UnknownTask", app.end_background_task, token)
+    assert "may have expired already" in message, message
+    # Refused while the machine sleeps, and granted again after the resume.
+    th.expect_error("Unavailable", app.begin_background_task, "save again")
+    prepare_for_sleep(logind, False)
+    wait_until(lambda: try_begin(app), 5, "BeginBackgroundTask granted after the resume")
+
+
+def try_begin(app):
+    try:
+        app.begin_background_task("save again")
+        return True
+    except th.AgentError:
+        return False
