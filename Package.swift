@@ -181,7 +181,10 @@ let package = Package(
         ),
         .testTarget(
             name: "BGPolicyAgentTests",
-            dependencies: ["BGPolicyAgent", "BGPolicyCore", "BGPolicyDBus"],
+            dependencies: [
+                "BGPolicyAgent", "BGPolicyCore", "BGPolicyDBus", "BGPolicyStore", "BGPolicySystem", "BGPolicyTestSupport",
+                .product(name: "Logging", package: "swift-log"),
+            ],
             swiftSettings: strictSettings
         ),
     ]

@@ -788,19 +788,32 @@ actor TaskEngine {
         if removedWork { requestEvaluation() } else { requestEvaluation(for: appID) }
     }
 
-    func cancelAll(caller: String) throws(SchedulerError) {
+    /// Written through the writer, after every write queued before it, as `cancel` is. It
+    /// deleted on the executor at once: a Submit of the app's other connection, in memory and
+    /// its write queued, was deleted before it was written, then written: memory had no
+    /// request, the store had it, and the next start delivered what the app had cancelled.
+    func cancelAll(caller: String) async throws(SchedulerError) {
         let appID = try app(of: caller)
-        let count = pending[appID]?.count ?? 0
-        guard count > 0 else { return }
+        guard let removed = pending[appID], !removed.isEmpty else { return }
+        pending[appID] = nil
+        beginSaving(appID)
+        defer { endSaving(appID, removedWork: true) }
+        let store = store
+        let entry = HistoryEntry(
+            time: Self.wallNow(), appID: appID, event: .cancelled,
+            detail: "all \(removed.count) pending requests cancelled by the app")
         do {
-            try store.deleteAllPending(appID: appID)
+            try await writer.run { () throws(StoreError) in try store.deleteAllPending(appID: appID, history: entry) }
         } catch {
+            // Memory takes back what the store holds of those it dropped; a request submitted
+            // since is the newer, and stays.
+            for (identifier, request) in removed where pending[appID]?[identifier] == nil {
+                restorePending(appID, identifier, else: request)
+            }
+            if pending[appID]?.isEmpty == true { pending[appID] = nil }
             throw storeFailed(error, "a cancellation of all requests")
         }
-        pending[appID] = nil
-        appendHistory(HistoryEntry(time: Self.wallNow(), appID: appID, event: .cancelled, detail: "all \(count) pending requests cancelled by the app"))
-        // Work went: the timer may have been for it (`endSaving`).
-        requestEvaluation()
+        noteHistoryWritten(count: 1, at: entry.time)
     }
 
     func pendingRequests(caller: String) throws(SchedulerError) -> [TaskRequest] {

@@ -77,10 +77,12 @@ extension TaskStore {
         }
     }
 
-    /// Removes every pending request of the app.
-    public func deleteAllPending(appID: AppID) throws(StoreError) {
+    /// Removes every pending request of the app and appends `entry` to the history, in one
+    /// transaction.
+    public func deleteAllPending(appID: AppID, history entry: HistoryEntry) throws(StoreError) {
         try write { db in
             try db.execute(sql: "DELETE FROM pending WHERE app_id = ?", arguments: [appID.rawValue])
+            _ = try Self.insert(entry, db)
         }
     }
 

@@ -90,8 +90,11 @@ struct TaskStoreTests {
         try store.deletePending(appID: Sample.maps, identifier: "a")
         try store.deletePending(appID: Sample.maps, identifier: "never-submitted")
         #expect(try store.pendingRequests().map(\.identifier) == ["c", "b"])
-        try store.deleteAllPending(appID: Sample.maps)
+        let cancelled = HistoryEntry(time: 3, appID: Sample.maps, event: .cancelled, detail: "all cancelled")
+        try store.deleteAllPending(appID: Sample.maps, history: cancelled)
         #expect(try store.pendingRequests().map(\.identifier) == ["c"])
+        // In the same transaction as the deletion.
+        #expect(try store.history(since: 0, limit: 10, appID: Sample.maps).map(\.detail) == ["all cancelled"])
     }
 
     @Test("a request for an app never saved is refused")

@@ -474,8 +474,10 @@ def test_full_disk_loses_no_pending_request_and_the_agent_keeps_serving(world):
     assert "nothing was changed" in message and ("full" in message or not disk.exact), message
     message = expect_error("Failed", app.cancel, IDENTIFIERS[0])
     assert "nothing was changed" in message, message
+    message = expect_error("Failed", app.scheduler, "CancelAll")
+    assert "nothing was changed" in message, message
     # The journal, where the message sends a person, says what failed.
-    for what in ("a request", "a cancellation"):
+    for what in ("a request", "a cancellation", "a cancellation of all requests"):
         assert f"The database failed on {what}; the caller was told nothing changed" in agent.stderr(), agent.stderr_tail()
     # Nothing changed indeed, and the agent still answers everyone.
     assert pending_identifiers(agent) == [IDENTIFIERS[0]]
