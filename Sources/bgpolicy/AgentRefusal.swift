@@ -35,7 +35,9 @@ struct AgentRefusal: Error, CustomStringConvertible {
         .notRegistered: "'bgpolicy apps' lists the apps that have registered with bgpolicyd.",
         .unknownTask: "'bgpolicy pending' lists the waiting requests, 'bgpolicy status' the running tasks.",
         .invalidArgument: "Check the arguments with 'bgpolicy help'; if they look right, bgpolicy and bgpolicyd may be different versions.",
-        .accessDenied: "Only the session's own user may do that.",
+        .accessDenied:
+            "bgpolicyd answers these only to callers it can see outside an app sandbox: run bgpolicy on the host "
+            + "(from a Flatpak app's terminal: 'flatpak-spawn --host bgpolicy ...').",
         .unknownMethod: Self.olderAgent,
         .unknownInterface: Self.olderAgent,
         .unknownObject: Self.olderAgent,

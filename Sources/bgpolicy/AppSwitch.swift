@@ -27,7 +27,13 @@ struct AppSwitch: ParsableArguments {
             defer { client.close() }
             if let app {
                 try await client.setAppEnabled(app, enabled)
-                print(json ? JSONText.object(["app_id": Variant(app), "enabled": Variant(enabled)]) : Self.said(app: app, enabled))
+                // The app's switch acts under the switch for all work: with that one off, the
+                // app's on runs nothing, and saying only "on" would send the user looking.
+                // Not known (an agent too old to say), the line is left as it was.
+                let globalEnabled = try? await client.status().bool("global_enabled")
+                var fields = ["app_id": Variant(app), "enabled": Variant(enabled)]
+                if let globalEnabled = globalEnabled ?? nil { fields["global_enabled"] = Variant(globalEnabled) }
+                print(json ? JSONText.object(fields) : Self.said(app: app, enabled, globalEnabled: globalEnabled ?? nil))
             } else {
                 try await client.setGlobalEnabled(enabled)
                 print(json ? JSONText.object(["global_enabled": Variant(enabled)]) : Self.said(app: nil, enabled))
@@ -35,8 +41,10 @@ struct AppSwitch: ParsableArguments {
         }
     }
 
-    static func said(app: String?, _ enabled: Bool) -> String {
+    static func said(app: String?, _ enabled: Bool, globalEnabled: Bool? = nil) -> String {
         switch (app.map(TableText.cell), enabled) {
+        case (let app?, true) where globalEnabled == false:
+            "Background work is on for \(app), but off for every app until 'bgpolicy enable --all'."
         case (let app?, true): "Background work is on for \(app)."
         case (let app?, false): "Background work is off for \(app): it cannot submit tasks until 'bgpolicy enable \(app)'."
         case (nil, true): "Background work is on."

@@ -6,6 +6,7 @@ Each test app is a process of its own; before it registers, the test writes its 
 proc tree (BGPOLICY_PROC_ROOT): `<root>/<pid>/cgroup`, `<root>/<pid>/root/.flatpak-info`, and
 `<root>/<pid>/stat` linked to the real one."""
 
+import subprocess
 import time
 
 import pytest
@@ -274,6 +275,17 @@ def test_admin1_refuses_apps_in_a_sandbox(world):
     assert agent.status()["global_enabled"] is True
     assert agent.app_record("org.example.Bank")["enabled"] is True
     assert [p["app_id"] for p in agent.list_pending()] == ["org.example.Bank"]
+    # `bgpolicy` run inside a sandbox (an app's terminal) is refused the same way, and its
+    # hint says where to run it (it said that only the session's own user may).
+    root = world.proc_root
+    cgroup = unit_cgroup("app-flatpak-org.example.Term-7.scope")
+    script = (f'mkdir -p {root}/$$/root && ln -s /proc/$$/stat {root}/$$/stat && printf "%s" "$CGROUP" > {root}/$$/cgroup'
+              f' && printf "[Application]\\nname=org.example.Term\\n" > {root}/$$/root/.flatpak-info'
+              f' && exec {agent.bin_dir}/bgpolicy apps')
+    r = subprocess.run(["sh", "-c", script], env={**agent.env, "CGROUP": cgroup}, capture_output=True, text=True,
+                       timeout=30, stdin=subprocess.DEVNULL)
+    assert r.returncode == 1 and "org.example.Term in a Flatpak sandbox" in r.stderr, r
+    assert "flatpak-spawn --host bgpolicy" in r.stderr and "own user" not in r.stderr, r.stderr
     # An app unit is not a sandbox: its process is the user's.
     unit = world.app("unit", cgroup=unit_cgroup("app-gnome-org.example.Maps-1234.scope"))
     (apps,) = unit.call(th.ADMIN, "ListApps")

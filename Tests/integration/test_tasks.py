@@ -781,7 +781,15 @@ def test_switching_an_app_or_everything_off(world):
     assert app.refresh_status() == "restricted"
     assert agent.status()["global_enabled"] is False
     expect_error("Unavailable", app.submit, identifier, "refresh")
+    # The app's switch acts under the global one: `enable APP` says the app still gets nothing
+    # (it said "on" alone, and nothing ran).
+    said = agent.cli("enable", app_id).stdout
+    assert said == f"Background work is on for {app_id}, but off for every app until 'bgpolicy enable --all'.\n", said
+    assert json.loads(agent.cli("enable", app_id, "--json").stdout) == {
+        "app_id": app_id, "enabled": True, "global_enabled": False}
+    assert app.refresh_status() == "restricted"
     agent.set_global_enabled(True)
+    assert agent.cli("enable", app_id).stdout == f"Background work is on for {app_id}.\n"
     assert app.refresh_status() == "available"
     app.submit(identifier, "refresh", earliest_begin=later(3600))
     expect_error("NotRegistered", agent.set_app_enabled, "org.example.Nobody", False)
