@@ -7,7 +7,9 @@ extension TaskStore {
     /// into it (`copyTables`), and closes it again: the store then opens it as at start
     /// (`reopen`). Returns the tables kept and lost; nil when nothing could be tried (`aside` is
     /// no database, not bgpolicy's, or from a newer bgpolicyd). Throws when the fresh file
-    /// cannot be made (a full disk), leaving what it began at `path` for `putBack` to remove.
+    /// cannot be made or the rows cannot be written into it (a full disk: `copyTables`), leaving
+    /// what it began at `path` for `putBack` to remove. `extraPages`: the tests' seam for a full
+    /// disk, capping the fresh file at its size once migrated plus that many pages.
     ///
     /// The rows go into the schema they were written in, and the migrations the old file lacked
     /// then run on them, as at any upgrade: the fresh file is migrated up to the old file's last
@@ -17,28 +19,34 @@ extension TaskStore {
     /// damaged itself), or is not a first part of this build's, or the later migrations fail on
     /// what was copied, the rows go into this build's schema, by the columns both tables have:
     /// a table whose rows lack a column that needs a value is lost, whole.
-    static func makeFreshFile(at path: String, salvaging aside: String) throws(StoreError) -> (kept: [String], lost: [String])? {
+    static func makeFreshFile(at path: String, salvaging aside: String, extraPages: Int? = nil) throws(StoreError) -> (kept: [String], lost: [String])? {
         let ours = migrationNames
-        switch migrationRecord(of: aside) {
+        let record: MigrationRecord
+        do {
+            record = try migrationRecord(of: aside)
+        } catch {
+            throw StoreError(error, file: aside)
+        }
+        switch record {
         case .notOurs:
-            try fill(path, from: nil, migratedUpTo: nil)
+            try fill(path, from: nil, migratedUpTo: nil, extraPages: extraPages)
             return nil
         case .unreadable:
-            return try fill(path, from: aside, migratedUpTo: nil)
+            return try fill(path, from: aside, migratedUpTo: nil, extraPages: extraPages)
         case .read(let theirs):
             guard !theirs.isEmpty, theirs.isSubset(of: ours) else {
-                try fill(path, from: nil, migratedUpTo: nil)
+                try fill(path, from: nil, migratedUpTo: nil, extraPages: extraPages)
                 return nil
             }
             guard Set(ours.prefix(theirs.count)) == theirs else {
-                return try fill(path, from: aside, migratedUpTo: nil)
+                return try fill(path, from: aside, migratedUpTo: nil, extraPages: extraPages)
             }
             do {
-                return try fill(path, from: aside, migratedUpTo: ours[theirs.count - 1])
+                return try fill(path, from: aside, migratedUpTo: ours[theirs.count - 1], extraPages: extraPages)
             } catch {
                 // Begun again from nothing, into this build's schema (a full disk fails again).
                 for suffix in ["-wal", "-shm", ""] { unlink(path + suffix) }
-                return try fill(path, from: aside, migratedUpTo: nil)
+                return try fill(path, from: aside, migratedUpTo: nil, extraPages: extraPages)
             }
         }
     }
@@ -52,26 +60,42 @@ extension TaskStore {
         case read(Set<String>)
     }
 
-    private static func migrationRecord(of aside: String) -> MigrationRecord {
-        let record = try? DatabaseQueue().writeWithoutTransaction { db -> MigrationRecord in
-            try db.execute(sql: "ATTACH DATABASE ? AS aside", arguments: [aside])
-            defer { try? db.execute(sql: "DETACH DATABASE aside") }
-            let hasRecord = try Bool.fetchOne(db, sql: """
-                SELECT EXISTS (SELECT 1 FROM aside.sqlite_master WHERE type = 'table' AND name = 'grdb_migrations')
-                """)
-            guard hasRecord == true else { return .notOurs }
-            guard let theirs = try? String.fetchSet(db, sql: "SELECT identifier FROM aside.grdb_migrations") else {
-                return .unreadable
+    /// Throws only what `isWriteFailure` calls the disk's failure (the file could not be
+    /// attached on a full disk, which must put it back rather than salvage nothing).
+    private static func migrationRecord(of aside: String) throws -> MigrationRecord {
+        do {
+            return try DatabaseQueue().writeWithoutTransaction { db -> MigrationRecord in
+                try db.execute(sql: "ATTACH DATABASE ? AS aside", arguments: [aside])
+                defer { try? db.execute(sql: "DETACH DATABASE aside") }
+                let hasRecord = try Bool.fetchOne(db, sql: """
+                    SELECT EXISTS (SELECT 1 FROM aside.sqlite_master WHERE type = 'table' AND name = 'grdb_migrations')
+                    """)
+                guard hasRecord == true else { return .notOurs }
+                guard let theirs = try? String.fetchSet(db, sql: "SELECT identifier FROM aside.grdb_migrations") else {
+                    return .unreadable
+                }
+                return .read(theirs)
             }
-            return .read(theirs)
+        } catch where isWriteFailure(error) {
+            throw error
+        } catch {
+            return .notOurs
         }
-        return record ?? .notOurs
+    }
+
+    /// SQLite failed to write or to reach the disk (SQLITE_FULL, SQLITE_IOERR, SQLITE_READONLY),
+    /// not to read what was written: nothing says the rows are unreadable, and the salvage must
+    /// fail (the damaged file goes back, for the next start) rather than call them lost.
+    static func isWriteFailure(_ error: any Error) -> Bool {
+        guard let error = error as? DatabaseError else { return false }
+        return [.SQLITE_FULL, .SQLITE_IOERR, .SQLITE_READONLY].contains(error.resultCode)
     }
 
     /// Creates the file at `path`, migrated up to `stage` (all the way when nil), copies the
-    /// tables of `aside` into it (when given), migrates the rest, and closes it.
+    /// tables of `aside` into it (when given), migrates the rest, and closes it. `extraPages`: see
+    /// `makeFreshFile`.
     @discardableResult
-    private static func fill(_ path: String, from aside: String?, migratedUpTo stage: String?) throws(StoreError)
+    private static func fill(_ path: String, from aside: String?, migratedUpTo stage: String?, extraPages: Int?) throws(StoreError)
         -> (kept: [String], lost: [String])?
     {
         do {
@@ -82,7 +106,13 @@ extension TaskStore {
             } else {
                 try migrator.migrate(queue)
             }
-            let salvaged = aside.flatMap { copyTables(from: $0, into: queue) }
+            if let extraPages {
+                try queue.inDatabase { db in
+                    let pages = try Int.fetchOne(db, sql: "PRAGMA page_count") ?? 0
+                    try db.execute(sql: "PRAGMA max_page_count = \(pages + extraPages)")
+                }
+            }
+            let salvaged = try aside.flatMap { aside in try copyTables(from: aside, into: queue) }
             try migrator.migrate(queue)
             return salvaged
         } catch {
@@ -95,9 +125,20 @@ extension TaskStore {
     /// is kept whole or not at all, and a row whose parent was lost fails its table's foreign
     /// key. Only the columns both tables have; a table `aside` does not have is neither kept
     /// nor lost. Nil when `aside` cannot be attached.
-    static func copyTables(from aside: String, into queue: DatabaseQueue) -> (kept: [String], lost: [String])? {
-        try? queue.writeWithoutTransaction { db -> (kept: [String], lost: [String]) in
-            try db.execute(sql: "ATTACH DATABASE ? AS aside", arguments: [aside])
+    ///
+    /// A table is lost only to what its rows are: damaged (SQLITE_CORRUPT, SQLITE_NOTADB), or
+    /// refused by the fresh schema (a constraint). A failure to write (`isWriteFailure`: the
+    /// fresh file meeting a full disk) throws, here or at the attach, so that the store puts
+    /// the damaged file back for the next start instead of giving up rows it could read.
+    static func copyTables(from aside: String, into queue: DatabaseQueue) throws -> (kept: [String], lost: [String])? {
+        try queue.writeWithoutTransaction { db -> (kept: [String], lost: [String])? in
+            do {
+                try db.execute(sql: "ATTACH DATABASE ? AS aside", arguments: [aside])
+            } catch where isWriteFailure(error) {
+                throw error
+            } catch {
+                return nil
+            }
             defer { try? db.execute(sql: "DETACH DATABASE aside") }
             let tables = try String.fetchAll(db, sql: """
                 SELECT name FROM main.sqlite_master
@@ -122,12 +163,22 @@ extension TaskStore {
                         return .commit
                     }
                     kept.append(table)
+                } catch where isWriteFailure(error) {
+                    throw error
                 } catch {
                     lost.append(table)
                 }
             }
-            if lost.contains("app_identifiers") { try? rebuildIdentifiers(db) }
-            try? keepSequences(db)
+            do {
+                if lost.contains("app_identifiers") { try rebuildIdentifiers(db) }
+            } catch where isWriteFailure(error) {
+                throw error
+            } catch {}
+            do {
+                try keepSequences(db)
+            } catch where isWriteFailure(error) {
+                throw error
+            } catch {}
             return (kept, lost)
         }
     }

@@ -110,8 +110,13 @@ public final class TaskStore: Sendable {
         try TaskStore.open(path: path)
     }
 
-    /// `init(path:)`, with the opener `restoreIfRemoved` uses after the copy.
-    init(path: String, reopen: @escaping @Sendable (String) throws(StoreError) -> DatabaseQueue) throws(StoreError) {
+    /// `init(path:)`, with the opener `restoreIfRemoved` uses after the copy, and, for tests of
+    /// a full disk, the room the fresh file made after a damaged one gets
+    /// (`makeFreshFile(extraPages:)`).
+    init(
+        path: String, reopen: @escaping @Sendable (String) throws(StoreError) -> DatabaseQueue,
+        freshFileExtraPages: Int? = nil
+    ) throws(StoreError) {
         self.reopen = reopen
         try Self.makeParentDirectories(of: path)
         (corruptionFound, corruptionContinuation) = AsyncStream.makeStream(bufferingPolicy: .bufferingOldest(1))
@@ -131,7 +136,7 @@ public final class TaskStore: Sendable {
             let movedTo = try Self.moveAside(path)
             let kept: (kept: [String], lost: [String])?
             do {
-                kept = try Self.makeFreshFile(at: path, salvaging: movedTo)
+                kept = try Self.makeFreshFile(at: path, salvaging: movedTo, extraPages: freshFileExtraPages)
                 queue = try reopen(path)
             } catch {
                 // Nothing is lost yet, and nothing must be: the damaged file goes back where it

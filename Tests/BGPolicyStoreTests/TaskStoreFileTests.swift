@@ -383,6 +383,64 @@ struct TaskStoreFileTests {
         #expect(try store.pendingRequests().map(\.identifier) == ["a"])
     }
 
+    /// A sound store at `path` (`fill`ed) with `extra` more history entries, closed.
+    func storeWithLongHistory(at path: String, extra: Int) throws {
+        let store = try TaskStore(path: path)
+        try fill(store)
+        for time in 200..<(200 + extra) {
+            try store.append(Sample.entry(.submitted, at: Double(time), detail: String(repeating: "x", count: 200)))
+        }
+        try store.checkpoint()
+    }
+
+    @Test("a fresh file that fills up while the tables are copied into it fails the salvage, rather than calling them lost")
+    func freshFileFullDuringCopy() throws {
+        let scratch = try ScratchDirectory()
+        defer { scratch.remove() }
+        let aside = scratch.path + "/tasks.db.corrupt-1000"
+        try storeWithLongHistory(at: aside, extra: 2_000)
+        // The fresh file capped 8 pages past its migrated size: the apps and the request fit,
+        // the history does not. SQLITE_FULL from the fresh file said the history was lost.
+        do {
+            let salvaged = try TaskStore.makeFreshFile(at: scratch.path + "/tasks.db", salvaging: aside, extraPages: 8)
+            Issue.record("the salvage returned \(String(describing: salvaged))")
+        } catch {
+            guard case .full = error else { Issue.record("\(error)"); return }
+        }
+        // With room, the same file is read back whole.
+        for suffix in ["-wal", "-shm", ""] { try? FileManager.default.removeItem(atPath: scratch.path + "/tasks.db" + suffix) }
+        let salvaged = try #require(try TaskStore.makeFreshFile(at: scratch.path + "/tasks.db", salvaging: aside))
+        #expect(salvaged.lost == [])
+        #expect(salvaged.kept.contains("history"), "\(salvaged)")
+    }
+
+    @Test("a start whose fresh file fills up while salvaging puts the old file back with its marker, and the next keeps it all")
+    func freshFileFullDuringCopyAtStart() throws {
+        let scratch = try ScratchDirectory()
+        defer { scratch.remove() }
+        let path = scratch.path + "/tasks.db"
+        try storeWithLongHistory(at: path, extra: 2_000)
+        // Sound, but found damaged in use: moved aside and read back table by table.
+        #expect(FileManager.default.createFile(atPath: path + ".damaged", contents: nil))
+        let before = try Data(contentsOf: URL(fileURLWithPath: path))
+        do {
+            _ = try TaskStore(path: path, reopen: TaskStore.openFile, freshFileExtraPages: 8)
+            Issue.record("the store opened, its history lost")
+        } catch {
+            guard case .full = error else { Issue.record("\(error)"); return }
+        }
+        #expect(try Data(contentsOf: URL(fileURLWithPath: path)).dropFirst(100) == before.dropFirst(100),
+                "the old file is back in its place")
+        #expect(FileManager.default.fileExists(atPath: path + ".damaged"), "the marker is kept")
+        #expect(scratch.names().filter { $0.contains(".corrupt-") } == [], "\(scratch.names())")
+        let store = try TaskStore(path: path)
+        #expect(store.recoveredFromCorruption != nil)
+        #expect(store.salvaged?.lost == [])
+        #expect(try store.history(since: 0, limit: 10_000).count == 2_200)
+        #expect(try store.pendingRequests().map(\.identifier) == ["a"])
+        #expect(!FileManager.default.fileExists(atPath: path + ".damaged"))
+    }
+
     @Test("two corrupt files moved aside in the same second get different names")
     func moveAsideTwice() throws {
         let scratch = try ScratchDirectory()
