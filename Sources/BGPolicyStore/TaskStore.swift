@@ -270,11 +270,16 @@ public final class TaskStore: Sendable {
     /// Before migrating, that the file is ours and not newer than this build: a database with
     /// migrations this build does not know was written by a newer bgpolicyd (`.newerVersion`:
     /// kept as it is, for that version); one with tables but no migration record was never
-    /// ours (`.corrupt`: moved aside like a broken file, rather than migrated into).
+    /// ours (`.corrupt`: moved aside like a broken file, rather than migrated into). The empty
+    /// migration record alone is ours: GRDB commits it before the first migration, so a first
+    /// start cut short there (killed, a full disk) leaves just that, to be migrated as new.
     private static func checkSchema(_ queue: DatabaseQueue, path: String) throws {
         let (applied, tables) = try queue.read { db in
             (try migrator.appliedIdentifiers(db),
-             try String.fetchAll(db, sql: "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name"))
+             try String.fetchAll(db, sql: """
+                SELECT name FROM sqlite_master
+                WHERE type = 'table' AND name NOT LIKE 'sqlite_%' AND name != 'grdb_migrations' ORDER BY name
+                """))
         }
         let unknown = applied.subtracting(migrator.migrations).sorted()
         guard unknown.isEmpty else { throw StoreError.newerVersion(path: path, migrations: unknown) }

@@ -184,6 +184,26 @@ struct TaskStoreFileTests {
         #expect(try store.apps().map(\.appID) == [Sample.maps])
     }
 
+    @Test("a first start cut short after the empty migration record was made is migrated, not moved aside as corrupt")
+    func emptyMigrationRecordOnly() throws {
+        let scratch = try ScratchDirectory()
+        defer { scratch.remove() }
+        let path = scratch.path + "/tasks.db"
+        // What GRDB leaves when the start ends before v1 commits: its migration record,
+        // created (and committed) first, empty, and no other table.
+        try TaskStore.createFile(path: path, migratedUpTo: "v1", sql: """
+            DELETE FROM grdb_migrations;
+            DROP TABLE app_identifiers; DROP TABLE pending; DROP TABLE running; DROP TABLE apps;
+            DROP TABLE settings; DROP TABLE history; DROP TABLE usage;
+            """)
+        let store = try TaskStore(path: path)
+        #expect(store.recoveredFromCorruption == nil)
+        #expect(scratch.names().allSatisfy { !$0.contains(".corrupt-") }, "\(scratch.names())")
+        try store.saveApp(Sample.app(Sample.maps))
+        #expect(try store.apps().map(\.appID) == [Sample.maps])
+        #expect(try TaskStore(path: path).recoveredFromCorruption == nil)
+    }
+
     @Test("a database a newer bgpolicyd migrated is refused as it is, naming the unknown changes")
     func newerVersion() throws {
         let scratch = try ScratchDirectory()
