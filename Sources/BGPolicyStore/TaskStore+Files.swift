@@ -61,7 +61,14 @@ extension TaskStore {
     /// Removes, with their `-wal` and `-shm`, all but the newest `keep` files `moveAside` left
     /// beside `path` (`<path>.corrupt-<time>`, then `.1`, `.2`… in the same second; nothing
     /// else is touched), and returns the paths removed, oldest first.
-    static func removeOldDamagedCopies(of path: String, keeping keep: Int = keptDamagedCopies) -> [String] {
+    ///
+    /// `justMade`, the copy `moveAside` has just made, is never removed, and counts as one of
+    /// the `keep`: its name has the time of the move, and a clock set back since older copies
+    /// were made would otherwise call it the oldest and remove it, while the agent reports it
+    /// kept.
+    static func removeOldDamagedCopies(
+        of path: String, keeping keep: Int = keptDamagedCopies, justMade: String? = nil
+    ) -> [String] {
         let slash = path.lastIndex(of: "/")
         let directory = slash.map { String(path[...$0]) } ?? ""
         let prefix = String(path[(slash.map { path.index(after: $0) } ?? path.startIndex)...]) + ".corrupt-"
@@ -78,7 +85,10 @@ extension TaskStore {
         }
         closedir(dir)
         copies.sort { $0.order.lexicographicallyPrecedes($1.order) }
-        let removed = copies.dropLast(keep).map(\.path)
+        // The copy just made is kept whatever its name says; the newest others fill the rest.
+        let others = copies.filter { $0.path != justMade }
+        let keptOthers = others.count < copies.count ? keep - 1 : keep
+        let removed = others.dropLast(max(0, keptOthers)).map(\.path)
         for copy in removed {
             // The WAL first, as `moveAside` moves it: never a main file without its own log.
             for suffix in ["-wal", "-shm", ""] { unlink(copy + suffix) }

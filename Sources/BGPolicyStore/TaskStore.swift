@@ -147,7 +147,7 @@ public final class TaskStore: Sendable {
             }
             recoveredFromCorruption = movedTo
             salvaged = kept
-            removedDamagedCopies = Self.removeOldDamagedCopies(of: path)
+            removedDamagedCopies = Self.removeOldDamagedCopies(of: path, justMade: movedTo)
         }
         unlink(marker)
         file = Mutex(OpenFile(queue: queue, identity: FileIdentity(of: path)))

@@ -504,6 +504,29 @@ struct TaskStoreFileTests {
         #expect(TaskStore.removeOldDamagedCopies(of: path).isEmpty)
     }
 
+    @Test("the copy just moved aside is kept though older copies carry later times (the clock was set back)")
+    func damagedCopyKeptAfterClockSetBack() throws {
+        let scratch = try ScratchDirectory()
+        defer { scratch.remove() }
+        let path = scratch.path + "/tasks.db"
+        // Three copies stamped in 2286: the clock has since gone back to now.
+        for name in ["tasks.db.corrupt-9999999999", "tasks.db.corrupt-9999999998", "tasks.db.corrupt-9999999997"] {
+            #expect(FileManager.default.createFile(atPath: scratch.path + "/" + name, contents: Data(name.utf8)))
+        }
+        try Data("not a database, long enough to be read as one".utf8).write(to: URL(fileURLWithPath: path))
+
+        let store = try TaskStore(path: path)
+        let movedTo = try #require(store.recoveredFromCorruption)
+        #expect(FileManager.default.fileExists(atPath: movedTo), "the copy the store reports kept was removed")
+        #expect(try String(contentsOfFile: movedTo, encoding: .utf8).hasPrefix("not a database"))
+        // Three in all: the new one and the newest two others.
+        #expect(store.removedDamagedCopies == [scratch.path + "/tasks.db.corrupt-9999999997"])
+        let name = String(movedTo.split(separator: "/").last!)
+        #expect(scratch.names().filter { $0.contains(".corrupt-") }.sorted() == [
+            "tasks.db.corrupt-9999999998", "tasks.db.corrupt-9999999999", name,
+        ].sorted())
+    }
+
     /// Removed with its directory, or alone (its `-wal` and `-shm` left behind), under an
     /// open store: the next write puts it back whole, later writes go to it, and a new open
     /// finds everything.
