@@ -8,9 +8,17 @@ extension TaskStore {
     /// Enum columns carry the raw strings of the core's enums and have no CHECK constraints:
     /// a newer agent may write values this one does not know, and the readers deal with them
     /// (see TaskStore+Rows.swift). Times are Unix seconds as REAL; booleans are 0/1.
+    ///
+    /// Every migration is registered with `foreignKeyChecks: .immediate`: it runs with foreign
+    /// keys on, its own rows checked as it writes them. GRDB's default, `.deferred`, runs it
+    /// with them off and then checks the whole database, so one orphan row (a user's
+    /// `sqlite3`, whose foreign keys are off, deleting an app) failed every later migration
+    /// and the agent could not start after the upgrade. None of these rebuilds a table. One
+    /// that must (create, copy, drop, rename: with foreign keys on, the drop would delete the
+    /// old table's children) registers with `.deferred`, and deletes the orphans first.
     static var migrator: DatabaseMigrator {
         var migrator = DatabaseMigrator()
-        migrator.registerMigration("v1") { db in
+        migrator.registerMigration("v1", foreignKeyChecks: .immediate) { db in
             try db.execute(sql: """
                 CREATE TABLE apps (
                     app_id TEXT PRIMARY KEY NOT NULL,
@@ -84,7 +92,7 @@ extension TaskStore {
         }
         // The usage log's housekeeping (TaskStore+Usage.swift): raw events are kept for
         // `usageRetention`, then folded into per-app, per-hour-of-week counts kept for good.
-        migrator.registerMigration("v2-usage-hourly") { db in
+        migrator.registerMigration("v2-usage-hourly", foreignKeyChecks: .immediate) { db in
             try db.execute(sql: """
                 -- week_hour: hours since Monday 00:00 UTC, 0...167. opens: foreground events
                 -- folded so far. REAL, so that a later agent may decay the counts in place.
@@ -109,7 +117,7 @@ extension TaskStore {
         }
         // Content-available wakes and their rate limit (TaskStore+ContentWakes.swift), so that
         // a restart neither drops an undelivered wake nor refills a spent bucket.
-        migrator.registerMigration("v3-content-wakes") { db in
+        migrator.registerMigration("v3-content-wakes", foreignKeyChecks: .immediate) { db in
             try db.execute(sql: """
                 -- An app's one undelivered wake (newest only). payload: bytes in the encoding
                 -- that payload_encoding names, which the agent chooses and reads back; the store
@@ -133,7 +141,7 @@ extension TaskStore {
         }
         // The app units the session's autostart started (the agent's SessionStartedUnits), so
         // that after a restart the agent still knows them from units the user opened.
-        migrator.registerMigration("v4-session-started-units") { db in
+        migrator.registerMigration("v4-session-started-units", foreignKeyChecks: .immediate) { db in
             try db.execute(sql: """
                 CREATE TABLE session_started_units (
                     unit TEXT PRIMARY KEY NOT NULL
@@ -142,7 +150,7 @@ extension TaskStore {
         }
         // What the refresh planner must not forget across a restart and cannot learn again
         // from the usage log (TaskStore+PlannerState.swift, RefreshPlanner.Snapshot).
-        migrator.registerMigration("v5-planner-state") { db in
+        migrator.registerMigration("v5-planner-state", foreignKeyChecks: .immediate) { db in
             try db.execute(sql: """
                 -- One row: the thresholds, and the refresh budget left as at slot_start, the start
                 -- of the 15-min slot the planner was in.
@@ -165,7 +173,7 @@ extension TaskStore {
                 ) WITHOUT ROWID;
                 """)
         }
-        migrator.registerMigration("v6-cpu-enforcement") { db in
+        migrator.registerMigration("v6-cpu-enforcement", foreignKeyChecks: .immediate) { db in
             try db.execute(sql: """
                 -- What the CPU monitor did to an app and has not undone yet, so that an agent that
                 -- stopped or crashed during the slice undoes it at its next start. action:
@@ -184,7 +192,7 @@ extension TaskStore {
         }
         // What the refresh planner's refreshes paid (RefreshPlanner.refreshYield): a file from
         // before starts from none, as a first start does.
-        migrator.registerMigration("v7-refresh-yield") { db in
+        migrator.registerMigration("v7-refresh-yield", foreignKeyChecks: .immediate) { db in
             try db.execute(sql: """
                 ALTER TABLE planner_state ADD COLUMN paid_trials REAL NOT NULL DEFAULT 0;
                 ALTER TABLE planner_state ADD COLUMN paid_successes REAL NOT NULL DEFAULT 0;

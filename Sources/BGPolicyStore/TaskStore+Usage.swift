@@ -240,12 +240,22 @@ extension TaskStore {
     }
 
     /// Creates a database file migrated only up to `migration` (say "v1"), then runs `sql` in
-    /// it: a file as an older agent left it, for the migration tests.
-    static func createFile(path: String, migratedUpTo migration: String, sql: String) throws(StoreError) {
+    /// it: a file as an older agent left it, for the migration tests. With `foreignKeys` false,
+    /// `sql` runs with them off, statement by statement, as a user's `sqlite3` would.
+    static func createFile(
+        path: String, migratedUpTo migration: String, sql: String, foreignKeys: Bool = true
+    ) throws(StoreError) {
         do {
             let queue = try DatabaseQueue(path: path, configuration: configuration)
             try migrator.migrate(queue, upTo: migration)
-            try queue.write { db in try db.execute(sql: sql) }
+            if foreignKeys {
+                try queue.write { db in try db.execute(sql: sql) }
+            } else {
+                try queue.writeWithoutTransaction { db in
+                    try db.execute(sql: "PRAGMA foreign_keys = OFF")
+                    try db.execute(sql: sql)
+                }
+            }
             try queue.close()
         } catch {
             throw StoreError(error, file: path)

@@ -204,6 +204,30 @@ struct TaskStoreFileTests {
         #expect(try TaskStore(path: path).recoveredFromCorruption == nil)
     }
 
+    @Test("a file of the previous release holding orphan rows (an app deleted by sqlite3) is migrated")
+    func orphanRowsMigrate() throws {
+        let scratch = try ScratchDirectory()
+        defer { scratch.remove() }
+        let path = scratch.path + "/tasks.db"
+        let previous = try #require(TaskStore.migrationNames.dropLast().last)
+        // A user's `sqlite3` (foreign keys off) deleted an app: its identifiers and request stay.
+        try TaskStore.createFile(path: path, migratedUpTo: previous, sql: """
+            INSERT INTO apps (app_id, identity, registered_at) VALUES ('org.gnome.Maps', 'flatpak', 1000);
+            INSERT INTO apps (app_id, identity, registered_at) VALUES ('org.example.Gone', 'flatpak', 1000);
+            INSERT INTO app_identifiers (app_id, identifier) VALUES ('org.gnome.Maps', 'a'), ('org.example.Gone', 'b');
+            INSERT INTO pending (app_id, identifier, kind, submitted_at) VALUES ('org.gnome.Maps', 'a', 'refresh', 2000);
+            INSERT INTO pending (app_id, identifier, kind, submitted_at) VALUES ('org.example.Gone', 'b', 'refresh', 2000);
+            DELETE FROM apps WHERE app_id = 'org.example.Gone';
+            """, foreignKeys: false)
+        // GRDB's default checks failed the whole database after the migration: SQLITE_CONSTRAINT,
+        // and the agent could not start.
+        let store = try TaskStore(path: path)
+        #expect(store.recoveredFromCorruption == nil)
+        #expect(try store.apps().map(\.appID) == [Sample.maps])
+        #expect(try store.pendingRequests().map(\.identifier).contains("a"))
+        #expect(try TaskStore(path: path).recoveredFromCorruption == nil)
+    }
+
     @Test("a database a newer bgpolicyd migrated is refused as it is, naming the unknown changes")
     func newerVersion() throws {
         let scratch = try ScratchDirectory()
