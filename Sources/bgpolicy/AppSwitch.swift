@@ -36,17 +36,29 @@ struct AppSwitch: ParsableArguments {
                 print(json ? JSONText.object(fields) : Self.said(app: app, enabled, globalEnabled: globalEnabled ?? nil))
             } else {
                 try await client.setGlobalEnabled(enabled)
-                print(json ? JSONText.object(["global_enabled": Variant(enabled)]) : Self.said(app: nil, enabled))
+                // The same the other way: switched on for all, the apps switched off one by
+                // one stay off, and are named (ListApps; left out when it does not answer).
+                let stillOff = enabled
+                    ? (try? await client.listApps()).map { apps in apps.filter { $0.bool("enabled") == false }.compactMap { $0.string("app_id") }.sorted() }
+                    : nil
+                var fields = ["global_enabled": Variant(enabled)]
+                if let stillOff { fields["apps_switched_off"] = Variant(stillOff) }
+                print(json ? JSONText.object(fields) : Self.said(app: nil, enabled, appsSwitchedOff: stillOff ?? []))
             }
         }
     }
 
-    static func said(app: String?, _ enabled: Bool, globalEnabled: Bool? = nil) -> String {
+    static func said(app: String?, _ enabled: Bool, globalEnabled: Bool? = nil, appsSwitchedOff: [String] = []) -> String {
         switch (app.map(TableText.cell), enabled) {
         case (let app?, true) where globalEnabled == false:
             "Background work is on for \(app), but off for every app until 'bgpolicy enable --all'."
         case (let app?, true): "Background work is on for \(app)."
         case (let app?, false): "Background work is off for \(app): it cannot submit tasks until 'bgpolicy enable \(app)'."
+        case (nil, true) where appsSwitchedOff.count == 1:
+            "Background work is on, except for \(TableText.cell(appsSwitchedOff[0])), switched off by itself ('bgpolicy enable \(TableText.cell(appsSwitchedOff[0]))')."
+        case (nil, true) where !appsSwitchedOff.isEmpty:
+            "Background work is on, except for \(appsSwitchedOff.count) apps switched off one by one: "
+                + appsSwitchedOff.map(TableText.cell).joined(separator: ", ") + " ('bgpolicy enable APP')."
         case (nil, true): "Background work is on."
         case (nil, false): "Background work is off for every app, until 'bgpolicy enable --all'."
         }

@@ -293,7 +293,7 @@ def test_global_switch_round_trips(agent):
     assert r.stdout == "Background work is off for every app, until 'bgpolicy enable --all'.\n"
     assert status_line_appears(agent, "Background work: off")
     assert json.loads(agent.cli("status", "--json").stdout)["global_enabled"] is False
-    assert json.loads(agent.cli("enable", "--all", "--json").stdout) == {"global_enabled": True}
+    assert json.loads(agent.cli("enable", "--all", "--json").stdout) == {"global_enabled": True, "apps_switched_off": []}
     assert status_line_appears(agent, "Background work: on")
     events = [e["event"] for e in json.loads(agent.cli("history", "--json").stdout)]
     assert events[-2:] == ["global-disabled", "global-enabled"], events

@@ -790,6 +790,16 @@ def test_switching_an_app_or_everything_off(world):
     assert app.refresh_status() == "restricted"
     agent.set_global_enabled(True)
     assert agent.cli("enable", app_id).stdout == f"Background work is on for {app_id}.\n"
+    # And the other way: everything switched on again names the app still switched off alone.
+    agent.cli("disable", app_id)
+    agent.cli("disable", "--all")
+    said = agent.cli("enable", "--all").stdout
+    assert said == f"Background work is on, except for {app_id}, switched off by itself ('bgpolicy enable {app_id}').\n", said
+    assert json.loads(agent.cli("enable", "--all", "--json").stdout) == {
+        "global_enabled": True, "apps_switched_off": [app_id]}
+    assert app.refresh_status() == "denied"
+    agent.cli("enable", app_id)
+    assert agent.cli("enable", "--all").stdout == "Background work is on.\n"
     assert app.refresh_status() == "available"
     app.submit(identifier, "refresh", earliest_begin=later(3600))
     expect_error("NotRegistered", agent.set_app_enabled, "org.example.Nobody", False)
