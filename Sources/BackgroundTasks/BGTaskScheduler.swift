@@ -424,8 +424,11 @@ public final class BGTaskScheduler: Sendable {
     /// leaves the screen or is about to quit.
     ///
     /// Call `endBackgroundTask(_:)` as soon as the work is done. The expiration handler runs a
-    /// few seconds before the time runs out (or at `disconnect()`, which ends it); it must end
-    /// the work and call `endBackgroundTask(_:)`.
+    /// few seconds before the time runs out (or at `disconnect()`, which ends it, and when the
+    /// agent that granted it leaves the bus without a word or the bus closes the connection,
+    /// which end it too); it must end the work and call `endBackgroundTask(_:)`. An agent gone
+    /// before its answer is handled has ended the background task already: the call returns
+    /// its token, and the handler runs at once.
     /// Throws `.unavailable` when the battery is critical or the machine is going to sleep,
     /// `.limitsExceeded` when the app has 16 under way, and `.invalidArgument` for a `name`
     /// over 255 bytes.
@@ -437,7 +440,9 @@ public final class BGTaskScheduler: Sendable {
     public func beginBackgroundTask(
         name: String, expirationHandler: (@Sendable () -> Void)?
     ) async throws -> BGBackgroundTaskIdentifier {
-        let message = try await callAgentForReply("BeginBackgroundTask", [.string(name)], waitingOnceSent: true)
+        var forgotten = false
+        let (message, link) = try await callAgentForReply(
+            "BeginBackgroundTask", [.string(name)], waitingOnceSent: true, agentForgotApp: &forgotten)
         let reply = message.body
         let identifier: BGBackgroundTaskIdentifier
         do {
@@ -455,6 +460,13 @@ public final class BGTaskScheduler: Sendable {
         let expiredAlready: Bool = state.withLock { s in
             if let index = s.earlyExpirations.firstIndex(of: identifier.rawValue) {
                 s.earlyExpirations.remove(at: index)
+                return true
+            }
+            // The agent that granted it is gone already (its name changed hands, or the
+            // connection closed): what sweeps that agent's work (`agentOwnerChanged`, `linkLost`,
+            // `disconnect()`) may have run before it was stored here, and would never find it.
+            // The owner is the one the connection's thread has read, never behind the sweep.
+            guard s.link === link, link.connection.isConnected, message.sender == nil || link.agent.owner == message.sender else {
                 return true
             }
             s.backgroundTasks[identifier.rawValue] = BackgroundTaskEntry(expirationHandler: expirationHandler, grantedBy: message.sender)
@@ -539,14 +551,15 @@ public final class BGTaskScheduler: Sendable {
         _ member: String, _ body: [DBusValue] = [], waitingOnceSent: Bool = false
     ) async throws(BGTaskSchedulerError) -> Message {
         var forgotten = false
-        return try await callAgentForReply(member, body, waitingOnceSent: waitingOnceSent, agentForgotApp: &forgotten)
+        return try await callAgentForReply(member, body, waitingOnceSent: waitingOnceSent, agentForgotApp: &forgotten).message
     }
 
-    /// `callAgentForReply`, setting `agentForgotApp` when the agent answered `NotRegistered`
-    /// before the scheduler registered again and retried: it did not know this connection.
+    /// `callAgentForReply`, with the link the reply came on, setting `agentForgotApp` when the
+    /// agent answered `NotRegistered` before the scheduler registered again and retried: it did
+    /// not know this connection.
     func callAgentForReply(
         _ member: String, _ body: [DBusValue] = [], waitingOnceSent: Bool = false, agentForgotApp: inout Bool
-    ) async throws(BGTaskSchedulerError) -> Message {
+    ) async throws(BGTaskSchedulerError) -> (message: Message, link: AgentLink) {
         var retried = false
         while true {
             let link = try await ready()
@@ -554,9 +567,9 @@ public final class BGTaskScheduler: Sendable {
                 let message = Message.methodCall(
                     destination: BGPolicyNames.busName, path: Self.agentPath, interface: BGPolicyNames.schedulerInterface,
                     member: member, body: body)
-                guard waitingOnceSent else { return try await link.connection.call(message) }
+                guard waitingOnceSent else { return (try await link.connection.call(message), link) }
                 try Task.checkCancellation()
-                return try await Task { try await link.connection.call(message) }.value
+                return (try await Task { try await link.connection.call(message) }.value, link)
             } catch DBusError.remote(let name, _) where name == BGPolicyErrorName.notRegistered.dbusName && !retried {
                 retried = true
                 agentForgotApp = true

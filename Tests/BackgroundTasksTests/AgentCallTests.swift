@@ -388,6 +388,32 @@ struct AgentCallTests {
         #expect(scheduler.state.withLock { $0.backgroundTasks.isEmpty })
     }
 
+    /// The agent's name changed hands after the agent granted a background task, before the
+    /// scheduler stored it: the sweep of the gone agent's work ran first and found nothing,
+    /// and the entry stored after it was never expired nor removed.
+    @Test("a background task granted by an agent that left before its answer was handled is expired")
+    func grantedByAnAgentGone() async throws {
+        let bus = try PrivateBus()
+        let agent = try await FakeAgent(on: bus)
+        defer { agent.close() }
+        let (scheduler, _) = try await activatedScheduler(on: bus)
+        defer { scheduler.disconnect() }
+        let warned = Mutex(0)
+
+        agent.held.withLock { _ = $0.insert("BeginBackgroundTask") }
+        let begin = Task { try await scheduler.beginBackgroundTask(name: "save") { warned.withLock { $0 += 1 } } }
+        try await waitUntil("BeginBackgroundTask to reach the agent") { !agent.calls(of: "BeginBackgroundTask").isEmpty }
+        // The agent leaves its name (it is going away), and the scheduler sees it, before its
+        // answer is read.
+        _ = try await agent.connection.releaseName(BGPolicyNames.busName)
+        try await waitUntil("the scheduler to see the agent gone") { scheduler.state.withLock { $0.agentOwner == nil } }
+        agent.held.withLock { _ = $0.remove("BeginBackgroundTask") }
+        let token = try await begin.value
+        #expect(token.rawValue == "bg-1")
+        try await waitUntil("the expiration handler to run") { warned.withLock { $0 } == 1 }
+        #expect(scheduler.state.withLock { $0.backgroundTasks.isEmpty })
+    }
+
     // MARK: The bus name
 
     /// The name was checked before the call itself, so the first call, even `submit(_:)`,
