@@ -641,12 +641,17 @@ public final class BGTaskScheduler: Sendable {
             case wait(Task<AgentLink, any Error>)
         }
         var stale: AgentLink?
+        var ended = Ended()
         let step: Step = state.withLock { s in
             if let link = s.link {
                 if link.connection.isConnected { return .ready(link) }
                 stale = link
                 s.link = nil
                 s.forgetRegistration()
+                // The bus closed the connection, and the agent ended the work it granted on it;
+                // the owner stream's `linkLost` will not, the link being no longer the
+                // scheduler's. Ended now, whether or not a new connection can be made.
+                ended = s.endAll()
             }
             if let connecting = s.connecting { return .wait(connecting) }
             let connecting = Task { try await self.openLink() }
@@ -654,6 +659,7 @@ public final class BGTaskScheduler: Sendable {
             return .wait(connecting)
         }
         stale?.close()
+        ended.expire()
         switch step {
         case .ready(let link):
             return link
@@ -691,7 +697,8 @@ public final class BGTaskScheduler: Sendable {
                     s.registering = nil
                     s.reregistration?.cancel()
                     s.reregistration = nil
-                    // What ran on a connection the bus lost, if `linkLost` has not ended it yet.
+                    // What ran on a connection the bus lost, if neither `linkLost` nor
+                    // `currentLink` has ended it yet.
                     return (true, s.endAll())
                 }
                 ended.expire()
@@ -769,8 +776,8 @@ public final class BGTaskScheduler: Sendable {
     /// session bus stopped or restarted). The agent ended the tasks and background tasks it
     /// granted on it with it, as it ends them at a `disconnect()`, so their expiration handlers
     /// run now; the next call connects again. Nothing when `link` is no longer the scheduler's
-    /// (a `disconnect()` has ended its work already) or still connected (the owner stream
-    /// ended for another reason).
+    /// (a `disconnect()`, or a call that found the connection closed first, `currentLink`, has
+    /// ended its work already) or still connected (the owner stream ended for another reason).
     private func linkLost(_ link: AgentLink) {
         state.withLock { s in
             guard s.link === link, !link.connection.isConnected else { return Ended() }

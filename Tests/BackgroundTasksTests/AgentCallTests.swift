@@ -414,6 +414,41 @@ struct AgentCallTests {
         #expect(scheduler.state.withLock { $0.backgroundTasks.isEmpty })
     }
 
+    // MARK: The connection lost
+
+    /// A call that found the connection closed before the owner stream did dropped the link
+    /// without ending its work, and the stream's `linkLost` then found the link no longer the
+    /// scheduler's: the work ended only once a new connection was opened, never if the bus
+    /// did not come back. The link here has no owner stream, so the call comes first.
+    @Test("a task and a background task of a connection a call finds closed are expired, though no new connection can be made")
+    func closedLinkFoundByACall() async throws {
+        let bus = try PrivateBus()
+        let connection = try await DBusConnection.connect(to: .address(bus.address))
+        let link = AgentLink(connection: connection, agent: try await connection.followOwner(of: BGPolicyNames.busName))
+        defer { link.close() }
+        let scheduler = BGTaskScheduler(appID: "org.example.App", bus: .address(bus.address))
+        scheduler.register(forTaskWithIdentifier: Self.identifier) { _ in }
+        let warned = Mutex<[String]>([])
+        let task = BGTask(identifier: Self.identifier, kind: .refresh, taskID: "task-1", deadline: Date() + 30) { _, _, _ in }
+        task.expirationHandler = { warned.withLock { $0.append("task") } }
+        scheduler.state.withLock { s in
+            s.link = link
+            s.running["task-1"] = task
+            s.backgroundTasks["bg-1"] = .init(expirationHandler: { warned.withLock { $0.append("background task") } })
+        }
+
+        bus.crash()
+        try await waitUntil("the connection to close") { !connection.isConnected }
+        let error = await #expect(throws: BGTaskSchedulerError.self) {
+            try await scheduler.submit(BGAppRefreshTaskRequest(identifier: Self.identifier))
+        }
+        #expect(error?.code == .agentNotRunning)
+        try await waitUntil("both expiration handlers to run") { warned.withLock { $0.count } == 2 }
+        #expect(Set(warned.withLock { $0 }) == ["task", "background task"])
+        #expect(task.isExpired)
+        #expect(scheduler.state.withLock { $0.link == nil && $0.running.isEmpty && $0.backgroundTasks.isEmpty })
+    }
+
     // MARK: The bus name
 
     /// The name was checked before the call itself, so the first call, even `submit(_:)`,
