@@ -82,7 +82,8 @@ public final class BGTask: Sendable, CustomStringConvertible {
         /// that came meanwhile still reaches it. Dropped once a report is final.
         var expirationHandler: (@Sendable () -> Void)?
         var expired = false
-        /// The expiration handler has been called (or set after the warning, and so called).
+        /// An expiration handler has been called for the warning (or set after it, and so
+        /// called): no other is, the warning is handled once. Not while no handler was set.
         var warned = false
         /// The newest report of the task's end: on its way, accepted, or refused for good.
         var completion: Task<Void, any Error>?
@@ -121,14 +122,18 @@ public final class BGTask: Sendable, CustomStringConvertible {
     /// connecting again. And when the bus closes the app's connection (the session bus
     /// stopped or restarted), which ends the task at the agent as well.
     ///
-    /// If the task has already expired when the handler is set, it is called at once, so a
-    /// warning that arrives before the launch handler sets it is not lost.
+    /// If the task has already expired when the handler is set and no handler has been called
+    /// for that yet, it is called at once, so a warning that arrives before the launch handler
+    /// sets it is not lost. A warning is handled once: a handler set after one has been called
+    /// for it is kept but not called, so one that wraps the handler before it
+    /// (`let previous = task.expirationHandler; task.expirationHandler = { …; previous?() }`)
+    /// does not run that one again.
     public var expirationHandler: (@Sendable () -> Void)? {
         get { state.withLock { $0.expirationHandler } }
         set {
             let runNow: Bool = state.withLock { s in
                 s.expirationHandler = newValue
-                guard s.expired && !s.completed else { return false }
+                guard s.expired, !s.completed, !s.warned, newValue != nil else { return false }
                 s.warned = true
                 return true
             }
@@ -197,9 +202,9 @@ public final class BGTask: Sendable, CustomStringConvertible {
         let handler: (@Sendable () -> Void)? = state.withLock { s in
             guard s.reports == number else { return nil }
             s.mayReportAgain = true
-            guard s.expired, !s.warned else { return nil }
+            guard s.expired, !s.warned, let handler = s.expirationHandler else { return nil }
             s.warned = true
-            return s.expirationHandler
+            return handler
         }
         if let handler { Task { handler() } }
     }
@@ -218,9 +223,9 @@ public final class BGTask: Sendable, CustomStringConvertible {
         let handler: (@Sendable () -> Void)? = state.withLock { s in
             guard !s.expired else { return nil }
             s.expired = true
-            guard !s.completed else { return nil }
+            guard !s.completed, let handler = s.expirationHandler else { return nil }
             s.warned = true
-            return s.expirationHandler
+            return handler
         }
         if let handler { Task { handler() } }
     }

@@ -268,6 +268,32 @@ struct BGTaskSchedulerTests {
         #expect(await iterator.next() != nil)
     }
 
+    /// Setting the handler after the warning ran the new one at once even when one had run for
+    /// the warning already: a handler extended by wrapping it (`let previous = …; … = {
+    /// previous?() }`) ran the original again at every assignment.
+    @Test("a handler set after one ran for the warning does not run; a warning is handled once")
+    func handlerReplacedAfterWarning() async throws {
+        let (scheduler, server, tasks) = try served()
+        defer { withExtendedLifetime(scheduler) {} }
+        _ = await server.handle(Self.call("RunTask", Self.runTask("task-1")))
+        var launched = tasks.makeAsyncIterator()
+        let task = try #require(await launched.next())
+        let runs = Mutex(0)
+        task.expirationHandler = { runs.withLock { $0 += 1 } }
+        _ = await server.handle(Self.call("ExpireTask", [.string("task-1")]))
+        #expect(task.isExpired)
+        for _ in 0..<200 where runs.withLock({ $0 }) == 0 { try await Task.sleep(for: .milliseconds(5)) }
+        #expect(runs.withLock { $0 } == 1)
+
+        let original = task.expirationHandler
+        task.expirationHandler = { original?() }
+        let wrapped = task.expirationHandler
+        task.expirationHandler = { wrapped?() }
+        _ = await server.handle(Self.call("ExpireTask", [.string("task-1")]))
+        try await Task.sleep(for: .milliseconds(200))
+        #expect(runs.withLock { $0 } == 1, "the handler ran again for the same warning")
+    }
+
     @Test("an unknown ExpireTask is answered quietly")
     func unknownExpiration() async throws {
         let (scheduler, server, _) = try served()
