@@ -141,6 +141,9 @@ public final class BGTask: Sendable, CustomStringConvertible {
         }
     }
 
+    /// Whether the app has reported the task's end at least once, whatever came of it.
+    var wasReported: Bool { state.withLock { $0.reports > 0 } }
+
     /// Whether the agent has asked this task to stop. Long work can poll this between steps.
     public var isExpired: Bool { state.withLock { $0.expired } }
 
@@ -157,8 +160,11 @@ public final class BGTask: Sendable, CustomStringConvertible {
     ///
     /// When the report fails but the task is still running at the agent (`.failed`, such as a
     /// full disk, or no answer in time, `.other`), the next call reports again, with its own
-    /// arguments: call it again once there is room. After `.unknownTask`, `.notRegistered` or
-    /// `.agentNotRunning` the task has ended at the agent, and later calls return the failed task;
+    /// arguments: call it again once there is room. Past its deadline the agent has ended the
+    /// task either way (it took the report whose answer was lost, or closed the slice): the
+    /// scheduler forgets it at a launch after that, and a report gets `.unknownTask`. After
+    /// `.unknownTask`, `.notRegistered` or `.agentNotRunning` the task has ended at the agent,
+    /// and later calls return the failed task;
     /// so it has when the agent no longer knew the app's connection and the scheduler's
     /// `Register` again was refused (`.accessDenied`: another process took the app id over).
     ///

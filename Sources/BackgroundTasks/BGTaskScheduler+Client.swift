@@ -17,8 +17,9 @@ extension BGTaskScheduler {
     /// How many unmatched `ExpireTask` ids are remembered.
     static let earlyExpirationLimit = 32
 
-    /// How long past its deadline a task the app did not complete, once warned, is kept (the
-    /// deadline is in whole seconds): until the next `RunTask` after that, which forgets it.
+    /// How long past its deadline a task the app did not complete, once warned or reported, is
+    /// kept (the deadline is in whole seconds): until the next `RunTask` after that, which
+    /// forgets it.
     static let endedTaskGrace: TimeInterval = 10
 
     /// What the app's connection answers calls it cannot route with (a wrong signature, no
@@ -82,10 +83,15 @@ extension BGTaskScheduler {
         let now = Date()
         let outcome: Outcome = state.withLock { s in
             // Tasks the app never completed ended at their deadline: the agent warned them, then
-            // recorded them expired, and will not call about them again. Forgotten here, or each
-            // would keep its handlers (and what they hold) for as long as the app runs. Only
-            // warned ones: a wall clock that jumped ahead must not lose a task its warning.
-            s.running = s.running.filter { !$0.value.isExpired || $0.value.deadline.addingTimeInterval(Self.endedTaskGrace) > now }
+            // recorded them expired, and will not call about them again. So did those whose
+            // report failed in a way that left them running here (no answer in time, `Failed`):
+            // the agent either took the end, and never warns them, or ended them at their
+            // deadline. Forgotten here, or each would keep its handlers (and what they hold) for
+            // as long as the app runs. Only warned or reported ones: a wall clock that jumped
+            // ahead must not lose a task its warning.
+            s.running = s.running.filter {
+                !($0.value.isExpired || $0.value.wasReported) || $0.value.deadline.addingTimeInterval(Self.endedTaskGrace) > now
+            }
             guard s.running[taskID] == nil else { return .alreadyRunning }
             let found = kind == .contentAvailable ? s.contentAvailableHandler : s.handlers[identifier]
             guard let handler = found else { return .noHandler }

@@ -492,6 +492,48 @@ struct AgentCallTests {
         }
     }
 
+    /// A report that failed with an error after which the agent may still run the task (no
+    /// answer in time, `Failed`) kept it in `running`; only warned tasks were forgotten past
+    /// their deadline, and the agent never warns a task whose end it took (the answer lost).
+    /// The task stayed, with its handlers, for as long as the app ran.
+    @Test("a task whose completion failed is forgotten once its slice is over, though never warned")
+    func failedCompletionForgotten() async throws {
+        let bus = try PrivateBus()
+        let agent = try await FakeAgent(on: bus)
+        defer { agent.close() }
+        let (scheduler, tasksIterator) = try await activatedScheduler(on: bus)
+        defer { scheduler.disconnect() }
+        var tasks = tasksIterator
+
+        let ended = Int64(Date().timeIntervalSince1970 - BGTaskScheduler.endedTaskGrace - 50)
+        try await agent.call(
+            "RunTask",
+            [.string("task-1"), .string(Self.identifier), .string("refresh"), .uint32(30),
+             ["deadline": Variant(.int64(ended))].dbusValue],
+            in: scheduler)
+        let task = try #require(await tasks.next())
+        agent.errors.withLock { $0["SetTaskCompleted"] = [.failed] }
+        await #expect(throws: BGTaskSchedulerError.self) { try await task.setTaskCompleted(success: true).value }
+        #expect(!task.isCompleted && !task.isExpired)
+        #expect(scheduler.state.withLock { $0.running["task-1"] } === task)
+
+        try await agent.runTask("task-2", in: scheduler)
+        let next = try #require(await tasks.next())
+        #expect(scheduler.state.withLock { $0.running.keys.sorted() } == [next.taskID])
+
+        // One never reported nor warned is kept: a wall clock that jumped ahead must not lose
+        // a task its warning.
+        try await agent.call(
+            "RunTask",
+            [.string("task-3"), .string(Self.identifier), .string("refresh"), .uint32(30),
+             ["deadline": Variant(.int64(ended))].dbusValue],
+            in: scheduler)
+        _ = try #require(await tasks.next())
+        try await agent.runTask("task-4", in: scheduler)
+        _ = try #require(await tasks.next())
+        #expect(scheduler.state.withLock { $0.running.keys.sorted() } == ["task-2", "task-3", "task-4"])
+    }
+
     /// `expire()` returned early while a report was on its way, without marking the task: when
     /// the report then failed, the task ran again unwarned.
     @Test("a warning that comes while a completion is on its way reaches the task if the report fails")
