@@ -26,8 +26,14 @@ extension TaskEngine {
             // no open.)
             var events = logged.enumerated().map { (time: $1.time, order: $0, appID: $1.appID, opened: $1.state == .foreground) }
             let openLogged = Set(events.lazy.filter(\.opened).map(\.appID))
+            // A leave keeps its time as the app's last use (`noteLeft`): a last use no later
+            // than the app's last logged close is that close, not an open. Taken for one, it
+            // sorted after the close of the same time, and a restart held the app in use.
+            var lastClose: [AppID: UnixTime] = [:]
+            for event in events where !event.opened { lastClose[event.appID] = max(lastClose[event.appID] ?? event.time, event.time) }
             for (appID, runtime) in apps {
-                if let used = runtime.record.lastUsedAt, used > since, used <= now, !openLogged.contains(appID) {
+                if let used = runtime.record.lastUsedAt, used > since, used <= now, !openLogged.contains(appID),
+                   used > lastClose[appID] ?? -.infinity {
                     events.append((used, events.count, appID, true))
                 }
             }

@@ -2,10 +2,7 @@
 import BGPolicyCore
 import BGPolicyDBus
 import BGPolicyStore
-import BGPolicySystem
-import BGPolicyTestSupport
 import Glibc
-import Logging
 import Synchronization
 import Testing
 
@@ -16,15 +13,11 @@ import Testing
 @Suite("CancelAll keeps the store's order")
 struct CancelAllOrderTests {
     @Test func cancelAllWaitsForAWriteQueuedBeforeIt() async throws {
-        let bus = try PrivateBus()
-        let connection = try await DBusConnection.connect(to: .address(bus.address))
-        defer { connection.close() }
         let store = try TaskStore.inMemory()
-        let engine = TaskEngine(
-            store: store, policy: WindowPlanner(), configuration: PolicyConfiguration(),
-            connection: connection, inspector: .fromEnvironment(), logger: Logger(label: "test"))
-        try await engine.load()
-        let caller = connection.uniqueName
+        let harness = try await TestEngine(store: store)
+        defer { harness.close() }
+        let engine = harness.engine
+        let caller = harness.connection.uniqueName
         let identifier = "org.example.Order.refresh"
         var options = TaskEngine.RegisterOptions()
         options.appID = "org.example.Order"

@@ -306,7 +306,7 @@ def test_an_app_known_by_its_own_word_is_left_when_its_last_connection_closes(wo
     agent.restart()
     wait_subscribed(agent, manager)
     assert "Usage learned from the log" in agent.stderr(), agent.stderr_tail()
-    assert "in_use" not in agent.status(), agent.status()
+    assert "in_use" not in agent.status(), agent.status().get("in_use")
 
 
 def test_a_usage_report_of_the_state_reported_last_records_nothing(world):
