@@ -171,7 +171,7 @@ extension TaskEngine {
         storeUnsavedReturns()
         for sliceID in slices.keys.sorted() {
             guard let slice = slices[sliceID] else { continue }
-            for member in slice.openMembers { sendExpireExpectingNoReply(member.taskID, to: slice.connection) }
+            for member in slice.sentOpenMembers { sendExpireExpectingNoReply(member.taskID, to: slice.connection) }
             await endSlice(
                 sliceID, as: .interrupted,
                 detail: "the agent stopped during the slice (ExpireTask sent); it will not be delivered again")

@@ -16,6 +16,9 @@ struct Slice {
         /// A content-available wake's payload, passed in `RunTask`'s info.
         var payload: [String: Variant]? = nil
         var done = false
+        /// Its `RunTask` has been sent (it may still be on its way). A member not yet sent when
+        /// its slice ends is put back (`returnUnsent`), not recorded as ended: the app never had it.
+        var sent = false
 
         init(taskID: String, request: TaskRequest) {
             self.taskID = taskID
@@ -67,6 +70,9 @@ struct Slice {
 
     var deadline: UnixTime { startedAt + length.seconds }
     var openMembers: [Member] { members.filter { !$0.done } }
+    /// The open members whose `RunTask` was sent: those the app may be running, to be told
+    /// to stop (`ExpireTask`).
+    var sentOpenMembers: [Member] { members.filter { !$0.done && $0.sent } }
     var elapsed: Double { (ContinuousClock.now - started).seconds }
 }
 
@@ -458,10 +464,23 @@ extension TaskEngine {
         slices[sliceID] = slice
 
         var delivered = 0
+        // Members the slice no longer held when their turn came (`returnUnsent` put them back).
+        var skipped = 0
+        var attempted = 0
         var wakeRefused = false
         var answeredBy: String?  // the connection that answered RunTask (sent to a bus name)
         do {
             for member in members {
+                // The slice may have ended while an earlier RunTask was awaited (sleep, a
+                // switch, the app gone, the agent's stop): what it had not sent went back then.
+                guard let live = slices[sliceID] else { break }
+                guard let index = live.members.firstIndex(where: { $0.taskID == member.taskID && !$0.done }) else {
+                    skipped += 1
+                    attempted += 1
+                    continue
+                }
+                slices[sliceID]?.members[index].sent = true
+                attempted += 1
                 let remaining = max(1, slice.length.seconds - slice.elapsed)
                 var info = member.payload ?? [:]
                 info["slice_id"] = Variant(sliceID)
@@ -492,7 +511,9 @@ extension TaskEngine {
             }
         } catch {
             let reason = Self.describe(deliveryError: error, target: target)
-            let undelivered = Array(members.dropFirst(delivered))
+            // The one that failed and those after it, as far as the slice still holds them.
+            let held = Set(slices[sliceID]?.openMembers.map(\.taskID) ?? [])
+            let undelivered = members.dropFirst(max(0, attempted - 1)).filter { held.contains($0.taskID) }
             // The wake goes last: when it is what failed, everything else was delivered.
             if undelivered.count == 1, let wake = undelivered.first, wake.kind == .contentAvailable,
                 Self.isAppsOwnAnswer(error)
@@ -519,7 +540,7 @@ extension TaskEngine {
         }
         // A partial failure keeps the wait `unstart` set: the rest goes to the next window after it.
         // A refused wake is no failure to reach the app: it answered.
-        if delivered == members.count || wakeRefused {
+        if delivered + skipped == members.count || wakeRefused {
             apps[appID]?.lastDeliveryFailureAt = nil
             apps[appID]?.failedDeliveries = 0
         }
@@ -976,7 +997,7 @@ extension TaskEngine {
     /// that runs later: before sleep it must be on its way before the inhibitor goes.
     func warnExpiring(sliceID: String, reason: String, event: HistoryEvent = .expirationWarned, expectingReply: Bool = true) {
         guard let slice = slices[sliceID] else { return }
-        for member in slice.openMembers {
+        for member in slice.sentOpenMembers {
             if expectingReply {
                 sendExpire(member.taskID, to: slice.connection)
             } else {
@@ -1063,6 +1084,10 @@ extension TaskEngine {
             guard !processing.isEmpty else { continue }
             let now = Self.wallNow()
             for member in processing {
+                guard member.sent else {
+                    returnUnsent(member, in: id, reason: "the user came back before it was sent")
+                    continue
+                }
                 sendExpire(member.taskID, to: slice.connection)
                 appendHistory(HistoryEntry(
                     time: now, appID: slice.appID, identifier: member.request.identifier, taskID: member.taskID,
@@ -1082,10 +1107,50 @@ extension TaskEngine {
         // One time for all: the store counts a violation once per slice (its time and kind).
         let now = Self.wallNow()
         for member in slice.openMembers {
+            guard member.sent else {
+                returnUnsent(member, in: sliceID, reason: "the slice ended before it was sent (\(event.rawValue))")
+                continue
+            }
             // Never throws without `mustStore`.
             try? finish(member, in: sliceID, event: event, result: .failed, detail: detail, at: now)
         }
         await closeSlice(sliceID)
+    }
+
+    /// A member of a slice still being delivered whose `RunTask` was never sent, when the slice
+    /// ends (or, processing, when the user comes back): it goes back as it was, pending again
+    /// (a wake queued again), its running row gone with a `delivery-failed` entry that says it
+    /// was not sent. No attempt is counted against the app: it was not asked. Before, `deliver`
+    /// went on and sent it after the slice had ended, with no deadline and no CPU monitor, and
+    /// its history said it ended before it was delivered.
+    func returnUnsent(_ member: Slice.Member, in sliceID: String, reason: String) {
+        let now = Self.wallNow()
+        let appID = member.request.appID
+        if member.kind == .contentAvailable {
+            if contentWakes.wake(for: appID) == nil, let payload = member.payload {
+                _ = contentWakes.notify(appID, payload: payload, at: now, onBattery: false)
+            }
+        }
+        // A request submitted again meanwhile is the newer, and stays as it is.
+        let repending = member.kind != .contentAvailable && pending[appID]?[member.request.identifier] == nil
+        do {
+            if repending { try store.savePending(member.request) }
+            try store.finishTask(
+                taskID: member.taskID,
+                history: HistoryEntry(
+                    time: now, appID: appID, identifier: member.request.identifier, taskID: member.taskID,
+                    event: .deliveryFailed, kind: member.kind,
+                    detail: "RunTask not sent: \(reason); "
+                        + (member.kind == .contentAvailable ? "the wake waits for the next window" : "the request stays pending")))
+        } catch {
+            logger.error("Could not put back a task never sent", metadata: ["app.id": "\(appID)", "error": "\(error)"])
+            if repending {
+                unsavedReturns[member.taskID] = (member.request, "the slice ended before it was sent", now)
+            }
+        }
+        if repending { pending[appID, default: [:]][member.request.identifier] = member.request }
+        taskSlices[member.taskID] = nil
+        slices[sliceID]?.members.removeAll { $0.taskID == member.taskID }
     }
 
     /// Records one task's end: the running row goes and its history entry is written together.

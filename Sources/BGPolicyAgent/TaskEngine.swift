@@ -404,7 +404,7 @@ actor TaskEngine {
         }
         for (id, slice) in slices where slice.connection == name {
             if stillConnected {
-                for member in slice.openMembers { sendExpire(member.taskID, to: name) }
+                for member in slice.sentOpenMembers { sendExpire(member.taskID, to: name) }
             }
             await endSlice(id, as: .vanished, detail: sliceDetail)
         }
