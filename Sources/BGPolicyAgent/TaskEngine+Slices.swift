@@ -391,6 +391,11 @@ extension TaskEngine {
             }
             if runtime.latestConnection != nil { handOnTurn() }
         }
+        // Only what is still pending as decided: a request cancelled or replaced since the
+        // decision (while the app waited for its turn, or before this task ran) stays as the app
+        // left it. Filtered before the unreachable app's failure too, which puts back what it is
+        // given: it put back a request the app had cancelled meanwhile, in memory and on disk.
+        let requests = launch.requests.filter { pending[appID]?[$0.identifier] == $0 }
         let target: String
         let activating: Bool
         if let latest = runtime.latestConnection {
@@ -401,15 +406,12 @@ extension TaskEngine {
             activating = true
         } else {
             let reason = "\(appID) is not running and registered no bus_name to start it by D-Bus activation"
-            recordDeliveryFailure(Array(launch.requests), reason: reason, now: Self.wallNow())
+            recordDeliveryFailure(Array(requests), reason: reason, now: Self.wallNow())
             throw SchedulerError(.unavailable, reason + "; start the app, or register with a bus_name")
         }
 
         let now = Self.wallNow()
         let sliceID = Self.newID("s")
-        // Only what is still pending as decided: a request cancelled or replaced while the app
-        // waited for its turn stays as the app left it.
-        let requests = launch.requests.filter { pending[appID]?[$0.identifier] == $0 }
         var members = requests.map { Slice.Member(taskID: Self.newID("t"), request: $0) }
         // Not while the app's newest wake is being written (`storeContentWake`): delivered now,
         // its row's delete could land before the write, and a restart would deliver it again.
