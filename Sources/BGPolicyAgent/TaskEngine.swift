@@ -566,6 +566,7 @@ actor TaskEngine {
         }
         noteHistoryWritten(count: withdrawn.count, at: now)
         for identifier in withdrawnIdentifiers { pending[appID]?[identifier] = nil }
+        if !withdrawnIdentifiers.isEmpty { deleteAgainBehindQueuedWrites(withdrawnIdentifiers, of: appID) }
         var runtime = apps[appID] ?? AppRuntime(record: record)
         runtime.record = record
         // SPEC §1: an unverified id never holds an app the agent identified. Connections that
@@ -620,6 +621,30 @@ actor TaskEngine {
     }
 
     static let maximumIdentifiers = 64
+
+    /// The withdrawal of a registration is written on the executor, at once, with the record:
+    /// Register waits for nothing between its checks (identity, the holder of an unverified
+    /// id, `[limits] apps`) and binding the caller. A Submit of the app's other connection (an
+    /// app restarting) may be in memory with its write still queued on the store writer; that
+    /// write landed after the withdrawal and stored a request memory had dropped, whose history
+    /// said cancelled, and which the next start delivered. So the withdrawn identifiers are
+    /// deleted once more, behind every write queued before this point and ahead of any queued
+    /// after (a Submit once they are registered again). Memory has none of them already.
+    func deleteAgainBehindQueuedWrites(_ identifiers: [String], of appID: AppID) {
+        let store = store
+        let logger = logger
+        writer.enqueue {
+            for identifier in identifiers {
+                do {
+                    try store.deletePending(appID: appID, identifier: identifier)
+                } catch {
+                    logger.error(
+                        "Could not delete a request withdrawn by a registration, written after it; the next start may find it pending",
+                        metadata: ["app.id": "\(appID)", "error": "\(error)"])
+                }
+            }
+        }
+    }
 
     /// `LimitsExceeded` for a new app id when the agent keeps as many apps as `[limits] apps`
     /// allows, and a warning in the journal at most once an hour, so that a process
