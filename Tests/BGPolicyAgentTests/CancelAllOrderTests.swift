@@ -3,7 +3,6 @@ import BGPolicyCore
 import BGPolicyDBus
 import BGPolicyStore
 import Glibc
-import Synchronization
 import Testing
 
 /// `CancelAll` and a `Submit` of the same app from another of its connections: the store must
@@ -45,18 +44,5 @@ struct CancelAllOrderTests {
         #expect(inMemory == [])
         #expect(stored == inMemory, "the store holds \(stored), memory \(inMemory)")
         #expect(try store.history(since: 0, limit: 10).contains { $0.event == .cancelled })
-    }
-}
-
-/// A one-shot gate for a thread: `wait()` blocks until `open()`.
-private final class Gate: Sendable {
-    private let opened = Mutex(false)
-
-    func wait() {
-        while !opened.withLock({ $0 }) { usleep(1_000) }
-    }
-
-    func open() {
-        opened.withLock { $0 = true }
     }
 }

@@ -3,7 +3,6 @@ import BGPolicyCore
 import BGPolicyDBus
 import BGPolicyStore
 import Glibc
-import Synchronization
 import Testing
 
 /// `Register` without an identifier while a `Submit` of it, from the app's other connection,
@@ -26,7 +25,7 @@ struct RegisterWithdrawalOrderTests {
         _ = try await engine.register(caller: caller, pid: UInt32(getpid()), identifiers: [kept, withdrawn], options: options)
 
         // The writer is held: the Submit's write waits behind this job.
-        let gate = WriterGate()
+        let gate = Gate()
         await engine.writer.enqueue { gate.wait() }
         let submit = Task {
             var later = TaskEngine.SubmitOptions()
@@ -50,18 +49,5 @@ struct RegisterWithdrawalOrderTests {
         #expect(inMemory == [])
         #expect(stored == inMemory, "the store holds \(stored), memory \(inMemory)")
         #expect(try store.history(since: 0, limit: 10).contains { $0.event == .cancelled && $0.identifier == withdrawn })
-    }
-}
-
-/// A one-shot gate for the writer's thread: `wait()` blocks until `open()`.
-private final class WriterGate: Sendable {
-    private let opened = Mutex(false)
-
-    func wait() {
-        while !opened.withLock({ $0 }) { usleep(1_000) }
-    }
-
-    func open() {
-        opened.withLock { $0 = true }
     }
 }

@@ -4,7 +4,9 @@ import BGPolicyDBus
 import BGPolicyStore
 import BGPolicySystem
 import BGPolicyTestSupport
+import Glibc
 import Logging
+import Synchronization
 
 /// The engine itself, on a private bus and a store the test gives: for what only the engine
 /// decides (the order of its store writes, what it learns at start), without an agent process.
@@ -24,5 +26,19 @@ struct TestEngine {
 
     func close() {
         connection.close()
+    }
+}
+
+/// A one-shot gate for a thread (the store writer's, held by a job that waits on it): `wait()`
+/// blocks until `open()`.
+final class Gate: Sendable {
+    private let opened = Mutex(false)
+
+    func wait() {
+        while !opened.withLock({ $0 }) { usleep(1_000) }
+    }
+
+    func open() {
+        opened.withLock { $0 = true }
     }
 }
