@@ -777,33 +777,41 @@ extension TaskEngine {
     func unstart(_ members: [Slice.Member], sliceID: String, reason: String) {
         let now = Self.wallNow()
         for member in members {
-            if member.kind == .contentAvailable {
-                putBack(member, sliceID: sliceID, reason: reason, now: now)
-                continue
-            }
-            // The app submitted the identifier again while RunTask was on its way (an app
-            // started for its work submits at start): the newer request stands, with its own
-            // options and earliest_begin, and its write is done or queued. Put back, the old one
-            // replaced it in memory and on disk.
-            let newer = pending[member.request.appID]?[member.request.identifier]
-            let request = newer ?? Self.failedAttempt(member.request, reason: reason, now: now)
-            do {
-                try storeReturn(of: request, taskID: member.taskID, reason: reason, at: now, repending: newer == nil)
-            } catch {
-                // On disk the task is still running, and a start would close it as interrupted
-                // and never deliver it: written again at the next chance.
-                unsavedReturns[member.taskID] = (request, reason, now)
-                logger.error(
-                    "Could not put a request back on disk; it stays pending, and is written again at the next chance",
-                    metadata: ["app.id": "\(request.appID)", "error": "\(error)"])
-            }
-            pending[request.appID, default: [:]][request.identifier] = request
-            taskSlices[member.taskID] = nil
-            slices[sliceID]?.members.removeAll { $0.taskID == member.taskID }
+            returnToPending(member, sliceID: sliceID, reason: reason, sent: true, now: now)
         }
         if let appID = members.first?.request.appID {
             noteDeliveryFailure(of: appID, at: now)
         }
+    }
+
+    /// One task of `unstart` or `returnUnsent`. `sent`: its `RunTask` was sent and failed, an
+    /// attempt that counts (`failedAttempt`); else it was never sent, and goes back as it was.
+    func returnToPending(_ member: Slice.Member, sliceID: String, reason: String, sent: Bool, now: UnixTime) {
+        let outcome = sent ? "RunTask failed" : "RunTask not sent"
+        if member.kind == .contentAvailable {
+            putBack(member, sliceID: sliceID, reason: reason, outcome: outcome, now: now)
+            return
+        }
+        // The app submitted the identifier again while RunTask was on its way (an app
+        // started for its work submits at start): the newer request stands, with its own
+        // options and earliest_begin, and its write is done or queued. Put back, the old one
+        // replaced it in memory and on disk.
+        let newer = pending[member.request.appID]?[member.request.identifier]
+        let request = newer ?? (sent ? Self.failedAttempt(member.request, reason: reason, now: now) : member.request)
+        do {
+            try storeReturn(
+                of: request, taskID: member.taskID, reason: reason, at: now, repending: newer == nil, outcome: outcome)
+        } catch {
+            // On disk the task is still running, and a start would close it as interrupted
+            // and never deliver it: written again at the next chance.
+            unsavedReturns[member.taskID] = (request, reason, now)
+            logger.error(
+                "Could not put a request back on disk; it stays pending, and is written again at the next chance",
+                metadata: ["app.id": "\(request.appID)", "error": "\(error)"])
+        }
+        pending[request.appID, default: [:]][request.identifier] = request
+        taskSlices[member.taskID] = nil
+        slices[sliceID]?.members.removeAll { $0.taskID == member.taskID }
     }
 
     /// A content-available wake that did not reach the app waits for the next window again,
@@ -812,7 +820,8 @@ extension TaskEngine {
     /// rather than lost), then the task's running row gone, with its history.
     /// `repending: false`: a newer request for the identifier is pending, and stays as it is.
     func storeReturn(
-        of request: TaskRequest, taskID: String, reason: String, at time: UnixTime, repending: Bool = true
+        of request: TaskRequest, taskID: String, reason: String, at time: UnixTime, repending: Bool = true,
+        outcome: String = "RunTask failed"
     ) throws(StoreError) {
         if repending { try store.savePending(request) }
         try store.finishTask(
@@ -821,8 +830,8 @@ extension TaskEngine {
                 time: time, appID: request.appID, identifier: request.identifier, taskID: taskID,
                 event: .deliveryFailed, kind: DeliveryKind(request.kind),
                 detail: repending
-                    ? "RunTask failed: \(reason); the request stays pending"
-                    : "RunTask failed: \(reason); the app submitted it again meanwhile, and that request stays pending"))
+                    ? "\(outcome): \(reason); the request stays pending"
+                    : "\(outcome): \(reason); the app submitted it again meanwhile, and that request stays pending"))
     }
 
     /// Writes again what `unstart` could not (`unsavedReturns`): the request as memory holds
@@ -850,7 +859,7 @@ extension TaskEngine {
         }
     }
 
-    func putBack(_ member: Slice.Member, sliceID: String, reason: String, now: UnixTime) {
+    func putBack(_ member: Slice.Member, sliceID: String, reason: String, outcome: String = "RunTask failed", now: UnixTime) {
         let appID = member.request.appID
         if contentWakes.wake(for: appID) == nil, let payload = member.payload {
             _ = contentWakes.notify(appID, payload: payload, at: now, onBattery: false)
@@ -860,7 +869,7 @@ extension TaskEngine {
                 taskID: member.taskID,
                 history: HistoryEntry(
                     time: now, appID: appID, identifier: "", taskID: member.taskID, event: .deliveryFailed,
-                    kind: .contentAvailable, detail: "RunTask failed: \(reason); the wake waits for the next window"))
+                    kind: .contentAvailable, detail: "\(outcome): \(reason); the wake waits for the next window"))
         } catch {
             logger.error("Could not record a failed content-available delivery", metadata: ["app.id": "\(appID)", "error": "\(error)"])
         }
@@ -1126,33 +1135,7 @@ extension TaskEngine {
     /// went on and sent it after the slice had ended, with no deadline and no CPU monitor, and
     /// its history said it ended before it was delivered.
     func returnUnsent(_ member: Slice.Member, in sliceID: String, reason: String) {
-        let now = Self.wallNow()
-        let appID = member.request.appID
-        if member.kind == .contentAvailable {
-            if contentWakes.wake(for: appID) == nil, let payload = member.payload {
-                _ = contentWakes.notify(appID, payload: payload, at: now, onBattery: false)
-            }
-        }
-        // A request submitted again meanwhile is the newer, and stays as it is.
-        let repending = member.kind != .contentAvailable && pending[appID]?[member.request.identifier] == nil
-        do {
-            if repending { try store.savePending(member.request) }
-            try store.finishTask(
-                taskID: member.taskID,
-                history: HistoryEntry(
-                    time: now, appID: appID, identifier: member.request.identifier, taskID: member.taskID,
-                    event: .deliveryFailed, kind: member.kind,
-                    detail: "RunTask not sent: \(reason); "
-                        + (member.kind == .contentAvailable ? "the wake waits for the next window" : "the request stays pending")))
-        } catch {
-            logger.error("Could not put back a task never sent", metadata: ["app.id": "\(appID)", "error": "\(error)"])
-            if repending {
-                unsavedReturns[member.taskID] = (member.request, "the slice ended before it was sent", now)
-            }
-        }
-        if repending { pending[appID, default: [:]][member.request.identifier] = member.request }
-        taskSlices[member.taskID] = nil
-        slices[sliceID]?.members.removeAll { $0.taskID == member.taskID }
+        returnToPending(member, sliceID: sliceID, reason: reason, sent: false, now: Self.wallNow())
     }
 
     /// Records one task's end: the running row goes and its history entry is written together.
