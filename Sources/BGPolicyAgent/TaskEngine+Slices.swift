@@ -797,6 +797,13 @@ extension TaskEngine {
         // options and earliest_begin, and its write is done or queued. Put back, the old one
         // replaced it in memory and on disk.
         let newer = pending[member.request.appID]?[member.request.identifier]
+        // The app registered again without the identifier while RunTask was on its way: its
+        // requests went then, and this one goes too. Put back, it was delivered in every window
+        // to an app that no longer knows it, each refusal doubling the wait of its other work.
+        if newer == nil, apps[member.request.appID]?.record.identifiers.contains(member.request.identifier) != true {
+            dropWithdrawn(member, sliceID: sliceID, reason: reason, outcome: outcome, now: now)
+            return
+        }
         let request = newer ?? (sent ? Self.failedAttempt(member.request, reason: reason, now: now) : member.request)
         do {
             try storeReturn(
@@ -810,6 +817,27 @@ extension TaskEngine {
                 metadata: ["app.id": "\(request.appID)", "error": "\(error)"])
         }
         pending[request.appID, default: [:]][request.identifier] = request
+        taskSlices[member.taskID] = nil
+        slices[sliceID]?.members.removeAll { $0.taskID == member.taskID }
+    }
+
+    /// A task of `returnToPending` whose identifier the app no longer registers: its running
+    /// row goes, with a `delivery-failed` entry that says why it is not pending again. A failed
+    /// write leaves the row, which the next start closes as interrupted: nothing comes back.
+    func dropWithdrawn(_ member: Slice.Member, sliceID: String, reason: String, outcome: String, now: UnixTime) {
+        let request = member.request
+        do {
+            try store.finishTask(
+                taskID: member.taskID,
+                history: HistoryEntry(
+                    time: now, appID: request.appID, identifier: request.identifier, taskID: member.taskID,
+                    event: .deliveryFailed, kind: DeliveryKind(request.kind),
+                    detail: "\(outcome): \(reason); the app registered again without \(request.identifier), so the request is dropped"))
+        } catch {
+            logger.error(
+                "Could not record a dropped request the app had withdrawn",
+                metadata: ["app.id": "\(request.appID)", "task.identifier": "\(request.identifier)", "error": "\(error)"])
+        }
         taskSlices[member.taskID] = nil
         slices[sliceID]?.members.removeAll { $0.taskID == member.taskID }
     }
