@@ -165,8 +165,9 @@ public enum AgentInterfaces {
                     app id (the message names the rule it breaks); NotRegistered for an unknown app;
                     NotPermitted while the app runs (connected to the bus, a slice or background task
                     under way, an app unit open): quit it first, since it would register again at once;
-                    Unavailable while a delivery to it, or a change to its requests, is on its way, or
-                    while a CPU limit the agent left on it cannot be lifted yet (try again later).
+                    Unavailable while a delivery to it, a change to its requests, or the setting or
+                    lifting of a CPU limit on it is on its way, or while a CPU limit the agent left on
+                    it cannot be lifted yet (try again later).
                     """),
             .init(
                 "Explain",

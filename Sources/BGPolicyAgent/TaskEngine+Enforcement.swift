@@ -49,6 +49,8 @@ extension TaskEngine {
     /// nothing undone. A process is continued only if it is the one stopped: same pid, same
     /// start. `retrying`: a retry's failure is logged, not added to the history again.
     func undo(_ record: EnforcementRecord, why: String, retrying: Bool = false) async {
+        beginEnforcementCall(record.appID)
+        defer { endEnforcementCall(record.appID) }
         var detail: String
         var undone = true
         do {
@@ -99,6 +101,16 @@ extension TaskEngine {
     }
 
     static let noSuchUnit = "org.freedesktop.systemd1.NoSuchUnit"
+
+    /// Counts a systemd call of the CPU monitor on its way for the app (`enforcementCalls`).
+    func beginEnforcementCall(_ appID: String) {
+        enforcementCalls[appID, default: 0] += 1
+    }
+
+    func endEnforcementCall(_ appID: String) {
+        let left = (enforcementCalls[appID] ?? 1) - 1
+        enforcementCalls[appID] = left > 0 ? left : nil
+    }
 
     /// Keeps `record`, whose undo failed, for the retry, and starts the retry's timer if none
     /// runs; returns the timer's wait, nil when the agent is stopping (the record stays stored

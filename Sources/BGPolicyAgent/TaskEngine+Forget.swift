@@ -100,6 +100,12 @@ extension TaskEngine {
             throw SchedulerError(
                 .unavailable, "a delivery to \(appID), or a change to its requests, is on its way; try again in a moment")
         }
+        // A slice's end lifting a CPU limit, say: forgotten meanwhile, the lift's history entry
+        // was written for an app no longer known, and a failed lift was retried for it.
+        if enforcementCalls[appID.rawValue] != nil {
+            throw SchedulerError(
+                .unavailable, "a CPU limit on \(appID) is being set or lifted; try again in a moment")
+        }
     }
 
     /// Undoes what the CPU monitor left in place on `appID` when an earlier agent stopped (the

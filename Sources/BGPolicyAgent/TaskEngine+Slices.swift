@@ -1273,6 +1273,8 @@ extension TaskEngine {
 
     func enforce(sliceID: String, average: Double) async {
         guard let slice = slices[sliceID] else { return }
+        beginEnforcementCall(slice.appID.rawValue)
+        defer { endEnforcementCall(slice.appID.rawValue) }
         let percent = Int(average.rounded())
         let limit = configuration.cpu.limit.value
         var enforcement: Slice.Enforcement?

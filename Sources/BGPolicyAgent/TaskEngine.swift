@@ -70,6 +70,9 @@ actor TaskEngine {
     /// again while the agent runs (`retryFailedUndos`), on a timer that exists only while some
     /// are left.
     var failedUndos: [String: (record: EnforcementRecord, why: String)] = [:]
+    /// Apps with a systemd call of the CPU monitor on its way (a quota or freeze, or its undo
+    /// at a slice's end), by app id: not forgotten until it settles (`refuseForgetting`).
+    var enforcementCalls: [String: Int] = [:]
     var undoRetryTimer: Task<Void, Never>?
     /// The wait of the undo retry's timer: 5 s, doubled at each round that leaves some, up to
     /// 5 minutes; back to 5 s once none is left.

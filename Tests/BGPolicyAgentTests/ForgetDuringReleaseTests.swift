@@ -1,0 +1,90 @@
+@testable import BGPolicyAgent
+import BGPolicyCore
+import BGPolicyDBus
+import BGPolicyStore
+import BGPolicyTestSupport
+import Glibc
+import Synchronization
+import Testing
+
+/// `ForgetApp` while the CPU monitor's throttle of the app's slice was on its way and the slice
+/// had ended meanwhile: the app had no slice, connection or delivery left, so it was forgotten,
+/// lifting the stored limit first. Then the throttle's answer came, its undo followed, and that
+/// wrote a `cpu-released` entry for an app the agent no longer knew. `ForgetApp` is now refused
+/// with `Unavailable` until the CPU monitor's calls for the app have settled.
+@Suite("An app is not forgotten while its CPU limit is being set or lifted")
+struct ForgetDuringReleaseTests {
+    @Test func forgetWaitsForTheThrottle() async throws {
+        let store = try TaskStore.inMemory()
+        let harness = try await TestEngine(store: store)
+        defer { harness.close() }
+        let engine = harness.engine
+
+        // The user manager: its first SetUnitProperties waits for the gate (calls from one
+        // connection are answered in order, as systemd does).
+        let manager = try await DBusConnection.connect(to: .address(harness.bus.address))
+        defer { manager.close() }
+        let calls = Mutex(0)
+        let opened = Mutex(false)
+        let description = InterfaceDescription(
+            name: "org.freedesktop.systemd1.Manager", documentation: "The part the CPU monitor calls.",
+            methods: [
+                .init("SetUnitProperties", inputs: [
+                    .init("name", .string), .init("runtime", .boolean),
+                    .init("properties", .array(.structure([.string, .variant]))),
+                ], documentation: "The first waits for the test's gate."),
+            ])
+        let interface = ExportedInterface(description).method("SetUnitProperties") { _ in
+            let number = calls.withLock { count in
+                count += 1
+                return count
+            }
+            while number == 1, !opened.withLock({ $0 }) { try await Task.sleep(for: .milliseconds(5)) }
+            return []
+        }
+        try manager.objects.export([interface], at: ObjectPath("/org/freedesktop/systemd1"))
+        let serving = Task { await manager.objects.serve() }
+        defer { serving.cancel() }
+        _ = try await manager.requestName("org.freedesktop.systemd1")
+
+        // An app that registered and left, with a slice whose CPU use is over the limit.
+        let app = try await DBusConnection.connect(to: .address(harness.bus.address))
+        var options = TaskEngine.RegisterOptions()
+        options.appID = "org.example.Hot"
+        let appID = try await engine.register(
+            caller: app.uniqueName, pid: UInt32(getpid()), identifiers: ["org.example.Hot.refresh"], options: options)
+        await engine.connectionVanished(app.uniqueName)
+        app.close()
+        var slice = Slice(
+            id: "s-hot", appID: appID, connection: ":1.999", members: [], startedAt: Double(time(nil)),
+            started: ContinuousClock.now, length: .seconds(30))
+        slice.unit = "app-org.example.Hot.service"
+        await engine.add(slice)
+
+        // The throttle is on its way when the slice ends; then the user forgets the app.
+        let sliceID = slice.id
+        let throttle = Task { await engine.enforce(sliceID: sliceID, average: 400) }
+        while calls.withLock({ $0 }) == 0 { try await Task.sleep(for: .milliseconds(5)) }
+        await engine.closeSlice(sliceID)
+        let forget = Task { try await engine.forgetApp(appID.rawValue) }
+        try await Task.sleep(for: .milliseconds(200))
+        opened.withLock { $0 = true }
+        await throttle.value
+        let refusal = await #expect(throws: SchedulerError.self) { _ = try await forget.value }
+        #expect(refusal?.name == .unavailable, "\(String(describing: refusal))")
+
+        // Once the throttle and its undo have settled: forgotten, with nothing of it left.
+        while await !engine.enforcementCalls.isEmpty { try await Task.sleep(for: .milliseconds(5)) }
+        _ = try await engine.forgetApp(appID.rawValue)
+        #expect(await engine.apps[appID] == nil)
+        let left = try store.history(since: 0, limit: 100).filter { $0.appID == appID }
+        #expect(left.isEmpty, "\(left)")
+        #expect(try store.enforcementsLeft().isEmpty)
+    }
+}
+
+extension TaskEngine {
+    fileprivate func add(_ slice: Slice) {
+        slices[slice.id] = slice
+    }
+}
