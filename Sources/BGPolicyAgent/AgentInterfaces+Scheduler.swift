@@ -55,7 +55,9 @@ extension AgentInterfaces {
                     session's XDG autostart started, or it is background_only (none of these is
                     an open, or in use), or the process started over 5 s before the agent (the
                     agent restarted: not opened again, and in use only if it was when the agent
-                    stopped). A new app id when the agent keeps [limits] apps (4096) apps already
+                    stopped). Nor is it a new open while the app is in use already (an app unit of
+                    it runs, or another of its connections registered), or within a minute of the
+                    last open. A new app id when the agent keeps [limits] apps (4096) apps already
                     is LimitsExceeded: bgpolicy forget makes room. AccessDenied too for a connection
                     already registered as another app (one connection per app), and for an
                     identified caller naming another app id.
@@ -205,8 +207,14 @@ extension AgentInterfaces {
                 inputs: [.init("task_id", .string, "A task_id from RunTask, or a token from BeginBackgroundTask.")],
                 documentation: """
                     ExpireTask:
-                    Time is nearly up (5 s before the deadline), or the task used too much CPU: stop,
-                    save, and call SetTaskCompleted (or EndBackgroundTask) now.
+                    Stop, save, and call SetTaskCompleted (or EndBackgroundTask) now. Sent when time is
+                    nearly up (5 s before the deadline), when the task uses too much CPU, and for
+                    Admin1.SimulateExpiration; the task still runs to its deadline then. Also sent
+                    when the machine is going to sleep, the user switches the app's background work
+                    off, the agent stops, or (for processing) the user comes back; and to a
+                    connection that loses an unverified app id to the app itself. In those cases the
+                    task is already closed when ExpireTask arrives, and a SetTaskCompleted or
+                    EndBackgroundTask for it gets UnknownTask.
                     """),
         ])
 }
