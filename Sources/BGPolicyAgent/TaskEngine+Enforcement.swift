@@ -56,7 +56,7 @@ extension TaskEngine {
         do {
             switch record.action {
             case .throttled(let unit):
-                try await systemd.clearCPUQuota(unit: unit)
+                try await systemd.restoreCPUQuota(unit: unit, to: nil)
                 detail = "the CPU quota on \(unit) was lifted"
             case .frozen(let unit):
                 try await systemd.thaw(unit: unit)

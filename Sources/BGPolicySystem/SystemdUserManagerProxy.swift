@@ -33,10 +33,41 @@ public struct SystemdUserManagerProxy: Sendable {
         try await setQuota(unit: unit, usec: usec)
     }
 
-    /// Removes the limit `setCPUQuota` set.
-    public func clearCPUQuota(unit: String) async throws {
-        try await setQuota(unit: unit, usec: Self.infinity)
+    /// Undoes `setCPUQuota`: puts back `usec`, the quota `cpuQuota(unit:)` read before it, so
+    /// that a `CPUQuota=` of the user's own outlives the throttle; nil (not read) leaves none.
+    public func restoreCPUQuota(unit: String, to usec: UInt64?) async throws {
+        try await setQuota(unit: unit, usec: usec ?? Self.infinity)
     }
+
+    /// The unit's `CPUQuotaPerSecUSec` now (`UInt64.max`: no limit). systemd has it not on
+    /// `org.freedesktop.systemd1.Unit` but on the interface of the unit's type (`…Scope`,
+    /// `…Service`, …), at the path `GetUnit` gives (`NoSuchUnit` when the unit is not loaded).
+    public func cpuQuota(unit: String) async throws -> UInt64 {
+        guard let interface = Self.cgroupInterface(of: unit) else {
+            throw DBusError.invalidValue("\(unit) is not a unit with a cgroup (service, scope, slice, socket, mount or swap)")
+        }
+        let reply = try await call("GetUnit", [.string(unit)])
+        guard case .objectPath(let path)? = reply.first else {
+            throw DBusError.typeMismatch(expected: "o", got: reply.signatureText)
+        }
+        let value = try await call(
+            path: path, interface: ObjectServer.propertiesInterface, "Get", [.string(interface), .string("CPUQuotaPerSecUSec")])
+        guard case .variant(.uint64(let usec))? = value.first else {
+            throw DBusError.typeMismatch(expected: "t", got: value.map(\.unwrappedVariant).signatureText)
+        }
+        return usec
+    }
+
+    /// The interface that holds the cgroup properties of `unit`'s type, by its suffix; nil for
+    /// a type without a cgroup (systemd's `bus_cgroup_vtable` is on these six only).
+    static func cgroupInterface(of unit: String) -> String? {
+        guard let dot = unit.lastIndex(of: "."), let type = cgroupTypes[String(unit[unit.index(after: dot)...])] else { return nil }
+        return "org.freedesktop.systemd1.\(type)"
+    }
+
+    static let cgroupTypes = [
+        "service": "Service", "scope": "Scope", "slice": "Slice", "socket": "Socket", "mount": "Mount", "swap": "Swap",
+    ]
 
     /// Freezes every process of `unit` (cgroup freezer); `thaw` releases them.
     public func freeze(unit: String) async throws {
@@ -60,12 +91,14 @@ public struct SystemdUserManagerProxy: Sendable {
     /// or stop waiting once sent: the undo of a slice closed by its own deadline timer, which the
     /// close cancels, thawed nothing; a freeze on its way when the slice ended was taken as not
     /// done, while the unit stayed frozen.)
-    private func call(_ member: String, _ body: [DBusValue]) async throws -> [DBusValue] {
+    private func call(
+        path: ObjectPath = Self.path, interface: String = Self.interface, _ member: String, _ body: [DBusValue]
+    ) async throws -> [DBusValue] {
         let connection = connection
         let timeout = timeout
         return try await Task {
             try await connection.call(
-                destination: Self.busName, path: Self.path, interface: Self.interface, member: member, body, timeout: timeout)
+                destination: Self.busName, path: path, interface: interface, member: member, body, timeout: timeout)
         }.value
     }
 }
