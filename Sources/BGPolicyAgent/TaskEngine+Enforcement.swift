@@ -33,6 +33,27 @@ extension TaskEngine {
         }
     }
 
+    /// The quota `unit` has before the slice's throttle, stored with it for the undo to put
+    /// back, so that a `CPUQuota=` of the user's own outlives the throttle. Read only while
+    /// nothing of the slice's is on the unit: the quota of an earlier throttle of the slice whose
+    /// lift failed is the agent's own, and that throttle's record knows the one before it. Nil
+    /// when it cannot be read: the throttle is done all the same (the app burns a core now, a
+    /// limit of the user's is rare), and its undo leaves the unit with no quota, as it did
+    /// before the quota was stored.
+    func quotaBeforeThrottle(of unit: String, slice: Slice) async -> UInt64? {
+        if case .throttled(unit, let quotaBefore)? = failedUndos[slice.id]?.record.action {
+            return quotaBefore
+        }
+        do {
+            return try await systemd.cpuQuota(unit: unit)
+        } catch {
+            logger.warning(
+                "Could not read the unit's CPU quota before throttling it; throttled all the same, and the undo will set no quota: set any CPUQuota= of your own on it again afterwards (systemctl --user set-property --runtime UNIT CPUQuota=…)",
+                metadata: ["app.id": "\(slice.appID)", "unit": "\(unit)", "error": "\(error)"])
+            return nil
+        }
+    }
+
     /// Forgets a stored enforcement that was not done after all (its systemd call failed).
     func forget(_ enforcement: Slice.Enforcement, slice: Slice) {
         do {
@@ -55,9 +76,9 @@ extension TaskEngine {
         var undone = true
         do {
             switch record.action {
-            case .throttled(let unit):
-                try await systemd.restoreCPUQuota(unit: unit, to: nil)
-                detail = "the CPU quota on \(unit) was lifted"
+            case .throttled(let unit, let quotaBefore):
+                try await systemd.restoreCPUQuota(unit: unit, to: quotaBefore)
+                detail = "the CPU quota on \(unit) was " + Self.restored(quotaBefore)
             case .frozen(let unit):
                 try await systemd.thaw(unit: unit)
                 detail = "\(unit) was thawed"
@@ -110,6 +131,14 @@ extension TaskEngine {
     func endEnforcementCall(_ appID: String) {
         let left = (enforcementCalls[appID] ?? 1) - 1
         enforcementCalls[appID] = left > 0 ? left : nil
+    }
+
+    /// How a throttle's undo left the unit's quota, for its `cpu-released` entry.
+    static func restored(_ quotaBefore: UInt64?) -> String {
+        guard let usec = quotaBefore, usec != .max else { return "lifted" }
+        // CPUQuotaPerSecUSec is 10 000 µs per percent of one CPU.
+        let percent = usec % 10_000 == 0 ? "\(usec / 10_000)" : "\(Double(usec) / 10_000)"
+        return "set back to the \(percent) % it had before the throttle"
     }
 
     /// Keeps `record`, whose undo failed, for the retry, and starts the retry's timer if none

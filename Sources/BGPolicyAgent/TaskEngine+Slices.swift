@@ -1289,7 +1289,8 @@ extension TaskEngine {
                 + "systemd user manager (systemd before 252 delegates only pids and memory to user@.service), so a CPU quota "
                 + "would have no effect. Add Delegate=pids memory cpu to user@.service, or set [cpu] action = freeze"
         } else if action != .observe, let unit = slice.unit {
-            let intended: Slice.Enforcement = action == .throttle ? .throttled(unit: unit) : .frozen(unit: unit)
+            let intended: Slice.Enforcement = action == .throttle
+                ? .throttled(unit: unit, quotaBefore: await quotaBeforeThrottle(of: unit, slice: slice)) : .frozen(unit: unit)
             if let refusal = remember(intended, slice: slice) {
                 unrecorded = refusal
                 detail = "still at \(percent) % of one core after the warning; \(unit) was not \(action == .throttle ? "throttled" : "frozen"): \(refusal)"

@@ -7,7 +7,10 @@ import GRDB
 /// are what an agent that stopped or crashed left in place, for the new one to undo.
 public struct EnforcementRecord: Sendable, Equatable {
     public enum Action: Sendable, Equatable {
-        case throttled(unit: String)
+        /// `quotaBefore`: the unit's `CPUQuotaPerSecUSec` before the throttle (`UInt64.max`:
+        /// none), which the undo puts back; nil when it could not be read (or by an agent from
+        /// before it was stored), and then the undo leaves the unit with no quota.
+        case throttled(unit: String, quotaBefore: UInt64?)
         case frozen(unit: String)
         /// `processStarted`: the process's start, in seconds since boot, when it was stopped.
         case stopped(pid: UInt32, processStarted: Double)
@@ -32,18 +35,19 @@ extension TaskStore {
         var unit: String?
         var pid: Int64?
         var started: Double?
+        var quotaBefore: Int64?
         switch record.action {
-        case .throttled(let u): (name, unit) = ("throttled", u)
+        case .throttled(let u, let q): (name, unit, quotaBefore) = ("throttled", u, q.map(Int64.init(bitPattern:)))
         case .frozen(let u): (name, unit) = ("frozen", u)
         case .stopped(let p, let s): (name, pid, started) = ("stopped", Int64(p), s)
         }
         try write { db in
             try db.execute(
                 sql: """
-                    INSERT OR REPLACE INTO cpu_enforcement (slice_id, app_id, action, unit, pid, process_started, since)
-                    VALUES (?, ?, ?, ?, ?, ?, ?)
+                    INSERT OR REPLACE INTO cpu_enforcement (slice_id, app_id, action, unit, pid, process_started, since, quota_before)
+                    VALUES (?, ?, ?, ?, ?, ?, ?, ?)
                     """,
-                arguments: [record.sliceID, record.appID, name, unit, pid, started, record.since])
+                arguments: [record.sliceID, record.appID, name, unit, pid, started, record.since, quotaBefore])
         }
     }
 
@@ -63,11 +67,12 @@ extension TaskStore {
                 let unit: String? = row["unit"]
                 let pid: Int64? = row["pid"]
                 let started: Double? = row["process_started"]
+                let quotaBefore: Int64? = row["quota_before"]
                 let action: EnforcementRecord.Action
                 switch try row.decode(String.self, forColumn: "action") {
                 case "throttled":
                     guard let unit else { continue }
-                    action = .throttled(unit: unit)
+                    action = .throttled(unit: unit, quotaBefore: quotaBefore.map(UInt64.init(bitPattern:)))
                 case "frozen":
                     guard let unit else { continue }
                     action = .frozen(unit: unit)

@@ -198,6 +198,16 @@ extension TaskStore {
                 ALTER TABLE planner_state ADD COLUMN paid_successes REAL NOT NULL DEFAULT 0;
                 """)
         }
+        // The quota a throttled unit had before, for the undo to put back (a user's own
+        // CPUQuota= was lost to "no quota"). A row from before has none, and is undone as then.
+        migrator.registerMigration("v8-cpu-quota-before", foreignKeyChecks: .immediate) { db in
+            try db.execute(sql: """
+                -- The unit's CPUQuotaPerSecUSec before a throttle, in microseconds, as the bits of
+                -- the unsigned value (SQLite's integers are signed): -1 is UInt64.max, no quota.
+                -- NULL: not known (not read, or not a throttle); the undo then sets no quota.
+                ALTER TABLE cpu_enforcement ADD COLUMN quota_before INTEGER;
+                """)
+        }
         return migrator
     }
 }

@@ -22,7 +22,7 @@ struct ForgetAppStoreTests {
                               notificationCount: 1),
             bucket: ContentAvailableBucket(tokens: 2, updatedAt: time))
         try store.recordEnforcement(EnforcementRecord(
-            sliceID: "slice-\(appID)", appID: appID.rawValue, action: .throttled(unit: "app-\(appID).scope"), since: time))
+            sliceID: "slice-\(appID)", appID: appID.rawValue, action: .throttled(unit: "app-\(appID).scope", quotaBefore: nil), since: time))
         // An old open (folded into the aggregates) and recent ones (raw).
         try store.appendUsage(appID: appID, state: .foreground, at: time - 100 * 86_400)
         try store.pruneUsage(olderThan: time - 60 * 86_400)

@@ -356,15 +356,14 @@ struct TaskStoreFileTests {
         defer { scratch.remove() }
         let path = scratch.path + "/tasks.db"
         let latest = try #require(TaskStore.migrationNames.last)
-        #expect(latest == "v7-refresh-yield", "undo the newest migration below as the release before it left the file")
+        #expect(latest == "v8-cpu-quota-before", "undo the newest migration below as the release before it left the file")
         var history = 0
         do {
             let store = try TaskStore(path: path)
             try fill(store)
             try store.execute(sql: """
-                DELETE FROM grdb_migrations WHERE identifier = 'v7-refresh-yield';
-                ALTER TABLE planner_state DROP COLUMN paid_trials;
-                ALTER TABLE planner_state DROP COLUMN paid_successes;
+                DELETE FROM grdb_migrations WHERE identifier = 'v8-cpu-quota-before';
+                ALTER TABLE cpu_enforcement DROP COLUMN quota_before;
                 """)
             history = try #require(try store.rootPage(of: "history"))
             try store.checkpoint()
@@ -379,7 +378,7 @@ struct TaskStoreFileTests {
         #expect(try store.pendingRequests().map(\.identifier) == ["a"])
         // Migrated after the copy, as at an upgrade: the new columns are there.
         #expect(try store.pragma("quick_check") == "ok")
-        try store.execute(sql: "UPDATE planner_state SET paid_trials = 1")
+        try store.execute(sql: "UPDATE cpu_enforcement SET quota_before = 1")
         #expect(try TaskStore(path: path).recoveredFromCorruption == nil)
     }
 

@@ -688,20 +688,27 @@ class World:
         env = ch.system_env(self.system_address, self.testbed, self.tmp / "upower")
         return ch.start_upowerd(self.stack, self.system, env)
 
-    def start_systemd_mock(self, units=()):
+    def start_systemd_mock(self, units=(), quotas=None):
         """python-dbusmock's systemd template on the *session* bus, as the user manager, with the
-        methods the CPU monitor uses (TESTBED.md: the template lacks them)."""
+        methods the CPU monitor uses (TESTBED.md: the template lacks them). Each unit has its
+        `CPUQuotaPerSecUSec` where systemd has it, on the interface of its type (`…Scope`): from
+        `quotas` (unit → µs), UINT64_MAX (no quota) by default, and None for none (a unit whose
+        quota cannot be read). SetUnitProperties sets it, as systemd does."""
         env = dict(os.environ, DBUS_SESSION_BUS_ADDRESS=self.address)
         proc = self.stack.push(ch.Proc([PYTHON, "-m", "dbusmock", "--session", "--template", "systemd"], env,
                                        name="dbusmock systemd"))
         self.session.wait_for_name("org.freedesktop.systemd1", process=proc)
         mock = SystemdMock(self.session)
         manager = "org.freedesktop.systemd1.Manager"
-        mock.mock("AddMethod", "sssss", (manager, "SetUnitProperties", "sba(sv)", "", ""))
+        mock.mock("AddMethod", "sssss", (manager, "SetUnitProperties", "sba(sv)", "", SystemdMock.SET_QUOTA))
         mock.mock("AddMethod", "sssss", (manager, "FreezeUnit", "s", "", ""))
         mock.mock("AddMethod", "sssss", (manager, "ThawUnit", "s", "", ""))
         for unit in units:
             mock.mock("AddMockUnit", "s", (unit,))
+            quota = (quotas or {}).get(unit, UINT64_MAX)
+            if quota is not None:
+                mock.mock("AddProperty", "ssv", (SystemdMock.type_interface(unit), "CPUQuotaPerSecUSec",
+                                                 GLib.Variant("t", quota)), path=SystemdMock.unit_path(unit))
         return mock
 
     # The fake proc tree (BGPOLICY_PROC_ROOT).
@@ -743,12 +750,34 @@ class World:
 
 
 class SystemdMock:
+    # SetUnitProperties: a CPUQuotaPerSecUSec set on a unit that has one (`start_systemd_mock`).
+    SET_QUOTA = ("unit = objects.get(self.units.get(str(args[0]), ''))\n"
+                 "for name, value in args[2]:\n"
+                 "    for props in (unit.props.values() if unit else ()):\n"
+                 "        if name == 'CPUQuotaPerSecUSec' and name in props: props[name] = dbus.UInt64(value)\n")
+
     def __init__(self, gbus):
         self.gbus = gbus
 
-    def mock(self, method, signature="", args=(), reply_type=None):
+    def mock(self, method, signature="", args=(), reply_type=None, path="/org/freedesktop/systemd1"):
         return call(self.gbus.conn, ch.MOCK_IFACE, method, signature, args, reply_type,
-                    dest="org.freedesktop.systemd1", path="/org/freedesktop/systemd1")
+                    dest="org.freedesktop.systemd1", path=path)
+
+    @staticmethod
+    def unit_path(unit):
+        """The template's object path of `unit` (AddMockUnit)."""
+        return "/org/freedesktop/systemd1/unit/" + unit.replace(".", "_").replace("-", "_")
+
+    @staticmethod
+    def type_interface(unit):
+        """The interface of `unit`'s type, where systemd has its cgroup properties."""
+        return "org.freedesktop.systemd1." + {"scope": "Scope", "service": "Service"}[unit.rsplit(".", 1)[1]]
+
+    def quota(self, unit):
+        """`unit`'s CPUQuotaPerSecUSec now."""
+        return call(self.gbus.conn, "org.freedesktop.DBus.Properties", "Get", "ss",
+                    (self.type_interface(unit), "CPUQuotaPerSecUSec"), "(v)",
+                    dest="org.freedesktop.systemd1", path=self.unit_path(unit))[0]
 
     def calls(self, method):
         """[(timestamp, args)] of the Manager's `method`, args as raw GLib.Variants (their D-Bus types kept)."""

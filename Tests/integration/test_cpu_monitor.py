@@ -398,6 +398,89 @@ def test_a_throttled_app_is_released_at_once_when_it_comes_to_the_foreground(wor
     assert agent.app_record("org.example.Burner")["violations"] == 1
 
 
+# A CPUQuota=50% of the user's own on the burner's unit (a drop-in): CPUQuotaPerSecUSec 500000.
+OWN_QUOTA = 500000
+PUT_BACK = "set back to the 50 % it had before the throttle"
+
+
+def test_a_quota_of_the_users_own_is_put_back_after_the_throttle(world):
+    """The burner's unit has a CPU quota of the user's own (50 %). The throttle sets the agent's
+    10 %, and the slice's end puts the 50 % back, saying so in `cpu-released`. (The undo set
+    no quota at all, UINT64_MAX: the user's limit was gone until they set it again.)"""
+    systemd = world.start_systemd_mock(units=[BURNER_UNIT], quotas={BURNER_UNIT: OWN_QUOTA})
+    agent = world.start_agent(config=cpu_config("throttle"))
+    app, run = start_burner(world, BURNER_UNIT, "org.example.Burner")
+    agent.wait_history("cpu-throttled", app_id="org.example.Burner", timeout=16)
+    assert systemd.quota(BURNER_UNIT) == 100000
+
+    app.complete(run["task_id"], True, "no-data")
+    agent.wait_history("completed", task_id=run["task_id"], timeout=5)
+    th.wait_until(lambda: len(quotas(systemd)) >= 2, 5, "the quota is put back after the slice")
+    assert quotas(systemd) == [(BURNER_UNIT, 100000), (BURNER_UNIT, OWN_QUOTA)]
+    assert systemd.quota(BURNER_UNIT) == OWN_QUOTA
+    released = agent.wait_history("cpu-released", app_id="org.example.Burner", timeout=3)
+    assert released["detail"] == f"the CPU quota on {BURNER_UNIT} was {PUT_BACK} (slice ended)", released
+
+
+@pytest.mark.parametrize("lift_fails", [False, True], ids=["lifted", "lift-failed"])
+def test_a_quota_of_the_users_own_outlives_two_throttles_in_a_slice(world, tmp_path, lift_fails):
+    """A burner whose unit has a 50 % quota of the user's own is throttled, comes to the
+    foreground (the throttle lifted: the 50 % put back), and back in the background is
+    throttled again: the slice's end puts the 50 % back again. When the lift in between fails
+    (`UnitBusy` until the second throttle), the quota the second throttle finds is the agent's
+    own 10 %; it must not be taken for the user's, or the unit would keep 10 % for good."""
+    systemd = world.start_systemd_mock(units=[BURNER_UNIT], quotas={BURNER_UNIT: OWN_QUOTA})
+    busy = tmp_path / "busy"
+    if lift_fails:
+        busy.touch()
+        # Every quota but the throttle's is refused while `busy` exists.
+        refuse = (f"if os.path.exists({str(busy)!r}) and args[2][0][1] != 100000: raise dbus.exceptions.DBusException("
+                  "'Unit is busy', name='org.freedesktop.systemd1.UnitBusy')\n")
+        systemd.mock("AddMethod", "sssss", ("org.freedesktop.systemd1.Manager", "SetUnitProperties", "sba(sv)", "",
+                                            "import os\n" + refuse + th.SystemdMock.SET_QUOTA))
+    agent = world.start_agent(config=cpu_config("throttle", processing="60s"), planner=True)
+    app, run = start_burner(world, BURNER_UNIT, "org.example.Burner")
+    agent.wait_history("cpu-throttled", app_id="org.example.Burner", timeout=16)
+
+    app.scheduler("ReportUsage", "s", ("foreground",))
+    released = agent.wait_history("cpu-released", app_id="org.example.Burner", timeout=5)
+    if lift_fails:
+        assert released["detail"].startswith("could not undo the CPU enforcement"), released
+        assert systemd.quota(BURNER_UNIT) == 100000
+    else:
+        assert released["detail"] == f"the CPU quota on {BURNER_UNIT} was {PUT_BACK} ({RELEASED_FOR_USE})", released
+        assert systemd.quota(BURNER_UNIT) == OWN_QUOTA
+
+    app.scheduler("ReportUsage", "s", ("background",))
+    th.wait_until(lambda: len(agent.events("cpu-throttled", app_id="org.example.Burner")) >= 2, 16,
+                  "the app is throttled again in the background")
+    assert systemd.quota(BURNER_UNIT) == 100000
+    busy.unlink(missing_ok=True)
+
+    app.complete(run["task_id"], True, "no-data")
+    agent.wait_history("completed", task_id=run["task_id"], timeout=5)
+    th.wait_until(lambda: systemd.quota(BURNER_UNIT) != 100000, 5, "the second throttle is undone at the slice's end")
+    assert systemd.quota(BURNER_UNIT) == OWN_QUOTA, quotas(systemd)
+    assert quotas(systemd)[-1] == (BURNER_UNIT, OWN_QUOTA), quotas(systemd)
+
+
+def test_a_throttle_whose_quota_before_cannot_be_read_is_done_and_lifted(world):
+    """The unit's quota cannot be read (here: the mock unit has none on its type's interface).
+    The burner is throttled all the same, the agent logs that the user's own quota, if any,
+    will not be put back, and the slice's end sets no quota, as before the quota was read."""
+    systemd = world.start_systemd_mock(units=[BURNER_UNIT], quotas={BURNER_UNIT: None})
+    agent = world.start_agent(config=cpu_config("throttle"))
+    app, run = start_burner(world, BURNER_UNIT, "org.example.Burner")
+    agent.wait_history("cpu-throttled", app_id="org.example.Burner", timeout=16)
+    assert "Could not read the unit's CPU quota before throttling it" in agent.stderr(), agent.stderr_tail()
+    app.complete(run["task_id"], True, "no-data")
+    agent.wait_history("completed", task_id=run["task_id"], timeout=5)
+    th.wait_until(lambda: len(quotas(systemd)) >= 2, 5, "the quota is lifted after the slice")
+    assert quotas(systemd) == [(BURNER_UNIT, 100000), (BURNER_UNIT, UINT64_MAX)]
+    released = agent.wait_history("cpu-released", app_id="org.example.Burner", timeout=3)
+    assert released["detail"] == f"the CPU quota on {BURNER_UNIT} was lifted (slice ended)", released
+
+
 def start_background_burner(world, app_id):
     """An unverified, background-only app with no systemd unit (a plain session process) that
     burns a core from RunTask on: the monitor's only way to hold it is SIGSTOP."""
@@ -514,6 +597,25 @@ def test_a_throttle_left_by_a_crashed_agent_is_lifted_at_the_next_start(world):
     released = agent.wait_history("cpu-released", app_id="org.example.Burner", timeout=5)
     assert released["detail"] == (
         f"the CPU quota on {BURNER_UNIT} was lifted (left in place when the agent last stopped)"), released
+
+
+def test_a_quota_of_the_users_own_is_put_back_by_the_start_after_a_crash(world):
+    """A unit with a 50 % quota of the user's own, throttled when the agent is killed: the next
+    start puts the 50 % back, from the stored record, rather than set no quota."""
+    systemd = world.start_systemd_mock(units=[BURNER_UNIT], quotas={BURNER_UNIT: OWN_QUOTA})
+    agent = world.start_agent(config=cpu_config("throttle"))
+    start_burner(world, BURNER_UNIT, "org.example.Burner")
+    agent.wait_history("cpu-throttled", app_id="org.example.Burner", timeout=16)
+    agent.sigkill()
+    assert quotas(systemd) == [(BURNER_UNIT, 100000)]
+
+    agent.restart()
+    th.wait_until(lambda: len(quotas(systemd)) >= 2, 5, "the quota is put back")
+    assert quotas(systemd) == [(BURNER_UNIT, 100000), (BURNER_UNIT, OWN_QUOTA)]
+    assert systemd.quota(BURNER_UNIT) == OWN_QUOTA
+    released = agent.wait_history("cpu-released", app_id="org.example.Burner", timeout=5)
+    assert released["detail"] == (
+        f"the CPU quota on {BURNER_UNIT} was {PUT_BACK} (left in place when the agent last stopped)"), released
 
 
 def test_a_stop_the_agent_cannot_record_is_not_done(world):
