@@ -884,6 +884,15 @@ actor TaskEngine {
                 usageReportBudgetAll.spend()
                 return
             }
+            // In use by its own word already (its registration counted as the open, or another
+            // connection of it reported): the same use, not a second open, as for a unit.
+            if state == .foreground, appsInUse.contains(appID), selfReportedInUse.contains(appID) {
+                try noteLastUse(of: appID, at: now)
+                budget.spend()
+                usageReportBudgetAll.spend()
+                lastUsageReport[appID] = state
+                return
+            }
             // Remembered once the row is in: a report the disk refused is recorded when sent again.
             try appendUsage(appID, state, at: now)
             budget.spend()

@@ -312,23 +312,33 @@ def test_an_app_known_by_its_own_word_is_left_when_its_last_connection_closes(wo
 def test_a_usage_report_of_the_state_reported_last_records_nothing(world):
     """An app that reports the same state again and again (a loop, a bug) changed nothing: no
     row each time, and no second open for the predictor. A change is recorded, and once the
-    app is left (its last connection went), its next process's foreground is an open again."""
+    app is left (its last connection went), its next process's foreground is an open again.
+    The registration was the open, so the app's own first `foreground` after it is part of
+    the same use: it was a second row and a second open (Explain's `opens` 2)."""
+    app_id = "org.example.Loop"
     agent = world.start_agent(planner=True)
-    app = world.registered_app("org.example.Loop", ["org.example.Loop.refresh"])
-    for state in ["foreground"] * 50 + ["background"] * 50 + ["foreground"] * 50:
+    app = world.registered_app(app_id, [f"{app_id}.refresh"])
+
+    def opens():
+        return agent.explain(app_id, f"{app_id}.refresh")["opens"]
+
+    app.scheduler("ReportUsage", "s", ("foreground",))
+    assert opens() == 1
+    assert agent.status().get("in_use") == [app_id], agent.status()
+    for state in ["foreground"] * 49 + ["background"] * 50 + ["foreground"] * 50:
         app.scheduler("ReportUsage", "s", (state,))
+    assert opens() == 2
     app.quit()
-    th.wait_until(lambda: not agent.app_record("org.example.Loop")["connected"], th.TIMEOUT, "the app to leave")
-    again = world.registered_app("org.example.Loop", ["org.example.Loop.refresh"])
+    th.wait_until(lambda: not agent.app_record(app_id)["connected"], th.TIMEOUT, "the app to leave")
+    again = world.registered_app(app_id, [f"{app_id}.refresh"])
     again.scheduler("ReportUsage", "s", ("foreground",))
     again.scheduler("ReportUsage", "s", ("foreground",))
+    assert opens() == 3
     agent.stop()
-    # The registration is an open; its own foreground report is a second (as it always was).
-    # Then one row per change, the close as the connection went, and the next process's
-    # foreground, once.
-    assert usage_rows(world) == [("org.example.Loop", state) for state in (
-        "foreground", "foreground", "background", "foreground", "background", "foreground")], \
-        usage_rows(world)
+    # The registration is the open; then one row per change, the close as the connection
+    # went, and the next process's registration, once.
+    assert usage_rows(world) == [(app_id, state) for state in (
+        "foreground", "background", "foreground", "background", "foreground")], usage_rows(world)
 
 
 def test_an_app_whose_unit_runs_is_not_opened_again_by_its_own_usage_reports(world):
