@@ -17,6 +17,9 @@ struct OpenedAppUnits: Sendable {
 
     private var units: [AppID: Set<String>] = [:]
     private var count = 0
+    /// Units opened while their app was in use by its own word (`TaskEngine.appUnitChanged`):
+    /// a launch from the launcher handed to the app's running process.
+    private var handedOff: Set<String> = []
 
     init() {}
 
@@ -32,12 +35,18 @@ struct OpenedAppUnits: Sendable {
     func contains(_ appID: AppID) -> Bool { units[appID] != nil }
 
     /// `unit` of `appID` opened. Returns whether it is the app's first, that is, whether no
-    /// other unit of the app runs.
-    mutating func open(_ unit: String, of appID: AppID) -> Bool {
+    /// other unit of the app runs. `handedOff`: the app was in use by its own word already.
+    mutating func open(_ unit: String, of appID: AppID, handedOff: Bool = false) -> Bool {
         let first = units[appID] == nil
-        if count < Self.maximumUnits, units[appID, default: []].insert(unit).inserted { count += 1 }
+        if count < Self.maximumUnits, units[appID, default: []].insert(unit).inserted {
+            count += 1
+            if handedOff { self.handedOff.insert(unit) }
+        }
         return first
     }
+
+    /// Whether `unit` opened while its app was in use by its own word (`open`'s `handedOff`).
+    func isHandedOff(_ unit: String) -> Bool { handedOff.contains(unit) }
 
     /// `unit` of `appID` went. Returns whether it was the app's last, that is, whether no other
     /// unit of the app runs now. A unit never seen opening (one the agent's launch started, or
@@ -46,6 +55,7 @@ struct OpenedAppUnits: Sendable {
     mutating func close(_ unit: String, of appID: AppID) -> Bool {
         guard var mine = units[appID] else { return true }
         if mine.remove(unit) != nil { count -= 1 }
+        handedOff.remove(unit)
         units[appID] = mine.isEmpty ? nil : mine
         return mine.isEmpty
     }

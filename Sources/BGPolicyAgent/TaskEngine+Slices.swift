@@ -341,6 +341,7 @@ extension TaskEngine {
                 savePlannerState()
             }
             delivering.remove(launch.appID)
+            startingByActivation.remove(launch.appID)
             requestEvaluation(for: launch.appID)
         }
         let appID = launch.appID
@@ -359,9 +360,7 @@ extension TaskEngine {
         defer { handOnTurn() }
         if runtime.latestConnection == nil, runtime.record.busName != nil {
             let asked = ContinuousClock.now
-            waitingForStartTurn.insert(appID)
             await takeStartTurn(for: appID)
-            waitingForStartTurn.remove(appID)
             turnHeld = true
             waitedForTurn = ContinuousClock.now - asked
             guard let current = apps[appID] else { throw .unknownApp(appID.rawValue) }
@@ -404,6 +403,7 @@ extension TaskEngine {
         } else if let busName = runtime.record.busName {
             target = busName
             activating = true
+            startingByActivation.insert(appID)
         } else {
             let reason = "\(appID) is not running and registered no bus_name to start it by D-Bus activation"
             recordDeliveryFailure(Array(requests), reason: reason, now: Self.wallNow())
@@ -611,10 +611,12 @@ extension TaskEngine {
 
     static let clientPath = try! ObjectPath(BGPolicyNames.clientObjectPath)
 
-    /// Whether the agent is launching `appID` itself: a delivery is on its way, not waiting
-    /// for its turn to start the app.
+    /// Whether the agent is launching `appID` itself: a delivery that starts the app by D-Bus
+    /// activation is on its way. Not any delivery: one to a running app's connection starts
+    /// nothing, and a unit of the app appearing meanwhile is the user's doing (it was dropped,
+    /// and the user's whole session in the app went unseen).
     func isLaunching(_ appID: AppID) -> Bool {
-        delivering.contains(appID) && !waitingForStartTurn.contains(appID)
+        startingByActivation.contains(appID)
     }
 
     /// Waits for a turn to start an app by D-Bus activation (`StartTurns`). A launch that must

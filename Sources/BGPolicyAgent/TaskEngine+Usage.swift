@@ -34,6 +34,7 @@ extension TaskEngine {
         guard event.change == .opened else {
             // A launch of an app already running often makes a unit that hands its window to
             // the running process and ends at once: the user has not left the app.
+            let handedOff = openedUnits.isHandedOff(event.unit)
             guard openedUnits.close(event.unit, of: appID) else {
                 logger.debug("App unit closed while another of the app runs; the app is not left", metadata: metadata)
                 return
@@ -44,13 +45,23 @@ extension TaskEngine {
                 logger.debug("App unit closed after the app reported itself in the background; left already", metadata: metadata)
                 return
             }
+            // A launch handed to the process of an app in use by its own word (its scope ends
+            // within a second), with that process still on the bus: no leave. The app is left
+            // when it says so, or when its last connection closes (`lastConnectionClosed`).
+            if handedOff, selfReportedInUse.contains(appID), apps[appID]?.connections.isEmpty == false {
+                logger.debug("App unit closed while the app, in use by its own word, is still connected; not left", metadata: metadata)
+                return
+            }
             appendUsageOrWarn(appID, .background, at: now, metadata: metadata)
             logger.debug("App unit changed", metadata: metadata)
             noteLeft(appID, at: now)
             return
         }
         do {
-            guard openedUnits.open(event.unit, of: appID) else {
+            // In use by its own word already (it registered as opened, or reported itself in
+            // the foreground): a launch of it now is use within that open, as below.
+            let inUseByItsWord = appsInUse.contains(appID) && selfReportedInUse.contains(appID)
+            guard openedUnits.open(event.unit, of: appID, handedOff: inUseByItsWord), !inUseByItsWord else {
                 // Another launch of an app already open (a terminal's next window, a browser's
                 // launch handed to its running process) is use: the record keeps it as the last
                 // use (`bgpolicy apps`), so an app the user keeps launching is not held as

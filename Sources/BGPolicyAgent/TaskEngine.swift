@@ -56,11 +56,12 @@ actor TaskEngine {
     var backgroundTasks: [String: BackgroundTask] = [:]
     /// Apps with a delivery on its way: not launched again until it settles.
     var delivering: Set<AppID> = []
+    /// Apps of `delivering` that the delivery starts by D-Bus activation, once their turn to
+    /// start has come (`isLaunching`); while they wait for it, nothing of the agent's is
+    /// starting them, so a unit or registration of theirs is the user's doing.
+    var startingByActivation: Set<AppID> = []
     /// Turns to start apps by D-Bus activation (`[slices] concurrent_starts`).
     var startTurns: StartTurns<CheckedContinuation<Void, Never>>
-    /// Apps of `delivering` still waiting for their turn to be started: nothing of the agent's
-    /// is starting them yet, so a unit or registration of theirs is the user's doing.
-    var waitingForStartTurn: Set<AppID> = []
     var globalEnabled = true
     var sleeping = false
     var conditions = Conditions.unknown

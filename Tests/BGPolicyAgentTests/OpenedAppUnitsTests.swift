@@ -24,6 +24,19 @@ struct OpenedAppUnitsTests {
         #expect(!units.contains(Self.konsole) && units.apps.isEmpty)
     }
 
+    @Test func aUnitOpenedForAnAppInUseByItsWordIsKnownAsHandedOffUntilItGoes() {
+        var units = OpenedAppUnits()
+        let first = units.open(Self.first, of: Self.konsole, handedOff: true)
+        #expect(first && units.isHandedOff(Self.first))
+        _ = units.open(Self.second, of: Self.konsole)
+        #expect(!units.isHandedOff(Self.second))
+        _ = units.close(Self.first, of: Self.konsole)
+        #expect(!units.isHandedOff(Self.first))
+        // Opened again later, not handed off: it is an ordinary unit.
+        _ = units.open(Self.first, of: Self.konsole)
+        #expect(!units.isHandedOff(Self.first))
+    }
+
     @Test func theUnitsGoInAnyOrderAndTheLastIsTheLeave() {
         var units = OpenedAppUnits()
         for unit in [Self.first, Self.second] { _ = units.open(unit, of: Self.konsole) }

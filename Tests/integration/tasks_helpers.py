@@ -234,8 +234,8 @@ def mail_quit_with_its_refresh_waiting(world, start_command):
     """An agent with the refresh planner and three weeks of use in its log (the user goes on to
     Mail after opening Notes), Notes registered, and Mail's refresh waiting for predicted use,
     after Mail quit: its `bus_name` starts `start_command` (a D-Bus service file in the world's
-    activation directory), which must fail. The next open of Notes opens a window whose refresh
-    of Mail is not delivered. Returns the agent and Notes' test app."""
+    activation directory), which must fail. Notes was left; its next open (`ReportUsage`
+    `foreground`) opens a window whose refresh of Mail is not delivered. Returns the agent and Notes' test app."""
     (world.service_dir / "org.example.Mail.service").write_text(
         f"[D-BUS Service]\nName=org.example.Mail\nExec={start_command}\n")
 
@@ -246,6 +246,8 @@ def mail_quit_with_its_refresh_waiting(world, start_command):
             for app_id, state, offset in (("org.example.Mail", "foreground", 0), ("org.example.Mail", "background", 60))]
     agent = restart_with_usage(world.start_agent(planner=True), every_hour_for_three_weeks(visit, 3600))
     notes = world.registered_app("org.example.Notes", ["org.example.Notes.refresh"])
+    # Its registration was an open; the user leaves it, so that its next `foreground` is one.
+    notes.scheduler("ReportUsage", "s", ("background",))
     mail = world.app("mail")
     mail.register(["org.example.Mail.refresh"], app_id="org.example.Mail", bus_name="org.example.Mail")
     mail.scheduler("ReportUsage", "s", ("background",))

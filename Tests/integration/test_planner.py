@@ -152,8 +152,9 @@ def test_opening_an_app_opens_a_window_for_the_refreshes_of_the_apps_the_user_go
     news = world.registered_app("org.example.News", ["org.example.News.refresh"])
     registered = time.time()
     # Registering counts as opening; the user leaves Mail and News (an app in use is not
-    # refreshed in the window after another app's open). Wait out the windows those opened.
-    for app in (mail, news):
+    # refreshed in the window after another app's open), and Notes, so that its next
+    # `foreground` is an open. Wait out the windows those opened.
+    for app in (notes, mail, news):
         app.scheduler("ReportUsage", "s", ("background",))
     time.sleep(max(0.0, registered + 61 - time.time()))
     for app, app_id in ((mail, "org.example.Mail"), (news, "org.example.News")):

@@ -572,9 +572,10 @@ def test_closing_an_app_unit_refreshes_the_app_left_if_the_user_comes_back_soon(
                     rows += [(app, "foreground", t + visit), (app, "background", t + visit + 120)]
     th.restart_with_usage(agent, rows)
     wait_subscribed(agent, manager)
-    maps = world.registered_app(MAPS, [f"{MAPS}.refresh"])
+    # The launcher makes Maps' scope, then Maps starts in it and registers.
     emit(manager, "UnitNew", UNITS[MAPS])
     th.wait_until(lambda: agent.stderr().count("App unit changed") >= 1, th.TIMEOUT, "the agent to see Maps' unit")
+    maps = world.registered_app(MAPS, [f"{MAPS}.refresh"])
     # Opening Maps opened a window for a minute (for apps not in use, which Maps is not then):
     # wait it out, and keep clear of the 15-min grid's windows, with time for the steps below.
     th.wait_between_windows(900, 61, 860, not_before=time.time() + 61)
