@@ -7,7 +7,9 @@ public protocol ConditionSource: Sendable {
     var name: ConditionSourceName { get }
     /// Runs until the task is cancelled. Reports facts when they change, `.lost` whenever its
     /// input goes away (and its facts become unknown), and reads everything again when the
-    /// input comes back or when `context.rereads` says so (after resume from sleep).
+    /// input comes back or when `context.rereads` says so (after resume from sleep). What a
+    /// re-read finds is reported even when nothing changed: after a resume the agent waits for
+    /// that answer from the battery and power-profile sources (`ConditionsHub.settling`).
     func run(_ context: SourceContext) async
 }
 

@@ -28,8 +28,8 @@ public struct PowerProfilesSource: ConditionSource {
     public func run(_ context: SourceContext) async {
         // The profile each name reports; the current name wins when both are owned.
         let state = ProfileState()
-        let publish: @Sendable (Bool, PowerProfile?) async -> Void = { isLegacy, profile in
-            if let report = state.update(isLegacy: isLegacy, profile: profile) { await context.report(report) }
+        let publish: @Sendable (Bool, PowerProfile?, Bool) async -> Void = { isLegacy, profile, fresh in
+            if let report = state.update(isLegacy: isLegacy, profile: profile, fresh: fresh) { await context.report(report) }
         }
         let (rereadsCurrent, feedCurrent) = AsyncStream.makeStream(of: Void.self)
         let (rereadsLegacy, feedLegacy) = AsyncStream.makeStream(of: Void.self)
@@ -43,32 +43,34 @@ public struct PowerProfilesSource: ConditionSource {
                 feedLegacy.finish()
             }
             group.addTask {
-                await follow(Self.current, rereads: rereadsCurrent, context: context) { await publish(false, $0) }
+                await follow(Self.current, rereads: rereadsCurrent, context: context) { await publish(false, $0, $1) }
             }
             group.addTask {
-                await follow(Self.legacy, rereads: rereadsLegacy, context: context) { await publish(true, $0) }
+                await follow(Self.legacy, rereads: rereadsLegacy, context: context) { await publish(true, $0, $1) }
             }
         }
     }
 
     private func follow(
         _ endpoint: Endpoint, rereads: AsyncStream<Void>, context: SourceContext,
-        update: @escaping @Sendable (PowerProfile?) async -> Void
+        update: @escaping @Sendable (_ profile: PowerProfile?, _ fresh: Bool) async -> Void
     ) async {
         let follower = DaemonFollower(
             connection: connection, name: endpoint.busName, logger: context.logger, sleep: context.sleep)
-        await follower.run(rereads: rereads, lost: { await update(nil) }) { owner in
+        await follower.run(rereads: rereads, lost: { await update(nil, false) }) { owner in
             let object = RemoteObject(connection: connection, owner: owner, path: endpoint.path, interface: endpoint.interface)
             let changes = try await object.propertiesChanged()
-            func read() async throws {
+            func read(fresh: Bool) async throws {
                 let properties = try await object.getAll()
                 let reported = properties.property("ActiveProfile", as: String.self, logger: context.logger, from: endpoint.busName)
-                await update(reported.map(PowerProfile.init(reported:)) ?? .unknown)
+                await update(reported.map(PowerProfile.init(reported:)) ?? .unknown, fresh)
             }
-            try await read()
+            // A session's first read may answer a re-read (a resume; `DaemonFollower` starts a
+            // session for each), which the agent waits for, changed or not.
+            try await read(fresh: true)
             for try await signal in changes {
                 guard case .string(endpoint.interface)? = signal.body.first else { continue }
-                try await read()
+                try await read(fresh: false)
             }
         }
     }
@@ -78,12 +80,15 @@ public struct PowerProfilesSource: ConditionSource {
 final class ProfileState: Sendable {
     private let state = Mutex<(current: PowerProfile?, legacy: PowerProfile?, reported: PowerProfile??)>((nil, nil, nil))
 
-    /// Records one name's profile; returns the report to send, if the effective profile changed.
-    func update(isLegacy: Bool, profile: PowerProfile?) -> ConditionReport? {
+    /// Records one name's profile; returns the report to send, if the effective profile changed
+    /// or the profile was `fresh`ly read (a session's first read): that may answer a re-read
+    /// after a resume, which the agent waits for (`ConditionsHub.resettle`) even when nothing
+    /// changed.
+    func update(isLegacy: Bool, profile: PowerProfile?, fresh: Bool = false) -> ConditionReport? {
         state.withLock { s in
             if isLegacy { s.legacy = profile } else { s.current = profile }
             let effective = s.current ?? s.legacy
-            if case .some(let reported) = s.reported, reported == effective { return nil }
+            if !fresh, case .some(let reported) = s.reported, reported == effective { return nil }
             s.reported = .some(effective)
             return effective.map(ConditionReport.profile) ?? .lost
         }

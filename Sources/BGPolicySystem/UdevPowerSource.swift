@@ -14,8 +14,10 @@ import Synchronization
 /// uevent, so a battery draining is seen only at the next uevent (plug, unplug, status change)
 /// or resume. UPower polls for it; when UPower is not live and the machine runs on battery, the
 /// agent turns `polling` on, and the supplies are read again every `[battery]
-/// udev_read_interval` (60 s). A re-read that finds the same facts reports nothing. On AC, or
-/// with UPower live, the timer does not exist.
+/// udev_read_interval` (60 s). A timed re-read that finds the same facts reports nothing; one
+/// asked through `context.rereads` (a resume) reports them all the same, for the agent waits
+/// for that answer before it starts work (`ConditionsHub.resettle`). On AC, or with UPower
+/// live, the timer does not exist.
 ///
 /// A watch that breaks (libudev cannot be set up, the uevent socket hangs up, an enumeration
 /// fails) is reported lost, and started again after a wait: `firstRetry`, doubled after each
@@ -95,7 +97,10 @@ public struct UdevPowerSource: ConditionSource {
                 switch event {
                 case .devices(let devices):
                     let sample = Self.sample(from: devices)
-                    if sample != last {
+                    // A re-read asked (a resume) is answered even when nothing changed: the
+                    // agent waits for the answer. Any enumeration from now on answers it.
+                    let asked = current.takeAnswerDue()
+                    if sample != last || asked {
                         last = sample
                         await context.report(.power(sample))
                     }
@@ -164,6 +169,8 @@ public struct UdevPowerSource: ConditionSource {
             var watch: (any PowerSupplyWatch)?
             /// A re-read asked while no watch ran, not yet taken by a wait.
             var asked = false
+            /// A re-read asked of the watch under way, not yet answered by an enumeration.
+            var answerDue = false
             var waiter: CheckedContinuation<Bool, Never>?
         }
         private let state = Mutex(State())
@@ -172,7 +179,7 @@ public struct UdevPowerSource: ConditionSource {
         func set(_ new: (any PowerSupplyWatch)?) {
             state.withLock { state in
                 state.watch = new
-                if new != nil { state.asked = false }
+                if new != nil { (state.asked, state.answerDue) = (false, false) }
             }
         }
 
@@ -182,9 +189,13 @@ public struct UdevPowerSource: ConditionSource {
             state.withLock { $0.watch }?.rescan()
         }
 
+        /// A re-read asked (a resume): the next enumeration is reported even if nothing changed.
         func rescan() {
             let (watch, waiter) = state.withLock { state -> ((any PowerSupplyWatch)?, CheckedContinuation<Bool, Never>?) in
-                if let watch = state.watch { return (watch, nil) }
+                if let watch = state.watch {
+                    state.answerDue = true
+                    return (watch, nil)
+                }
                 if let waiter = state.waiter {
                     state.waiter = nil
                     return (nil, waiter)
@@ -194,6 +205,14 @@ public struct UdevPowerSource: ConditionSource {
             }
             watch?.rescan()
             waiter?.resume(returning: true)
+        }
+
+        /// Whether the enumeration at hand answers a re-read asked of the watch; takes it.
+        func takeAnswerDue() -> Bool {
+            state.withLock { state in
+                defer { state.answerDue = false }
+                return state.answerDue
+            }
         }
 
         /// Returns true once a re-read has been asked since the last watch ended (at once if

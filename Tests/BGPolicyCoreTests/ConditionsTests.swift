@@ -132,6 +132,25 @@ struct ConditionsTests {
         #expect(model.powerSource == .upower)
     }
 
+    /// After a resume the sources answer their re-read even when nothing changed (the agent
+    /// waits for the answers): the same facts again are no change, logged or signalled.
+    @Test("after a resume, answers that say what was known are no change")
+    func unchangedAnswersAfterResume() {
+        var model = ConditionsModel()
+        let onAC = PowerSample(onBatteryReported: false, batteryPresent: true, percentage: 100, state: .fullyCharged)
+        model.apply(.power(onAC), from: .udev)
+        model.apply(.power(onAC), from: .upower)
+        model.apply(.profile(.balanced), from: .powerProfiles)
+        let before = model.conditions
+        model.rereadRequested([.upower, .udev, .powerProfiles])
+        let udevAnswered = model.apply(.power(onAC), from: .udev)
+        let profileAnswered = model.apply(.profile(.balanced), from: .powerProfiles)
+        let upowerAnswered = model.apply(.power(onAC), from: .upower)
+        #expect(!udevAnswered && !profileAnswered && !upowerAnswered)
+        #expect(model.conditions == before)
+        #expect(model.powerSource == .upower)
+    }
+
     @Test("udev reads the battery on a timer only while it alone says the machine runs on battery")
     func udevRereadsOnlyOnBatteryWithoutUPower() {
         let draining = PowerSample(onBatteryReported: true, batteryPresent: true, percentage: 90, state: .discharging)

@@ -137,6 +137,31 @@ def test_after_a_resume_work_waits_for_the_facts_read_again(laptop):
         os.kill(upowerd.pid, signal.SIGCONT)
 
 
+def test_after_a_resume_with_nothing_changed_work_starts_at_once(world):
+    """The common resume: asleep on AC and awake on AC, the same power profile. Every battery
+    and power-profile source answers its re-read though it finds what it knew, and the refresh
+    that waited through the sleep starts as soon as they have. (Before, udev and
+    power-profiles-daemon said nothing of facts that had not changed, so every resume held all
+    work for the whole 3 s and logged that the sources had not read again.)"""
+    logind = world.start_logind()
+    world.start_upowerd()
+    ch.start_power_profiles(world.stack, world.system, ch.system_env(world.system_address, world.testbed, world.tmp / "upower"),
+                            legacy=False, active="balanced")
+    agent = world.start_agent()
+    wanted = {"udev", "upower", "power-profiles"}
+    wait_until(lambda: wanted <= set(conditions(agent).get("sources", [])), 10,
+               "the agent to hear from udev, UPower and power-profiles-daemon")
+    _, identifier, app = refresh_waiting_through_sleep(world, agent, logind)
+
+    resumed = time.monotonic()
+    prepare_for_sleep(logind, False)
+    app.wait_run_task(identifier, timeout=5)
+    elapsed = time.monotonic() - resumed
+    assert elapsed < 2, f"the refresh started {elapsed:.1f} s after the resume"
+    assert "before the battery and power profile were read again" not in agent.stderr(), agent.stderr_tail()
+    assert wanted <= set(conditions(agent)["sources"]), conditions(agent)
+
+
 def test_background_tasks_under_way_expire_before_sleep(world):
     """A background task (BeginBackgroundTask, 30 s for work the user started) under way as the
     machine goes to sleep is told to wrap up, as a slice is, and closed as `sleep-expired`, no
