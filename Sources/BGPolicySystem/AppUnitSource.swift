@@ -48,7 +48,7 @@ public struct AppUnitSource: Sendable {
         // continuation is kept alive so that the follower does not see the stream end.
         let (rereads, keepAlive) = AsyncStream.makeStream(of: Void.self)
         let follower = DaemonFollower(connection: connection, name: Self.busName, logger: logger, sleep: sleep)
-        await follower.run(rereads: rereads, lost: {}) { owner in
+        await follower.run(rereads: rereads, lost: {}) { owner, succeeded in
             // One rule for the manager's signals, not one per member, so that a unit's
             // UnitNew and UnitRemoved cannot be reordered between two streams.
             let signals = try await connection.subscribe(MatchRule(sender: owner, interface: Self.interface, path: Self.path))
@@ -57,6 +57,7 @@ public struct AppUnitSource: Sendable {
             if let units = await runningAppUnits(owner: owner, logger: logger) {
                 await running(tracker.running(units: units))
             }
+            succeeded()
             for try await signal in signals {
                 if signal.member == "Reloading" {
                     for event in await reloading(signal, owner: owner, tracker: &tracker, logger: logger) {

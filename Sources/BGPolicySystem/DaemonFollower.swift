@@ -1,6 +1,7 @@
 import BGPolicyCore
 import BGPolicyDBus
 import Logging
+import Synchronization
 
 /// Follows a daemon's well-known bus name: runs `session` for each owner while it owns the
 /// name, cancels it when the owner changes or goes, and calls `lost` when nobody owns it.
@@ -11,7 +12,9 @@ import Logging
 /// minutes: without that, one failed call left the daemon's facts unknown until it restarted
 /// or the machine resumed. After `retries` failures in a row (about half an hour) it waits
 /// for those instead, so that a daemon that always fails does not wake the machine every 5
-/// minutes for good.
+/// minutes for good. A session that has read its daemon (it calls `succeeded`) ends the row,
+/// so that stalls days apart are each a first failure: they used to add up, and the 13th gave
+/// the daemon up until it restarted or the machine resumed.
 struct DaemonFollower: Sendable {
     /// The first and the longest wait before a failed session starts again, and how many
     /// failures in a row are retried.
@@ -19,20 +22,43 @@ struct DaemonFollower: Sendable {
     static let longestRetry: Duration = .seconds(300)
     static let retries = 12
 
-    let connection: DBusConnection
+    /// The wait after the `failures`th failure in a row: 1 s, doubling up to 5 minutes.
+    static func retryWait(after failures: Int) -> Duration {
+        min(firstRetry * (1 << min(max(failures - 1, 0), 16)), longestRetry)
+    }
+
     let name: String
     let logger: Logger
     /// The wait between attempts (`SourceContext.sleep`).
     let sleep: Sleep
+    /// Starts following the name's owner: the bus's (`DBusConnection.watchNameOwner`), or a test's.
+    let watchOwner: @Sendable () async throws -> AsyncThrowingStream<String?, any Error>
 
+    init(connection: DBusConnection, name: String, logger: Logger, sleep: @escaping Sleep) {
+        self.init(name: name, logger: logger, sleep: sleep) { try await connection.watchNameOwner(name) }
+    }
+
+    init(
+        name: String, logger: Logger, sleep: @escaping Sleep,
+        watchOwner: @escaping @Sendable () async throws -> AsyncThrowingStream<String?, any Error>
+    ) {
+        self.name = name
+        self.logger = logger
+        self.sleep = sleep
+        self.watchOwner = watchOwner
+    }
+
+    /// - Parameter session: follows one owner until it fails or is cancelled; it calls its
+    ///   `succeeded` once it has read the daemon (or set up all it follows), which ends a row of
+    ///   failures.
     func run(
         rereads: AsyncStream<Void>,
         lost: @escaping @Sendable () async -> Void,
-        session: @escaping @Sendable (_ owner: String) async throws -> Void
+        session: @escaping @Sendable (_ owner: String, _ succeeded: @escaping @Sendable () -> Void) async throws -> Void
     ) async {
         let owners: AsyncThrowingStream<String?, any Error>
         do {
-            owners = try await connection.watchNameOwner(name)
+            owners = try await watchOwner()
         } catch {
             logger.warning("Cannot follow a bus name", metadata: ["bus.name": "\(name)", "error": "\(error)"])
             await lost()
@@ -61,17 +87,16 @@ struct DaemonFollower: Sendable {
         func start(_ newOwner: String) {
             let name = self.name, logger = self.logger, sleep = self.sleep
             running = Task {
-                var wait = Self.firstRetry
-                var failures = 0
+                let row = FailureRow()
                 while true {
                     do {
-                        try await session(newOwner)
+                        try await session(newOwner) { row.succeeded() }
                         return
                     } catch is CancellationError {
                         return
                     } catch {
                         if Task.isCancelled { return }
-                        failures += 1
+                        let failures = row.failed()
                         await lost()
                         if failures > Self.retries {
                             logger.warning(
@@ -80,12 +105,12 @@ struct DaemonFollower: Sendable {
                             return
                         }
                         // One warning per outage; the attempts after it at debug level.
+                        let wait = Self.retryWait(after: failures)
                         logger.log(
                             level: failures == 1 ? .warning : .debug, "Lost track of a daemon; trying again",
                             metadata: ["bus.name": "\(name)", "error": "\(error)", "retry.seconds": "\(wait.components.seconds)"])
+                        do { try await sleep(wait) } catch { return }
                     }
-                    do { try await sleep(wait) } catch { return }
-                    wait = min(wait * 2, Self.longestRetry)
                 }
             }
         }
@@ -126,6 +151,22 @@ struct DaemonFollower: Sendable {
         running?.cancel()
         await running?.value
         feeder.cancel()
+    }
+}
+
+/// The failures in a row of the sessions with one owner: a session that read its daemon
+/// (`succeeded`) ends the row.
+private final class FailureRow: Sendable {
+    private let count = Mutex(0)
+
+    func succeeded() { count.withLock { $0 = 0 } }
+
+    /// One more failure; returns how many in a row now.
+    func failed() -> Int {
+        count.withLock { count in
+            count += 1
+            return count
+        }
     }
 }
 

@@ -54,12 +54,12 @@ public struct IdleMonitorSource: ConditionSource {
 
     public func run(_ context: SourceContext) async {
         let follower = DaemonFollower(connection: connection, name: Self.busName, logger: context.logger, sleep: context.sleep)
-        await follower.run(rereads: context.rereads, lost: { await context.report(.lost) }) { owner in
-            try await follow(owner: owner, context: context)
+        await follower.run(rereads: context.rereads, lost: { await context.report(.lost) }) { owner, succeeded in
+            try await follow(owner: owner, context: context, succeeded: succeeded)
         }
     }
 
-    private func follow(owner: String, context: SourceContext) async throws {
+    private func follow(owner: String, context: SourceContext, succeeded: () -> Void) async throws {
         let logger = context.logger
         let monitor = RemoteObject(connection: connection, owner: owner, path: Self.path, interface: Self.interface)
         // Subscribed before any watch exists, so no WatchFired can be missed.
@@ -100,6 +100,7 @@ public struct IdleMonitorSource: ConditionSource {
         }
         if noInput { try await addUserActiveWatch() }
         await context.report(.input(InputSample(noInput: noInput)))
+        succeeded()
 
         for try await signal in fired {
             guard signal.body.count == 1, case .uint32(let id) = signal.body[0] else {

@@ -67,7 +67,7 @@ public struct LogindSource: ConditionSource {
             await context.report(.lost)
             await resumeUnannouncedSleep(context.logger, why: "logind left the bus (or stopped answering)")
         }
-        await follower.run(rereads: context.rereads, lost: lost) { owner in
+        await follower.run(rereads: context.rereads, lost: lost) { owner, succeeded in
             let manager = RemoteObject(connection: connection, owner: owner, path: Self.managerPath, interface: Self.managerInterface)
             let sleeps = try await connection.subscribe(
                 MatchRule(sender: owner, interface: Self.managerInterface, member: "PrepareForSleep", path: Self.managerPath))
@@ -75,7 +75,7 @@ public struct LogindSource: ConditionSource {
                 group.addTask { try await followSleep(manager: manager, signals: sleeps, logger: context.logger) }
                 // The session half failing must not release the sleep inhibitor: it reports its
                 // facts unknown and tries again when the user's sessions change.
-                group.addTask { try await followSessions(manager: manager, owner: owner, context: context) }
+                group.addTask { try await followSessions(manager: manager, owner: owner, context: context, succeeded: succeeded) }
                 try await group.next()
                 group.cancelAll()
             }
@@ -126,12 +126,16 @@ public struct LogindSource: ConditionSource {
     /// session's arrival or end (`SessionNew`, `SessionRemoved`): the agent may start before
     /// any session (lingering, at boot), the user may log in on a console first and then
     /// graphically, or log out and back in while the user manager stays.
-    private func followSessions(manager: RemoteObject, owner: String, context: SourceContext) async throws {
+    private func followSessions(
+        manager: RemoteObject, owner: String, context: SourceContext, succeeded: @escaping @Sendable () -> Void
+    ) async throws {
         let rule = { (member: String) in
             MatchRule(sender: owner, interface: Self.managerInterface, member: member, path: Self.managerPath)
         }
         let arrivals = try await connection.subscribe(rule("SessionNew"))
         let removals = try await connection.subscribe(rule("SessionRemoved"))
+        // All that can fail this session is set up (the user's session has its own retries).
+        succeeded()
         let (changes, poke) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
         try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask { for try await _ in arrivals { poke.yield() } }
@@ -316,7 +320,7 @@ final class SessionRetry: Sendable {
                 s.pending = nil
                 return "when sessions change (it failed \(s.failures) times in a row)"
             }
-            let wait = min(DaemonFollower.firstRetry * (1 << min(s.failures - 1, 16)), DaemonFollower.longestRetry)
+            let wait = DaemonFollower.retryWait(after: s.failures)
             let sleep = sleep, poke = poke
             s.pending = Task {
                 do { try await sleep(wait) } catch { return }

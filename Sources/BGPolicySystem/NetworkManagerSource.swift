@@ -18,7 +18,7 @@ public struct NetworkManagerSource: ConditionSource {
 
     public func run(_ context: SourceContext) async {
         let follower = DaemonFollower(connection: connection, name: Self.busName, logger: context.logger, sleep: context.sleep)
-        await follower.run(rereads: context.rereads, lost: { await context.report(.lost) }) { owner in
+        await follower.run(rereads: context.rereads, lost: { await context.report(.lost) }) { owner, succeeded in
             let object = RemoteObject(connection: connection, owner: owner, path: Self.path, interface: Self.busName)
             // NetworkManager emits the standard PropertiesChanged (and, before 1.x, its own on
             // its interface); follow both.
@@ -34,6 +34,7 @@ public struct NetworkManagerSource: ConditionSource {
                 }
             }
             try await read()
+            succeeded()
             try await rereadOnSignals([changes, legacyChanges], read: read)
         }
     }

@@ -57,7 +57,7 @@ public struct PowerProfilesSource: ConditionSource {
     ) async {
         let follower = DaemonFollower(
             connection: connection, name: endpoint.busName, logger: context.logger, sleep: context.sleep)
-        await follower.run(rereads: rereads, lost: { await update(nil, false) }) { owner in
+        await follower.run(rereads: rereads, lost: { await update(nil, false) }) { owner, succeeded in
             let object = RemoteObject(connection: connection, owner: owner, path: endpoint.path, interface: endpoint.interface)
             let changes = try await object.propertiesChanged()
             func read(fresh: Bool) async throws {
@@ -68,6 +68,7 @@ public struct PowerProfilesSource: ConditionSource {
             // A session's first read may answer a re-read (a resume; `DaemonFollower` starts a
             // session for each), which the agent waits for, changed or not.
             try await read(fresh: true)
+            succeeded()
             for try await signal in changes {
                 guard case .string(endpoint.interface)? = signal.body.first else { continue }
                 try await read(fresh: false)

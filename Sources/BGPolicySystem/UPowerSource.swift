@@ -23,12 +23,12 @@ public struct UPowerSource: ConditionSource {
 
     public func run(_ context: SourceContext) async {
         let follower = DaemonFollower(connection: connection, name: Self.busName, logger: context.logger, sleep: context.sleep)
-        await follower.run(rereads: context.rereads, lost: { await context.report(.lost) }) { owner in
-            try await session(owner: owner, context: context)
+        await follower.run(rereads: context.rereads, lost: { await context.report(.lost) }) { owner, succeeded in
+            try await session(owner: owner, context: context, succeeded: succeeded)
         }
     }
 
-    private func session(owner: String, context: SourceContext) async throws {
+    private func session(owner: String, context: SourceContext, succeeded: () -> Void) async throws {
         let manager = RemoteObject(connection: connection, owner: owner, path: Self.managerPath, interface: Self.busName)
         let display = RemoteObject(connection: connection, owner: owner, path: Self.displayDevicePath, interface: Self.deviceInterface)
         // Subscribe first, then read: a change between the two cannot be missed.
@@ -48,6 +48,7 @@ public struct UPowerSource: ConditionSource {
             }
         }
         try await read()
+        succeeded()
         try await rereadOnSignals([changes, displayChanges, added, removed], read: read)
     }
 
