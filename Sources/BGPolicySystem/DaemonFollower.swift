@@ -14,7 +14,8 @@ import Synchronization
 /// for those instead, so that a daemon that always fails does not wake the machine every 5
 /// minutes for good. A session that has read its daemon (it calls `succeeded`) ends the row,
 /// so that stalls days apart are each a first failure: they used to add up, and the 13th gave
-/// the daemon up until it restarted or the machine resumed.
+/// the daemon up until it restarted or the machine resumed. Following the name itself is
+/// tried again on the same schedule when it fails (`watchOwners`).
 struct DaemonFollower: Sendable {
     /// The first and the longest wait before a failed session starts again, and how many
     /// failures in a row are retried.
@@ -56,14 +57,7 @@ struct DaemonFollower: Sendable {
         lost: @escaping @Sendable () async -> Void,
         session: @escaping @Sendable (_ owner: String, _ succeeded: @escaping @Sendable () -> Void) async throws -> Void
     ) async {
-        let owners: AsyncThrowingStream<String?, any Error>
-        do {
-            owners = try await watchOwner()
-        } catch {
-            logger.warning("Cannot follow a bus name", metadata: ["bus.name": "\(name)", "error": "\(error)"])
-            await lost()
-            return
-        }
+        guard let owners = await watchOwners(lost: lost) else { return }
         // Owner changes and re-read requests arrive on one stream, so one loop handles both.
         enum Event: Sendable { case owner(String?), reread, ended }
         let (events, input) = AsyncStream.makeStream(of: Event.self)
@@ -151,6 +145,37 @@ struct DaemonFollower: Sendable {
         running?.cancel()
         await running?.value
         feeder.cancel()
+    }
+
+    /// Starts following the name's owner. A watch that fails (AddMatch or GetNameOwner refused,
+    /// or timing out on a system bus busy at boot) loses the daemon's facts and is tried again
+    /// as a session is, `retries` times at most: it used to be given up at once, and the daemon
+    /// went unfollowed until the system bus was connected anew. Nil when it gave up, or the
+    /// task was cancelled.
+    private func watchOwners(lost: @Sendable () async -> Void) async -> AsyncThrowingStream<String?, any Error>? {
+        var failures = 0
+        while true {
+            do {
+                let owners = try await watchOwner()
+                if failures > 0 { logger.info("Following a bus name after all", metadata: ["bus.name": "\(name)"]) }
+                return owners
+            } catch {
+                if Task.isCancelled { return nil }
+                failures += 1
+                if failures == 1 { await lost() }
+                guard failures <= Self.retries else {
+                    logger.warning(
+                        "Cannot follow a bus name; it is followed again when the bus is connected anew",
+                        metadata: ["bus.name": "\(name)", "error": "\(error)", "failures": "\(failures)"])
+                    return nil
+                }
+                let wait = Self.retryWait(after: failures)
+                logger.log(
+                    level: failures == 1 ? .warning : .debug, "Cannot follow a bus name; trying again",
+                    metadata: ["bus.name": "\(name)", "error": "\(error)", "retry.seconds": "\(wait.components.seconds)"])
+                do { try await sleep(wait) } catch { return nil }
+            }
+        }
     }
 }
 

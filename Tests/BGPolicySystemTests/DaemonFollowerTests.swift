@@ -97,4 +97,36 @@ struct DaemonFollowerTests {
         #expect(record.sessionCount == stalls + 1, "the daemon was given up")
         #expect(record.seconds == Array(repeating: 1, count: stalls))
     }
+
+    /// A name watch that fails (AddMatch or GetNameOwner refused, or timing out on a system bus
+    /// busy at boot) is tried again on the same schedule; the daemon's facts are lost meanwhile.
+    /// It used to be given up at once, until the system bus was connected anew.
+    @Test("a name watch that failed is tried again")
+    func aFailedWatchIsTriedAgain() async throws {
+        let record = Record()
+        try await Self.run(Self.follower(record, watchFailures: 2), record, session: { _, succeeded in
+            succeeded()
+            await waitUntilCancelled()
+        }) {
+            try await record.sessions(atLeast: 1)
+        }
+        #expect(record.sessionCount == 1)
+        #expect(record.seconds == [1, 2])
+        #expect(record.lost.withLock { $0 } == 1)
+    }
+
+    @Test("a name watch that keeps failing is given up after 12 retries")
+    func aWatchThatKeepsFailingIsGivenUp() async {
+        let record = Record()
+        let follower = Self.follower(record, watchFailures: .max)
+        let (rereads, keepAlive) = AsyncStream.makeStream(of: Void.self)
+        defer { keepAlive.finish() }
+        // Returns on its own: nothing is left to follow.
+        await follower.run(rereads: rereads, lost: { record.lost.withLock { $0 += 1 } }) { _, _ in
+            record.sessions.withLock { $0 += 1 }
+        }
+        #expect(record.sessionCount == 0)
+        #expect(record.seconds == [1, 2, 4, 8, 16, 32, 64, 128, 256, 300, 300, 300])
+        #expect(record.lost.withLock { $0 } == 1)
+    }
 }
