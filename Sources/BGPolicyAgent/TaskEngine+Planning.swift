@@ -182,7 +182,7 @@ extension TaskEngine {
         // Nor is a registration of an app already in use by its own word: the same process
         // registering again (a new identifier list), or a second one of the app. The log pairs
         // each open with one leave, the app's last connection closing.
-        let alreadyInUse = appsInUse.contains(appID) && selfReportedInUse.contains(appID)
+        let alreadyInUse = isInUseByItsWord(appID)
         selfReportedInUse.insert(appID)
         guard !alreadyInUse, !openedUnits.contains(appID) else { return }
         if let last = refreshPlanner?.predictor.lastOpen(of: appID.rawValue), time - last < 60 { return }

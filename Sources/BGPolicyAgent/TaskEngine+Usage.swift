@@ -60,7 +60,7 @@ extension TaskEngine {
         do {
             // In use by its own word already (it registered as opened, or reported itself in
             // the foreground): a launch of it now is use within that open, as below.
-            let inUseByItsWord = appsInUse.contains(appID) && selfReportedInUse.contains(appID)
+            let inUseByItsWord = isInUseByItsWord(appID)
             guard openedUnits.open(event.unit, of: appID, handedOff: inUseByItsWord), !inUseByItsWord else {
                 // Another launch of an app already open (a terminal's next window, a browser's
                 // launch handed to its running process) is use: the record keeps it as the last
@@ -116,11 +116,17 @@ extension TaskEngine {
     /// it. An app with a running unit is left when its last unit goes; an app the agent launched
     /// and the user never opened was not in use.
     func lastConnectionClosed(_ appID: AppID) {
-        guard appsInUse.contains(appID), selfReportedInUse.contains(appID), !openedUnits.contains(appID) else { return }
+        guard isInUseByItsWord(appID), !openedUnits.contains(appID) else { return }
         let now = Self.wallNow()
         appendUsageOrWarn(appID, .background, at: now, metadata: ["app.id": "\(appID)"])
         logger.info("App left: its last bus connection closed, and no app unit of it runs", metadata: ["app.id": "\(appID)"])
         noteLeft(appID, at: now)
+    }
+
+    /// Whether `appID` is in use by its own word: it registered as opened, or reported itself in
+    /// the foreground, and has not been left since.
+    func isInUseByItsWord(_ appID: AppID) -> Bool {
+        appsInUse.contains(appID) && selfReportedInUse.contains(appID)
     }
 
     /// `ReportUsage` from an app with an app unit the user opened running (`OpenedAppUnits`).

@@ -887,7 +887,7 @@ actor TaskEngine {
             }
             // In use by its own word already (its registration counted as the open, or another
             // connection of it reported): the same use, not a second open, as for a unit.
-            if state == .foreground, appsInUse.contains(appID), selfReportedInUse.contains(appID) {
+            if state == .foreground, isInUseByItsWord(appID) {
                 try noteLastUse(of: appID, at: now)
                 budget.spend()
                 usageReportBudgetAll.spend()
