@@ -5,7 +5,6 @@ import BGPolicyStore
 import BGPolicySystem
 import BGPolicyTestSupport
 import Glibc
-import Synchronization
 import Testing
 
 /// App units that appear while an app is already known to the agent some other way.
@@ -61,35 +60,23 @@ struct AppUnitUseTests {
         defer { harness.close() }
         let engine = harness.engine
 
-        let app = try await DBusConnection.connect(to: .address(harness.bus.address))
+        let app = try await GatedApp(on: harness.bus)
         defer { app.close() }
-        let calls = Mutex(0)
-        let opened = Mutex(false)
-        let client = ExportedInterface(AgentInterfaces.client)
-            .method("RunTask") { _ in
-                calls.withLock { $0 += 1 }
-                while !opened.withLock({ $0 }) { try await Task.sleep(for: .milliseconds(5)) }
-                return []
-            }
-            .method("ExpireTask") { _ in [] }
-        try app.objects.export([client], at: TaskEngine.clientPath)
-        let serving = Task { await app.objects.serve() }
-        defer { serving.cancel() }
-        try await Self.register(engine, caller: app.uniqueName)
+        try await Self.register(engine, caller: app.connection.uniqueName)
         var later = TaskEngine.SubmitOptions()
         later.earliestBegin = Int64(time(nil)) + 3600
-        try await engine.submit(caller: app.uniqueName, identifier: "org.example.Tray.refresh", kind: "refresh", options: later)
+        try await engine.submit(caller: app.connection.uniqueName, identifier: "org.example.Tray.refresh", kind: "refresh", options: later)
         // Its registration was an open; the user then left it for another app.
-        try await engine.reportUsage(caller: app.uniqueName, state: "background")
+        try await engine.reportUsage(caller: app.connection.uniqueName, state: "background")
         #expect(await !engine.appsInUse.contains(Self.appID))
 
         let delivery = Task { try await engine.simulateLaunch(app: Self.appID.rawValue, identifier: "org.example.Tray.refresh") }
-        while calls.withLock({ $0 }) == 0 { try await Task.sleep(for: .milliseconds(5)) }
+        try await app.waitForRunTask()
         await engine.appUnitChanged(AppUnitEvent(appID: Self.appID, change: .opened, unit: Self.unit))
         #expect(await engine.appsInUse.contains(Self.appID), "the user's open was taken for the agent's launch")
         let rows = try Self.rows(store)
         #expect(rows == [.foreground, .background, .foreground], "rows: \(rows)")
-        opened.withLock { $0 = true }
+        app.open()
         _ = try? await delivery.value
     }
 }

@@ -5,7 +5,6 @@ import BGPolicyStore
 import BGPolicySystem
 import BGPolicyTestSupport
 import Glibc
-import Synchronization
 import Testing
 
 /// A slice that ends (here: the machine prepares for sleep) while its first `RunTask` is
@@ -21,27 +20,10 @@ struct SliceEndedDuringDeliveryTests {
         let engine = harness.engine
 
         // The app: its own connection, answering RunTask; the first answer waits for the gate.
-        let app = try await DBusConnection.connect(to: .address(harness.bus.address))
+        let app = try await GatedApp(on: harness.bus, holds: { $0 == 1 })
         defer { app.close() }
-        let calls = Mutex(0)
-        let opened = Mutex(false)
-        let client = ExportedInterface(AgentInterfaces.client)
-            .method("RunTask") { _ in
-                let number = calls.withLock { count in
-                    count += 1
-                    return count
-                }
-                if number == 1 {
-                    while !opened.withLock({ $0 }) { try await Task.sleep(for: .milliseconds(5)) }
-                }
-                return []
-            }
-            .method("ExpireTask") { _ in [] }
-        try app.objects.export([client], at: TaskEngine.clientPath)
-        let serving = Task { await app.objects.serve() }
-        defer { serving.cancel() }
 
-        let caller = app.uniqueName
+        let caller = app.connection.uniqueName
         var options = TaskEngine.RegisterOptions()
         options.appID = "org.example.Sleepy"
         let identifiers = ["org.example.Sleepy.one", "org.example.Sleepy.two"]
@@ -58,13 +40,13 @@ struct SliceEndedDuringDeliveryTests {
             try await engine.deliver(
                 Launch(appID: appID, requests: ArraySlice(requests), sliceLength: .seconds(600)), simulated: true)
         }
-        while calls.withLock({ $0 }) == 0 { try await Task.sleep(for: .milliseconds(5)) }
+        try await app.waitForRunTask()
         await engine.sleepEvent(.preparing)
-        opened.withLock { $0 = true }
+        app.open()
         _ = try? await delivery.value
         try await Task.sleep(for: .milliseconds(100))
 
-        #expect(calls.withLock { $0 } == 1, "RunTask was sent after the slice had ended")
+        #expect(app.runTasks == 1, "RunTask was sent after the slice had ended")
         // The one never sent is pending again, in memory and on disk; no task runs.
         let inMemory = try await engine.pendingRequests(caller: caller).map(\.identifier)
         let stored = try store.pendingRequests().map(\.identifier)

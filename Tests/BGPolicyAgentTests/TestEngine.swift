@@ -42,3 +42,57 @@ final class Gate: Sendable {
         opened.withLock { $0 = true }
     }
 }
+
+/// An app on the harness's bus: a connection of its own, exporting `Client1`. Each `RunTask`
+/// is counted; those `holds` picks (by number, from 1) wait until `open()`, then `answer` runs
+/// (returning answers the call, throwing answers it with that error). `ExpireTask` is answered.
+final class GatedApp: Sendable {
+    let connection: DBusConnection
+    private let serving: Task<Void, Never>
+    private let state = State()
+
+    private final class State: Sendable {
+        let calls = Mutex(0)
+        let opened = Mutex(false)
+    }
+
+    init(
+        on bus: PrivateBus, holds: @escaping @Sendable (Int) -> Bool = { _ in true },
+        answer: @escaping @Sendable (Int) throws -> Void = { _ in }
+    ) async throws {
+        connection = try await DBusConnection.connect(to: .address(bus.address))
+        let state = state
+        let client = ExportedInterface(AgentInterfaces.client)
+            .method("RunTask") { _ in
+                let number = state.calls.withLock { count in
+                    count += 1
+                    return count
+                }
+                while holds(number), !state.opened.withLock({ $0 }) { try await Task.sleep(for: .milliseconds(5)) }
+                try answer(number)
+                return []
+            }
+            .method("ExpireTask") { _ in [] }
+        try connection.objects.export([client], at: TaskEngine.clientPath)
+        let connection = connection
+        serving = Task { await connection.objects.serve() }
+    }
+
+    /// How many `RunTask` calls have arrived.
+    var runTasks: Int { state.calls.withLock { $0 } }
+
+    /// Waits until the first `RunTask` has arrived.
+    func waitForRunTask() async throws {
+        while runTasks == 0 { try await Task.sleep(for: .milliseconds(5)) }
+    }
+
+    /// Lets the held `RunTask` calls be answered.
+    func open() {
+        state.opened.withLock { $0 = true }
+    }
+
+    func close() {
+        serving.cancel()
+        connection.close()
+    }
+}

@@ -4,7 +4,6 @@ import BGPolicyDBus
 import BGPolicyStore
 import BGPolicyTestSupport
 import Glibc
-import Synchronization
 import Testing
 
 /// An app that registers again without an identifier while the `RunTask` of its request is on
@@ -25,22 +24,10 @@ struct WithdrawnDuringDeliveryTests {
         let engine = harness.engine
 
         // The app: its own connection; RunTask waits for the gate, then fails.
-        let app = try await DBusConnection.connect(to: .address(harness.bus.address))
+        let app = try await GatedApp(on: harness.bus, answer: { _ in throw Busy() })
         defer { app.close() }
-        let calls = Mutex(0)
-        let opened = Mutex(false)
-        let client = ExportedInterface(AgentInterfaces.client)
-            .method("RunTask") { _ in
-                calls.withLock { $0 += 1 }
-                while !opened.withLock({ $0 }) { try await Task.sleep(for: .milliseconds(5)) }
-                throw Busy()
-            }
-            .method("ExpireTask") { _ in [] }
-        try app.objects.export([client], at: TaskEngine.clientPath)
-        let serving = Task { await app.objects.serve() }
-        defer { serving.cancel() }
 
-        let caller = app.uniqueName
+        let caller = app.connection.uniqueName
         var options = TaskEngine.RegisterOptions()
         options.appID = "org.example.Fickle"
         let (old, kept) = ("org.example.Fickle.old", "org.example.Fickle.kept")
@@ -54,9 +41,9 @@ struct WithdrawnDuringDeliveryTests {
             try await engine.deliver(
                 Launch(appID: appID, requests: ArraySlice(requests), sliceLength: .seconds(30)), simulated: true)
         }
-        while calls.withLock({ $0 }) == 0 { try await Task.sleep(for: .milliseconds(5)) }
+        try await app.waitForRunTask()
         _ = try await engine.register(caller: caller, pid: UInt32(getpid()), identifiers: [kept], options: options)
-        opened.withLock { $0 = true }
+        app.open()
         _ = try? await delivery.value
 
         let inMemory = try await engine.pendingRequests(caller: caller).map(\.identifier)
