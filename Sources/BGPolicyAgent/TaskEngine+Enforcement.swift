@@ -54,6 +54,32 @@ extension TaskEngine {
         }
     }
 
+    /// The slice's earlier enforcement whose undo failed (`failedUndos`, a quota lifted when the
+    /// app came into use, say) if `action`, done now, would not undo it too: a freeze after a
+    /// throttle, once `[cpu] action` changed. Its record would be replaced by the new one, and
+    /// the thaw at the slice's end would leave the quota on the unit for good. So its undo is
+    /// tried again first; nil when it succeeds, or when there is none, or the new enforcement is
+    /// the same on the same unit (whose undo at the slice's end undoes both).
+    func earlierUndoStillFailing(of slice: Slice, before action: CPUAction) async -> EnforcementRecord? {
+        guard let (record, why) = failedUndos[slice.id] else { return nil }
+        switch record.action {
+        case .throttled(let unit, _) where action == .throttle && unit == slice.unit: return nil
+        case .frozen(let unit) where action == .freeze && unit == slice.unit: return nil
+        default: break
+        }
+        await undo(record, why: why, retrying: true)
+        return failedUndos[slice.id]?.record
+    }
+
+    /// An enforcement in words, for history details.
+    static func described(_ enforcement: Slice.Enforcement) -> String {
+        switch enforcement {
+        case .throttled(let unit, _): "throttle of \(unit)"
+        case .frozen(let unit): "freeze of \(unit)"
+        case .stopped(let pid, _): "SIGSTOP of process \(pid)"
+        }
+    }
+
     /// Forgets a stored enforcement that was not done after all (its systemd call failed).
     func forget(_ enforcement: Slice.Enforcement, slice: Slice) {
         do {

@@ -1285,7 +1285,14 @@ extension TaskEngine {
         let action = configuration.cpu.action
         // Each enforcement is stored before it is done (`remember`), and not done if it cannot be.
         var unrecorded: String?
-        if action == .throttle, slice.unit != nil, let cgroup = slice.cgroupPath, inspector.cpuControllerAvailable(cgroupPath: cgroup) == false {
+        if action != .observe, let stuck = await earlierUndoStillFailing(of: slice, before: action) {
+            // Done now, the new enforcement's record would replace the earlier one, whose
+            // undo would then never come: the quota of a throttle would outlive a freeze's thaw.
+            unrecorded = "the CPU monitor's earlier \(Self.described(stuck.action)) could not be undone yet, and still holds"
+            detail = "still at \(percent) % of one core after the warning; not \(action == .throttle ? "throttled" : "frozen"): "
+                + "the CPU monitor's earlier \(Self.described(stuck.action)) of this slice could not be undone yet "
+                + "(the agent tries again), and still holds the app"
+        } else if action == .throttle, slice.unit != nil, let cgroup = slice.cgroupPath, inspector.cpuControllerAvailable(cgroupPath: cgroup) == false {
             // Recorded as what it is: systemd would accept the quota, and it would do nothing.
             detail = "still at \(percent) % of one core after the warning; not throttled: the cpu controller is not delegated to the "
                 + "systemd user manager (systemd before 252 delegates only pids and memory to user@.service), so a CPU quota "

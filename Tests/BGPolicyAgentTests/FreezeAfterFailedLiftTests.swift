@@ -1,0 +1,106 @@
+@testable import BGPolicyAgent
+import BGPolicyCore
+import BGPolicyDBus
+import BGPolicyStore
+import BGPolicyTestSupport
+import Glibc
+import Synchronization
+import Testing
+
+/// A slice's throttle whose lift failed (the user manager busy when the app came into use) is
+/// kept for the retry under the slice's record. When `[cpu] action` became `freeze` meanwhile,
+/// the monitor's next enforcement on that slice replaced the record with the freeze's, and the
+/// thaw at the slice's end left the throttle's quota on the unit for good. Now the lift is
+/// tried again first, and nothing new is done while it still fails.
+@Suite("A freeze does not replace a throttle whose lift failed")
+struct FreezeAfterFailedLiftTests {
+    @Test func theLiftComesFirst() async throws {
+        let store = try TaskStore.inMemory()
+        var configuration = PolicyConfiguration()
+        configuration.cpu.action = .freeze
+        let harness = try await TestEngine(store: store, configuration: configuration)
+        defer { harness.close() }
+        let engine = harness.engine
+
+        // The user manager: busy (every SetUnitProperties refused) until the test says not.
+        let manager = try await DBusConnection.connect(to: .address(harness.bus.address))
+        defer { manager.close() }
+        let busy = Mutex(true)
+        let calls = Mutex([String]())
+        let description = InterfaceDescription(
+            name: "org.freedesktop.systemd1.Manager", documentation: "The part the CPU monitor calls.",
+            methods: [
+                .init("SetUnitProperties", inputs: [
+                    .init("name", .string), .init("runtime", .boolean),
+                    .init("properties", .array(.structure([.string, .variant]))),
+                ], documentation: "Refused while busy."),
+                .init("FreezeUnit", inputs: [.init("name", .string)], documentation: "Counted."),
+                .init("ThawUnit", inputs: [.init("name", .string)], documentation: "Counted."),
+            ])
+        let interface = ExportedInterface(description)
+            .method("SetUnitProperties") { _ in
+                calls.withLock { $0.append("SetUnitProperties") }
+                if busy.withLock({ $0 }) {
+                    throw DBusError.remote(name: "org.freedesktop.systemd1.UnitBusy", message: "busy")
+                }
+                return []
+            }
+            .method("FreezeUnit") { _ in
+                calls.withLock { $0.append("FreezeUnit") }
+                return []
+            }
+            .method("ThawUnit") { _ in
+                calls.withLock { $0.append("ThawUnit") }
+                return []
+            }
+        try manager.objects.export([interface], at: ObjectPath("/org/freedesktop/systemd1"))
+        let serving = Task { await manager.objects.serve() }
+        defer { serving.cancel() }
+        _ = try await manager.requestName("org.freedesktop.systemd1")
+
+        // An app not in use, with a slice whose throttle (the user's 50 % quota before it) could
+        // not be lifted.
+        let app = try await DBusConnection.connect(to: .address(harness.bus.address))
+        var options = TaskEngine.RegisterOptions()
+        options.appID = "org.example.Hot"
+        let appID = try await engine.register(
+            caller: app.uniqueName, pid: UInt32(getpid()), identifiers: ["org.example.Hot.refresh"], options: options)
+        await engine.connectionVanished(app.uniqueName)
+        app.close()
+        let unit = "app-org.example.Hot.service"
+        var slice = Slice(
+            id: "s-hot", appID: appID, connection: ":1.999", members: [], startedAt: Double(time(nil)),
+            started: ContinuousClock.now, length: .seconds(30))
+        slice.unit = unit
+        let throttle = EnforcementRecord(
+            sliceID: slice.id, appID: appID.rawValue, action: .throttled(unit: unit, quotaBefore: 500_000),
+            since: Double(time(nil)))
+        try store.recordEnforcement(throttle)
+        await engine.add(slice, failedUndo: throttle)
+
+        // Still busy: the lift is tried again and fails, so no freeze, and the throttle's record
+        // stays for the retry.
+        await engine.enforce(sliceID: slice.id, average: 400)
+        #expect(calls.withLock { $0 } == ["SetUnitProperties"])
+        #expect(try store.enforcementsLeft() == [throttle])
+        #expect(await engine.slices[slice.id]?.enforcement == nil)
+
+        // No longer busy: the quota is put back, then the unit is frozen under a new record.
+        busy.withLock { $0 = false }
+        calls.withLock { $0.removeAll() }
+        await engine.enforce(sliceID: slice.id, average: 400)
+        #expect(calls.withLock { $0 } == ["SetUnitProperties", "FreezeUnit"])
+        #expect(try store.enforcementsLeft().map(\.action) == [.frozen(unit: unit)])
+        #expect(await engine.failedUndos.isEmpty)
+        #expect(await engine.slices[slice.id]?.enforcement == .frozen(unit: unit))
+        let released = try store.history(since: 0, limit: 100).filter { $0.event == .cpuReleased }
+        #expect(released.count == 1 && released[0].detail.contains("set back to the 50 %"), "\(released)")
+    }
+}
+
+extension TaskEngine {
+    fileprivate func add(_ slice: Slice, failedUndo record: EnforcementRecord) {
+        slices[slice.id] = slice
+        failedUndos[slice.id] = (record, "the app is in use now")
+    }
+}
