@@ -13,8 +13,10 @@ struct Slice {
         /// empty identifier that was never pending.
         let request: TaskRequest
         var kind: DeliveryKind
-        /// A content-available wake's payload, passed in `RunTask`'s info.
-        var payload: [String: Variant]? = nil
+        /// A content-available wake, its payload passed in `RunTask`'s info; put back as it
+        /// was (first received, times notified) if the delivery fails.
+        var contentWake: ContentAvailableQueue<[String: Variant]>.Wake? = nil
+        var payload: [String: Variant]? { contentWake?.payload }
         var done = false
         /// Its `RunTask` has been sent (it may still be on its way). A member not yet sent when
         /// its slice ends is put back (`returnUnsent`), not recorded as ended: the app never had it.
@@ -26,11 +28,11 @@ struct Slice {
             self.kind = DeliveryKind(request.kind)
         }
 
-        init(taskID: String, contentWake payload: [String: Variant], appID: AppID, at now: UnixTime) {
+        init(taskID: String, contentWake wake: ContentAvailableQueue<[String: Variant]>.Wake, appID: AppID, at now: UnixTime) {
             self.taskID = taskID
             self.request = TaskRequest(appID: appID, identifier: "", kind: .refresh, submittedAt: now)
             self.kind = .contentAvailable
-            self.payload = payload
+            self.contentWake = wake
         }
     }
 
@@ -417,7 +419,7 @@ extension TaskEngine {
         // its row's delete could land before the write, and a restart would deliver it again.
         // It waits for the next window, which the end of the write asks for.
         if launch.contentAvailable, saving[appID] == nil, let wake = contentWakes.take(appID) {
-            members.append(Slice.Member(taskID: Self.newID("t"), contentWake: wake.payload, appID: appID, at: now))
+            members.append(Slice.Member(taskID: Self.newID("t"), contentWake: wake, appID: appID, at: now))
         }
         guard !members.isEmpty else {
             // A simulated launch's request went while it waited: say so rather than nothing.
@@ -891,9 +893,7 @@ extension TaskEngine {
 
     func putBack(_ member: Slice.Member, sliceID: String, reason: String, outcome: String = "RunTask failed", now: UnixTime) {
         let appID = member.request.appID
-        if contentWakes.wake(for: appID) == nil, let payload = member.payload {
-            _ = contentWakes.notify(appID, payload: payload, at: now, onBattery: false)
-        }
+        if let wake = member.contentWake { contentWakes.putBack(appID, wake: wake) }
         do {
             try store.finishTask(
                 taskID: member.taskID,

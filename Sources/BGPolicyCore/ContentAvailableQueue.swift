@@ -110,6 +110,13 @@ public struct ContentAvailableQueue<Payload: Sendable & Equatable>: Sendable, Eq
         wakes.removeValue(forKey: appID)
     }
 
+    /// Puts back a wake `take` removed whose delivery failed, as it was (first received, times
+    /// notified), for the next window; unless a newer one came meanwhile, which replaced it
+    /// (only the newest is kept). No token is spent again.
+    public mutating func putBack(_ appID: AppID, wake: Wake) {
+        if wakes[appID] == nil { wakes[appID] = wake }
+    }
+
     /// The app's undelivered wake, left in place (for `Explain` and `ListPending`).
     public func wake(for appID: AppID) -> Wake? {
         wakes[appID]
