@@ -122,8 +122,9 @@ extension TaskStore {
 
     /// Copies into `queue` every table of `aside` that can still be read whole: one statement
     /// a table, in creation order (parents before the tables that refer to them), so a table
-    /// is kept whole or not at all, and a row whose parent was lost fails its table's foreign
-    /// key. Only the columns both tables have; a table `aside` does not have is neither kept
+    /// is kept whole or not at all. Rows whose parent row is missing (their app deleted with
+    /// foreign keys off before the damage, or its table lost) are left out, not the table with
+    /// them. Only the columns both tables have; a table `aside` does not have is neither kept
     /// nor lost. Nil when `aside` cannot be attached.
     ///
     /// A table is lost only to what its rows are: damaged (SQLITE_CORRUPT, SQLITE_NOTADB), or
@@ -153,14 +154,16 @@ extension TaskStore {
                     guard !theirs.isEmpty else { continue }
                     let columns = try String.fetchAll(db, sql: "SELECT name FROM pragma_table_info(?, 'main')", arguments: [table])
                         .filter(theirs.contains).map { "\"\($0)\"" }.joined(separator: ", ")
-                    try db.inSavepoint {
-                        // `WHERE 1`: not SQLite's transfer optimisation, which would copy the
-                        // old indexes' pages too, damaged ones included; rows only, read by a
-                        // scan of the table, and the fresh indexes built from them.
-                        try db.execute(sql: """
-                            INSERT INTO main."\(table)" (\(columns)) SELECT \(columns) FROM aside."\(table)" WHERE 1
-                            """)
-                        return .commit
+                    do {
+                        try copy(table, columns: columns, where: "1", db)
+                    } catch let error as DatabaseError where error.extendedResultCode == .SQLITE_CONSTRAINT_FOREIGNKEY {
+                        // Rows whose app was gone before the damage (a user's `sqlite3`, whose
+                        // foreign keys are off, deleting an app: `migrator`): no agent reads
+                        // them, and one of them lost the whole table. Left out. A table whose
+                        // parent table was lost stays lost with it.
+                        guard let (parents, parentsKept) = try parentsFilter(of: table, db), lost.allSatisfy({ !parents.contains($0) })
+                        else { throw error }
+                        try copy(table, columns: columns, where: parentsKept, db)
                     }
                     kept.append(table)
                 } catch where isWriteFailure(error) {
@@ -181,6 +184,46 @@ extension TaskStore {
             } catch {}
             return (kept, lost)
         }
+    }
+
+    /// Copies the rows of `aside`'s `table` that match `condition` (SQL, on `aside."table"`)
+    /// into `main`, all or none. Not SQLite's transfer optimisation (which `WHERE 1` prevents),
+    /// which would copy the old indexes' pages too, damaged ones included: rows only, read by a
+    /// scan of the table, and the fresh indexes built from them.
+    private static func copy(_ table: String, columns: String, where condition: String, _ db: Database) throws {
+        try db.inSavepoint {
+            try db.execute(sql: """
+                INSERT INTO main."\(table)" (\(columns)) SELECT \(columns) FROM aside."\(table)" WHERE \(condition)
+                """)
+            return .commit
+        }
+    }
+
+    /// The tables `table`'s foreign keys in the fresh schema refer to, and a condition on
+    /// `aside."table"`'s rows that each key finds its parent row in `main` (or is NULL); nil
+    /// when it has none, or one this cannot write (a key naming no parent column).
+    private static func parentsFilter(of table: String, _ db: Database) throws -> (parents: Set<String>, condition: String)? {
+        let keys = try Row.fetchAll(db, sql: #"SELECT id, "table", "from", "to" FROM pragma_foreign_key_list(?, 'main') ORDER BY id, seq"#,
+                                    arguments: [table])
+        guard !keys.isEmpty else { return nil }
+        var conditions: [String] = []
+        var parents: Set<String> = []
+        for id in Set(keys.map { $0["id"] as Int }).sorted() {
+            let columns = keys.filter { $0["id"] as Int == id }
+            guard let parent: String = columns.first?["table"] else { return nil }
+            parents.insert(parent)
+            var matches: [String] = []
+            var anyNull: [String] = []
+            for column in columns {
+                guard let from: String = column["from"], let to: String = column["to"] else { return nil }
+                matches.append(#"p."\#(to)" = aside."\#(table)"."\#(from)""#)
+                anyNull.append(#"aside."\#(table)"."\#(from)" IS NULL"#)
+            }
+            conditions.append(
+                "(" + anyNull.joined(separator: " OR ")
+                    + #" OR EXISTS (SELECT 1 FROM main."\#(parent)" p WHERE "# + matches.joined(separator: " AND ") + "))")
+        }
+        return (parents, conditions.joined(separator: " AND "))
     }
 
     /// The identifiers the apps registered were lost while their requests may be kept: at load

@@ -350,6 +350,40 @@ struct TaskStoreFileTests {
         #expect(try store.history(since: 0, limit: 10).count == 1)
     }
 
+    @Test("a damaged file holding orphan rows (an app deleted by sqlite3) keeps their tables, without the orphans")
+    func damagedFileWithOrphans() throws {
+        let scratch = try ScratchDirectory()
+        defer { scratch.remove() }
+        let path = scratch.path + "/tasks.db"
+        let latest = try #require(TaskStore.migrationNames.last)
+        // A user's `sqlite3` (foreign keys off) deleted an app: its identifiers and request stay.
+        try TaskStore.createFile(path: path, migratedUpTo: latest, sql: """
+            INSERT INTO apps (app_id, identity, registered_at) VALUES ('org.gnome.Maps', 'flatpak', 1000);
+            INSERT INTO apps (app_id, identity, registered_at) VALUES ('org.example.Gone', 'flatpak', 1000);
+            INSERT INTO app_identifiers (app_id, identifier) VALUES ('org.gnome.Maps', 'a'), ('org.example.Gone', 'b');
+            INSERT INTO pending (app_id, identifier, kind, submitted_at) VALUES ('org.gnome.Maps', 'a', 'refresh', 2000);
+            INSERT INTO pending (app_id, identifier, kind, submitted_at) VALUES ('org.example.Gone', 'b', 'refresh', 2000);
+            DELETE FROM apps WHERE app_id = 'org.example.Gone';
+            """, foreignKeys: false)
+        do {
+            let store = try TaskStore(path: path)
+            for time in 0..<200 {
+                try store.append(Sample.entry(.submitted, at: Double(time), detail: String(repeating: "x", count: 200)))
+            }
+        }
+        try overwrite(page: try #require(try TaskStore(path: path).rootPage(of: "history_time")), of: path)
+
+        let store = try TaskStore(path: path)
+        #expect(store.recoveredFromCorruption != nil)
+        let salvaged = try #require(store.salvaged)
+        // The orphan request failed the copy of every request, and of every identifier.
+        #expect(salvaged.lost == [], "\(salvaged)")
+        #expect(try store.apps().map(\.appID) == [Sample.maps])
+        #expect(try store.pendingRequests().map(\.identifier) == ["a"])
+        #expect(try store.history(since: 0, limit: 1_000).count == 200)
+        #expect(try store.pragma("foreign_key_check") == nil)
+    }
+
     @Test("a damaged file of the previous release (a migration short) keeps its readable tables, and is migrated")
     func damagedFileOfThePreviousRelease() throws {
         let scratch = try ScratchDirectory()
