@@ -228,7 +228,9 @@ extension TaskEngine {
 
     /// The agent is stopping: no more launches, and every slice under way ends now. Its apps
     /// are told to wrap up (`ExpireTask`), its tasks end as interrupted (they are not delivered
-    /// again, as after a crash), and what the CPU monitor did is undone.
+    /// again, as after a crash), and what the CPU monitor did is undone. Returns once the store
+    /// writer has run every write queued (a clock step's move of the content-available times,
+    /// a withdrawal's second delete): no caller waits for those, and the process ends next.
     func stop() async {
         stopping = true
         scheduleEvaluation(at: nil, now: Self.wallNow())
@@ -243,5 +245,6 @@ extension TaskEngine {
                 sliceID, as: .interrupted,
                 detail: "the agent stopped during the slice (ExpireTask sent); it will not be delivered again")
         }
+        await writer.run {}
     }
 }
