@@ -9,6 +9,8 @@ final class StoreWriter: @unchecked Sendable {
     private let mutex = UnsafeMutablePointer<pthread_mutex_t>.allocate(capacity: 1)
     private let condition = UnsafeMutablePointer<pthread_cond_t>.allocate(capacity: 1)
     private var jobs: [() -> Void] = []
+    /// Jobs queued or running.
+    private var outstanding = 0
 
     init() {
         pthread_mutex_init(mutex, nil)
@@ -44,6 +46,7 @@ final class StoreWriter: @unchecked Sendable {
     func enqueue(_ body: @escaping @Sendable () -> Void) {
         pthread_mutex_lock(mutex)
         jobs.append(body)
+        outstanding += 1
         pthread_cond_signal(condition)
         pthread_mutex_unlock(mutex)
     }
@@ -55,7 +58,20 @@ final class StoreWriter: @unchecked Sendable {
             let batch = jobs
             jobs.removeAll(keepingCapacity: true)
             pthread_mutex_unlock(mutex)
-            for job in batch { job() }
+            for job in batch {
+                job()
+                pthread_mutex_lock(mutex)
+                outstanding -= 1
+                pthread_mutex_unlock(mutex)
+            }
         }
+    }
+
+    /// Whether no job is queued or running: a write made elsewhere now cannot be overtaken
+    /// by one queued earlier.
+    var isIdle: Bool {
+        pthread_mutex_lock(mutex)
+        defer { pthread_mutex_unlock(mutex) }
+        return outstanding == 0
     }
 }

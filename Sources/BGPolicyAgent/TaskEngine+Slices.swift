@@ -812,6 +812,7 @@ extension TaskEngine {
         do {
             try storeReturn(
                 of: request, taskID: member.taskID, reason: reason, at: now, repending: newer == nil, outcome: outcome)
+            if newer == nil, !writer.isIdle { saveAgainBehindQueuedWrites(request) }
         } catch {
             // On disk the task is still running, and a start would close it as interrupted
             // and never deliver it: written again at the next chance.
@@ -823,6 +824,30 @@ extension TaskEngine {
         pending[request.appID, default: [:]][request.identifier] = request
         taskSlices[member.taskID] = nil
         slices[sliceID]?.members.removeAll { $0.taskID == member.taskID }
+    }
+
+    /// A request put back by `returnToPending` is written on the executor, at once, with its
+    /// task's end. A write queued on the store writer before it (a `CancelAll` of the app's
+    /// other requests, the second delete of a registration's withdrawal) would land after it and
+    /// delete it from disk while memory keeps it: the next start would have lost it. So it is
+    /// written once more behind them, and ahead of any queued after (the app's own `Cancel`);
+    /// the app is not evaluated until then, so that a delivery's delete of its row cannot come
+    /// before this write either.
+    func saveAgainBehindQueuedWrites(_ request: TaskRequest) {
+        let appID = request.appID
+        let store = store
+        let logger = logger
+        beginSaving(appID)
+        writer.enqueue { [self] in
+            do {
+                try store.savePending(request)
+            } catch {
+                logger.error(
+                    "Could not write again a request put back after a failed delivery; the next start may not find it pending",
+                    metadata: ["app.id": "\(appID)", "error": "\(error)"])
+            }
+            Task { await self.endSaving(appID) }
+        }
     }
 
     /// A task of `returnToPending` whose identifier the app no longer registers: its running
