@@ -108,6 +108,15 @@ actor TaskEngine {
     /// Apps with a Submit or Cancel on its way to the disk: not evaluated until it is there,
     /// so a request is never delivered before it is stored.
     var saving: [AppID: Int] = [:]
+    /// The newest Submit, Cancel or CancelAll of each request whose write is on its way, by
+    /// its number (`pendingChangeCount`): a failed write puts memory back only if no later
+    /// call changed the request meanwhile (`endPendingChange`).
+    var pendingChanges: [PendingKey: UInt64] = [:]
+    var pendingChangeCount: UInt64 = 0
+    struct PendingKey: Hashable {
+        let appID: AppID
+        let identifier: String
+    }
     /// Tasks whose delivery failed and whose request is pending again in memory, but not on
     /// disk (the write failed): by task id, with the words of the failure. Written again at the
     /// next evaluation and at the stop (`storeUnsavedReturns`), so that a restart does not take
@@ -743,6 +752,7 @@ actor TaskEngine {
         // until it is on disk, and put back as it was if the write fails.
         pending[appID, default: [:]][identifier] = request
         beginSaving(appID)
+        let change = beginPendingChange(appID, [identifier])
         // A replaced request that now waits longer (a later earliest_begin) may have been what
         // the evaluation timer was set for: every app is evaluated, which can move the timer
         // later, as an evaluation of this app alone cannot. Not for the same request sent
@@ -754,9 +764,12 @@ actor TaskEngine {
         do {
             try await writer.run { () throws(StoreError) in try store.savePending(request, history: entry) }
         } catch {
-            if pending[appID]?[identifier] == request { restorePending(appID, identifier, else: previous) }
+            if endPendingChange(appID, identifier, change), pending[appID]?[identifier] == request {
+                restorePending(appID, identifier, else: previous)
+            }
             throw storeFailed(error, "a request")
         }
+        endPendingChange(appID, identifier, change)
         noteHistoryWritten(count: 1, at: now)
     }
 
@@ -766,6 +779,7 @@ actor TaskEngine {
         pending[appID]?[identifier] = nil
         beginSaving(appID)
         defer { endSaving(appID, removedWork: true) }
+        let change = beginPendingChange(appID, [identifier])
         let store = store
         let entry = HistoryEntry(
             time: Self.wallNow(), appID: appID, identifier: identifier, event: .cancelled, detail: "cancelled by the app")
@@ -774,10 +788,34 @@ actor TaskEngine {
                 try store.deletePending(appID: appID, identifier: identifier, history: entry)
             }
         } catch {
-            if pending[appID]?[identifier] == nil { restorePending(appID, identifier, else: removed) }
+            if endPendingChange(appID, identifier, change), pending[appID]?[identifier] == nil {
+                restorePending(appID, identifier, else: removed)
+            }
             throw storeFailed(error, "a cancellation")
         }
+        endPendingChange(appID, identifier, change)
         noteHistoryWritten(count: 1, at: entry.time)
+    }
+
+    /// Numbers a Submit, Cancel or CancelAll of the app's `identifiers` as the newest change of
+    /// each while its write is on its way.
+    func beginPendingChange(_ appID: AppID, _ identifiers: some Sequence<String>) -> UInt64 {
+        pendingChangeCount += 1
+        for identifier in identifiers { pendingChanges[PendingKey(appID: appID, identifier: identifier)] = pendingChangeCount }
+        return pendingChangeCount
+    }
+
+    /// Whether `change` is still the newest of the request, whose write has ended: then it is
+    /// forgotten. False when a later call changed the request meanwhile (a Cancel A, a Submit A,
+    /// a Cancel A queued behind it: memory has no A, as the third made it), and then the
+    /// later call's write, behind this one, makes the store agree with memory: a failed write
+    /// then leaves memory alone.
+    @discardableResult
+    func endPendingChange(_ appID: AppID, _ identifier: String, _ change: UInt64) -> Bool {
+        let key = PendingKey(appID: appID, identifier: identifier)
+        guard pendingChanges[key] == change else { return false }
+        pendingChanges[key] = nil
+        return true
     }
 
     /// After a failed write of the request of `identifier` (a Submit, a Cancel), while memory
@@ -827,6 +865,7 @@ actor TaskEngine {
         pending[appID] = nil
         beginSaving(appID)
         defer { endSaving(appID, removedWork: true) }
+        let change = beginPendingChange(appID, removed.keys)
         let store = store
         let entry = HistoryEntry(
             time: Self.wallNow(), appID: appID, event: .cancelled,
@@ -836,12 +875,14 @@ actor TaskEngine {
         } catch {
             // Memory takes back what the store holds of those it dropped; a request submitted
             // since is the newer, and stays.
-            for (identifier, request) in removed where pending[appID]?[identifier] == nil {
+            for (identifier, request) in removed {
+                guard endPendingChange(appID, identifier, change), pending[appID]?[identifier] == nil else { continue }
                 restorePending(appID, identifier, else: request)
             }
             if pending[appID]?.isEmpty == true { pending[appID] = nil }
             throw storeFailed(error, "a cancellation of all requests")
         }
+        for identifier in removed.keys { endPendingChange(appID, identifier, change) }
         noteHistoryWritten(count: 1, at: entry.time)
     }
 
