@@ -19,6 +19,11 @@ extension TaskEngine {
     /// Apps with an undelivered content-available wake.
     func contentWakeApps() -> [AppID] { contentWakes.undelivered }
 
+    /// Apps with an undelivered wake that may be delivered now: not while it is being written.
+    func deliverableContentWakeApps() -> [AppID] {
+        contentWakeWrites.isEmpty ? contentWakes.undelivered : contentWakes.undelivered.filter { contentWakeWrites[$0] == nil }
+    }
+
     func notifyContentAvailable(caller: String, app text: String, payload: [String: Variant]) async throws(SchedulerError) {
         let appID = try SchedulerError.appID(text)
         guard apps[appID] != nil else { throw .unknownApp(text) }
@@ -81,10 +86,38 @@ extension TaskEngine {
     }
 
     /// Writes the app's undelivered wake and its bucket, as they are in memory now, on the
-    /// store's writer thread. The app is not evaluated until the write is done, so that a wake
-    /// is never delivered (and its row removed) before its row is written. A failure is logged;
-    /// the wake stays in memory and is delivered all the same.
+    /// store's writer thread. The wake is not delivered until the write is done, so that it is
+    /// never delivered (and its row removed) before its row is written; the app's requests are
+    /// evaluated meanwhile, as usual. A notification that comes while the app's wake is being
+    /// written does not queue a write of its own: the write under way is followed by one more,
+    /// of the newest wake, however many came (`contentWakeWrites`). So senders that keep
+    /// replacing a wake cost two writes at a time, not one each. A failure is logged; the wake
+    /// stays in memory and is delivered all the same.
     func storeContentWake(of appID: AppID) async {
+        guard contentWakeWrites[appID] == nil else {
+            contentWakeWrites[appID] = .again
+            return
+        }
+        contentWakeWrites[appID] = .writing
+        defer {
+            contentWakeWrites[appID] = nil
+            requestEvaluation(for: appID)
+        }
+        repeat {
+            contentWakeWrites[appID] = .writing
+            await writeContentWake(of: appID)
+        } while contentWakeWrites[appID] == .again
+    }
+
+    /// Whether a content-available wake is being written again after a newer one came.
+    enum ContentWakeWrite {
+        case writing
+        /// A newer wake came while it was written: one more write follows.
+        case again
+    }
+
+    /// One write of `storeContentWake`.
+    private func writeContentWake(of appID: AppID) async {
         guard let wake = contentWakes.wake(for: appID) else { return }
         let metadata: Logger.Metadata = ["app.id": "\(appID)"]
         let record: ContentWakeRecord
@@ -100,8 +133,6 @@ extension TaskEngine {
             return
         }
         let bucket = contentWakes.bucket(for: appID)
-        beginSaving(appID)
-        defer { endSaving(appID) }
         let store = store
         do {
             try await writer.run { () throws(StoreError) in try store.saveContentWake(record, bucket: bucket) }

@@ -96,7 +96,7 @@ extension TaskEngine {
                 .notPermitted,
                 "\(appID) is open (an app unit of it runs\(units.isEmpty ? "" : ": \(units.sorted().joined(separator: ", "))")); \(advice)")
         }
-        if delivering.contains(appID) || saving[appID] != nil {
+        if delivering.contains(appID) || saving[appID] != nil || contentWakeWrites[appID] != nil {
             throw SchedulerError(
                 .unavailable, "a delivery to \(appID), or a change to its requests, is on its way; try again in a moment")
         }

@@ -219,7 +219,7 @@ extension TaskEngine {
         refreshPlanner?.registeredAppCount = apps.count
         return PlanningFacts(
             refresh: refreshPlanner, opportunity: opportunity, refreshWeights: weights,
-            contentAvailable: Set(contentWakeApps()), appOpenedAt: appOpenedAt, appLeft: appLeft,
+            contentAvailable: Set(deliverableContentWakeApps()), appOpenedAt: appOpenedAt, appLeft: appLeft,
             refreshWindow: refreshWindow, appsInUse: appsInUse)
     }
 

@@ -142,13 +142,13 @@ extension TaskEngine {
         dirtyApps = []
         let now = Self.wallNow()
         var concerned = candidates
-        for appID in contentWakeApps() where full || candidates.contains(appID) { concerned.insert(appID) }
+        for appID in deliverableContentWakeApps() where full || candidates.contains(appID) { concerned.insert(appID) }
         var work: [AppWork] = []
         work.reserveCapacity(concerned.count)
         for appID in concerned.sorted() {
             guard saving[appID] == nil, let state = schedulingState(of: appID, at: now) else { continue }
             let mine = RunWhenEligiblePolicy.launchOrder(pending[appID].map { Array($0.values) } ?? [])
-            guard !mine.isEmpty || contentWakes.wake(for: appID) != nil else { continue }
+            guard !mine.isEmpty || (contentWakes.wake(for: appID) != nil && contentWakeWrites[appID] == nil) else { continue }
             work.append(AppWork(app: state, requests: mine))
         }
         let facts = context(now: now, concerning: work.map(\.app.record.appID))
@@ -418,7 +418,7 @@ extension TaskEngine {
         // Not while the app's newest wake is being written (`storeContentWake`): delivered now,
         // its row's delete could land before the write, and a restart would deliver it again.
         // It waits for the next window, which the end of the write asks for.
-        if launch.contentAvailable, saving[appID] == nil, let wake = contentWakes.take(appID) {
+        if launch.contentAvailable, contentWakeWrites[appID] == nil, let wake = contentWakes.take(appID) {
             members.append(Slice.Member(taskID: Self.newID("t"), contentWake: wake, appID: appID, at: now))
         }
         guard !members.isEmpty else {
