@@ -36,7 +36,7 @@ import Synchronization
 ///
 /// The scheduler connects to the bus lazily, on the first call that needs the agent (or on
 /// `activate()`): it exports `org.bgpolicy.Client1` at `/org/bgpolicy/Client1`, sends
-/// `Register` with every registered identifier, and, when `busName` is set, takes that name.
+/// `Register` with every registered identifier, and, when `busName` names one, takes that name.
 /// Registering another identifier later re-sends `Register` before the next call; but each
 /// `Register` replaces the app's list at the agent, which cancels the requests of identifiers
 /// left out (`register(forTaskWithIdentifier:launchHandler:)`). Use one scheduler per app,
@@ -68,7 +68,9 @@ public final class BGTaskScheduler: Sendable {
     /// lets the agent derive it.
     public let appID: String?
     /// A D-Bus-activatable well-known name at which the agent may start the app when it is not
-    /// running; the scheduler takes it after exporting `org.bgpolicy.Client1`.
+    /// running; the scheduler takes it after exporting `org.bgpolicy.Client1`. `nil` sends none,
+    /// and the agent keeps the name an earlier run gave; `""` withdraws it, so that the agent
+    /// no longer starts the app by any name (for a version that dropped D-Bus activation).
     public let busName: String?
     /// The process has no UI, so the agent's CPU monitor may stop it when it has no systemd unit.
     public let backgroundOnly: Bool
@@ -187,7 +189,8 @@ public final class BGTaskScheduler: Sendable {
     /// - Parameters:
     ///   - appID: the app id to register as, for processes outside Flatpak, snap and systemd app
     ///     units. A verified app that passes a different id is refused with `.accessDenied`.
-    ///   - busName: a D-Bus-activatable name the agent may use to start the app for its tasks.
+    ///   - busName: a D-Bus-activatable name the agent may use to start the app for its tasks;
+    ///     `nil` keeps the name an earlier run registered, `""` withdraws it.
     ///   - backgroundOnly: the process has no UI (a daemon or helper), so its registration is
     ///     not taken for the user opening the app (Docs/Policy.md §3).
     ///   - bus: where the agent is; the session bus unless testing.
@@ -605,7 +608,7 @@ public final class BGTaskScheduler: Sendable {
     /// works while it runs, and every other call goes on to be sent.
     private func prepare(_ link: AgentLink, reportingTakenName: Bool = false) async throws(BGTaskSchedulerError) {
         try await ensureRegistered(on: link)
-        guard let busName else { return }
+        guard let busName, !busName.isEmpty else { return }
         let (request, isNew) = link.nameRequest {
             Task {
                 do {
@@ -876,7 +879,8 @@ public final class BGTaskScheduler: Sendable {
     func registerBody(identifiers: [String]) -> [DBusValue] {
         var options: [String: Variant] = [:]
         if let appID, !appID.isEmpty { options["app_id"] = Variant(.string(appID)) }
-        if let busName, !busName.isEmpty { options["bus_name"] = Variant(.string(busName)) }
+        // "" is sent too: it withdraws a name given before, which leaving the option out keeps.
+        if let busName { options["bus_name"] = Variant(.string(busName)) }
         if backgroundOnly { options["background_only"] = Variant(.boolean(true)) }
         return [identifiers.dbusValue, options.dbusValue]
     }

@@ -6,8 +6,8 @@ import Foundation
 import Synchronization
 import Testing
 
-/// The scheduler with bgpolicyd itself (`RealAgent`): going away under it, and ending the
-/// slices of tasks the app does not complete.
+/// The scheduler with bgpolicyd itself (`RealAgent`): going away under it, ending the slices
+/// of tasks the app does not complete, and what its `Register` leaves the agent with.
 @Suite("BGTaskScheduler with bgpolicyd itself", .serialized, .timeLimit(.minutes(1)))
 struct AgentCrashTests {
     static let app = "org.example.Crash"
@@ -287,6 +287,32 @@ struct AgentCrashTests {
             try await agent.history(of: Self.app).map(\.event).suffix(2) == ["vanished", "background-task-ended"]
         }
         #expect(try await agent.app(Self.app)?["connected"] == Variant(.boolean(false)))
+    }
+
+    /// The agent keeps the `bus_name` an app gave when a later `Register` leaves the option out,
+    /// and withdraws it for `""`. The library sent nothing for `busName: ""`, so an app could
+    /// never withdraw its name: a version that dropped D-Bus activation was still started by
+    /// the old one.
+    @Test("busName \"\" withdraws the name an earlier run registered; nil keeps it")
+    func busNameWithdrawn() async throws {
+        let agent = try await RealAgent()
+        /// The app's `bus_name` at the agent after a run with `busName`, which ends once the
+        /// agent has seen it go (an unverified app id is held by one live connection at a time).
+        func registered(busName: String?) async throws -> Variant? {
+            let scheduler = BGTaskScheduler(appID: Self.app, busName: busName, bus: agent.address)
+            scheduler.register(forTaskWithIdentifier: Self.refresh) { _ in }
+            try await scheduler.activate()
+            let name = try await agent.app(Self.app)?["bus_name"]
+            scheduler.disconnect()
+            try await waitUntil("the agent to see the app go") {
+                try await agent.app(Self.app)?["connected"] == Variant(.boolean(false))
+            }
+            return name
+        }
+        #expect(try await registered(busName: Self.app) == Variant(.string(Self.app)))
+        #expect(try await registered(busName: nil) == Variant(.string(Self.app)), "no busName keeps the earlier one")
+        #expect(try await registered(busName: "") == nil, "\"\" withdraws it")
+        #expect(try await registered(busName: nil) == nil)
     }
 
     /// A task the app never completes ends at its deadline at the agent (`expired`). The

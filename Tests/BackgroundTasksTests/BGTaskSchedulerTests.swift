@@ -107,6 +107,19 @@ struct BGTaskSchedulerTests {
         ].dbusValue)
     }
 
+    /// The agent keeps the `bus_name` an app gave before when `Register` leaves the option out,
+    /// and withdraws it only for `""`. The library left it out for `""` as for `nil`, so an
+    /// app whose new version dropped D-Bus activation could never withdraw the old name, and
+    /// the agent went on starting it by that name.
+    @Test("a busName of \"\" is sent, to withdraw the name given before; nil sends none")
+    func busNameWithdrawn() {
+        let identifiers = ["org.example.App.refresh"]
+        let withdrawn = makeScheduler(appID: nil, busName: "").registerBody(identifiers: identifiers)
+        #expect(withdrawn[1] == ["bus_name": Variant(.string(""))].dbusValue)
+        let kept = makeScheduler(appID: nil, busName: nil).registerBody(identifiers: identifiers)
+        #expect(kept[1] == [String: Variant]().dbusValue)
+    }
+
     /// Whether a `Register` counts follows who answered it: an agent restarted while it was on
     /// its way (owner :1.5 → :1.9, the answer from :1.5) has not heard it, so it is sent
     /// again; an agent the Register itself started (no owner seen yet, then :1.7 answering and
