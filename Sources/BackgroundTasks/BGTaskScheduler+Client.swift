@@ -29,37 +29,59 @@ extension BGTaskScheduler {
     /// signature it takes), never freedesktop's `InvalidArgs`.
     static let clientErrorNames = ObjectServer.ErrorNames(domain: BGPolicyNames.errorPrefix)
 
-    func clientInterface() -> ExportedInterface {
-        ExportedInterface(ClientInterface.description)
+    /// `Client1` for `connection`, the one it is exported on: it answers only while that
+    /// connection is the scheduler's link. A `disconnect()` takes the link under the lock and
+    /// closes its connection after, and the connection's thread may handle a call meanwhile:
+    /// the agent ends the work it grants on that connection with it, so a task started then
+    /// would run with nothing to expire it, and its completion would connect again. Without a
+    /// connection (a server without a bus, in tests), the owner stream's `agentOwner` stands in.
+    func clientInterface(for connection: DBusConnection? = nil) -> ExportedInterface {
+        // Not the connection itself: its object server holds this interface.
+        let served = connection.map(ObjectIdentifier.init)
+        return ExportedInterface(ClientInterface.description)
             .method("RunTask", immediate: { [weak self] call in
                 guard let self else { throw ClientCallError(.unavailable, "the app is shutting down its scheduler") }
-                try self.runTask(call)
+                try self.runTask(call, servedOn: served)
                 return []
             })
             .method("ExpireTask", immediate: { [weak self] call in
                 guard let self else { return [] }
-                try self.expireTask(call)
+                try self.expireTask(call, servedOn: served)
                 return []
             })
     }
 
-    /// Anyone on the session bus can call the app; only the agent may start or stop its work.
+    /// Anyone on the session bus can call the app; only the agent may start or stop its work,
+    /// and only on the connection the scheduler serves (`clientInterface(for:)`). Returns why
+    /// `call` is refused, or nil. Checked under the lock that the work is started or stopped
+    /// under, so that a `disconnect()` comes wholly before or after.
     ///
     /// The owner is the link's, as its connection's thread has read it: the bus sends the
     /// agent's `NameOwnerChanged` ahead of anything the agent sends after taking its name, so an
     /// agent that calls the moment it starts (as D-Bus activation by this app's own `Register`
     /// may) is known already. The owner stream is read by a task a moment later, too late for
-    /// such a call. (Without a link, in tests, `agentOwner` stands in.)
-    private func checkCaller(_ call: MethodCall) throws {
-        let owner = state.withLock { s in s.link.map { $0.agent.owner } ?? s.agentOwner }
+    /// such a call.
+    private static func refusal(of call: MethodCall, servedOn served: ObjectIdentifier?, in s: State) -> ClientCallError? {
+        let owner: String?
+        if let served {
+            guard let link = s.link, ObjectIdentifier(link.connection) == served else {
+                return ClientCallError(
+                    .unavailable, "this app is disconnecting from bgpolicyd (BGTaskScheduler.disconnect()); the connection this call came on is closing")
+            }
+            owner = link.agent.owner
+        } else {
+            owner = s.agentOwner
+        }
         guard let owner, call.sender == owner else {
-            throw ClientCallError(
+            return ClientCallError(
                 .accessDenied, "only bgpolicyd, the owner of \(BGPolicyNames.busName), may call \(BGPolicyNames.clientInterface)")
         }
+        return nil
     }
 
-    func runTask(_ call: MethodCall) throws {
-        try checkCaller(call)
+    func runTask(_ call: MethodCall, servedOn served: ObjectIdentifier?) throws {
+        // First, so that a stranger is refused as one whatever it sent.
+        if let refusal = state.withLock({ Self.refusal(of: call, servedOn: served, in: $0) }) { throw refusal }
         let arguments = call.arguments
         let taskID = try arguments.decode(String.self, at: 0)
         let identifier = try arguments.decode(String.self, at: 1)
@@ -77,11 +99,14 @@ extension BGTaskScheduler {
             case start(BGTask, LaunchHandler)
             case alreadyRunning
             case noHandler
+            case refused(ClientCallError)
         }
         // What the notifier sent a content-available wake, without the agent's own keys.
         let payload = kind == .contentAvailable ? info.filter { $0.key != "slice_id" && $0.key != "deadline" } : [:]
         let now = Date()
         let outcome: Outcome = state.withLock { s in
+            // Again: a `disconnect()` may have come since.
+            if let refusal = Self.refusal(of: call, servedOn: served, in: s) { return .refused(refusal) }
             // Tasks the app never completed ended at their deadline: the agent warned them, then
             // recorded them expired, and will not call about them again. So did those whose
             // report failed in a way that left them running here (no answer in time, `Failed`):
@@ -117,18 +142,22 @@ extension BGTaskScheduler {
             throw ClientCallError(.notPermitted, "this app has no content-available handler (registerContentAvailableHandler)")
         case .noHandler:
             throw ClientCallError(.notPermitted, "this app has no launch handler for \"\(identifier)\"")
+        case .refused(let refusal):
+            throw refusal
         }
     }
 
-    func expireTask(_ call: MethodCall) throws {
-        try checkCaller(call)
+    func expireTask(_ call: MethodCall, servedOn served: ObjectIdentifier?) throws {
+        if let refusal = state.withLock({ Self.refusal(of: call, servedOn: served, in: $0) }) { throw refusal }
         let id = try call.arguments.decode(String.self, at: 0)
         enum Target {
             case task(BGTask)
             case backgroundTask(BackgroundTaskEntry)
             case unknown
+            case refused(ClientCallError)
         }
         let target: Target = state.withLock { s in
+            if let refusal = Self.refusal(of: call, servedOn: served, in: s) { return .refused(refusal) }
             if let task = s.running[id] { return .task(task) }
             if var entry = s.backgroundTasks[id] {
                 // Being ended: the handler runs only if that end fails (`endBackgroundTask`).
@@ -152,6 +181,8 @@ extension BGTaskScheduler {
         case .unknown:
             // Finished already, or a background task whose token is still on its way: not an error.
             break
+        case .refused(let refusal):
+            throw refusal
         }
     }
 }

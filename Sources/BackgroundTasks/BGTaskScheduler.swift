@@ -284,7 +284,9 @@ public final class BGTaskScheduler: Sendable {
     /// The agent ends the tasks and background tasks it granted on that connection (closed as
     /// failed), so their expiration handlers run, as when the agent warns them: the work must
     /// stop. Completing them afterwards (`setTaskCompleted`, `endBackgroundTask(_:)`) throws
-    /// `.unknownTask` without connecting again.
+    /// `.unknownTask` without connecting again. A `RunTask` or `ExpireTask` that reaches the
+    /// connection while it closes is refused (`Unavailable`): the agent would end such a task
+    /// with the connection, and nothing here would expire it.
     public func disconnect() {
         let (link, ended): (AgentLink?, Ended) = state.withLock { s in
             defer {
@@ -683,7 +685,7 @@ public final class BGTaskScheduler: Sendable {
             let connection = try await DBusConnection.connect(to: bus)
             do {
                 connection.objects.errorNames = Self.clientErrorNames
-                try connection.objects.export([clientInterface()], at: Self.clientPath)
+                try connection.objects.export([clientInterface(for: connection)], at: Self.clientPath)
                 // Who may call Client1, read on the connection's thread; the stream below
                 // drives registration, on a task of its own.
                 let follower = try await connection.followOwner(of: BGPolicyNames.busName)

@@ -449,6 +449,51 @@ struct AgentCallTests {
         #expect(scheduler.state.withLock { $0.link == nil && $0.running.isEmpty && $0.backgroundTasks.isEmpty })
     }
 
+    /// `disconnect()` takes the link under the lock and closes its connection after, and the
+    /// connection's thread may handle a call in between. A `RunTask` then was checked against
+    /// the owner stream's `agentOwner`, which a disconnect leaves, and was run: a task nothing
+    /// would expire (the agent ends it with the connection), whose completion connected and
+    /// registered again. The scheduler is held here in that state, the link taken as
+    /// `disconnect()` takes it and its connection still open, for as long as the calls take.
+    @Test("a RunTask or ExpireTask that comes while disconnect() closes the connection is refused, and starts nothing")
+    func callsDuringDisconnect() async throws {
+        let bus = try PrivateBus()
+        let agent = try await FakeAgent(on: bus)
+        defer { agent.close() }
+        let (scheduler, _) = try await activatedScheduler(on: bus)
+        let link = try #require(scheduler.state.withLock { $0.link })
+        defer { link.close() }
+        // `disconnect()`'s part under the lock; its `link.close()` is what the test holds back.
+        let ended = scheduler.state.withLock { s in
+            s.link = nil
+            s.disconnects += 1
+            s.forgetRegistration()
+            return s.endAll()
+        }
+        #expect(ended.tasks.isEmpty)
+
+        func refusal(_ member: String, _ arguments: [DBusValue]) async -> String? {
+            do {
+                _ = try await agent.connection.call(
+                    destination: link.connection.uniqueName, path: BGTaskScheduler.clientPath,
+                    interface: BGPolicyNames.clientInterface, member: member, arguments)
+            } catch DBusError.remote(let name, _) {
+                return name
+            } catch {
+                Issue.record("\(error)")
+            }
+            return nil
+        }
+        let runTask = await refusal(
+            "RunTask", [.string("task-1"), .string(Self.identifier), .string("refresh"), .uint32(30), [String: Variant]().dbusValue])
+        #expect(runTask == BGPolicyErrorName.unavailable.dbusName)
+        #expect(scheduler.state.withLock { $0.running.isEmpty }, "a task started on a connection being closed")
+        let expire = await refusal("ExpireTask", [.string("task-2")])
+        #expect(expire == BGPolicyErrorName.unavailable.dbusName)
+        #expect(scheduler.state.withLock { $0.earlyExpirations.isEmpty })
+        #expect(agent.calls(of: "Register").count == 1)
+    }
+
     // MARK: The bus name
 
     /// The name was checked before the call itself, so the first call, even `submit(_:)`,
