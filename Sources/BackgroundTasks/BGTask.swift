@@ -166,7 +166,11 @@ public final class BGTask: Sendable, CustomStringConvertible {
     /// `.unknownTask`, `.notRegistered` or `.agentNotRunning` the task has ended at the agent,
     /// and later calls return the failed task;
     /// so it has when the agent no longer knew the app's connection and the scheduler's
-    /// `Register` again was refused (`.accessDenied`: another process took the app id over).
+    /// `Register` again was refused (`.accessDenied`: another process took the app id over);
+    /// after `.unavailable` (the agent is stopping, and closes the task as interrupted); and
+    /// whatever the error once the agent that launched the task has left the bus (it crashed,
+    /// or stopped before it answered: `.other`). The task stays completed then, and its
+    /// expiration handler does not run.
     ///
     /// A warning that comes while the report is on its way makes the task expired; if the
     /// report then fails and the task still runs, the expiration handler runs.

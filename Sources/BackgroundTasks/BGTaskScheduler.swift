@@ -157,6 +157,17 @@ public final class BGTaskScheduler: Sendable {
         /// again. Bounded as `earlyExpirations`.
         var endedBackgroundTasks: [String] = []
 
+        /// Whether the task `taskID` still runs here under the agent that launched it, as the
+        /// link's connection has read the agent's owner. Not once the work of an agent that
+        /// left the bus has been swept (`agentOwnerChanged`), nor before that sweep once its
+        /// launcher no longer owns the agent's name: the bus sends that change ahead of its
+        /// `NoReply` to a call the agent left unanswered. Nor after a `disconnect()` or with a
+        /// connection the bus closed, which end the tasks too.
+        func runsUnderItsLauncher(_ taskID: String) -> Bool {
+            guard let task = running[taskID], let link, link.connection.isConnected else { return false }
+            return link.agent.owner == task.launcher
+        }
+
         /// Takes every running task and background task, which the agent has ended with the
         /// connection they came on; `Ended.expire()` runs their handlers, outside the lock.
         mutating func endAll() -> Ended {
@@ -898,7 +909,9 @@ public final class BGTaskScheduler: Sendable {
     /// An agent that answered `NotRegistered` did not know this connection, and has ended its
     /// tasks (it restarted, or another process took the app id over): whatever the `Register`
     /// and the report sent after it are answered (`AccessDenied` for an id taken over), the
-    /// task is over.
+    /// task is over. So it is, whatever the error, once the agent that launched it has left the
+    /// bus (it crashed, or stopped before it answered): the task is no longer running here
+    /// under it (`State.runsUnderItsLauncher`).
     ///
     /// `epoch` is the `disconnects` count the task was launched in: after a `disconnect()` the
     /// agent has ended it, and it is not worth a connection.
@@ -911,9 +924,11 @@ public final class BGTaskScheduler: Sendable {
             _ = try await callAgentForReply(
                 "SetTaskCompleted", [.string(taskID), .boolean(success), .string(result.rawValue)], agentForgotApp: &forgotten)
         } catch {
-            let failure = BGTask.CompletionFailure(error, taskMayStillRun: error.taskMayStillRun && !forgotten)
-            if !failure.taskMayStillRun { _ = state.withLock { $0.running.removeValue(forKey: taskID) } }
-            throw failure
+            throw state.withLock { s in
+                let mayStillRun = error.taskMayStillRun && !forgotten && s.runsUnderItsLauncher(taskID)
+                if !mayStillRun { s.running.removeValue(forKey: taskID) }
+                return BGTask.CompletionFailure(error, taskMayStillRun: mayStillRun)
+            }
         }
         _ = state.withLock { $0.running.removeValue(forKey: taskID) }
     }

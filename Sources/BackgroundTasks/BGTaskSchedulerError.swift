@@ -142,11 +142,13 @@ extension BGTaskSchedulerError {
     /// task up), and may after a timeout or a cancelled call (the outcome is unknown; a second
     /// report of a task that did end is `UnknownTask`). It has none after `UnknownTask`, nor
     /// after `NotRegistered` or `.agentNotRunning`: an agent that does not know the app, or
-    /// that the app lost, has ended the app's tasks. (`BGTaskScheduler.reportCompletion` also
-    /// takes any failure after a `NotRegistered` as final, whatever its code.)
+    /// that the app lost, has ended the app's tasks. Nor after `Unavailable`, which an agent
+    /// answers `SetTaskCompleted` with only while it stops, closing every running slice as
+    /// `interrupted`. (`BGTaskScheduler.reportCompletion` also takes any failure as final after
+    /// a `NotRegistered`, and once the agent that launched the task has left the bus.)
     var taskMayStillRun: Bool {
         switch code {
-        case .unknownTask, .notRegistered, .agentNotRunning: false
+        case .unknownTask, .notRegistered, .agentNotRunning, .unavailable: false
         default: true
         }
     }

@@ -598,4 +598,62 @@ struct AgentCallTests {
             try await waitUntil("the expiration handler to run") { warned.withLock { $0 } == 1 }
         }
     }
+
+    /// The agent left the bus with a report on its way (a crash): the bus answers `NoReply`
+    /// (`.other`), after which the task counted as "may still run". The sweep of the gone
+    /// agent's work had expired it without its handler, the report being on its way; the
+    /// failed report then reopened it and ran the handler of a task the app had completed, and
+    /// `isCompleted` turned false.
+    @Test("a completion the agent left the bus before answering is final: the task stays completed, its handler unrun")
+    func completionLostWithTheAgent() async throws {
+        let bus = try PrivateBus()
+        let agent = try await FakeAgent(on: bus)
+        defer { agent.close() }
+        let (scheduler, tasksIterator) = try await activatedScheduler(on: bus)
+        defer { scheduler.disconnect() }
+        var tasks = tasksIterator
+        try await agent.runTask("task-5", in: scheduler)
+        let task = try #require(await tasks.next())
+        let warned = Mutex(0)
+        task.expirationHandler = { warned.withLock { $0 += 1 } }
+
+        agent.held.withLock { _ = $0.insert("SetTaskCompleted") }
+        let report = task.setTaskCompleted(success: true)
+        try await waitUntil("SetTaskCompleted to reach the agent") { !agent.calls(of: "SetTaskCompleted").isEmpty }
+        // Gone without a word, the call unanswered (still held).
+        agent.connection.close()
+        let error = await #expect(throws: BGTaskSchedulerError.self) { try await report.value }
+        #expect(error?.code == .other, "\(String(describing: error))")
+        try await waitUntil("the scheduler to see the agent gone") { scheduler.state.withLock { $0.agentOwner == nil } }
+        try await Task.sleep(for: .milliseconds(200))
+        #expect(task.isCompleted)
+        #expect(warned.withLock { $0 } == 0, "the expiration handler of a completed task ran")
+        #expect(scheduler.state.withLock { $0.running.isEmpty })
+        #expect(task.setTaskCompleted(success: true) == report, "a report that is final is not sent again")
+    }
+
+    /// A stopping agent answers the calls it has not started `Unavailable`, and closes the
+    /// running slices as `interrupted`, warning them with `ExpireTask` first. The library took
+    /// `Unavailable` as "may still run": the warning that came while the report was on its way
+    /// ran the handler of a task the app had completed, and the task was reported again.
+    @Test("a completion a stopping agent answers Unavailable is final, though the task was warned meanwhile")
+    func completionRefusedByAStoppingAgent() async throws {
+        try await withTaskRun("task-6", completionRefusedWith: .unavailable) { agent, scheduler, task in
+            let warned = Mutex(0)
+            task.expirationHandler = { warned.withLock { $0 += 1 } }
+            agent.held.withLock { _ = $0.insert("SetTaskCompleted") }
+            let report = task.setTaskCompleted(success: true)
+            try await waitUntil("SetTaskCompleted to reach the agent") { !agent.calls(of: "SetTaskCompleted").isEmpty }
+            try await agent.call("ExpireTask", [.string("task-6")], in: scheduler)
+            agent.held.withLock { _ = $0.remove("SetTaskCompleted") }
+            let error = await #expect(throws: BGTaskSchedulerError.self) { try await report.value }
+            #expect(error?.code == .unavailable)
+            try await Task.sleep(for: .milliseconds(200))
+            #expect(task.isCompleted && task.isExpired)
+            #expect(warned.withLock { $0 } == 0, "the expiration handler of a completed task ran")
+            #expect(scheduler.state.withLock { $0.running.isEmpty })
+            #expect(task.setTaskCompleted(success: true) == report)
+            #expect(agent.calls(of: "SetTaskCompleted").count == 1)
+        }
+    }
 }
