@@ -23,8 +23,10 @@ public protocol BGTaskRequest: Sendable {
 }
 
 /// A request to refresh the app's content in a short slice (30 s by default), scheduled from
-/// when the user tends to open the app. An app has at most one pending: submitting again
-/// replaces it.
+/// when the user tends to open the app. An app has one pending at most (unless the agent's
+/// `[limits] pending_refresh` allows more): submitting the same identifier again replaces it,
+/// while submitting another refresh identifier throws `.tooManyPendingTaskRequests` until the
+/// first has run or is cancelled.
 public struct BGAppRefreshTaskRequest: BGTaskRequest, Hashable {
     /// The task identifier.
     public let identifier: String
@@ -39,7 +41,7 @@ public struct BGAppRefreshTaskRequest: BGTaskRequest, Hashable {
 }
 
 /// A request for deferrable maintenance that may take minutes, run while the machine is idle.
-/// An app may have ten pending.
+/// An app may have ten pending (the agent's `[limits] pending_processing`).
 public struct BGProcessingTaskRequest: BGTaskRequest, Hashable {
     /// The task identifier.
     public let identifier: String
@@ -47,8 +49,11 @@ public struct BGProcessingTaskRequest: BGTaskRequest, Hashable {
     public var earliestBeginDate: Date?
     /// Run only with full network connectivity.
     public var requiresNetworkConnectivity: Bool
-    /// Run only on AC power. The CPU monitor leaves such tasks alone while on AC, so set this
-    /// for CPU-heavy work.
+    /// Run only on AC power. While on AC, the CPU monitor leaves alone a slice whose tasks all
+    /// require external power; one that shares its slice with a refresh, with processing that
+    /// does not require it, or with a content-available wake is watched like any other, as
+    /// every slice is while the machine is not known to be on AC (the charger unplugged
+    /// mid-slice included).
     public var requiresExternalPower: Bool
     /// How long the work is expected to take, in seconds: a hint for the agent, not a limit.
     public var expectedDuration: TimeInterval?
