@@ -12,7 +12,9 @@ enum ClientInterface {
             @short_description: Exported by apps at /org/bgpolicy/Client1; called by bgpolicyd.
 
             Only the owner of org.bgpolicy.Agent1 may call it; others get
-            org.bgpolicy.Error.AccessDenied. A call with arguments of the wrong types gets
+            org.bgpolicy.Error.AccessDenied. A call that reaches a connection the app is closing
+            (BGTaskScheduler.disconnect()) gets org.bgpolicy.Error.Unavailable: the agent ends
+            the work it granted there with the connection. A call with arguments of the wrong types gets
             org.bgpolicy.Error.InvalidArgument, naming the types the method takes.
             """,
         methods: [
