@@ -6,7 +6,7 @@ extension TaskStore {
     /// this build's schema, with every table of `aside` that can still be read whole copied
     /// into it (`copyTables`), and closes it again: the store then opens it as at start
     /// (`reopen`). Returns the tables kept and lost; nil when nothing could be tried (`aside` is
-    /// no database, not bgpolicy's, or from a newer bgpolicyd). Throws when the fresh file
+    /// no database, or not bgpolicy's). Throws when the fresh file
     /// cannot be made or the rows cannot be written into it (a full disk: `copyTables`), leaving
     /// what it began at `path` for `putBack` to remove. `extraPages`: the tests' seam for a full
     /// disk, capping the fresh file at its size once migrated plus that many pages.
@@ -16,7 +16,8 @@ extension TaskStore {
     /// migration, the tables are copied, and the rest is migrated. So a file damaged under one
     /// release and first opened by the next (an upgrade is a start) keeps what is readable, as
     /// one of this release does. Where the old file's migration record cannot be read (it is
-    /// damaged itself), or is not a first part of this build's, or the later migrations fail on
+    /// damaged itself), or is not a first part of this build's (a newer bgpolicyd's file
+    /// included), or the later migrations fail on
     /// what was copied, the rows go into this build's schema, by the columns both tables have:
     /// a table whose rows lack a column that needs a value is lost, whole.
     static func makeFreshFile(at path: String, salvaging aside: String, extraPages: Int? = nil) throws(StoreError) -> (kept: [String], lost: [String])? {
@@ -34,9 +35,16 @@ extension TaskStore {
         case .unreadable:
             return try fill(path, from: aside, migratedUpTo: nil, extraPages: extraPages)
         case .read(let theirs):
-            guard !theirs.isEmpty, theirs.isSubset(of: ours) else {
+            guard !theirs.isEmpty else {
                 try fill(path, from: nil, migratedUpTo: nil, extraPages: extraPages)
                 return nil
+            }
+            guard theirs.isSubset(of: ours) else {
+                // A newer bgpolicyd's file (a downgrade): into this build's schema, by the
+                // columns both have, as when the record cannot be read. Its undamaged file
+                // would have been refused, left for the newer agent; a damaged one is moved
+                // aside all the same, and its pending requests are worth more copied than not.
+                return try fill(path, from: aside, migratedUpTo: nil, extraPages: extraPages)
             }
             guard Set(ours.prefix(theirs.count)) == theirs else {
                 return try fill(path, from: aside, migratedUpTo: nil, extraPages: extraPages)

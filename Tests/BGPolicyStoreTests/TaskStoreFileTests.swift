@@ -416,6 +416,34 @@ struct TaskStoreFileTests {
         #expect(try TaskStore(path: path).recoveredFromCorruption == nil)
     }
 
+    @Test("a damaged file of a newer bgpolicyd (a downgrade) keeps, by the columns both have, what is readable")
+    func damagedFileOfANewerRelease() throws {
+        let scratch = try ScratchDirectory()
+        defer { scratch.remove() }
+        let path = scratch.path + "/tasks.db"
+        var index = 0
+        do {
+            let store = try TaskStore(path: path)
+            try fill(store)
+            try store.execute(sql: """
+                INSERT INTO grdb_migrations (identifier) VALUES ('v99-from-a-newer-release');
+                ALTER TABLE pending ADD COLUMN priority INTEGER NOT NULL DEFAULT 0;
+                """)
+            index = try #require(try store.rootPage(of: "history_time"))
+            try store.checkpoint()
+        }
+        try overwrite(page: index, of: path)
+
+        let store = try TaskStore(path: path)
+        #expect(store.recoveredFromCorruption != nil)
+        let salvaged = try #require(store.salvaged, "nothing was tried: every pending request was lost")
+        #expect(salvaged.lost == [])
+        #expect(try store.apps().map(\.appID) == [Sample.feeds, Sample.maps])
+        #expect(try store.pendingRequests().map(\.identifier) == ["a"])
+        #expect(try store.history(since: 0, limit: 1_000).count == 200)
+        #expect(try TaskStore(path: path).recoveredFromCorruption == nil)
+    }
+
     @Test("a damaged file whose migration record cannot be read keeps, table by table, what is readable")
     func damagedMigrationRecord() throws {
         let scratch = try ScratchDirectory()
