@@ -181,14 +181,24 @@ public final class ObjectServer: Sendable {
         var bytes = 0
     }
 
-    /// One caller's queued calls: a queue with a moving head, so taking the next call is O(1).
-    /// A lane exists while its caller has calls queued or running; one drain serves it.
-    private struct Lane {
-        private var queue: [Work] = []
+    /// One caller's queued calls, oldest first: a queue with a moving head, so taking the next
+    /// call is O(1). A taken call's slot is emptied at once, so that its message is freed when
+    /// its reply is sent, and the emptied slots at the front are dropped once they are half the
+    /// storage: a caller that always keeps a call waiting behind the running one (so the queue
+    /// is never empty when a call is taken) cannot make it grow. A lane exists while its caller
+    /// has calls queued or running; one drain serves it.
+    struct Lane {
+        private var queue: [Work?] = []
         private var head = 0
         var count: Int { queue.count - head }
+        /// The slots the lane holds, emptied ones included: at most about twice `count`.
+        var storedSlots: Int { queue.count }
         /// The body bytes of the calls waiting.
         private(set) var bytes = 0
+
+        /// Below this many emptied slots, the front is left as it is: moving the waiting calls
+        /// down costs more than the slots.
+        private static let compactionThreshold = 16
 
         mutating func append(_ work: Work) {
             queue.append(work)
@@ -196,12 +206,16 @@ public final class ObjectServer: Sendable {
         }
 
         mutating func next() -> Work? {
-            guard head < queue.count else { return nil }
-            let work = queue[head]
+            guard head < queue.count, let work = queue[head] else { return nil }
+            queue[head] = nil
             bytes -= work.bytes
             head += 1
             if head == queue.count {
                 queue.removeAll(keepingCapacity: true)
+                head = 0
+            } else if head >= Self.compactionThreshold, head * 2 >= queue.count {
+                // Amortised O(1): the calls moved are no more than the slots dropped.
+                queue.removeFirst(head)
                 head = 0
             }
             return work
