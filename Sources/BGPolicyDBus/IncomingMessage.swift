@@ -56,6 +56,22 @@ struct IncomingMessage {
         dbus_message_iter_get_basic(&iter, &text)
         return text.map { String(cString: $0) }
     }
+
+    /// The signature of the value in top-level argument `index` when it is a variant (the type
+    /// `Properties.Set` is sent), read without reading the value or the arguments before it.
+    func variantSignature(_ index: Int) -> String? {
+        var iter = DBusMessageIter()
+        guard dbus_message_iter_init(pointer, &iter) != 0 else { return nil }
+        for _ in 0..<index {
+            guard dbus_message_iter_next(&iter) != 0 else { return nil }
+        }
+        guard dbus_message_iter_get_arg_type(&iter) == DBusType.variant.typeCode else { return nil }
+        var sub = DBusMessageIter()
+        dbus_message_iter_recurse(&iter, &sub)
+        guard let signature = dbus_message_iter_get_signature(&sub) else { return nil }
+        defer { dbus_free(signature) }
+        return String(cString: signature)
+    }
 }
 
 /// Measures a body through libdbus's iterators, following the wire format's alignment (the

@@ -93,12 +93,14 @@ public struct ExportedInterface: Sendable {
 /// The objects a connection exports, and the dispatcher that answers calls to them.
 ///
 /// Routing (unknown object, unknown method, wrong signature, introspection) is answered at
-/// once on the connection's thread, from the call's headers and signature: the arguments are
-/// read only for a call that will be handled, and only when they are within
-/// `limits.maximumCallBodyBytes`. Calls that reach a handler are queued per caller and run
-/// by `serve()`: calls from one caller run in order, different callers run concurrently, and
-/// a caller with too many calls or bytes waiting gets `LimitsExceeded` instead of growing the
-/// queue. Once `serve()` has been cancelled, calls get `unavailable` until it runs again.
+/// once on the connection's thread, from the call's headers and signature (and, for
+/// `Properties`, the interface and property names in its first arguments and the type of the
+/// value `Set` carries): the arguments are read only for a call that will be handled, and only
+/// when they are within `limits.maximumCallBodyBytes`. Calls that reach a handler (`Properties`
+/// calls too) are queued per caller and run by `serve()`: calls from one caller run in order,
+/// different callers run concurrently, and a caller with too many calls or bytes waiting gets
+/// `LimitsExceeded`, before its arguments are read, instead of growing the queue. Once
+/// `serve()` has been cancelled, calls get `unavailable` until it runs again.
 public final class ObjectServer: Sendable {
     public static let propertiesInterface = "org.freedesktop.DBus.Properties"
     public static let introspectableInterface = "org.freedesktop.DBus.Introspectable"
@@ -442,12 +444,12 @@ public final class ObjectServer: Sendable {
 
     // MARK: Routing (on the connection's thread)
 
-    /// Routes a call from its headers and signature; its arguments are read only for a call
-    /// that will be handled (or a property call, which names its property in them), and only
-    /// when they are within `limits.maximumCallBodyBytes`.
+    /// Routes a call from its headers and signature (and a `Properties` call from the names in
+    /// its first arguments); its arguments are read only for a call that will be handled, only
+    /// when they are within `limits.maximumCallBodyBytes`, and, for a call that will wait in its
+    /// caller's lane, only when the lane has room for it.
     func route(_ incoming: IncomingMessage, loop: ConnectionLoop) {
         let header = incoming.header
-        var readFirst: (message: Message, bytes: Int)?
         // Every descriptor of a call stays open in this process while the call waits in its
         // caller's lane (and one in a variant is duplicated when the body is read): a call
         // that cannot use them is answered before anything is read.
@@ -460,25 +462,21 @@ public final class ObjectServer: Sendable {
             respond(header.makeError(name: name, message: text), to: header, loop: loop, onLoopThread: true)
             return
         }
-        if header.interface == Self.propertiesInterface {
-            guard let read = readArguments(of: incoming, loop: loop) else { return }
-            readFirst = read
-        }
         let resolution = resolve(
-            readFirst?.message ?? header, signature: incoming.signature,
-            carriesFileDescriptors: incoming.carriesFileDescriptors)
+            header, signature: incoming.signature, carriesFileDescriptors: incoming.carriesFileDescriptors,
+            incoming: header.interface == Self.propertiesInterface ? incoming : nil)
         switch resolution {
         case .reply(let body):
             respond(header.makeReply(body), to: header, loop: loop, onLoopThread: true)
         case .error(let name, let text):
             respond(header.makeError(name: name, message: text), to: header, loop: loop, onLoopThread: true)
         case .handler(let run):
-            guard let read = readFirst ?? readArguments(of: incoming, queued: true, loop: loop) else { return }
+            guard let read = readArguments(of: incoming, queued: true, loop: loop) else { return }
             enqueue(Work(message: read.message, loop: loop, run: run, bytes: read.bytes), loop: loop)
         case .immediate(let handler, let queued):
             // Inline unless this caller has calls queued, which must be answered first.
             let busy = state.withLock { $0.lanes[header.sender ?? ""] != nil }
-            guard let (message, bytes) = readFirst ?? readArguments(of: incoming, queued: busy, loop: loop) else { return }
+            guard let (message, bytes) = readArguments(of: incoming, queued: busy, loop: loop) else { return }
             if !busy, let reply = runImmediate(handler, for: message) {
                 respond(reply, to: message, loop: loop, onLoopThread: true, immediate: true)
             } else {
@@ -619,8 +617,12 @@ public final class ObjectServer: Sendable {
     /// Decides what a call reaches. Pure apart from reading the export table, so the fuzzer
     /// can drive it without a bus. `signature` is the body's (by default, that of
     /// `message.body`): routing needs only it and the headers, except for `Properties` calls,
-    /// which need their arguments read.
-    func resolve(_ message: Message, signature: String? = nil, carriesFileDescriptors: Bool = false) -> Resolution {
+    /// which name their interface and property in their first arguments. Those are read from
+    /// `incoming` when it is given (`message` is then its headers alone), without reading the
+    /// value a `Set` carries; else from `message.body`.
+    func resolve(
+        _ message: Message, signature: String? = nil, carriesFileDescriptors: Bool = false, incoming: IncomingMessage? = nil
+    ) -> Resolution {
         let signature = signature ?? message.signature
         let path = message.path ?? .root
         let member = message.member ?? ""
@@ -645,7 +647,8 @@ public final class ObjectServer: Sendable {
             return .error(names.unknownObject, "no object at \(path)")
         }
         if interface == Self.propertiesInterface {
-            return resolveProperties(message, table: table, names: names)
+            let arguments = incoming.map(PropertyArguments.incoming) ?? .decoded(message.body)
+            return resolveProperties(member: member, signature: signature, arguments: arguments, table: table, names: names)
         }
         let candidate: ExportedInterface?
         if let interface {
@@ -684,8 +687,40 @@ public final class ObjectServer: Sendable {
         return .handler(handler)
     }
 
-    private func resolveProperties(_ message: Message, table: [String: ExportedInterface], names: ErrorNames) -> Resolution {
-        let member = message.member ?? ""
+    /// What routing reads of a `Properties` call's arguments: the names in its strings, and the
+    /// type of the value `Set` carries, never the value itself.
+    enum PropertyArguments {
+        /// The call as it arrived, its body unread (`route`).
+        case incoming(IncomingMessage)
+        /// The call's arguments, already read (`handle`, the fuzzer).
+        case decoded([DBusValue])
+
+        func string(_ index: Int) -> String? {
+            switch self {
+            case .incoming(let incoming): return incoming.stringArgument(index)
+            case .decoded(let body):
+                guard index < body.count, case .string(let text) = body[index] else { return nil }
+                return text
+            }
+        }
+
+        func variantSignature(_ index: Int) -> String? {
+            switch self {
+            case .incoming(let incoming): return incoming.variantSignature(index)
+            case .decoded(let body):
+                guard index < body.count, case .variant(let value) = body[index] else { return nil }
+                return value.type.signature
+            }
+        }
+    }
+
+    /// Routes a `Properties` call from its signature, its interface and property names and,
+    /// for `Set`, its value's type: an unknown or read-only property, or a value of the wrong
+    /// type, is answered before the value is read. A call that will be handled is read, like
+    /// any other, only once its caller's lane has room for it.
+    private func resolveProperties(
+        member: String, signature: String, arguments: PropertyArguments, table: [String: ExportedInterface], names: ErrorNames
+    ) -> Resolution {
         func lookup(_ interfaceName: String, _ propertyName: String) -> Result<(ExportedInterface, InterfaceDescription.Property), Failure> {
             // The D-Bus specification lets Get and Set name no interface: the property is then
             // looked for on every interface of the object, the first by name that has it.
@@ -706,9 +741,9 @@ public final class ObjectServer: Sendable {
             }
             return .success((exported, property))
         }
-        switch (member, message.body) {
-        case ("Get", let body) where body.count == 2:
-            guard case .string(let i) = body[0], case .string(let p) = body[1] else { break }
+        switch (member, signature) {
+        case ("Get", "ss"):
+            guard let i = arguments.string(0), let p = arguments.string(1) else { break }
             switch lookup(i, p) {
             case .failure(let f): return .error(f.name, f.text)
             case .success(let (exported, property)):
@@ -723,8 +758,8 @@ public final class ObjectServer: Sendable {
                     return [.variant(value)]
                 }
             }
-        case ("GetAll", let body) where body.count == 1:
-            guard case .string(let i) = body[0] else { break }
+        case ("GetAll", "s"):
+            guard let i = arguments.string(0) else { break }
             guard let exported = table[i] else { return .error(names.unknownInterface, "no interface \(i) here") }
             let readable = exported.description.properties.filter(\.isReadable)
             return .handler { _ in
@@ -739,8 +774,9 @@ public final class ObjectServer: Sendable {
                 }
                 return [.dictionary(key: .string, value: .variant, entries)]
             }
-        case ("Set", let body) where body.count == 3:
-            guard case .string(let i) = body[0], case .string(let p) = body[1], case .variant(let value) = body[2] else { break }
+        case ("Set", "ssv"):
+            guard let i = arguments.string(0), let p = arguments.string(1), let valueType = arguments.variantSignature(2)
+            else { break }
             switch lookup(i, p) {
             case .failure(let f): return .error(f.name, f.text)
             case .success(let (exported, property)):
@@ -748,14 +784,17 @@ public final class ObjectServer: Sendable {
                 guard property.isWritable, let setter = exported.setters[p] else {
                     return .error(names.propertyReadOnly, "\(i).\(p) is read-only")
                 }
-                guard value.type == property.type else {
-                    return .error(names.invalidArgs, "\(i).\(p) has type \"\(property.type.signature)\", not \"\(value.type.signature)\"")
-                }
-                // GetAll wraps the value in an array, a dict entry and a variant: keep room.
-                guard value.containerDepth + 3 <= DBusValue.maximumDepth else {
-                    return .error(names.invalidArgs, "\(i).\(p): the value is nested too deeply to be read back")
+                guard valueType == property.type.signature else {
+                    return .error(names.invalidArgs, "\(i).\(p) has type \"\(property.type.signature)\", not \"\(valueType)\"")
                 }
                 return .handler { call in
+                    guard case .variant(let value)? = call.arguments.dropFirst(2).first else {
+                        throw DBusError.typeMismatch(expected: "ssv", got: call.message.signature)
+                    }
+                    // GetAll wraps the value in an array, a dict entry and a variant: keep room.
+                    guard value.containerDepth + 3 <= DBusValue.maximumDepth else {
+                        throw DBusError.invalidValue("\(i).\(p): the value is nested too deeply to be read back")
+                    }
                     try await setter(value, call)
                     return []
                 }
@@ -766,7 +805,7 @@ public final class ObjectServer: Sendable {
             }
         }
         let expected = ["Get": "ss", "GetAll": "s", "Set": "ssv"][member] ?? ""
-        return .error(names.invalidArgs, "\(Self.propertiesInterface).\(member) takes \"\(expected)\", not \"\(message.signature)\"")
+        return .error(names.invalidArgs, "\(Self.propertiesInterface).\(member) takes \"\(expected)\", not \"\(signature)\"")
     }
 
     private struct Failure: Error {

@@ -32,6 +32,16 @@ struct IncomingMessageTests {
         // Far over the bound, the walk stops early.
         #expect(incoming.bodyLength(upTo: 1000) == nil)
     }
+
+    @Test("the type of a top-level variant is read without its value")
+    func variantSignature() throws {
+        let big = DBusValue.array(element: .byte, Array(repeating: .byte(1), count: 100_000))
+        let raw = try TypeRoundTripTests.call([.string("one"), .variant(big), .variant(.string("x")), .int32(3)]).encode()
+        let incoming = try IncomingMessage(raw.pointer)
+        #expect(incoming.variantSignature(1) == "ay")
+        #expect(incoming.variantSignature(2) == "s")
+        #expect(incoming.variantSignature(0) == nil && incoming.variantSignature(3) == nil && incoming.variantSignature(4) == nil)
+    }
 }
 
 /// A server with a method taking bytes and one that blocks, with a small bound for tests.
@@ -60,7 +70,8 @@ private struct BoundFixture {
             methods: [
                 .init("Take", inputs: [.init("data", .array(.byte))], outputs: [.init("count", .uint32)], documentation: "Counts."),
                 .init("Block", documentation: "Waits for the test's gate."),
-            ])
+            ],
+            properties: [.init("Data", .array(.byte), access: .readwrite, documentation: "Counts what is set.")])
         let (gate, blocked, taken) = (gate, blocked, taken)
         let interface = ExportedInterface(description)
             .method("Take") { call in
@@ -73,12 +84,23 @@ private struct BoundFixture {
                 await gate.wait()
                 return []
             }
+            .property("Data", get: { .array(element: .byte, []) }, set: { value, _ in
+                guard case .array(_, let items) = value else { return }
+                taken.append(items.count)
+            })
         try server.objects.export([interface], at: Self.path)
         serving = startServing(server)
     }
 
     func call(_ member: String, _ body: [DBusValue] = []) async throws -> [DBusValue] {
         try await client.call(destination: server.uniqueName, path: Self.path, interface: Self.name, member: member, body)
+    }
+
+    /// Sets the Data property to `data` through `Properties.Set`.
+    func setData(_ data: DBusValue) async throws {
+        _ = try await client.call(
+            destination: server.uniqueName, path: Self.path, interface: ObjectServer.propertiesInterface, member: "Set",
+            [.string(Self.name), .string("Data"), .variant(data)])
     }
 
     func stop() {
@@ -158,5 +180,37 @@ struct CallBoundTests {
         #expect(fixture.taken.count == 3 && refused.count == 1)
         // Once the queue has drained, the budget is whole again.
         #expect(try await fixture.call("Take", [bytes(9000)]) == [.uint32(9000)])
+    }
+
+    @Test("Properties calls are held to a caller's bounds like any other call")
+    func propertyBounds() async throws {
+        let bus = try PrivateBus()
+        var limits = ObjectServer.Limits()
+        limits.maximumCallBodyBytes = 10_000
+        limits.maximumQueuedBytesPerCaller = 25_000
+        let fixture = try await BoundFixture(bus: bus, limits: limits)
+        defer { fixture.stop() }
+        let over = await expectRemoteError("org.bgpolicy.Test.Error.TooMuch") { try await fixture.setData(bytes(10_000)) }
+        #expect(over?.contains("org.freedesktop.DBus.Properties.Set") == true && over?.contains("10000 bytes") == true, "\(over ?? "")")
+        let blocked = Task { try await fixture.call("Block") }
+        #expect(await eventually { fixture.blocked.count == 1 })
+        // Behind the blocked call: two Sets of 9,000 bytes fit in 25,000, the third does not.
+        let refused = Recorder<Int>()
+        let queued = (0..<3).map { i in
+            Task {
+                do {
+                    try await fixture.setData(bytes(9000))
+                } catch DBusError.remote(let name, let message) where name == "org.bgpolicy.Test.Error.TooMuch" {
+                    #expect(message.contains("over 25000 bytes of arguments"), "\(message)")
+                    refused.append(i)
+                }
+            }
+        }
+        #expect(await eventually { refused.count == 1 }, "refused \(refused.count)")
+        #expect(fixture.taken.count == 0)
+        fixture.gate.open()
+        _ = try await withTimeout(.seconds(5), "the blocked call") { try await blocked.value }
+        for task in queued { _ = try await withTimeout(.seconds(5), "a queued call") { try await task.value } }
+        #expect(fixture.taken.all == [9000, 9000] && refused.count == 1)
     }
 }

@@ -147,6 +147,36 @@ def test_arguments_that_cannot_be_read_get_the_agents_invalid_argument(world):
             assert "Submit" in error.message, error.message
 
 
+PROPERTIES = "org.freedesktop.DBus.Properties"
+
+
+def test_a_property_set_is_refused_from_its_names_before_its_value_is_read(world):
+    """Properties calls were read whole on the connection's thread before they were routed,
+    outside the caller's bounds: a Set of the read-only Conditions with 1 MiB of `ay` was read
+    value by value (some 24 MiB) only to be refused. Now the interface and property names are
+    read alone: a Set of a read-only or unknown property is refused without its value being read.
+    The value here cannot be read at all (a handle with no descriptor passed): before, the call
+    got InvalidArgument for it, not PropertyReadOnly."""
+    world.start_agent()
+    client = world.stack.push(th.ch.GBus(world.address)).conn
+    unreadable = GLib.Variant("h", 0)
+    for prop, expected in [("Conditions", "org.bgpolicy.Error.PropertyReadOnly"),
+                           ("NoSuchProperty", "org.bgpolicy.Error.UnknownProperty")]:
+        for interface in [th.ADMIN, ""]:
+            params = GLib.Variant.new_tuple(GLib.Variant("s", interface), GLib.Variant("s", prop), GLib.Variant("v", unreadable))
+            _, name = timed_call(client, AGENT_NAME, AGENT_PATH, PROPERTIES, "Set", params)
+            assert name == expected, (prop, interface, name)
+    # A big value is refused the same way, unread.
+    params = GLib.Variant.new_tuple(GLib.Variant("s", th.ADMIN), GLib.Variant("s", "Conditions"),
+                                    GLib.Variant("v", big_bytes()))
+    _, name = timed_call(client, AGENT_NAME, AGENT_PATH, PROPERTIES, "Set", params)
+    assert name == "org.bgpolicy.Error.PropertyReadOnly", name
+    # Reading the property is served as before.
+    conditions = th.call(client, PROPERTIES, "Get", "ss", (th.ADMIN, "Conditions"), "(v)")[0]
+    assert isinstance(conditions, dict), conditions
+    status_answers(client)
+
+
 CLIENT_XML = """<node><interface name="org.bgpolicy.Client1">
 <method name="RunTask"><arg type="s" direction="in"/><arg type="s" direction="in"/><arg type="s" direction="in"/>
 <arg type="u" direction="in"/><arg type="a{sv}" direction="in"/><arg type="ay" direction="out"/></method>
