@@ -18,7 +18,7 @@ extension AgentInterfaces {
             process names itself with the app_id option of Register. A connection sees and
             touches only its own app's requests. Errors: org.bgpolicy.Error.NotRegistered,
             NotPermitted, TooManyPendingRequests, Unavailable, InvalidArgument, AccessDenied,
-            UnknownTask, LimitsExceeded (a call's arguments over 1 MiB in the wire format;
+            UnknownTask, LimitsExceeded (a call's arguments over 64 KiB in the wire format;
             more than 256 calls, or 4 MiB of arguments, waiting from one caller; 16
             background tasks under way for the app; content-available wakes over the
             hour's allowance; usage changes faster than 60 at once, then one a second, or

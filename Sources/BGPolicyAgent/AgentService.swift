@@ -22,6 +22,14 @@ public struct AgentService: Service {
     /// The error names the object server uses for routing failures: all in our domain.
     static let errorNames = ObjectServer.ErrorNames(domain: BGPolicyNames.errorPrefix)
 
+    /// The most a call's arguments may take in the wire format; a call over it is answered
+    /// LimitsExceeded without being read. The largest call the agent serves is a Register of 64
+    /// identifiers of 255 bytes with its options (about 17 KiB); NotifyContentAvailable's
+    /// payload is at most 4096 bytes, and every other argument is a name or a number. 64 KiB
+    /// leaves room over that, and a call read only to be refused costs at most some 1.5 MiB
+    /// (an `ay` takes about 24 bytes a byte once read), not the library's 24 MiB for 1 MiB.
+    static let maximumCallBodyBytes = 64 << 10
+
     public func run() async throws {
         let connection: DBusConnection
         do {
@@ -47,6 +55,7 @@ public struct AgentService: Service {
         connection.objects.errorNames = Self.errorNames
         // No method of the agent takes a descriptor (Submit's options may name one in a variant).
         connection.objects.limits.acceptsFileDescriptors = false
+        connection.objects.limits.maximumCallBodyBytes = Self.maximumCallBodyBytes
         // Before the store is read: a second agent on this directory must not touch it.
         let lock = try StateLock(directory: environment.stateDirectory)
         defer { withExtendedLifetime(lock) {} }

@@ -155,7 +155,8 @@ public final class ObjectServer: Sendable {
     public struct Limits: Sendable {
         /// The most a method call's arguments may take in the wire format (its body). A call
         /// over it is answered without its arguments being read. 1 MiB: D-Bus services take
-        /// small arguments (bgpolicy's need under 64 KiB) and pass bulk data as descriptors.
+        /// small arguments (bgpolicy's need under 64 KiB, the agent's own bound) and pass bulk
+        /// data as descriptors.
         public var maximumCallBodyBytes = 1 << 20
         /// Calls one caller may have waiting before further calls are refused.
         public var maximumQueuedCallsPerCaller = ObjectServer.maximumQueuedCallsPerCaller

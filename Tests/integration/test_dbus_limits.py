@@ -14,7 +14,8 @@ from gi.repository import Gio, GLib
 import tasks_helpers as th
 from tasks_helpers import AGENT_NAME, AGENT_PATH, SCHEDULER, world  # noqa: F401 - the fixture
 
-BIG = 32 * 1024 * 1024  # bytes of `ay`: far over the agent's 1 MiB bound for a call's arguments
+BIG = 32 * 1024 * 1024  # bytes of `ay`: far over the agent's 64 KiB bound for a call's arguments
+CALL_BOUND = 64 * 1024  # the most of a call's arguments the agent reads (AgentService.maximumCallBodyBytes)
 BUS = "org.freedesktop.DBus"
 BUS_PATH = "/org/freedesktop/DBus"
 
@@ -97,7 +98,7 @@ def test_big_submit_options_are_refused_with_limits_exceeded(world):
     except th.AgentError as error:
         seconds = time.perf_counter() - start
         assert error.name == "org.bgpolicy.Error.LimitsExceeded", error
-        assert "Submit" in error.message and "1048576 bytes" in error.message, error.message
+        assert "Submit" in error.message and f"{CALL_BOUND} bytes" in error.message, error.message
     th.ch.log(f"\nSubmit with {BIG >> 20} MiB of options: agent {seconds:.2f} s, bus {pace:.2f} s")
     check_bounded(agent, hwm_before, "Submit")
     assert seconds < 6 * pace + 0.5, f"the agent took {seconds:.2f} s, the bus {pace:.2f} s for the same bytes"
@@ -105,6 +106,33 @@ def test_big_submit_options_are_refused_with_limits_exceeded(world):
     th.call(client, SCHEDULER, "Register", "asa{sv}", (["x"], th.register_options(app_id="org.example.Big")), "(s)")
     th.call(client, SCHEDULER, "Submit", "ssa{sv}", ("x", "refresh", th.submit_options(earliest_begin=th.later(3600))))
     assert [p["identifier"] for p in agent.list_pending() if p["app_id"] == "org.example.Big"] == ["x"]
+
+
+def test_calls_are_read_up_to_64_kib_which_the_largest_register_fits_in(world):
+    """The agent read a call's arguments up to the library's 1 MiB, some 24 MiB once read, when
+    none of its calls takes more than about 17 KiB. A Register of 64 identifiers of 255 bytes,
+    the largest call it serves, is within its 64 KiB; a Submit just over it is refused unread."""
+    world.start_agent()
+    client = world.stack.push(th.ch.GBus(world.address)).conn
+    app_id = "org.example." + "a" * (255 - len("org.example."))
+    identifiers = [f"{app_id[:251]}.t{i:02d}" for i in range(64)]
+    assert {len(i) for i in identifiers} == {255}
+    th.call(client, SCHEDULER, "Register", "asa{sv}",
+            (identifiers, th.register_options(app_id=app_id, background_only=True)), "(s)")
+    options = {"earliest_begin": GLib.Variant("ay", b"\0" * CALL_BOUND)}
+    try:
+        th.call(client, SCHEDULER, "Submit", "ssa{sv}", (identifiers[0], "refresh", options))
+        raise AssertionError(f"a Submit with {CALL_BOUND} bytes of options was read")
+    except th.AgentError as error:
+        assert error.name == "org.bgpolicy.Error.LimitsExceeded", error
+        assert f"{CALL_BOUND} bytes" in error.message, error.message
+    # Under the bound, the same options are read, and refused for what they hold.
+    options = {"earliest_begin": GLib.Variant("ay", b"\0" * (CALL_BOUND // 2))}
+    try:
+        th.call(client, SCHEDULER, "Submit", "ssa{sv}", (identifiers[0], "refresh", options))
+        raise AssertionError("a Submit with bytes for earliest_begin succeeded")
+    except th.AgentError as error:
+        assert error.name == "org.bgpolicy.Error.InvalidArgument", error
 
 
 def test_a_big_signal_nobody_wants_is_dropped_undecoded(world):
