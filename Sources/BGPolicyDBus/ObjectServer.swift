@@ -761,6 +761,12 @@ public final class ObjectServer: Sendable {
             }
         case ("GetAll", "s"):
             guard let i = arguments.string(0) else { break }
+            // Get and Set may name no interface, GetAll may not: "no interface  here" said nothing.
+            guard !i.isEmpty else {
+                return .error(
+                    names.unknownInterface,
+                    "\(Self.propertiesInterface).GetAll needs an interface name; call it once for each interface of the object")
+            }
             guard let exported = table[i] else { return .error(names.unknownInterface, "no interface \(i) here") }
             let readable = exported.description.properties.filter(\.isReadable)
             return .handler { _ in

@@ -271,6 +271,7 @@ struct ObjectServerTests {
         #expect(anyUnknown.errorText.contains("Nope"))
         let anyAll = try await reply(server, TestObject.call(p, "GetAll", [.string("")]))
         #expect(anyAll.errorNameIfError == "org.freedesktop.DBus.Error.UnknownInterface", "GetAll names its interface")
+        #expect(anyAll.errorText.contains("GetAll needs an interface name"), "\(anyAll.errorText)")
 
         // The write-only property can be set but not read.
         let secret = try await reply(server, TestObject.call(p, "Set", [.string(i), .string("Secret"), .variant(.string("s3"))]))
