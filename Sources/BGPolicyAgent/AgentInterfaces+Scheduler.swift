@@ -19,9 +19,9 @@ extension AgentInterfaces {
             touches only its own app's requests. Errors: org.bgpolicy.Error.NotRegistered,
             NotPermitted, TooManyPendingRequests, Unavailable, InvalidArgument, AccessDenied,
             UnknownTask, LimitsExceeded (a call's arguments over 64 KiB in the wire format;
-            more than 256 calls, or 4 MiB of arguments, waiting from one caller; 16
-            background tasks under way for the app; content-available wakes over the
-            hour's allowance; usage changes faster than 60 at once, then one a second, or
+            more than 256 calls, or 4 MiB of arguments, waiting from one caller; a Register of
+            a new app id when the agent keeps [limits] apps already; 16 background tasks under
+            way for the app; content-available wakes over the hour's allowance; usage changes faster than 60 at once, then one a second, or
             all apps' faster than 3,600 at once, then two a second), Failed (the database refused a write: nothing was changed),
             and for a call the agent cannot route UnknownObject, UnknownInterface,
             UnknownMethod, UnknownProperty or PropertyReadOnly, each with a message that
@@ -173,7 +173,9 @@ extension AgentInterfaces {
                     is kept: a second one before delivery replaces its payload. On battery each app
                     may be woken 3 times an hour (a token bucket; LimitsExceeded says when the next
                     is allowed); on AC, without limit. A wake the app answers with an error is
-                    dropped. NotRegistered for an app that never registered.
+                    dropped. InvalidArgument for text that is no app id, or a payload over 4096 bytes
+                    marshalled, holding a file descriptor or a reserved key; NotRegistered for an app
+                    that never registered.
                     """),
         ])
 

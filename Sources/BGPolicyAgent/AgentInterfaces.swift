@@ -14,7 +14,12 @@ public enum AgentInterfaces {
             Served by bgpolicyd at /org/bgpolicy/Agent1 on the session bus, under the name
             org.bgpolicy.Agent1. Errors are org.bgpolicy.Error.* with a message a person can act on;
             a call the agent cannot route gets UnknownObject, UnknownInterface, UnknownMethod,
-            UnknownProperty or PropertyReadOnly (setting Conditions).
+            UnknownProperty or PropertyReadOnly (setting Conditions). Any method may also answer
+            InvalidArgument (arguments of the wrong types, or a call carrying file descriptors),
+            LimitsExceeded (a call's arguments over 64 KiB in the wire format; more than 256
+            calls, or 4 MiB of arguments, waiting from one caller: wait for replies before
+            sending more), Unavailable (the agent is stopping: call again once it is back) or
+            Failed (an error of the agent's own; the message says what failed).
             Every method but GetStatus (and the Conditions property) answers AccessDenied to a
             caller in a Flatpak or snap sandbox, or one whose process the agent cannot see: an
             app schedules its own work through org.bgpolicy.Scheduler1, and these controls
@@ -118,7 +123,7 @@ public enum AgentInterfaces {
                     background-task-began, background-task-ended, background-task-expired, app-enabled,
                     app-disabled, global-enabled, global-disabled, content-queued, database-recovered.
                     """)],
-                documentation: "GetHistory:\nEverything the agent did, so that \"it never ran\" always has an answer."),
+                documentation: "GetHistory:\nEverything the agent did, so that \"it never ran\" always has an answer. Failed when the database cannot be read."),
             .init(
                 "GetAppHistory",
                 inputs: [
@@ -130,7 +135,8 @@ public enum AgentInterfaces {
                 documentation: """
                     GetAppHistory:
                     GetHistory of one app: its newest entries, however many newer ones other apps have.
-                    NotRegistered for an app the agent neither knows nor has entries of.
+                    InvalidArgument for text that is no app id; NotRegistered for an app the agent
+                    neither knows nor has entries of; Failed when the database cannot be read.
                     """),
             .init(
                 "SetAppEnabled",
@@ -138,11 +144,11 @@ public enum AgentInterfaces {
                     .init("app_id", .string, "A registered app."),
                     .init("enabled", .boolean, "false stops background launches of the app and makes its Submit fail with Unavailable."),
                 ],
-                documentation: "SetAppEnabled:\nThe user's per-app switch; it survives restarts. Switched off, the app's running slices get ExpireTask at once and end as switched-off (no violation). InvalidArgument for text that is no app id; NotRegistered for an unknown app."),
+                documentation: "SetAppEnabled:\nThe user's per-app switch; it survives restarts. Switched off, the app's running slices get ExpireTask at once and end as switched-off (no violation). InvalidArgument for text that is no app id; NotRegistered for an unknown app; Failed when the switch cannot be stored (a full disk): nothing was changed."),
             .init(
                 "SetGlobalEnabled",
                 inputs: [.init("enabled", .boolean, "false stops all background launches.")],
-                documentation: "SetGlobalEnabled:\nThe user's switch for all background work; it survives restarts. Switched off, every running slice gets ExpireTask at once and ends as switched-off (no violation)."),
+                documentation: "SetGlobalEnabled:\nThe user's switch for all background work; it survives restarts. Switched off, every running slice gets ExpireTask at once and ends as switched-off (no violation). Failed when the switch cannot be stored (a full disk): nothing was changed."),
             .init(
                 "ForgetApp",
                 inputs: [.init("app_id", .string, "A registered app that is not running.")],

@@ -53,6 +53,20 @@ struct InterfaceFilesTests {
         #expect(Set(list) == Set(HistoryEvent.allCases.map(\.rawValue)).subtracting(["usage"]))
     }
 
+    /// Any call may get these from the object server, whatever its method: routing errors,
+    /// wrong types, the per-caller bounds, the agent stopping, an internal error.
+    @Test("the agent's interfaces name every error the object server answers, and each app id argument InvalidArgument",
+          arguments: [AgentInterfaces.admin, AgentInterfaces.scheduler])
+    func everyServerErrorNamed(interface: InterfaceDescription) {
+        for name in ObjectServer.ErrorNames(domain: BGPolicyNames.errorPrefix).all {
+            let short = String(name.dropFirst(BGPolicyNames.errorPrefix.count))
+            #expect(interface.documentation.contains(short), "\(interface.name) does not name \(short)")
+        }
+        for method in interface.methods where method.inputs.contains(where: { $0.name == "app_id" }) {
+            #expect(method.documentation.contains("InvalidArgument"), "\(interface.name).\(method.name)")
+        }
+    }
+
     @Test("no interface file exists without a description")
     func noOrphanFiles() throws {
         let files = try FileManager.default.contentsOfDirectory(atPath: Self.root.appendingPathComponent("dbus").path)
