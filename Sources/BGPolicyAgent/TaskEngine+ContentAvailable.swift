@@ -98,7 +98,6 @@ extension TaskEngine {
             contentWakeWrites[appID] = .again
             return
         }
-        contentWakeWrites[appID] = .writing
         defer {
             contentWakeWrites[appID] = nil
             requestEvaluation(for: appID)

@@ -108,12 +108,12 @@ actor TaskEngine {
     /// Apps with a Submit or Cancel on its way to the disk: not evaluated until it is there,
     /// so a request is never delivered before it is stored.
     var saving: [AppID: Int] = [:]
-    /// The newest Submit, Cancel or CancelAll of each request whose write is on its way, by
-    /// its number (`pendingChangeCount`): a failed write puts memory back only if no later
-    /// call changed the request meanwhile (`endPendingChange`).
     /// Apps whose content-available wake is being written (`storeContentWake`): the wake is
     /// not delivered until it is on disk.
     var contentWakeWrites: [AppID: ContentWakeWrite] = [:]
+    /// The newest Submit, Cancel or CancelAll of each request whose write is on its way, by
+    /// its number (`pendingChangeCount`): a failed write puts memory back only if no later
+    /// call changed the request meanwhile (`endPendingChange`).
     var pendingChanges: [PendingKey: UInt64] = [:]
     var pendingChangeCount: UInt64 = 0
     struct PendingKey: Hashable {
