@@ -60,7 +60,9 @@ extension AgentInterfaces {
                     last open. A new app id when the agent keeps [limits] apps (4096) apps already
                     is LimitsExceeded: bgpolicy forget makes room. AccessDenied too for a connection
                     already registered as another app (one connection per app), and for an
-                    identified caller naming another app id.
+                    identified caller naming another app id. Unavailable when the bus could not
+                    be asked which process called (slow to answer, or the agent stopping): try
+                    again.
                     """),
             .init(
                 "Submit",

@@ -17,7 +17,15 @@ struct SchedulerInterface: Sendable {
                 register.appID = try options.optional("app_id", as: String.self)
                 register.busName = try options.optional("bus_name", as: String.self)
                 register.backgroundOnly = try options.optional("background_only", as: Bool.self) ?? false
-                let pid = try? await connection.credentials(of: call.sender).pid
+                // A failed question (the bus slow to answer, the agent stopping) is no answer:
+                // taken for "no process", it refused the app as one the agent cannot see.
+                let pid: UInt32?
+                do {
+                    pid = try await connection.credentials(of: call.sender).pid
+                } catch {
+                    throw SchedulerError(
+                        .unavailable, "the agent could not ask the bus which process is calling (\(error)); try again in a moment")
+                }
                 let appID = try await engine.register(caller: call.sender, pid: pid, identifiers: identifiers, options: register)
                 return [.string(appID.rawValue)]
             }
