@@ -265,7 +265,10 @@ uid=65534 XDG_RUNTIME_DIR=/run/user/65534 $bus --user daemon-reload"
 
     # Enabled by a user, then uninstalled: the links systemctl made to the unit go with it, and
     # a link to another unit stays. (No SUDO_USER: the links are the caller's.)
-    XDG_RUNTIME_DIR="$tmp/run" XDG_CONFIG_HOME="$tmp/config" systemctl --user enable "$unit" >/dev/null 2>&1
+    # Offline, on the files alone: on a machine booted with systemd, systemctl would ask the
+    # user manager instead (and, reaching the real one, link the real ~/.config to this prefix).
+    env -u DBUS_SESSION_BUS_ADDRESS SYSTEMD_OFFLINE=1 XDG_RUNTIME_DIR="$tmp/run" XDG_CONFIG_HOME="$tmp/config" \
+        systemctl --user enable "$unit" >/dev/null 2>&1
     [[ -L $tmp/config/systemd/user/default.target.wants/bgpolicyd.service ]] || {
         echo "systemctl --user enable made no link to test make uninstall with" >&2
         return 1

@@ -27,6 +27,8 @@
 #   completions for bash, zsh and fish  BASHCOMPLETIONDIR, ZSHCOMPLETIONDIR, FISHCOMPLETIONDIR
 #                                (bgpolicy --generate-completion-script; app ids and task
 #                                identifiers come from the running agent)
+# Uninstalling builds nothing, and must work with the toolchain gone (lib.sh: NO_TOOLCHAIN).
+[[ ${1:-install} != uninstall ]] || NO_TOOLCHAIN=1
 # shellcheck source=scripts/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 

@@ -36,7 +36,9 @@ sudo_user_swift() {
     return 1
 }
 
-if [[ -z ${SWIFT:-} ]]; then
+# A script that builds nothing (`install.sh uninstall`) sets NO_TOOLCHAIN=1 before sourcing
+# this: removing the agent must not need the toolchain that built it.
+if [[ -z ${SWIFT:-} && ${NO_TOOLCHAIN:-} != 1 ]]; then
     if command -v swift >/dev/null 2>&1; then
         SWIFT=$(command -v swift)
     elif SWIFT=$(sudo_user_swift); then
