@@ -170,7 +170,9 @@ public final class BGTask: Sendable, CustomStringConvertible {
     /// after `.unavailable` (the agent is stopping, and closes the task as interrupted); and
     /// whatever the error once the agent that launched the task has left the bus (it crashed,
     /// or stopped before it answered: `.other`). The task stays completed then, and its
-    /// expiration handler does not run.
+    /// expiration handler does not run. The report never starts the agent (D-Bus activation):
+    /// with none on the bus, as after the user stopped it, it fails `.agentNotRunning` at once,
+    /// since a new agent would know nothing of the task.
     ///
     /// A warning that comes while the report is on its way makes the task expired; if the
     /// report then fails and the task still runs, the expiration handler runs.

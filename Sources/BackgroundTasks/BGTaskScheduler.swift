@@ -50,6 +50,14 @@ import Synchronization
 /// between tries. A refusal that will not pass (`.accessDenied`, `.invalidArgument`) is not
 /// retried: the app's next call sends `Register` again and throws what the agent answers.
 ///
+/// The bus starts the agent for a call when it is not running (D-Bus activation), except for
+/// the reports of the end of work an agent granted, `setTaskCompleted` and
+/// `endBackgroundTask(_:)`, and the `Register` they may send first: that work ended with the
+/// agent, and a new one knows nothing of it. With no agent on the bus they fail
+/// `.agentNotRunning` at once, so the end that an expiration handler reports when the user
+/// stops the agent (`systemctl --user stop bgpolicyd` warns running work first, as in the
+/// example above) does not start it again.
+///
 /// Every method throws `BGTaskSchedulerError`; a call whose task is cancelled throws `.other`
 /// ("the call was cancelled") at once, also while it waits for the connection or the
 /// `Register` it shares with other calls, which go on for those.
@@ -137,7 +145,8 @@ public final class BGTaskScheduler: Sendable {
         /// The agent (its unique name) that answered that `Register`: a new owner of the
         /// agent's name has not heard it, even when the answer came after the change was seen.
         var registeredWith: String?
-        var registering: (attempt: Int, task: Task<Void, any Error>)?
+        /// The `Register` in flight, and whether it may start the agent (D-Bus activation).
+        var registering: (attempt: Int, task: Task<Void, any Error>, startsAgent: Bool)?
         var registrationAttempts = 0
         var registeredAppID: String?
         /// Set by the first call that needed the agent: from then on, an agent that restarts is
@@ -470,7 +479,9 @@ public final class BGTaskScheduler: Sendable {
         if Task.isCancelled {
             // Nobody will end it: end it now, on a task the caller's cancellation does not reach.
             state.withLock { s in s.earlyExpirations.removeAll { $0 == identifier.rawValue } }
-            _ = await Task { try await self.callAgent("EndBackgroundTask", [.string(identifier.rawValue)]) }.result
+            _ = await Task {
+                try await self.callAgent("EndBackgroundTask", [.string(identifier.rawValue)], startingAgent: false)
+            }.result
             throw BGTaskSchedulerError(CancellationError())
         }
         let expiredAlready: Bool = state.withLock { s in
@@ -496,10 +507,15 @@ public final class BGTaskScheduler: Sendable {
     /// Throws `.unknownTask` when the agent has already ended it, and, without asking it, for
     /// one that a `disconnect()` ended.
     ///
-    /// Until the agent confirms the end (or answers `.unknownTask`), the background task is
-    /// still the app's: when the call fails otherwise (no answer in time, cancelled,
-    /// `.limitsExceeded`, the agent not running), the agent's warning still runs its expiration
-    /// handler, then or when it comes, and the app may end it again.
+    /// The call never starts the agent: with none on the bus (the user stopped it, and its
+    /// warning made the app end the work), it throws `.agentNotRunning` at once. The
+    /// background task ended with the agent that granted it, and a new one would know nothing
+    /// of it.
+    ///
+    /// Until the agent confirms the end (or answers `.unknownTask`, or is not running), the
+    /// background task is still the app's: when the call fails otherwise (no answer in time,
+    /// cancelled, `.limitsExceeded`), the agent's warning still runs its expiration handler,
+    /// then or when it comes, and the app may end it again.
     public func endBackgroundTask(_ identifier: BGBackgroundTaskIdentifier) async throws {
         let id = identifier.rawValue
         let endedByDisconnect: Bool = state.withLock { s in
@@ -512,11 +528,12 @@ public final class BGTaskScheduler: Sendable {
         }
         if endedByDisconnect { throw Self.endedByDisconnect }
         do throws(BGTaskSchedulerError) {
-            _ = try await callAgent("EndBackgroundTask", [.string(id)])
+            _ = try await callAgent("EndBackgroundTask", [.string(id)], startingAgent: false)
         } catch {
             let warned: BackgroundTaskEntry? = state.withLock { s in
                 guard var entry = s.backgroundTasks[id] else { return nil }
-                guard error.code != .unknownTask else {
+                // Ended at the agent, or with the agent that granted it, which is gone.
+                guard error.code != .unknownTask && error.code != .agentNotRunning else {
                     s.backgroundTasks[id] = nil
                     return nil
                 }
@@ -554,8 +571,18 @@ public final class BGTaskScheduler: Sendable {
     /// Calls a `Scheduler1` method, connecting and registering first when needed. An agent that
     /// restarted has forgotten this connection: on `NotRegistered` the scheduler registers
     /// again and retries once.
-    func callAgent(_ member: String, _ body: [DBusValue] = []) async throws(BGTaskSchedulerError) -> [DBusValue] {
-        try await callAgentForReply(member, body).body
+    ///
+    /// The bus starts an agent that is not running (D-Bus activation) for the call, and for
+    /// the `Register` before it, unless `startingAgent` is false: then neither starts it, and
+    /// the call fails `.agentNotRunning` when it is not on the bus. That is for reports of the
+    /// end of work an agent granted (`SetTaskCompleted`, `EndBackgroundTask`): the work ended
+    /// with that agent, a new one knows nothing of it, and starting one only to be told so
+    /// would undo the user's stop (`systemctl --user stop bgpolicyd` warns running work with
+    /// `ExpireTask`, whose handlers report its end).
+    func callAgent(
+        _ member: String, _ body: [DBusValue] = [], startingAgent: Bool = true
+    ) async throws(BGTaskSchedulerError) -> [DBusValue] {
+        try await callAgentForReply(member, body, startingAgent: startingAgent).body
     }
 
     /// `callAgent`, returning the whole reply (its sender is the agent that answered).
@@ -564,25 +591,29 @@ public final class BGTaskScheduler: Sendable {
     /// answer (the connection forgets a cancelled call's reply), for calls whose effect the app
     /// must learn of, such as a granted background task; the caller checks `Task.isCancelled`.
     func callAgentForReply(
-        _ member: String, _ body: [DBusValue] = [], waitingOnceSent: Bool = false
+        _ member: String, _ body: [DBusValue] = [], waitingOnceSent: Bool = false, startingAgent: Bool = true
     ) async throws(BGTaskSchedulerError) -> Message {
         var forgotten = false
-        return try await callAgentForReply(member, body, waitingOnceSent: waitingOnceSent, agentForgotApp: &forgotten).message
+        return try await callAgentForReply(
+            member, body, waitingOnceSent: waitingOnceSent, startingAgent: startingAgent, agentForgotApp: &forgotten
+        ).message
     }
 
     /// `callAgentForReply`, with the link the reply came on, setting `agentForgotApp` when the
     /// agent answered `NotRegistered` before the scheduler registered again and retried: it did
     /// not know this connection.
     func callAgentForReply(
-        _ member: String, _ body: [DBusValue] = [], waitingOnceSent: Bool = false, agentForgotApp: inout Bool
+        _ member: String, _ body: [DBusValue] = [], waitingOnceSent: Bool = false, startingAgent: Bool = true,
+        agentForgotApp: inout Bool
     ) async throws(BGTaskSchedulerError) -> (message: Message, link: AgentLink) {
         var retried = false
         while true {
-            let link = try await ready()
+            let link = try await ready(startingAgent: startingAgent)
             do {
-                let message = Message.methodCall(
+                var message = Message.methodCall(
                     destination: BGPolicyNames.busName, path: Self.agentPath, interface: BGPolicyNames.schedulerInterface,
                     member: member, body: body)
+                message.noAutoStart = !startingAgent
                 guard waitingOnceSent else { return (try await link.connection.call(message), link) }
                 try Task.checkCancellation()
                 return (try await Task { try await link.connection.call(message) }.value, link)
@@ -599,8 +630,9 @@ public final class BGTaskScheduler: Sendable {
     }
 
     /// The connection, with the current identifier list registered and the bus name asked for
-    /// (`activate()` reports a name another process owns: `reportingTakenName`).
-    func ready(reportingTakenName: Bool = false) async throws(BGTaskSchedulerError) -> AgentLink {
+    /// (`activate()` reports a name another process owns: `reportingTakenName`). Without
+    /// `startingAgent`, the `Register` does not start an agent that is not on the bus.
+    func ready(reportingTakenName: Bool = false, startingAgent: Bool = true) async throws(BGTaskSchedulerError) -> AgentLink {
         let registered: Bool = state.withLock { s in
             s.wantsAgent = true
             return !s.handlers.isEmpty
@@ -608,19 +640,21 @@ public final class BGTaskScheduler: Sendable {
         // Every Scheduler1 call needs Register first, and Register needs an identifier.
         guard registered else { throw Self.nothingRegistered }
         let link = try await currentLink()
-        try await prepare(link, reportingTakenName: reportingTakenName)
+        try await prepare(link, reportingTakenName: reportingTakenName, startingAgent: startingAgent)
         return link
     }
 
     /// Registers the current identifier list on `link` and takes the bus name on it; fails when
-    /// `link` is no longer the scheduler's.
+    /// `link` is no longer the scheduler's. `startingAgent`: as for `ensureRegistered`.
     ///
     /// The name is asked for once per connection, by the first call to get here, which waits
     /// for the answer. Only `activate()` (`reportingTakenName`) reports a name another process
     /// owns, waiting for the request if another call made it: an app whose name is taken still
     /// works while it runs, and every other call goes on to be sent.
-    private func prepare(_ link: AgentLink, reportingTakenName: Bool = false) async throws(BGTaskSchedulerError) {
-        try await ensureRegistered(on: link)
+    private func prepare(
+        _ link: AgentLink, reportingTakenName: Bool = false, startingAgent: Bool = true
+    ) async throws(BGTaskSchedulerError) {
+        try await ensureRegistered(on: link, startingAgent: startingAgent)
         guard let busName, !busName.isEmpty else { return }
         let (request, isNew) = link.nameRequest {
             Task {
@@ -826,10 +860,14 @@ public final class BGTaskScheduler: Sendable {
 
     /// Sends `Register` until the agent has the current identifier list. One `Register` is in
     /// flight at a time, so the agent can never end up with an older list than the newest sent.
-    private func ensureRegistered(on link: AgentLink) async throws(BGTaskSchedulerError) {
+    ///
+    /// Without `startingAgent` the `Register` does not start an agent that is not on the bus
+    /// (D-Bus's no-auto-start flag), and fails `.agentNotRunning`. A caller that may start it,
+    /// finding such a `Register` in flight and failed so, sends one of its own.
+    private func ensureRegistered(on link: AgentLink, startingAgent: Bool) async throws(BGTaskSchedulerError) {
         enum Step {
             case done
-            case wait(Task<Void, any Error>)
+            case wait(Task<Void, any Error>, startsAgent: Bool)
             case fail(BGTaskSchedulerError)
         }
         while true {
@@ -838,18 +876,18 @@ public final class BGTaskScheduler: Sendable {
                     return .fail(BGTaskSchedulerError(.agentNotRunning, "the connection to the session bus was closed"))
                 }
                 if s.registeredGeneration == s.generation { return .done }
-                if let registering = s.registering { return .wait(registering.task) }
+                if let registering = s.registering { return .wait(registering.task, startsAgent: registering.startsAgent) }
                 guard !s.handlers.isEmpty else { return .fail(Self.nothingRegistered) }
                 s.registrationAttempts += 1
                 let attempt = s.registrationAttempts
                 let generation = s.generation
-                let body = registerBody(identifiers: s.handlers.keys.sorted())
-                let task = Task {
+                var message = Message.methodCall(
+                    destination: BGPolicyNames.busName, path: Self.agentPath, interface: BGPolicyNames.schedulerInterface,
+                    member: "Register", body: registerBody(identifiers: s.handlers.keys.sorted()))
+                message.noAutoStart = !startingAgent
+                let task = Task { [message] in
                     do {
-                        let reply = try await link.connection.call(
-                            .methodCall(
-                                destination: BGPolicyNames.busName, path: Self.agentPath,
-                                interface: BGPolicyNames.schedulerInterface, member: "Register", body: body))
+                        let reply = try await link.connection.call(message)
                         let registeredAs = try reply.body.decode(String.self, at: 0)
                         self.state.withLock { s in
                             if s.registering?.attempt == attempt { s.registering = nil }
@@ -865,21 +903,24 @@ public final class BGTaskScheduler: Sendable {
                         throw error
                     }
                 }
-                s.registering = (attempt, task)
-                return .wait(task)
+                s.registering = (attempt, task, startingAgent)
+                return .wait(task, startsAgent: startingAgent)
             }
             switch step {
             case .done:
                 return
             case .fail(let error):
                 throw error
-            case .wait(let task):
+            case .wait(let task, let startsAgent):
                 do {
                     // Shared with other callers: a cancelled one stops waiting (the agent may
                     // take up to 25 s to answer), and the Register goes on for the others.
                     try await task.valueUnlessCancelled()
                 } catch {
-                    throw BGTaskSchedulerError(error)
+                    let failure = BGTaskSchedulerError(error)
+                    // Not sent to start the agent, and it was not there: this caller starts it.
+                    if startingAgent && !startsAgent && failure.code == .agentNotRunning { continue }
+                    throw failure
                 }
             }
         }
@@ -913,6 +954,9 @@ public final class BGTaskScheduler: Sendable {
     /// bus (it crashed, or stopped before it answered): the task is no longer running here
     /// under it (`State.runsUnderItsLauncher`).
     ///
+    /// Neither the report nor a `Register` before it starts the agent: with none on the bus
+    /// the task ended with the one that launched it, and the report fails `.agentNotRunning`.
+    ///
     /// `epoch` is the `disconnects` count the task was launched in: after a `disconnect()` the
     /// agent has ended it, and it is not worth a connection.
     func reportCompletion(
@@ -922,7 +966,8 @@ public final class BGTaskScheduler: Sendable {
         var forgotten = false
         do throws(BGTaskSchedulerError) {
             _ = try await callAgentForReply(
-                "SetTaskCompleted", [.string(taskID), .boolean(success), .string(result.rawValue)], agentForgotApp: &forgotten)
+                "SetTaskCompleted", [.string(taskID), .boolean(success), .string(result.rawValue)], startingAgent: false,
+                agentForgotApp: &forgotten)
         } catch {
             throw state.withLock { s in
                 let mayStillRun = error.taskMayStillRun && !forgotten && s.runsUnderItsLauncher(taskID)

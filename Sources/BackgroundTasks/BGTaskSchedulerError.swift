@@ -51,7 +51,9 @@ public struct BGTaskSchedulerError: Error, Sendable, Hashable, CustomStringConve
         case failed
         /// bgpolicyd is not running on the session bus (and cannot be started: not installed,
         /// not enabled with `systemctl --user enable bgpolicyd`, or failing to start; the
-        /// message says which and what to do), or the bus itself cannot be reached.
+        /// message says which and what to do), or the bus itself cannot be reached. For
+        /// `setTaskCompleted` and `endBackgroundTask`, which do not start it, it is simply not
+        /// running: the work ended with the agent that granted it.
         case agentNotRunning
         /// Anything else: a timeout, an agent too old to know the call, a malformed answer, a
         /// call whose task was cancelled.

@@ -289,6 +289,78 @@ struct AgentCrashTests {
         #expect(try await agent.app(Self.app)?["connected"] == Variant(.boolean(false)))
     }
 
+    /// `systemctl --user stop bgpolicyd` warns the running work (`ExpireTask`), and the
+    /// expiration handlers report its end. The library sent those reports, and the `Register`
+    /// before them, for the bus to start the agent when it is not running: once the agent had
+    /// left, the bus started a new one, undoing the user's stop, only for it to answer that it
+    /// knew no such task.
+    @Test("completing a task and ending a background task after the agent stopped do not start it again; submit does")
+    func endsReportedAfterAStopDoNotStartTheAgent() async throws {
+        let agent = try await RealAgent(activatable: true)
+        let (scheduler, tasks) = try await Self.activatedScheduler(on: agent)
+        var delivered = tasks
+        defer { scheduler.disconnect() }
+
+        let task = try await Self.launchRefresh(scheduler, on: agent, &delivered)
+        let warned = Warned()
+        task.expirationHandler = { warned.note("task") }
+        let token = try await scheduler.beginBackgroundTask(name: "save") { warned.note("background task") }
+        try await agent.stop()
+        try await waitUntil("both expiration handlers to run") { warned.all.count == 2 }
+        try await waitUntil("the scheduler to see the agent gone") { scheduler.state.withLock { $0.agentOwner == nil } }
+
+        let start = ContinuousClock.now
+        let completion = await #expect(throws: BGTaskSchedulerError.self) {
+            try await task.setTaskCompleted(success: false, result: .failed).value
+        }
+        #expect(completion?.code == .agentNotRunning, "\(String(describing: completion))")
+        let end = await #expect(throws: BGTaskSchedulerError.self) { try await scheduler.endBackgroundTask(token) }
+        #expect(end?.code == .agentNotRunning, "\(String(describing: end))")
+        #expect(ContinuousClock.now - start < .seconds(2), "the calls waited for an agent to start")
+        #expect(agent.activations == 0, "the bus started the agent again")
+        #expect(try await agent.owner() == nil)
+        #expect(task.isCompleted)
+        #expect(scheduler.state.withLock { $0.running.isEmpty && $0.backgroundTasks.isEmpty })
+
+        // The bus can start it, and does for a call that asks the agent for new work.
+        try await scheduler.submit(BGAppRefreshTaskRequest(identifier: Self.refresh, earliestBeginDate: Date(timeIntervalSinceNow: 3600)))
+        #expect(agent.activations == 1)
+        #expect(try await agent.pending(of: Self.app) == [Self.refresh])
+        try await agent.stopActivated()
+    }
+
+    /// Calls share the `Register` in flight. One a completion sent, which may not start the
+    /// agent, fails when it is not running; a submit that waited for it sends its own, which
+    /// starts the agent, rather than fail with the completion.
+    @Test("a submit that waits for a completion's Register starts the agent all the same")
+    func submitBehindACompletionsRegisterStartsTheAgent() async throws {
+        let agent = try await RealAgent(activatable: true)
+        let (scheduler, tasks) = try await Self.activatedScheduler(on: agent)
+        var delivered = tasks
+        defer { scheduler.disconnect() }
+        let task = try await Self.launchRefresh(scheduler, on: agent, &delivered)
+        try await agent.stop()
+        try await waitUntil("the scheduler to see the agent gone") { scheduler.state.withLock { $0.agentOwner == nil } }
+
+        // The bus held, so that the submit finds the completion's Register still in flight.
+        agent.bus.pause()
+        let report = task.setTaskCompleted(success: true)
+        try await waitUntil("the completion's Register to be sent") {
+            scheduler.state.withLock { $0.registering.map { !$0.startsAgent } ?? false }
+        }
+        let submit = Task {
+            try await scheduler.submit(BGAppRefreshTaskRequest(identifier: Self.refresh, earliestBeginDate: Date(timeIntervalSinceNow: 3600)))
+        }
+        try await Task.sleep(for: .milliseconds(200))
+        agent.bus.resume()
+        let error = await #expect(throws: BGTaskSchedulerError.self) { try await report.value }
+        #expect(error?.code == .agentNotRunning, "\(String(describing: error))")
+        try await submit.value
+        #expect(agent.activations == 1)
+        #expect(try await agent.pending(of: Self.app) == [Self.refresh])
+        try await agent.stopActivated()
+    }
+
     /// The agent keeps the `bus_name` an app gave when a later `Register` leaves the option out,
     /// and withdraws it for `""`. The library sent nothing for `busName: ""`, so an app could
     /// never withdraw its name: a version that dropped D-Bus activation was still started by

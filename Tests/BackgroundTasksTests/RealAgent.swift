@@ -41,13 +41,15 @@ final class RealAgent: @unchecked Sendable {
         return runner.deletingLastPathComponent().appendingPathComponent("bgpolicyd")
     }
 
-    /// A private bus, and the agent on it (started unless `start` is false).
-    init(start: Bool = true, config: String = RealAgent.immediateWindows) async throws {
-        bus = try PrivateBus()
+    /// A private bus, and the agent on it (started unless `start` is false). With
+    /// `activatable`, the bus can start the agent itself, as a session bus where bgpolicyd is
+    /// installed does (D-Bus activation); each such start is counted (`activations`).
+    init(start: Bool = true, config: String = RealAgent.immediateWindows, activatable: Bool = false) async throws {
         directory = FileManager.default.temporaryDirectory.appendingPathComponent("bgpolicy-lib-\(UUID().uuidString)")
         let configDir = directory.appendingPathComponent("config/bgpolicy")
         try FileManager.default.createDirectory(at: configDir, withIntermediateDirectories: true)
         try Data(config.utf8).write(to: configDir.appendingPathComponent("bgpolicy.conf"))
+        bus = activatable ? try Self.activatingBus(in: directory) : try PrivateBus()
         admin = try await DBusConnection.connect(to: .address(bus.address))
         if start { try await self.start() }
     }
@@ -62,6 +64,53 @@ final class RealAgent: @unchecked Sendable {
     }
 
     var address: DBusConnection.Bus { .address(bus.address) }
+
+    /// A bus with one service directory, whose activation file starts bgpolicyd as `start()`
+    /// does, after noting the start in `activations`.
+    private static func activatingBus(in directory: URL) throws -> PrivateBus {
+        let services = directory.appendingPathComponent("services")
+        try FileManager.default.createDirectory(at: services, withIntermediateDirectories: true)
+        let path = directory.path
+        let command = "echo started >> \(path)/activations; exec /usr/bin/env -u JOURNAL_STREAM"
+            + " XDG_STATE_HOME=\(path)/state XDG_CONFIG_HOME=\(path)/config DBUS_SYSTEM_BUS_ADDRESS=unix:path=/nonexistent"
+            + " \(executable.path) --log-level debug >> \(path)/agent.log 2>&1"
+        let activation = "[D-BUS Service]\nName=\(BGPolicyNames.busName)\nExec=/bin/sh -c '\(command)'\n"
+        try Data(activation.utf8).write(to: services.appendingPathComponent("\(BGPolicyNames.busName).service"))
+        let config = directory.appendingPathComponent("bus.conf")
+        try Data(
+            """
+            <busconfig>
+              <type>session</type>
+              <listen>unix:tmpdir=/tmp</listen>
+              <auth>EXTERNAL</auth>
+              <servicedir>\(services.path)</servicedir>
+              <policy context="default">
+                <allow send_destination="*" eavesdrop="true"/>
+                <allow eavesdrop="true"/>
+                <allow own="*"/>
+              </policy>
+            </busconfig>
+            """.utf8
+        ).write(to: config)
+        return try PrivateBus(configFile: config.path)
+    }
+
+    /// How many times the bus has started the agent (an `activatable` bus's).
+    var activations: Int {
+        let text = (try? String(contentsOf: directory.appendingPathComponent("activations"), encoding: .utf8)) ?? ""
+        return text.split(separator: "\n").count
+    }
+
+    /// SIGTERM to the agent the bus started; returns once its name is free.
+    func stopActivated() async throws {
+        guard let owner = try await owner() else { return }
+        let pid = try await admin.call(
+            destination: "org.freedesktop.DBus", path: try ObjectPath("/org/freedesktop/DBus"), interface: "org.freedesktop.DBus",
+            member: "GetConnectionUnixProcessID", [.string(owner)]
+        ).decode(UInt32.self, at: 0)
+        Glibc.kill(pid_t(pid), SIGTERM)
+        try await waitUntil("the agent's name to be free") { try await self.owner() == nil }
+    }
 
     /// Starts the agent and returns once it owns its name.
     func start() async throws {
