@@ -56,7 +56,8 @@ import Synchronization
 /// agent, and a new one knows nothing of it. With no agent on the bus they fail
 /// `.agentNotRunning` at once, so the end that an expiration handler reports when the user
 /// stops the agent (`systemctl --user stop bgpolicyd` warns running work first, as in the
-/// example above) does not start it again.
+/// example above) does not start it again. Nor does the `Register` the scheduler sends by
+/// itself to an agent that restarted, should that agent have left again before it arrived.
 ///
 /// Every method throws `BGTaskSchedulerError`; a call whose task is cancelled throws `.other`
 /// ("the call was cancelled") at once, also while it waits for the connection or the
@@ -844,9 +845,13 @@ public final class BGTaskScheduler: Sendable {
     /// try again later: the agent refused for a reason that may pass (it could not store it, a
     /// full disk; it is starting or stopping; over a bound; no answer), and `link` is still the
     /// scheduler's. A refusal that will not pass waits for the app's next call, which says it.
+    ///
+    /// It does not start the agent (D-Bus activation): it is for the agent that took the name,
+    /// and one that has left again since (the user stopped it) is not started for it. It fails
+    /// `.agentNotRunning` then, and is not tried again.
     private func reregister(on link: AgentLink) async -> Bool {
         do {
-            try await prepare(link)
+            try await prepare(link, startingAgent: false)
             return false
         } catch {
             guard !Task.isCancelled, state.withLock({ $0.link === link }) else { return false }

@@ -17,6 +17,8 @@ struct AgentCallTests {
         let member: String
         let sender: String
         let arguments: [DBusValue]
+        /// It was sent with D-Bus's no-auto-start flag: it would not have started an agent.
+        var noAutoStart = false
     }
 
     /// Owns `org.bgpolicy.Agent1` on `bus` and serves the `Scheduler1` methods the tests use.
@@ -92,7 +94,9 @@ struct AgentCallTests {
         }
 
         func record(_ call: MethodCall, _ member: String) {
-            calls.withLock { $0.append(Call(member: member, sender: call.sender, arguments: call.arguments)) }
+            calls.withLock {
+                $0.append(Call(member: member, sender: call.sender, arguments: call.arguments, noAutoStart: call.message.noAutoStart))
+            }
         }
 
         /// Records the call, waits while `member` is held, then throws the next error scripted
@@ -655,5 +659,27 @@ struct AgentCallTests {
             #expect(task.setTaskCompleted(success: true) == report)
             #expect(agent.calls(of: "SetTaskCompleted").count == 1)
         }
+    }
+
+    /// A restarted agent is sent `Register` by the scheduler itself. It asked the bus to start
+    /// the agent, so one the user stopped again before that `Register` reached the bus was
+    /// started anew. Only the app's own calls that ask for work (`submit`) start it.
+    @Test("the Register sent to an agent that restarted does not start one; a submit's does")
+    func reregistrationDoesNotStartTheAgent() async throws {
+        let bus = try PrivateBus()
+        let first = try await FakeAgent(on: bus)
+        let (scheduler, _) = try await activatedScheduler(on: bus)
+        defer { scheduler.disconnect() }
+        #expect(first.calls(of: "Register").map(\.noAutoStart) == [false])
+        first.close()
+        try await waitUntil("the scheduler to see the agent gone") { scheduler.state.withLock { $0.agentOwner == nil } }
+
+        let second = try await FakeAgent(on: bus)
+        defer { second.close() }
+        try await waitUntil("the scheduler to register with the new agent") { !second.calls(of: "Register").isEmpty }
+        #expect(second.calls(of: "Register").map(\.noAutoStart) == [true])
+        try await waitUntil("the Register to be answered") { scheduler.state.withLock { $0.registeredGeneration != nil } }
+        try await scheduler.submit(BGAppRefreshTaskRequest(identifier: Self.identifier))
+        #expect(second.calls(of: "Submit").map(\.noAutoStart) == [false])
     }
 }
