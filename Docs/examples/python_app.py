@@ -119,9 +119,10 @@ class App:
             except GLib.Error as error:
                 event("register-failed", error=error_name(error), message=error_text(error))
 
+        # NO_AUTO_START: the agent came back by itself; if it has gone again, it stays gone.
         self.bus.call(
             AGENT_NAME, AGENT_PATH, SCHEDULER, "Register", self.register_arguments(),
-            GLib.VariantType.new("(s)"), Gio.DBusCallFlags.NONE, 10000, None, done)
+            GLib.VariantType.new("(s)"), Gio.DBusCallFlags.NO_AUTO_START, 10000, None, done)
 
     def submit_sync(self):
         try:
@@ -163,10 +164,12 @@ class App:
                 event("exiting", completed=self.completed)
                 self.loop.quit()
 
+        # NO_AUTO_START: only the agent that ran the task can take its completion. One the user
+        # stopped meanwhile must not be started again just to answer that it knows no such task.
         self.bus.call(
             AGENT_NAME, AGENT_PATH, SCHEDULER, "SetTaskCompleted",
             GLib.Variant("(sbs)", (task_id, success, result)),
-            None, Gio.DBusCallFlags.NONE, 10000, None, done)
+            None, Gio.DBusCallFlags.NO_AUTO_START, 10000, None, done)
 
     # MARK: org.bgpolicy.Client1
 
