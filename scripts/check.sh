@@ -256,9 +256,27 @@ uid=65534 XDG_RUNTIME_DIR=/run/user/65534 $bus --user daemon-reload"
         SUDO_USER=nobody PATH="$pub/stub:$PATH" pristine_make uninstall PREFIX="$tmp/prefix" >/dev/null
         out=$(find "$tmp/prefix" -not -type d)
         [[ -z $out ]] || { printf 'sudo make uninstall with no user manager left:\n%s\n' "$out" >&2; return 1; }
-        rm -rf "$pub"
-        pristine_make install PREFIX="$tmp/prefix" >/dev/null # (for the checks below)
         echo "units: sudo make uninstall stops and forgets the sudo user's agent as them, and goes on without a user manager"
+
+        # Installed again over the user's running agent (this unit file, active): their manager
+        # reloads it and restarts the agent, which `enable --now` would not.
+        : >"$pub/stub/log"
+        cat >"$pub/stub/systemctl" <<STUB
+#!/bin/sh
+echo "\$*" >>"$pub/stub/log"
+case "\$*" in *FragmentPath*) echo "$unit" ;; *is-active*) echo active ;; esac
+STUB
+        out=$(SUDO_USER=nobody PATH="$pub/stub:$PATH" pristine_make install PREFIX="$tmp/prefix")
+        expected="--user show -P FragmentPath bgpolicyd.service
+--user is-active bgpolicyd.service
+--user daemon-reload
+--user try-restart bgpolicyd.service"
+        [[ $(<"$pub/stub/log") == "$expected" && $out == *"restarted nobody's bgpolicyd.service"* ]] || {
+            printf 'sudo make install over a running agent asked the user manager:\n%s\nand said:\n%s\n' "$(<"$pub/stub/log")" "$out" >&2
+            return 1
+        }
+        echo "units: sudo make install over the sudo user's running agent restarts it"
+        rm -rf "$pub"
     else
         echo "units: (not root: the sudo toolchain lookup and sudo make uninstall are not checked)"
     fi

@@ -157,10 +157,26 @@ do_install() {
         put 0644 "$f" "$DOCDIR/${f#"$ROOT/"}"
     done < <(find "$ROOT/Docs" -type f -print0 | sort -z)
 
-    if [[ -z $DESTDIR ]]; then
+    if [[ -z $DESTDIR ]] && ! restart_agent; then
         say ""
         say "Switch the agent on for your user with:"
         say "  systemctl --user daemon-reload && systemctl --user enable --now bgpolicyd"
+    fi
+}
+
+# An upgrade over a running agent: `enable --now` does not restart an active unit, so the old
+# agent would serve on (to a new bgpolicy) until logout. If the user who runs this (or who ran
+# sudo) has this very unit file running, their manager reloads it and restarts the agent.
+# Fails when there is no such agent, so that the caller says how to switch one on.
+restart_agent() {
+    local installed="$SYSTEMDUSERUNITDIR/$unit"
+    [[ $(user_systemctl show -P FragmentPath "$unit" 2>/dev/null) == "$installed" ]] || return 1
+    [[ $(user_systemctl is-active "$unit" 2>/dev/null) == active ]] || return 1
+    user_systemctl daemon-reload 2>/dev/null || true
+    if user_systemctl try-restart "$unit" 2>/dev/null; then
+        say "restarted $(whose) $unit with the new agent"
+    else
+        say "could not restart $(whose) $unit: restart it with systemctl --user restart $unit"
     fi
 }
 
