@@ -13,6 +13,7 @@ set -euo pipefail
 # dbus.socket, without which the unit (Type=dbus) and D-Bus activation cannot work.
 build_packages=(
     libdbus-1-dev libudev-dev libsqlite3-dev pkg-config  # build
+    git                                                 # SwiftPM fetches the dependencies with it
     dbus dbus-user-session                              # dbus-daemon, dbus-run-session, the user bus units
 )
 packages=(
@@ -20,7 +21,7 @@ packages=(
     upower umockdev gir1.2-umockdev-1.0                 # the real upowerd on a fake sysfs
     python3-dbusmock python3-gi python3-pytest          # mocks and the integration test driver
     libglib2.0-bin                                      # gdbus, one of the real clients in the tests
-    valgrind                                            # scripts/leakcheck.sh
+    valgrind gcc                                        # scripts/leakcheck.sh (gcc: its preload shim)
     systemd                                             # systemd-analyze, busctl
     groff-base man-db                                   # the manual pages' lint (check.sh units)
 )
