@@ -57,7 +57,7 @@ deps:
 build-deps:
 	scripts/deps.sh build
 
-run: deps build
+run: build-deps build
 	scripts/run.sh $(ARGS)
 
 check: deps
