@@ -32,6 +32,10 @@ public struct AgentUnreachable: Sendable, Equatable {
     /// the above (an answer of the agent's, a timeout, anything else).
     public init?(dbusErrorName name: String, message: String) {
         switch name {
+        // dbus-broker (Fedora, Arch) answers a failed activation under this name, saying why in
+        // words: "Could not activate remote peer '…': activation request failed: unknown unit".
+        case "org.freedesktop.DBus.Error.NameHasNoOwner" where message.contains("Could not activate remote peer"):
+            cause = message.contains("unknown unit") ? .notEnabled : message.contains("masked") ? .masked : .couldNotStart
         case "org.freedesktop.DBus.Error.ServiceUnknown", "org.freedesktop.DBus.Error.NameHasNoOwner",
             "org.freedesktop.DBus.Error.Spawn.ServiceNotFound", "org.freedesktop.DBus.Error.Disconnected":
             cause = .notRunning

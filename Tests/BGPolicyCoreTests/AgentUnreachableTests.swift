@@ -27,6 +27,20 @@ struct AgentUnreachableTests {
         }
     }
 
+    /// dbus-broker answers a failed activation with NameHasNoOwner and its reason in words;
+    /// read as "not running", the advice to start the unit by hand fails for a masked one.
+    @Test(arguments: [
+        ("activation request failed: unknown unit", AgentUnreachable.Cause.notEnabled, "systemctl --user enable --now bgpolicyd"),
+        ("activation request failed: unit is masked", .masked, "systemctl --user unmask bgpolicyd"),
+        ("activation request failed: unit failed", .couldNotStart, "journalctl --user -u bgpolicyd"),
+    ])
+    func dbusBrokerActivationFailure(reason: String, cause: AgentUnreachable.Cause, advice: String) throws {
+        let message = "Could not activate remote peer 'org.bgpolicy.Agent1': \(reason)"
+        let reading = try #require(AgentUnreachable(dbusErrorName: "org.freedesktop.DBus.Error.NameHasNoOwner", message: message))
+        #expect(reading.cause == cause)
+        #expect(reading.remedy.contains(advice), "\(reading.remedy)")
+    }
+
     @Test func anOtherwiseUnknownStartFailureIsNamed() throws {
         let reading = try #require(AgentUnreachable(dbusErrorName: "org.freedesktop.systemd1.ShuttingDown", message: "Refusing."))
         #expect(reading.problem == "the bus could not start bgpolicyd: Refusing. (org.freedesktop.systemd1.ShuttingDown)")
