@@ -43,8 +43,8 @@ extension TaskStore {
                 return ContentWakeRecord(
                     appID: appID, payload: [UInt8](payload),
                     payloadEncoding: try row.decode(String.self, forColumn: "payload_encoding"),
-                    receivedAt: try row.decode(Double.self, forColumn: "received_at"),
-                    firstReceivedAt: try row.decode(Double.self, forColumn: "first_received_at"),
+                    receivedAt: Self.saneTime(try row.decode(Double.self, forColumn: "received_at")) ?? 0,
+                    firstReceivedAt: Self.saneTime(try row.decode(Double.self, forColumn: "first_received_at")) ?? 0,
                     notificationCount: try row.decode(Int.self, forColumn: "notification_count"))
             }
         }
@@ -58,7 +58,7 @@ extension TaskStore {
                 guard let appID = AppID(rawValue: try row.decode(String.self, forColumn: "app_id")) else { continue }
                 buckets[appID] = ContentAvailableBucket(
                     tokens: try row.decode(Double.self, forColumn: "tokens"),
-                    updatedAt: try row.decode(Double.self, forColumn: "updated_at"))
+                    updatedAt: Self.saneTime(try row.decode(Double.self, forColumn: "updated_at")) ?? 0)
             }
             return buckets
         }

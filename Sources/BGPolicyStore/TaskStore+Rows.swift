@@ -6,6 +6,15 @@ import GRDB
 /// (when the value cannot be acted on safely) or reads the word conservatively, as its comment
 /// says. Skipped rows stay in the file untouched, for the newer agent to find again.
 extension TaskStore {
+    /// A time read from the file, in Unix seconds, when it is one: not NaN, not infinite, and
+    /// within a few thousand years (±10^11 s). A damaged or hand-edited file can hold anything
+    /// in a REAL column, and every time read goes on to be planned from and sent over D-Bus as
+    /// whole seconds, where a conversion of infinity or NaN would trap. Nil otherwise.
+    static func saneTime(_ value: Double?) -> UnixTime? {
+        guard let value, value.isFinite, abs(value) < 1e11 else { return nil }
+        return value
+    }
+
     /// A registered app; `nil` when its id is not one this agent accepts (it registers again).
     static func app(from row: Row, identifiers: [String: [String]]) throws -> AppRecord? {
         let rawID = try row.decode(String.self, forColumn: "app_id")
@@ -19,8 +28,9 @@ extension TaskStore {
             identity: identity,
             backgroundOnly: try row.decode(Bool.self, forColumn: "background_only"),
             enabled: try row.decode(Bool.self, forColumn: "enabled"),
-            registeredAt: try row.decode(Double.self, forColumn: "registered_at"),
-            lastUsedAt: try row.decode(Double?.self, forColumn: "last_used_at"))
+            // Not a time (see `saneTime`): registered at the epoch, long ago, and not used since.
+            registeredAt: saneTime(try row.decode(Double.self, forColumn: "registered_at")) ?? 0,
+            lastUsedAt: saneTime(try row.decode(Double?.self, forColumn: "last_used_at")))
     }
 
     /// A pending request; `nil` for an unknown kind, which this agent could not deliver as asked.
@@ -32,14 +42,15 @@ extension TaskStore {
             appID: appID,
             identifier: try row.decode(String.self, forColumn: "identifier"),
             kind: kind,
-            earliestBegin: try row.decode(Double?.self, forColumn: "earliest_begin"),
+            // Not a time (see `saneTime`): no earliest begin, rather than one never reached.
+            earliestBegin: saneTime(try row.decode(Double?.self, forColumn: "earliest_begin")),
             requiresNetwork: try row.decode(Bool.self, forColumn: "requires_network"),
             requiresExternalPower: try row.decode(Bool.self, forColumn: "requires_external_power"),
             // Advisory only: a value out of UInt32's range is dropped rather than trapped on.
             expectedDuration: try row.decode(Int64?.self, forColumn: "expected_duration").flatMap { UInt32(exactly: $0) },
-            submittedAt: try row.decode(Double.self, forColumn: "submitted_at"),
+            submittedAt: saneTime(try row.decode(Double.self, forColumn: "submitted_at")) ?? 0,
             deliveryAttempts: try row.decode(Int.self, forColumn: "delivery_attempts"),
-            lastAttemptAt: try row.decode(Double?.self, forColumn: "last_attempt_at"),
+            lastAttemptAt: saneTime(try row.decode(Double?.self, forColumn: "last_attempt_at")),
             lastAttemptError: try row.decode(String?.self, forColumn: "last_attempt_error"))
     }
 
@@ -55,8 +66,8 @@ extension TaskStore {
             appID: appID,
             identifier: try row.decode(String.self, forColumn: "identifier"),
             kind: kind,
-            startedAt: try row.decode(Double.self, forColumn: "started_at"),
-            deadline: try row.decode(Double.self, forColumn: "deadline"))
+            startedAt: saneTime(try row.decode(Double.self, forColumn: "started_at")) ?? 0,
+            deadline: saneTime(try row.decode(Double.self, forColumn: "deadline")) ?? 0)
     }
 
     /// A history entry; `nil` for an unknown event, which has no value to be read as. An unknown
@@ -65,7 +76,7 @@ extension TaskStore {
         guard let event = HistoryEvent(rawValue: try row.decode(String.self, forColumn: "event")) else { return nil }
         return HistoryEntry(
             id: try row.decode(Int64.self, forColumn: "id"),
-            time: try row.decode(Double.self, forColumn: "time"),
+            time: saneTime(try row.decode(Double.self, forColumn: "time")) ?? 0,
             appID: try row.decode(String?.self, forColumn: "app_id").flatMap(AppID.init(rawValue:)),
             identifier: try row.decode(String?.self, forColumn: "identifier"),
             taskID: try row.decode(String?.self, forColumn: "task_id"),

@@ -60,6 +60,32 @@ struct TaskStoreTests {
         #expect(try store.pendingRequests() == [full, bare])
     }
 
+    /// A damaged or hand-edited file can hold infinity, NaN or 1e300 in a time column. Read
+    /// as it was, the agent's planner went slot by slot towards it, and `ListPending` trapped
+    /// converting it to whole seconds.
+    @Test("times that are no times (infinite, NaN, absurdly far) are read as no time, or the epoch")
+    func timesThatAreNoTimes() throws {
+        let store = try TaskStore.inMemory()
+        try store.saveApp(Sample.app(Sample.maps))
+        try store.execute(sql: """
+            INSERT INTO pending (app_id, identifier, kind, earliest_begin, submitted_at, last_attempt_at)
+            VALUES ('org.gnome.Maps', 'inf', 'refresh', 9e999, -9e999, 1e300);
+            INSERT INTO pending (app_id, identifier, kind, earliest_begin, submitted_at)
+            VALUES ('org.gnome.Maps', 'far', 'processing', 1e300, 20);
+            INSERT INTO pending (app_id, identifier, kind, earliest_begin, submitted_at)
+            VALUES ('org.gnome.Maps', 'fine', 'processing', 1700000000, 30);
+            UPDATE apps SET last_used_at = 9e999, registered_at = -1e300;
+            """)
+        let read = Dictionary(uniqueKeysWithValues: try store.pendingRequests().map { ($0.identifier, $0) })
+        #expect(read["inf"]?.earliestBegin == nil)
+        #expect(read["inf"]?.submittedAt == 0)
+        #expect(read["inf"]?.lastAttemptAt == nil)
+        #expect(read["far"]?.earliestBegin == nil)
+        #expect(read["fine"]?.earliestBegin == 1_700_000_000)
+        let app = try #require(try store.apps().first)
+        #expect(app.lastUsedAt == nil && app.registeredAt == 0)
+    }
+
     @Test("pending requests come ordered by app id, then submission time")
     func pendingOrder() throws {
         let store = try TaskStore.inMemory()
