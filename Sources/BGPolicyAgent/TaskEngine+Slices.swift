@@ -253,15 +253,16 @@ extension TaskEngine {
         let offset = Self.wallMinusBootTime()
         let step = offset - wallClockOffset
         wallClockOffset = offset
+        let now = Self.wallNow()
         logger.info(
             "The wall clock was set; planning again",
-            metadata: ["step.seconds": "\(Int(step.rounded()))", "time": "\(Int64(Self.wallNow()))"])
+            metadata: ["step.seconds": "\(Int(step.rounded()))", "time": "\(Int64(now))"])
         // What measures how long ago something happened stays as long ago as it was: the
         // planner's last refreshes and wake-ups, the retry after a failed delivery, the
         // violations (their penalty, and when they stop counting), the content-available
         // buckets (their refill), and the windows open now. A
         // clock set back must not hold them longer, nor one set forward lift them early.
-        refreshPlanner?.wallClockStepped(by: step)
+        refreshPlanner?.wallClockStepped(by: step, now: now)
         for appID in apps.keys {
             apps[appID]?.lastDeliveryFailureAt? += step
             apps[appID]?.violations.wallClockStepped(by: step)
@@ -273,7 +274,7 @@ extension TaskEngine {
         appLeft?.at += step
         refreshWindow?.at += step
         savePlannerState()
-        scheduleEvaluation(at: nil, now: Self.wallNow())
+        scheduleEvaluation(at: nil, now: now)
         requestEvaluation()
     }
 

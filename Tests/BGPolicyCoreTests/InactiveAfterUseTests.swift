@@ -51,7 +51,7 @@ struct InactiveAfterUseTests {
     @Test func aClockSetBackMovesTheLeave() {
         var planner = Self.planner()
         planner.recordClose(of: Self.mail, at: Self.opened + 17)
-        planner.wallClockStepped(by: -3600)
+        planner.wallClockStepped(by: -3600, now: Self.opened + 18 - 3600)
         #expect(planner.predictor.lastUse(of: Self.mail) == Self.opened + 17 - 3600)
     }
 }

@@ -165,8 +165,8 @@ struct PlannerRestartTests {
         let mail = RefreshPlanner.Candidate(appID: Self.mail)
         for step in [-3600.0, 3600] {
             var stepped = planner
-            stepped.wallClockStepped(by: step)
             let now = Self.nine + 300 + step
+            stepped.wallClockStepped(by: step, now: now)
             #expect(stepped.ineligibility(of: mail, at: now) == .tooSoon(until: Self.nine + 900 + step))
             #expect(stepped.wakeUps(inDayUpTo: now) == 1)
             #expect(stepped.wakeUps(inDayUpTo: now + 86_400 - 301) == 1)
@@ -186,7 +186,11 @@ struct PlannerRestartTests {
         planner.recordWindow(at: Self.nine, refreshed: [Self.mail])
         let mail = RefreshPlanner.Candidate(appID: Self.mail)
         let steps = [-3600.0, 1200.1]
-        for step in steps { planner.wallClockStepped(by: step) }
+        var clock = Self.nine + 60
+        for step in steps {
+            clock += step
+            planner.wallClockStepped(by: step, now: clock)
+        }
         let shift = (Self.nine + steps[0] + steps[1]) - Self.nine
         let now = Self.nine + 60 + shift
         var unmoved = planner

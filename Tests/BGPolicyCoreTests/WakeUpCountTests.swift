@@ -112,7 +112,7 @@ struct WakeUpCountTests {
         // hour ago, so the threshold falls for two days more, not one.
         var stepped = Self.planner()
         stepped.advance(to: last + 3600)
-        stepped.wallClockStepped(by: 86_400)
+        stepped.wallClockStepped(by: 86_400, now: last + 3600 + 86_400)
         stepped.advance(to: last + 86_400 + 3 * 86_400)
         var unstepped = Self.planner()
         unstepped.advance(to: last + 86_400 + 3 * 86_400)
@@ -135,7 +135,7 @@ struct WakeUpCountTests {
         unstepped.recordWindow(at: nine, refreshed: [Self.mail, Self.news])
         unstepped.recordWindow(at: nine + 120, refreshed: [Self.mail, Self.news])
         var stepped = unstepped
-        stepped.wallClockStepped(by: -86_400)
+        stepped.wallClockStepped(by: -86_400, now: nine + 120 - 86_400)
         for hour in stride(from: 1.0, through: 20, by: 1) {
             unstepped.advance(to: nine + hour * 3600)
             stepped.advance(to: nine - 86_400 + hour * 3600)
@@ -146,6 +146,36 @@ struct WakeUpCountTests {
                 "stepped \(stepped.windowThreshold), not \(unstepped.windowThreshold)")
         // What the models measure from moved too: Mail's last open is as long ago as it was.
         #expect(stepped.predictor.lastOpen(of: Self.mail).map { $0 + 86_400 } == unstepped.predictor.lastOpen(of: Self.mail))
+    }
+
+    /// The wall clock set back 2 s (an NTP client's step) within the slot, after a window at
+    /// 09:05:01: the slot under way stays, so nothing of it happens twice. It went back a slot
+    /// for any step back, and the clock's next tick closed the slot under way a second time: the
+    /// pool gained a slot's worth, the threshold adapted again, and Mail could get a second
+    /// planned window in the slot.
+    @Test func aSmallStepBackLeavesTheSlotAsItWas() {
+        let nine = Self.monday + 21 * 86_400 + 9 * 3600
+        var planner = Self.planner()
+        planner.advance(to: nine + 300)
+        let mail = RefreshPlanner.Candidate(appID: Self.mail)
+        // Without a window in the slot, a planned window would take Mail now.
+        #expect(planner.choose(at: nine + 299, among: [mail]) == [Self.mail])
+        planner.recordWindow(at: nine + 301, refreshed: [Self.news])
+        let budget = planner.budgetLeft, threshold = planner.windowThreshold
+        planner.wallClockStepped(by: -2, now: nine + 299)
+        planner.advance(to: nine + 299)
+        #expect(planner.budgetLeft == budget)
+        #expect(planner.windowThreshold == threshold)
+        #expect(planner.choose(at: nine + 299, among: [mail]).isEmpty)
+        #expect(planner.wakeUps(inDayUpTo: nine + 299) == 1)
+        // The slot closes once, when the clock reaches its end.
+        var unstepped = Self.planner()
+        unstepped.advance(to: nine + 300)
+        unstepped.recordWindow(at: nine + 301, refreshed: [Self.news])
+        unstepped.advance(to: nine + 900)
+        planner.advance(to: nine + 900)
+        #expect(planner.budgetLeft == unstepped.budgetLeft)
+        #expect(planner.windowThreshold == unstepped.windowThreshold)
     }
 
     /// Nor while the pool holds less than one refresh: no window could open then, whatever the

@@ -697,9 +697,10 @@ public struct RefreshPlanner: Sendable {
     /// happened (each app's last refresh, for its interval; the wake-ups, for the bound on a
     /// day's; the last open of any app, for the user's absence) move with it, so that they stay
     /// as long ago as they were: a clock set back an hour does not hold an app's next refresh for
-    /// an hour more, nor one set forward free it. What was learned stays as it was.
-    public mutating func wallClockStepped(by step: Double) {
-        guard step.isFinite, step != 0 else { return }
+    /// an hour more, nor one set forward free it. What was learned stays as it was. `now` is the
+    /// time after the step.
+    public mutating func wallClockStepped(by step: Double, now: Double) {
+        guard step.isFinite, now.isFinite, step != 0 else { return }
         for (app, time) in lastRefresh { setLastRefresh(of: app, to: time + step) }
         for (app, before) in refreshBefore {
             if let time = before { refreshBefore.updateValue(time + step, forKey: app) }
@@ -711,9 +712,13 @@ public struct RefreshPlanner: Sendable {
         // before the step. Left where it was, no slot would close, no budget accrue and nothing
         // be learned until the clock came back to it (a day, for a clock set back a day). Set
         // forward, the slots between close as if the time had passed: the user away, the
-        // budget accrued up to its cap of a day.
+        // budget accrued up to its cap of a day. It goes back to the slot holding the time now,
+        // so a step back within the slot (an NTP client's 50 ms) leaves it as it was. The slot's
+        // start moved by the step went back a slot for any step, and the slot under way was
+        // closed twice: the threshold adapted twice, the pool gained a slot's worth, and a
+        // second planned window could open in it.
         if step < 0, let current = currentSlot {
-            let moved = slot(containing: current + step)
+            let moved = min(current, slot(containing: now))
             currentSlot = moved
             predictor.wallClockStepped(by: step, slotStart: moved)
             reuse.wallClockStepped(by: step)
