@@ -429,6 +429,63 @@ struct WindowPlannerTests {
         #expect(RunWhenEligiblePolicy().holds(work, launched: nil, context: ctx) == [.powerSaver: 2])
     }
 
+    struct SeveralRefreshesCase: Sendable, CustomTestStringConvertible {
+        var name: String
+        /// When the window is decided, on day 21.
+        var hour: Int, minute: Int
+        /// Mail refreshed this many minutes before, if at all.
+        var refreshedAgo: Double?
+        /// Mail opened a minute before and left now (a window after use).
+        var left = false
+        var launched: [String]
+        var refreshed: Bool
+        var testDescription: String { name }
+    }
+
+    static let severalRefreshesCases: [SeveralRefreshesCase] = [
+        .init(name: "chosen before its open: all go together", hour: 9, minute: 0, refreshedAgo: nil,
+              launched: ["refresh", "refresh.more", "clean"], refreshed: true),
+        .init(name: "no open predicted: none goes", hour: 6, minute: 0, refreshedAgo: nil,
+              launched: ["clean"], refreshed: false),
+        .init(name: "refreshed 10 minutes ago: none goes", hour: 9, minute: 0, refreshedAgo: 10,
+              launched: ["clean"], refreshed: false),
+        .init(name: "after use, chosen: all go", hour: 14, minute: 7, refreshedAgo: nil, left: true,
+              launched: ["refresh", "refresh.more"], refreshed: true),
+        .init(name: "after use, refreshed 5 minutes ago: none goes", hour: 14, minute: 7, refreshedAgo: 5, left: true,
+              launched: [], refreshed: false),
+    ]
+
+    /// With `[limits] pending_refresh` above 1 an app may have several refreshes pending: they
+    /// wait for the refresh planner's choice of the app together, and go together. Only the
+    /// first waited: the others ran as plain work in every window, past the prediction, the
+    /// budget and the refresh interval.
+    @Test(arguments: severalRefreshesCases)
+    func anAppsRefreshesAllWaitForItsChoice(_ c: SeveralRefreshesCase) {
+        var refresh = Self.routinePlanner()
+        for day in 14..<21 { Self.mailAfternoon(day: day, &refresh) }
+        let now = Clock.at(day: 21, c.hour, c.minute)
+        if let ago = c.refreshedAgo {
+            refresh.advance(to: now - ago * 60)
+            refresh.recordWindow(at: now - ago * 60, refreshed: [mail])
+        }
+        var facts = PlanningFacts()
+        if c.left {
+            refresh.recordOpen(of: mail, at: now - 60)
+            refresh.recordClose(of: mail, at: now)
+            facts.appLeft = AppLeft(appID: AppID(rawValue: mail)!, at: now)
+        }
+        refresh.advance(to: now)
+        facts.refresh = refresh
+        var more = request(mail, .refresh, at: now)
+        more.identifier = "\(mail).refresh.more"
+        let pending = [request(mail, .refresh, at: now), more, request(mail, .processing, at: now)]
+        let apps = [AppID(rawValue: mail)!: appState(mail, lastUsed: now - 60)]
+        let decision = planner.decide(pending: pending, apps: apps, context: context(now, strategy: .predicted, planning: facts))
+        let launched = decision.launches.flatMap(\.requests).map { String($0.identifier.dropFirst(mail.count + 1)) }
+        #expect(launched == c.launched)
+        #expect(decision.refreshed.map(\.rawValue) == (c.refreshed ? [mail] : []))
+    }
+
     /// When the user opens an app, a window opens for a minute for the refreshes the planner
     /// chooses among the apps not in use, and for nothing else: Mail, habitually opened at
     /// 09:05, is refreshed right after News is opened at 09:02, unless Mail is in use (opened

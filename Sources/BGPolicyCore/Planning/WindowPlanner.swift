@@ -143,6 +143,8 @@ public struct WindowPlanner: SchedulingPolicy {
         var work: Int
         var requests: ArraySlice<TaskRequest>
         var refresh: Int?
+        /// How many of `requests`, at their front, are refreshes that wait for `refresh`'s choice.
+        var refreshes: Int
         var content: Bool
     }
 
@@ -201,11 +203,17 @@ public struct WindowPlanner: SchedulingPolicy {
             }
             var requests = runnable
             var refresh: Int?
-            // In launch order a refresh comes first; it waits for the refresh planner's choice.
+            // In launch order the refreshes come first; they wait for the refresh planner's
+            // choice of the app, all of them (`[limits] pending_refresh` may allow several): one
+            // left as plain work ran in every window, past the budget and the refresh interval.
             // The kind read in place: taking `first` copied the whole request.
-            if hasPredicted, !requests.isEmpty, requests[requests.startIndex].kind == .refresh {
+            var refreshes = 0
+            if hasPredicted {
+                while refreshes < runnable.count, runnable[runnable.startIndex + refreshes].kind == .refresh { refreshes += 1 }
+            }
+            if refreshes > 0 {
                 refresh = candidates.count
-                requests = runnable.dropFirst()
+                requests = runnable.dropFirst(refreshes)
                 let appID = work[index].app.record.appID
                 candidates.append(RefreshPlanner.Candidate(appID: appID.rawValue, weight: weight(of: appID)))
             }
@@ -232,11 +240,14 @@ public struct WindowPlanner: SchedulingPolicy {
                 let open = !inUse.contains(work[index].app.record.appID)
                 // Every candidate passes here when no window is open, in order.
                 notRefreshOnly.append(!open)
-                if left || open { ready.append(Ready(work: index, requests: runnable.prefix(1), refresh: refresh, content: false)) }
+                if left || open {
+                    ready.append(Ready(work: index, requests: runnable.prefix(refreshes), refresh: refresh, refreshes: refreshes,
+                                       content: false))
+                }
                 continue
             }
             if !requests.isEmpty || wakes || refresh != nil {
-                ready.append(Ready(work: index, requests: runnable, refresh: refresh, content: wakes))
+                ready.append(Ready(work: index, requests: runnable, refresh: refresh, refreshes: refreshes, content: wakes))
             }
         }
 
@@ -316,15 +327,15 @@ public struct WindowPlanner: SchedulingPolicy {
         var refreshed: [AppID] = []
         // By index: iterating `ready` copied each entry, its requests retained and released.
         for i in ready.indices {
-            // `requests` holds the refresh first when there is one: it goes only if chosen.
+            // `requests` holds the refreshes first when there are any: they go only if chosen.
             let content = ready[i].content
-            var dropRefresh = false
+            var dropped = 0
             if let refresh = ready[i].refresh {
-                if chosen[refresh] { refreshed.append(work[ready[i].work].app.record.appID) } else { dropRefresh = true }
+                if chosen[refresh] { refreshed.append(work[ready[i].work].app.record.appID) } else { dropped = ready[i].refreshes }
             }
-            let count = ready[i].requests.count - (dropRefresh ? 1 : 0)
+            let count = ready[i].requests.count - dropped
             guard count > 0 || content else { continue }
-            let requests = dropRefresh ? ready[i].requests.dropFirst() : ready[i].requests
+            let requests = ready[i].requests.dropFirst(dropped)
             var sliceLength = RunWhenEligiblePolicy.sliceLength(for: requests, context.configuration)
             if content { sliceLength = max(sliceLength, context.configuration.slices.contentAvailable) }
             launches.append(Launch(
