@@ -178,6 +178,27 @@ struct WakeUpCountTests {
         #expect(planner.windowThreshold == unstepped.windowThreshold)
     }
 
+    /// Looking ahead a month (a plan, or a refresh held until then) ages the planner as
+    /// `advance` does: a week's worth of slots one by one, and a jump over more. Aged slot by
+    /// slot, the look-ahead from a time years away went over every slot up to it, and from
+    /// past 2^63 s for ever.
+    @Test func lookingFarAheadAgesThePlannerAsAdvanceDoes() throws {
+        var planner = Self.planner()
+        let nine = Self.monday + 21 * 86_400 + 9 * 3600
+        planner.advance(to: nine)
+        planner.recordWindow(at: nine, refreshed: [Self.mail])
+        for days in [3.0, 30] {
+            var advanced = planner, planned = planner
+            advanced.advance(to: nine + days * 86_400)
+            planned.planWindow(at: nine + days * 86_400, refreshing: [])
+            let a = try #require(advanced.snapshot()), p = try #require(planned.snapshot())
+            #expect(p.slotStart == a.slotStart)
+            #expect(p.windowThreshold == a.windowThreshold, "\(days) days")
+            #expect(p.appThreshold == a.appThreshold, "\(days) days")
+            #expect(p.tokens == a.tokens)
+        }
+    }
+
     /// Nor while the pool holds less than one refresh: no window could open then, whatever the
     /// threshold, and the threshold it fell to would wake the machine more once the pool refills.
     @Test func theThresholdDoesNotFallWhileThePoolIsEmpty() {

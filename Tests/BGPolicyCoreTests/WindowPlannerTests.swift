@@ -240,6 +240,36 @@ struct WindowPlannerTests {
         #expect(planner.decide(pending: [held, clean], apps: apps, context: ctx).nextEvaluation == Clock.at(day: 21, 7, 15))
     }
 
+    /// A refresh held by an `earliest_begin` centuries ahead, or past 2^63 s, or that is not a
+    /// number (a damaged store, a clock set back years since the request was stored), of an app
+    /// in use (so that it never counts as unused): the decision, `Explain` and the plan of every
+    /// refresh come back at once. The look-ahead from the lift aged the planner slot by slot up
+    /// to it, for ever past 2^63 s, where adding a slot no longer moves the time; and the hour
+    /// of day of a time past 10^22 s did not fit an `Int`.
+    @Test(arguments: [1e13, 1e19, 1e300, .infinity, -.infinity, .nan])
+    func aRefreshHeldUntilADamagedTimeIsDecidedAtOnce(lift: Double) {
+        var refresh = Self.routinePlanner()
+        let now = Clock.at(day: 21, 6, 0)
+        refresh.recordOpen(of: mail, at: now - 60)
+        refresh.advance(to: now)
+        let apps = [AppID(rawValue: mail)!: appState(mail, lastUsed: now - 60)]
+        let held = request(mail, .refresh, at: now, earliest: lift)
+        let started = ContinuousClock.now
+        let decision = planner.decide(
+            pending: [held], apps: apps, context: context(now, strategy: .predicted, planning: PlanningFacts(refresh: refresh)))
+        _ = planner.explain(held, app: apps.first!.value, context: context(now, strategy: .predicted, planning: PlanningFacts(refresh: refresh)))
+        var plan = RefreshPlan(refresh, from: now, among: [.init(appID: mail)], notBefore: [mail: lift])
+        plan.extendForEveryRefresh()
+        _ = plan.firstWindow(refreshing: mail, after: lift - 1)
+        #expect(ContinuousClock.now - started < .seconds(10))
+        // Held for ever: nothing starts, and no timer before the lift.
+        if lift > now {
+            #expect(decision.launches.isEmpty)
+            #expect(decision.nextEvaluation.map { $0 >= lift || $0 <= now + 86_400 } ?? true, "\(String(describing: decision.nextEvaluation))")
+        }
+        #expect(decision.nextEvaluation?.isNaN != true)
+    }
+
     /// Explain's earliest window is the first that refreshes the request in the plan of every
     /// app's pending refresh (`PlanningFacts.refreshPlan`), as the decision will make it: a
     /// window is worth what all the apps it chooses serve. Mail and News both wait at 06:00;

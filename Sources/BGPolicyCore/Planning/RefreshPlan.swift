@@ -62,7 +62,9 @@ public struct RefreshPlan: Sendable {
         start = now
         time = now
         plannedThrough = now
-        free = lifts.isEmpty ? candidates : candidates.indices.filter { liftOf[$0] <= now }.map { candidates[$0] }
+        // One held until a time that is not a number, or for ever (a damaged store), is never
+        // free: it was planned as free when no other was held until a time.
+        free = notBefore.isEmpty ? candidates : candidates.indices.filter { liftOf[$0] <= now }.map { candidates[$0] }
         nextLift = lifts.firstIndex { $0 > now } ?? lifts.count
         // Grown one app at a time, the table hashed every id again at each doubling.
         refreshes.reserveCapacity(candidates.count)
@@ -73,14 +75,17 @@ public struct RefreshPlan: Sendable {
     /// (No window comes more than `[limits] inactive_after` after the last open of an app: the
     /// plan has no opens.)
     public mutating func extend(through end: Double, stoppingAfter appID: String? = nil, after time: Double = -.infinity) {
-        guard end > plannedThrough else { return }
+        // Through for ever (a window asked for after a damaged time) there is no end to plan to.
+        guard end > plannedThrough, end.isFinite else { return }
         // Each turn makes a window (after the last, so one a slot at most) or frees those held
         // until the next lift (each lift once): this bounds the turns, in case of a mistake.
         let slots = Int(min((end - self.time) / planner.slotSeconds, 1e7).rounded(.up)) + 1
         for _ in 0..<(2 * (slots + lifts.count) + 2) {
             // No slot starts in what is left to plan: no window can (and `nextWindow` would
-            // first go over every candidate to find so).
-            guard planner.slot(containing: self.time) + planner.slotSeconds <= end else { break }
+            // first go over every candidate to find so). Nor past 2^63 s (a damaged lift), where
+            // adding a slot no longer moves the time: the same window was found again and again.
+            let nextSlot = planner.slot(containing: self.time) + planner.slotSeconds
+            guard nextSlot <= end, nextSlot > self.time else { break }
             let nextFree = planner.nextWindow(after: self.time, among: free, horizon: end - self.time)
             // One held comes free before that window: look again from then (a window just then
             // included, as the decision's timer counts it).

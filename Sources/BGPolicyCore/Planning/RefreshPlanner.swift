@@ -771,6 +771,8 @@ public struct RefreshPlanner: Sendable {
     func lookAhead(after time: Double, among candidates: [Candidate], skip: [Bool]?, located: [Located?]? = nil,
                    horizon: Double = 86_400) -> LookAhead
     {
+        // A time that is not a number (a damaged `earliest_begin`) has no slot, nor any window after it.
+        guard time.isFinite, !horizon.isNaN else { return .never }
         let located = located ?? locate(candidates)
         // When each candidate can be chosen at all: from the end of its refresh interval until
         // `inactiveAfterSeconds` after its last use. Worked out once, so that a slot in which nobody is
@@ -795,8 +797,10 @@ public struct RefreshPlanner: Sendable {
         var future = self
         var slotStart = slot(containing: time) + slotSeconds
         let end = time + horizon
-        while slotStart <= end {
-            defer { slotStart += slotSeconds }
+        while slotStart <= end, slotStart.isFinite {
+            // Far from the epoch (past 2^63 s) adding a slot no longer moves the time: the look-ahead
+            // ends there rather than trying the same slot for ever.
+            defer { slotStart = slotStart + slotSeconds > slotStart ? slotStart + slotSeconds : .infinity }
             while next < spans.count, spans[next].from <= slotStart {
                 latestUntil = max(latestUntil, spans[next].until)
                 next += 1
@@ -914,16 +918,26 @@ public struct RefreshPlanner: Sendable {
         }
     }
 
-    /// `advance` without the predictor's training: for looking ahead.
+    /// `advance` without the predictor's training: for looking ahead. Like `advance`, it ages
+    /// at most a week's worth of slots one by one, and jumps over more: a look-ahead from a time
+    /// years away (an `earliest_begin` from a damaged store, or a clock set back years since it
+    /// was stored) went over every slot up to it, and from near 9e18 on, where adding a slot
+    /// no longer changes the time, for ever.
     private mutating func ageWithoutLearning(to time: Double) {
-        guard let current = currentSlot, time > current else { return }
+        let target = slot(containing: time)
+        guard let current = currentSlot, target.isFinite, target > current else { return }
         var next = current + slotSeconds
-        while next <= time {
+        if ((target - next) / slotSeconds).rounded(.down) > 7 * 96 {
+            closeSlot()
+            next = target
+        }
+        while true {
             closeSlot()
             let daily = refreshesPerAppPerDay * Double(knownApps)
-            tokens = min(daily, tokens + daily * slotSeconds / 86_400)
+            tokens = min(daily, tokens + daily * (next - (currentSlot ?? next)) / 86_400)
             currentSlot = next
             while let first = recentWakes.first, first <= next - 86_400 { recentWakes.removeFirst() }
+            guard next < target else { return }
             next += slotSeconds
         }
     }

@@ -365,20 +365,27 @@ public struct UsagePredictor: Sendable {
 
     /// Which slot of the local day `time` falls in, from 0 at midnight.
     func slotOfDay(at time: Double) -> Int {
-        let local = time + utcOffsetSeconds
-        let intoDay = local - (local / 86_400).rounded(.down) * 86_400
+        let intoDay = Self.remainder(of: time + utcOffsetSeconds, dividingBy: 86_400)
         return min(max(Int((intoDay / slotSeconds).rounded(.down)), 0), slotsPerDay - 1)
+    }
+
+    /// `value` modulo `divisor` (positive), from 0 up to `divisor`, for any finite `value`: the
+    /// clock's fields are worked out from it, never from a whole number of hours or days, which
+    /// past some 10^22 s (a damaged time a look-ahead is asked from) does not fit an `Int`. The
+    /// same for any real time: the remainder is exact. Not a number for a time that is not one.
+    static func remainder(of value: Double, dividingBy divisor: Double) -> Double {
+        let r = value.truncatingRemainder(dividingBy: divisor)
+        return r < 0 ? r + divisor : r
     }
 
     static let dormantAfter: Double = 7 * 86_400
     /// Hour of day and day of week (0 = Monday) at `time` in local time.
     func clock(_ time: Double) -> (hour: Int, day: Int) {
         let local = time + utcOffsetSeconds
-        let hourIndex = Int((local / 3600).rounded(.down))
-        let hour = ((hourIndex % 24) + 24) % 24
+        let hour = Int((Self.remainder(of: local, dividingBy: 86_400) / 3600).rounded(.down))
         // 1970-01-01 was a Thursday.
-        let dayIndex = Int((local / 86_400).rounded(.down))
-        return (hour, (((dayIndex + 3) % 7) + 7) % 7)
+        let day = Int(Self.remainder(of: (local / 86_400).rounded(.down) + 3, dividingBy: 7))
+        return (min(hour, 23), min(day, 6))
     }
 
     /// An app's features at `time`, as the model trains on them; `shared` is
