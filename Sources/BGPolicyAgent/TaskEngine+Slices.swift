@@ -155,6 +155,10 @@ extension TaskEngine {
         let decision = policy.decide(work: work, context: facts)
         noteHolds(of: work, asked: full ? nil : candidates, decision: decision, context: facts)
         let refreshed = decision.refreshed.filter { !delivering.contains($0) }
+        // The refresh planner's thresholds adapt while a refresh waits for its choice alone
+        // (`RefreshPlanner.refreshesWaiting`): not through a week of power saver, say.
+        refreshPlanner?.refreshesWaiting = !decision.refreshed.isEmpty
+            || holdsTotal[.predictedUse, default: 0] + holdsTotal[.refreshInterval, default: 0] > 0
         if !refreshed.isEmpty {
             refreshPlanner?.recordWindow(
                 at: now, refreshed: refreshed.map(\.rawValue), afterUse: decision.leftRefreshed?.appID.rawValue)

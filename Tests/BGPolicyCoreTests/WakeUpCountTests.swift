@@ -199,6 +199,68 @@ struct WakeUpCountTests {
         }
     }
 
+    /// Nor, and neither does the app threshold, while no refresh waits for the planner's choice
+    /// (`refreshesWaiting`: the caller's rules hold every request, say a week of power saver, or
+    /// none is pending): the slots' want of wake-ups says nothing of either threshold then.
+    /// Lowered, the window threshold fell by half in that week here (some 20 times with ten apps
+    /// or more, whose target is 21 wake-ups a day), and the machine then woke at every chance
+    /// for days while it climbed back a step per wake-up. Once a refresh waits again they adapt
+    /// as before.
+    @Test func theThresholdsHoldWhileNoRefreshWaits() throws {
+        let start = Self.monday + 21 * 86_400 + 10 * 3600
+        var waiting = Self.planner()
+        waiting.advance(to: start)
+        // The app threshold from mid-range: the pool full for three weeks took it to its floor.
+        var snapshot = try #require(waiting.snapshot())
+        snapshot.appThreshold = 0.01
+        waiting.restore(snapshot, at: start)
+        var held = waiting
+        held.refreshesWaiting = false
+        let before = try #require(held.snapshot())
+        // A week of power saver, the user opening Mail and News each day as usual.
+        for day in 0..<7 {
+            let mail = start + Double(day) * 86_400 + 23 * 3600 + 300
+            let news = start + Double(day) * 86_400 + 9 * 3600 + 2100
+            for (time, app) in [(news, Self.news), (mail, Self.mail)] {
+                waiting.recordOpen(of: app, at: time)
+                held.recordOpen(of: app, at: time)
+            }
+        }
+        let end = start + 7 * 86_400
+        waiting.advance(to: end)
+        held.advance(to: end)
+        let after = try #require(held.snapshot()), lowered = try #require(waiting.snapshot())
+        #expect(after.windowThreshold == before.windowThreshold)
+        #expect(after.appThreshold == before.appThreshold)
+        #expect(lowered.windowThreshold < before.windowThreshold * 0.7, "\(lowered.windowThreshold)")
+        #expect(lowered.appThreshold < before.appThreshold / 10, "\(lowered.appThreshold)")
+        // Back: they adapt again.
+        held.refreshesWaiting = true
+        held.advance(to: end + 86_400)
+        #expect(held.windowThreshold < before.windowThreshold * 0.95)
+    }
+
+    /// The thresholds stay within a range: adapting (the app threshold fell 0.01 a slot while
+    /// the pool stayed full, to 10^-11 in these three weeks, where the window threshold held
+    /// the refreshes back) and restored from a damaged store (any positive number was taken).
+    @Test func theThresholdsStayWithinTheirRange() throws {
+        var planner = Self.planner()
+        planner.advance(to: Self.monday + 28 * 86_400)
+        let adapted = try #require(planner.snapshot())
+        #expect(adapted.appThreshold >= 1e-6 * 0.999_999, "\(adapted.appThreshold)")
+        #expect(adapted.windowThreshold >= 1e-4 * 0.999_999 && adapted.windowThreshold <= 1.000_001)
+        for (window, app, expected) in [(1e-300, 1e-300, (1e-4, 1e-6)), (1e300, 1e300, (1.0, 10.0))] {
+            var restored = planner
+            var damaged = adapted
+            damaged.windowThreshold = window
+            damaged.appThreshold = app
+            restored.restore(damaged, at: Self.monday + 28 * 86_400)
+            let taken = try #require(restored.snapshot())
+            #expect(abs(taken.windowThreshold / expected.0 - 1) < 1e-6, "\(taken.windowThreshold)")
+            #expect(abs(taken.appThreshold / expected.1 - 1) < 1e-6, "\(taken.appThreshold)")
+        }
+    }
+
     /// Nor while the pool holds less than one refresh: no window could open then, whatever the
     /// threshold, and the threshold it fell to would wake the machine more once the pool refills.
     @Test func theThresholdDoesNotFallWhileThePoolIsEmpty() {

@@ -17,7 +17,9 @@
 ///   budget or the user's absence kept the machine asleep, not the threshold, and every step
 ///   it fell would cost a wake-up over the target to climb back (on one trace, two weeks away
 ///   cost 260 wake-ups in the first week back, 48 on the first day). It starts at
-///   `initialWindowThreshold(budgetPerDay:targetWakesPerDay:)`, for the same reason. Every
+///   `initialWindowThreshold(budgetPerDay:targetWakesPerDay:)`, for the same reason. Neither
+///   threshold adapts while no refresh waits for the planner (`refreshesWaiting`), and each
+///   stays within its range (`windowThresholdRange`, `appThresholdRange`). Every
 ///   wake-up counts, whatever window it came in, refreshes within 60 s of a
 ///   wake-up's first being that wake-up (as replay's figure counts them): several in a slot
 ///   count several. So refresh windows go to the moments after recent use, the
@@ -165,6 +167,16 @@ public struct RefreshPlanner: Sendable {
     /// budget it keeps in the pool.
     static let appThresholdStep = 0.02
     static let poolTarget = 0.5
+    /// The range each threshold is kept in, in log units, as it adapts and when restored: what a
+    /// window or an app can score lies in 0…1, and beyond these the threshold only takes longer
+    /// to come back. The replay traces' window thresholds stay within 0.0005–0.75, their app
+    /// thresholds within 0.00005–4.6 (Docs/Replay.md). Unbounded, the app threshold fell 0.01
+    /// a slot for as long as the pool stayed full (to 10^-11 in three weeks where the window
+    /// threshold was what held refreshes back), and a damaged store could restore 10^-300. The
+    /// app threshold's floor lets an app join a window with the pool full at a score of 10^-6
+    /// (News, opened at 19:35 each day, scores under 10^-5 at 09:00 in `WindowPlannerTests`).
+    static let windowThresholdRange = ReplayMath.log(1e-4)...0
+    static let appThresholdRange = ReplayMath.log(1e-6)...ReplayMath.log(10)
     private var tokens: Double = 0
     /// Whether closing a slot adapts the two thresholds (see above). Off while the agent replays
     /// its usage log at start: that history holds no windows, and adapting to it would take
@@ -173,6 +185,15 @@ public struct RefreshPlanner: Sendable {
     /// values, or what they were, and adapt again from then on; the agent then restores the
     /// values it stored (`restore(_:at:)`).
     public var adaptsThresholds = true
+    /// Whether some refresh waits for the planner's choice: pending, and held by no rule of the
+    /// caller's (power saver, the switches, a low battery, an `earliest_begin`), or chosen in the
+    /// caller's last decision. The caller sets it after each decision; it stands until set again.
+    /// Closing a slot adapts the two thresholds only while it is true: with nothing to choose,
+    /// the slot's want of wake-ups says nothing of the threshold, and the pool fills. Lowered
+    /// then, a week of power saver took the window threshold down some 20 times (and the app
+    /// threshold 0.01 a slot, in log units), and the machine woke at the bound of
+    /// `maxWakesPerDay` for days after, while they climbed back a step per wake-up.
+    public var refreshesWaiting = true
     /// The start of the slot being watched, once the first slot has started.
     private var currentSlot: Double?
     /// Whether a window with refreshes opened in the current slot.
@@ -340,17 +361,24 @@ public struct RefreshPlanner: Sendable {
             wokeInSlot = false
             wakesInSlot = 0
         }
-        guard adaptsThresholds else { return }
+        guard adaptsThresholds, refreshesWaiting else { return }
         let known = Double(knownApps)
         let q = min(targetWakesPerDay, refreshesPerAppPerDay * known) * slotSeconds / 86_400
         let lowering = Double(wakesInSlot) < q
         let away = lastOpenOfAnyApp.map { closing + slotSeconds - $0 >= Self.awaySeconds } ?? true
         // See "Whether to refresh in a window": what kept the machine asleep was not the threshold.
         if !(lowering && (tokens < 1 || away)) {
-            logThreshold += Self.thresholdStep * (Double(wakesInSlot) - q)
+            logThreshold = Self.clamp(logThreshold + Self.thresholdStep * (Double(wakesInSlot) - q), to: Self.windowThresholdRange)
         }
         let daily = refreshesPerAppPerDay * known
-        if daily > 0 { logAppThreshold += Self.appThresholdStep * (Self.poolTarget - tokens / daily) }
+        if daily > 0 {
+            logAppThreshold = Self.clamp(logAppThreshold + Self.appThresholdStep * (Self.poolTarget - tokens / daily),
+                                         to: Self.appThresholdRange)
+        }
+    }
+
+    static func clamp(_ value: Double, to range: ClosedRange<Double>) -> Double {
+        min(max(value, range.lowerBound), range.upperBound)
     }
 
     private mutating func startSlot(at time: Double) {
@@ -884,7 +912,8 @@ public struct RefreshPlanner: Sendable {
     /// log and been advanced to `now`.
     /// - The thresholds are as they were: they adapt to the wake-ups of the time the agent runs,
     ///   and it did not run meanwhile (the user was logged out, or the machine off). A value
-    ///   that is not a positive number (a damaged file) leaves the starting one.
+    ///   that is not a positive number (a damaged file) leaves the starting one, and one out of
+    ///   the thresholds' range is taken at its nearest end.
     /// - The pool is what was left, with what accrued since (at most a day's worth), as a
     ///   planner that had run throughout would have it.
     /// - The wake-ups of the last 24 hours and the last refreshes count as if this planner had
@@ -893,10 +922,10 @@ public struct RefreshPlanner: Sendable {
     ///   value that could not have been learned leaves what this planner has.
     public mutating func restore(_ snapshot: Snapshot, at now: Double) {
         if snapshot.windowThreshold.isFinite, snapshot.windowThreshold > 0 {
-            logThreshold = ReplayMath.log(snapshot.windowThreshold)
+            logThreshold = Self.clamp(ReplayMath.log(snapshot.windowThreshold), to: Self.windowThresholdRange)
         }
         if snapshot.appThreshold.isFinite, snapshot.appThreshold > 0 {
-            logAppThreshold = ReplayMath.log(snapshot.appThreshold)
+            logAppThreshold = Self.clamp(ReplayMath.log(snapshot.appThreshold), to: Self.appThresholdRange)
         }
         if snapshot.refreshesPaid.isValid { paid.all = snapshot.refreshesPaid }
         let daily = refreshesPerAppPerDay * Double(knownApps)

@@ -52,7 +52,8 @@ public struct WakeWindow: Sendable, Equatable {
 ///   the app-level rules allow it (the rules above that do not depend on a request).
 ///
 /// Pure: the same facts give the same decision. The caller advances the refresh planner to
-/// `now` before asking, and records the refreshes it launched afterwards.
+/// `now` before asking, and afterwards records the refreshes it launched and tells it whether
+/// a refresh waits for its choice (`RefreshPlanner.refreshesWaiting`).
 public struct WindowPlanner: SchedulingPolicy {
     /// How long a window stays open after it opens: 60 s (the span within which refreshes
     /// count as one wake-up), or a quarter of the grid on a grid finer than 4 min.

@@ -24,7 +24,10 @@ public struct PredictivePolicy: ReplayPolicy {
     public var gridSeconds: Double = 900
     public private(set) var planner: RefreshPlanner
     /// Apps with a refresh request, sorted (each window lists its candidates in this order).
-    private var pending = SortedStrings()
+    /// The planner's thresholds adapt while there is one (`RefreshPlanner.refreshesWaiting`).
+    private var pending = SortedStrings() {
+        didSet { planner.refreshesWaiting = !pending.elements.isEmpty }
+    }
     /// Apps opened and not closed since.
     private var inUse: Set<String> = []
     /// Apps whose closes the trace does not record: opened again while in use, and not closed
@@ -40,6 +43,7 @@ public struct PredictivePolicy: ReplayPolicy {
 
     public init(registeredAppCount: Int = 0) {
         planner = RefreshPlanner(slotSeconds: 900, registeredAppCount: registeredAppCount)
+        planner.refreshesWaiting = false
     }
 
     public mutating func observe(_ event: UsageEvent) {
