@@ -814,10 +814,13 @@ extension TaskEngine {
             return
         }
         let request = newer ?? (sent ? Self.failedAttempt(member.request, reason: reason, now: now) : member.request)
+        // Asked before the write: a job queued before it may run during it, or right after,
+        // and leave the writer idle by the time it is done.
+        let writesQueued = !writer.isIdle
         do {
             try storeReturn(
                 of: request, taskID: member.taskID, reason: reason, at: now, repending: newer == nil, outcome: outcome)
-            if newer == nil, !writer.isIdle { saveAgainBehindQueuedWrites(request) }
+            if newer == nil, writesQueued { saveAgainBehindQueuedWrites(request) }
         } catch {
             // On disk the task is still running, and a start would close it as interrupted
             // and never deliver it: written again at the next chance.
