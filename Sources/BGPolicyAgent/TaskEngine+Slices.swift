@@ -964,9 +964,11 @@ extension TaskEngine {
     /// standard ones a D-Bus library answers for it (no Client1 there, arguments it does not
     /// take). Not the errors the bus gives when it cannot reach the app, start it, or have it
     /// answer in time (`ServiceUnknown`, `NoReply`, `Spawn.*`, `LimitsExceeded`, …), which
-    /// say nothing of what the app would answer.
+    /// say nothing of what the app would answer; nor `org.bgpolicy.Error.Unavailable`, which
+    /// the client library answers on a connection it is closing: "not now", not "no".
     static func isAppsOwnAnswer(_ error: any Error) -> Bool {
         guard case DBusError.remote(let name, _) = error else { return false }
+        if name == BGPolicyErrorName.unavailable.dbusName { return false }
         let standard = "org.freedesktop.DBus.Error."
         guard name.hasPrefix(standard) else { return true }
         return ["UnknownMethod", "UnknownObject", "UnknownInterface", "InvalidArgs", "NotSupported"]

@@ -27,6 +27,13 @@ struct DeliveryErrorTests {
         #expect(!TaskEngine.isAppsOwnAnswer(DBusError.remote(name: name, message: "no")))
     }
 
+    /// The client library answers `Unavailable` to a RunTask that reaches a connection it is
+    /// closing (`BGTaskScheduler.disconnect()`): "not now". Taken for a refusal, the wake was
+    /// dropped, and a request's wait grew as after a refusal.
+    @Test func aClosingAppIsNotRefusing() {
+        #expect(!TaskEngine.isAppsOwnAnswer(DBusError.remote(name: "org.bgpolicy.Error.Unavailable", message: "disconnecting")))
+    }
+
     @Test func notAReplyAtAll() {
         #expect(!TaskEngine.isAppsOwnAnswer(DBusError.disconnected))
     }
