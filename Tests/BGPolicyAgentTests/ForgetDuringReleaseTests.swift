@@ -20,32 +20,20 @@ struct ForgetDuringReleaseTests {
         defer { harness.close() }
         let engine = harness.engine
 
-        // The user manager: its first SetUnitProperties waits for the gate (calls from one
-        // connection are answered in order, as systemd does).
-        let manager = try await DBusConnection.connect(to: .address(harness.bus.address))
-        defer { manager.close() }
+        // The user manager: its first SetUnitProperties waits for the gate.
         let calls = Mutex(0)
         let opened = Mutex(false)
-        let description = InterfaceDescription(
-            name: "org.freedesktop.systemd1.Manager", documentation: "The part the CPU monitor calls.",
-            methods: [
-                .init("SetUnitProperties", inputs: [
-                    .init("name", .string), .init("runtime", .boolean),
-                    .init("properties", .array(.structure([.string, .variant]))),
-                ], documentation: "The first waits for the test's gate."),
-            ])
-        let interface = ExportedInterface(description).method("SetUnitProperties") { _ in
-            let number = calls.withLock { count in
-                count += 1
-                return count
-            }
-            while number == 1, !opened.withLock({ $0 }) { try await Task.sleep(for: .milliseconds(5)) }
-            return []
-        }
-        try manager.objects.export([interface], at: ObjectPath("/org/freedesktop/systemd1"))
-        let serving = Task { await manager.objects.serve() }
-        defer { serving.cancel() }
-        _ = try await manager.requestName("org.freedesktop.systemd1")
+        let manager = try await FakeUserManager(on: harness.bus, handlers: [
+            "SetUnitProperties": { _ in
+                let number = calls.withLock { count in
+                    count += 1
+                    return count
+                }
+                while number == 1, !opened.withLock({ $0 }) { try await Task.sleep(for: .milliseconds(5)) }
+                return []
+            },
+        ])
+        defer { manager.close() }
 
         // An app that registered and left, with a slice whose CPU use is over the limit.
         let app = try await DBusConnection.connect(to: .address(harness.bus.address))

@@ -96,3 +96,39 @@ final class GatedApp: Sendable {
         connection.close()
     }
 }
+
+/// A stand-in for the systemd user manager on the harness's bus: `org.freedesktop.systemd1`,
+/// exporting at `/org/freedesktop/systemd1` the `Manager` methods `handlers` names, each
+/// answered by its handler (returning answers the call, throwing answers it with that error).
+/// Calls from one connection are answered in order, as systemd does.
+final class FakeUserManager: Sendable {
+    let connection: DBusConnection
+    private let serving: Task<Void, Never>
+
+    /// The methods the CPU monitor calls, as `handlers` may name them.
+    static let methods: [InterfaceDescription.Method] = [
+        .init("SetUnitProperties", inputs: [
+            .init("name", .string), .init("runtime", .boolean),
+            .init("properties", .array(.structure([.string, .variant]))),
+        ], documentation: "A test's."),
+        .init("FreezeUnit", inputs: [.init("name", .string)], documentation: "A test's."),
+        .init("ThawUnit", inputs: [.init("name", .string)], documentation: "A test's."),
+    ]
+
+    init(on bus: PrivateBus, handlers: [String: MethodHandler]) async throws {
+        connection = try await DBusConnection.connect(to: .address(bus.address))
+        var interface = ExportedInterface(InterfaceDescription(
+            name: "org.freedesktop.systemd1.Manager", documentation: "The part the CPU monitor calls.",
+            methods: Self.methods.filter { handlers[$0.name] != nil }))
+        for (name, handler) in handlers.sorted(by: { $0.key < $1.key }) { interface = interface.method(name, handler) }
+        try connection.objects.export([interface], at: ObjectPath("/org/freedesktop/systemd1"))
+        let connection = connection
+        serving = Task { await connection.objects.serve() }
+        _ = try await connection.requestName("org.freedesktop.systemd1")
+    }
+
+    func close() {
+        serving.cancel()
+        connection.close()
+    }
+}
