@@ -1320,7 +1320,14 @@ extension TaskEngine {
         let action = configuration.cpu.action
         // Each enforcement is stored before it is done (`remember`), and not done if it cannot be.
         var unrecorded: String?
-        if action != .observe, let stuck = await earlierUndoStillFailing(of: slice, before: action) {
+        var stuck: EnforcementRecord?
+        if action != .observe, failedUndos[sliceID] != nil {
+            stuck = await earlierUndoStillFailing(of: slice, before: action)
+            // Its lift may have been a systemd call: the slice may have ended meanwhile, or
+            // stopped being watched (the user came to the app, the charger exempted it).
+            guard let current = slices[sliceID], current.monitor != nil, !current.exempt else { return }
+        }
+        if let stuck {
             // Done now, the new enforcement's record would replace the earlier one, whose
             // undo would then never come: the quota of a throttle would outlive a freeze's thaw.
             unrecorded = "the CPU monitor's earlier \(Self.described(stuck.action)) could not be undone yet, and still holds"

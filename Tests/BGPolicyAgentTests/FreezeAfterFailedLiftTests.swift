@@ -23,40 +23,26 @@ struct FreezeAfterFailedLiftTests {
         let engine = harness.engine
 
         // The user manager: busy (every SetUnitProperties refused) until the test says not.
-        let manager = try await DBusConnection.connect(to: .address(harness.bus.address))
-        defer { manager.close() }
         let busy = Mutex(true)
         let calls = Mutex([String]())
-        let description = InterfaceDescription(
-            name: "org.freedesktop.systemd1.Manager", documentation: "The part the CPU monitor calls.",
-            methods: [
-                .init("SetUnitProperties", inputs: [
-                    .init("name", .string), .init("runtime", .boolean),
-                    .init("properties", .array(.structure([.string, .variant]))),
-                ], documentation: "Refused while busy."),
-                .init("FreezeUnit", inputs: [.init("name", .string)], documentation: "Counted."),
-                .init("ThawUnit", inputs: [.init("name", .string)], documentation: "Counted."),
-            ])
-        let interface = ExportedInterface(description)
-            .method("SetUnitProperties") { _ in
+        let manager = try await FakeUserManager(on: harness.bus, handlers: [
+            "SetUnitProperties": { _ in
                 calls.withLock { $0.append("SetUnitProperties") }
                 if busy.withLock({ $0 }) {
                     throw DBusError.remote(name: "org.freedesktop.systemd1.UnitBusy", message: "busy")
                 }
                 return []
-            }
-            .method("FreezeUnit") { _ in
+            },
+            "FreezeUnit": { _ in
                 calls.withLock { $0.append("FreezeUnit") }
                 return []
-            }
-            .method("ThawUnit") { _ in
+            },
+            "ThawUnit": { _ in
                 calls.withLock { $0.append("ThawUnit") }
                 return []
-            }
-        try manager.objects.export([interface], at: ObjectPath("/org/freedesktop/systemd1"))
-        let serving = Task { await manager.objects.serve() }
-        defer { serving.cancel() }
-        _ = try await manager.requestName("org.freedesktop.systemd1")
+            },
+        ])
+        defer { manager.close() }
 
         // An app not in use, with a slice whose throttle (the user's 50 % quota before it) could
         // not be lifted.
@@ -72,6 +58,8 @@ struct FreezeAfterFailedLiftTests {
             id: "s-hot", appID: appID, connection: ":1.999", members: [], startedAt: Double(time(nil)),
             started: ContinuousClock.now, length: .seconds(30))
         slice.unit = unit
+        // Watched, as a slice the monitor acts on is.
+        slice.monitor = CPUUsageMonitor(window: .seconds(10), limit: configuration.cpu.limit, warningGrace: .seconds(5))
         let throttle = EnforcementRecord(
             sliceID: slice.id, appID: appID.rawValue, action: .throttled(unit: unit, quotaBefore: 500_000),
             since: Double(time(nil)))
