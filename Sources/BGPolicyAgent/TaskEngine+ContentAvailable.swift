@@ -117,8 +117,20 @@ extension TaskEngine {
 
     /// One write of `storeContentWake`.
     private func writeContentWake(of appID: AppID) async {
-        guard let wake = contentWakes.wake(for: appID) else { return }
-        let metadata: Logger.Metadata = ["app.id": "\(appID)"]
+        guard let write = contentWakeWrite(of: appID) else { return }
+        do {
+            try await writer.run(write)
+        } catch {
+            logger.error(
+                "Could not store a content-available wake; it is kept in memory only and lost if the agent stops",
+                metadata: ["app.id": "\(appID)", "error": "\(error)"])
+        }
+    }
+
+    /// The write of the app's wake and bucket as they are in memory now, for the store's writer;
+    /// nil when it has no wake, or its payload cannot be encoded (logged).
+    private func contentWakeWrite(of appID: AppID) -> (@Sendable () throws(StoreError) -> Void)? {
+        guard let wake = contentWakes.wake(for: appID) else { return nil }
         let record: ContentWakeRecord
         do {
             record = ContentWakeRecord(
@@ -128,17 +140,31 @@ extension TaskEngine {
         } catch {
             logger.error(
                 "Could not encode a content-available wake; it is kept in memory only",
-                metadata: metadata.merging(["error": "\(error)"]) { $1 })
-            return
+                metadata: ["app.id": "\(appID)", "error": "\(error)"])
+            return nil
         }
         let bucket = contentWakes.bucket(for: appID)
         let store = store
-        do {
-            try await writer.run { () throws(StoreError) in try store.saveContentWake(record, bucket: bucket) }
-        } catch {
-            logger.error(
-                "Could not store a content-available wake; it is kept in memory only and lost if the agent stops",
-                metadata: metadata.merging(["error": "\(error)"]) { $1 })
+        return { () throws(StoreError) in try store.saveContentWake(record, bucket: bucket) }
+    }
+
+    /// At the stop: the newest wake of each app whose write is under way with a newer one
+    /// waiting (`.again`), queued now, ahead of the stop's wait for the writer. The loop of
+    /// `storeContentWake` would queue it only once the write under way is done, which may be
+    /// after that wait, and the process would end without it.
+    func queueWaitingContentWakes() {
+        let logger = logger
+        for (appID, write) in contentWakeWrites where write == .again {
+            guard let job = contentWakeWrite(of: appID) else { continue }
+            writer.enqueue {
+                do {
+                    try job()
+                } catch {
+                    logger.error(
+                        "Could not store a content-available wake at the stop; the one stored before it is delivered after the restart",
+                        metadata: ["app.id": "\(appID)", "error": "\(error)"])
+                }
+            }
         }
     }
 

@@ -245,6 +245,7 @@ extension TaskEngine {
                 sliceID, as: .interrupted,
                 detail: "the agent stopped during the slice (ExpireTask sent); it will not be delivered again")
         }
+        queueWaitingContentWakes()
         await writer.run {}
     }
 }
