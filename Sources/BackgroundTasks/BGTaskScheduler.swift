@@ -968,6 +968,16 @@ public final class BGTaskScheduler: Sendable {
         taskID: String, success: Bool, result: TaskResult, epoch: Int
     ) async throws(BGTask.CompletionFailure) {
         guard state.withLock({ $0.disconnects }) == epoch else { throw BGTask.CompletionFailure(Self.endedByDisconnect) }
+        // The Register the report may need first (the app registered another identifier since)
+        // answered `Unavailable` (the bus slow to say which process called): only that, not the
+        // report, was refused for now, and the task still runs at the agent. `Unavailable` to
+        // the report itself is final (`taskMayStillRun`). Other failures here meet the report
+        // below too, and are read there.
+        do throws(BGTaskSchedulerError) {
+            _ = try await ready(startingAgent: false)
+        } catch where error.code == .unavailable {
+            throw BGTask.CompletionFailure(error, taskMayStillRun: state.withLock { $0.runsUnderItsLauncher(taskID) })
+        } catch {}
         var forgotten = false
         do throws(BGTaskSchedulerError) {
             _ = try await callAgentForReply(

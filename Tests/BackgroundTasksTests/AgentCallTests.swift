@@ -190,6 +190,29 @@ struct AgentCallTests {
         }
     }
 
+    /// A report that needs a Register first (another identifier registered since), whose
+    /// Register the agent answers `Unavailable` (the bus slow to say who called): the report
+    /// was never sent, yet `Unavailable` counted as final, and the task was forgotten while
+    /// the agent ran it to its deadline.
+    @Test("a completion whose Register first is refused for now may be reported again")
+    func completionAfterARefusedRegister() async throws {
+        try await withTaskRun("task-7", completionRefusedWith: .failed) { agent, scheduler, task in
+            agent.errors.withLock { $0["SetTaskCompleted"] = []; $0["Register"] = [.unavailable] }
+            _ = scheduler.register(forTaskWithIdentifier: "org.example.App.cleanup") { _ in }
+            let first = task.setTaskCompleted(success: true)
+            let error = await #expect(throws: BGTaskSchedulerError.self) { try await first.value }
+            #expect(error?.code == .unavailable)
+            #expect(agent.calls(of: "SetTaskCompleted").isEmpty)
+            #expect(!task.isCompleted)
+            #expect(scheduler.state.withLock { $0.running["task-7"] } === task)
+
+            let second = task.setTaskCompleted(success: true)
+            try await second.value
+            #expect(task.isCompleted)
+            #expect(agent.calls(of: "SetTaskCompleted").count == 1)
+        }
+    }
+
     @Test("a completion of a task the agent has ended is not sent again")
     func completionNotRetriedAfterUnknownTask() async throws {
         try await withTaskRun("task-2", completionRefusedWith: .unknownTask) { agent, scheduler, task in
