@@ -272,6 +272,14 @@ extension TaskEngine {
             apps[appID]?.violations.wallClockStepped(by: step)
         }
         contentWakes.wallClockStepped(by: step)
+        // And the wakes on their way to their apps, which a failed delivery puts back as they
+        // were taken (`putBack`), as their rows, moved below, still are.
+        for (sliceID, slice) in slices {
+            for (index, member) in slice.members.enumerated() where member.contentWake != nil {
+                slices[sliceID]?.members[index].contentWake?.receivedAt += step
+                slices[sliceID]?.members[index].contentWake?.firstReceivedAt += step
+            }
+        }
         moveStoredContentTimes(by: step)
         opportunity?.at += step
         appOpenedAt? += step
