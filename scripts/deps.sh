@@ -3,9 +3,9 @@
 # Root: installs what is missing. Anyone else: prints the one command to run, exits 1.
 # Quiet (one line) when everything is there; safe to run again and again.
 #
-#   scripts/deps.sh          everything `make run` and `make check` need
-#   scripts/deps.sh build    only what building and running the installed agent need
-#                            (`make release`, `make install`): no test tools
+#   scripts/deps.sh          everything `make check` and `make bench` need
+#   scripts/deps.sh build    only what building and running the agent need
+#                            (`make run`, `make release`, `make install`): no test tools
 set -euo pipefail
 
 # What the build links against and what the installed agent needs to run: libdbus, libudev

@@ -174,8 +174,9 @@ extension AgentInterfaces {
                     in that window, if any: seconds says how long). Only the newest undelivered wake
                     is kept: a second one before delivery replaces its payload. On battery each app
                     may be woken 3 times an hour (a token bucket; LimitsExceeded says when the next
-                    is allowed); on AC, without limit. A wake the app answers with an error is
-                    dropped. InvalidArgument for text that is no app id, or a payload over 4096 bytes
+                    is allowed); on AC, without limit. A wake the app answers with an error of its
+                    own is dropped; one answered org.bgpolicy.Error.Unavailable ("not now") waits
+                    for the next window. InvalidArgument for text that is no app id, or a payload over 4096 bytes
                     marshalled, holding a file descriptor or a reserved key; NotRegistered for an app
                     that never registered.
                     """),
@@ -189,7 +190,12 @@ extension AgentInterfaces {
             @short_description: Exported by apps at /org/bgpolicy/Client1; the agent calls it.
 
             An app exports this interface on the connection it registered with (and, for D-Bus
-            activation, before it takes its bus_name), so that the agent can hand it time.
+            activation, before it takes its bus_name), so that the agent can hand it time. It
+            answers only the owner of org.bgpolicy.Agent1 (others: org.bgpolicy.Error.AccessDenied).
+            How the agent reads a RunTask error: org.bgpolicy.Error.Unavailable is "not now" (the
+            Swift library answers it on a connection it is closing), and the work waits for the
+            next window; any other error of the app's own refuses a content-available wake,
+            which is dropped; a request is put back, its next try later each time.
             """,
         methods: [
             .init(

@@ -167,7 +167,9 @@ public final class BGTask: Sendable, CustomStringConvertible {
     /// and later calls return the failed task;
     /// so it has when the agent no longer knew the app's connection and the scheduler's
     /// `Register` again was refused (`.accessDenied`: another process took the app id over);
-    /// after `.unavailable` (the agent is stopping, and closes the task as interrupted); and
+    /// after `.unavailable` to the report itself (the agent is stopping, and closes the task as
+    /// interrupted; an `.unavailable` to the `Register` sent before it leaves the task running,
+    /// to be reported again); and
     /// whatever the error once the agent that launched the task has left the bus (it crashed,
     /// or stopped before it answered: `.other`). The task stays completed then, and its
     /// expiration handler does not run. The report never starts the agent (D-Bus activation):

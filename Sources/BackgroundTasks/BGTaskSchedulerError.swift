@@ -146,7 +146,8 @@ extension BGTaskSchedulerError {
     /// after `NotRegistered` or `.agentNotRunning`: an agent that does not know the app, or
     /// that the app lost, has ended the app's tasks. Nor after `Unavailable`, which an agent
     /// answers `SetTaskCompleted` with only while it stops, closing every running slice as
-    /// `interrupted`. (`BGTaskScheduler.reportCompletion` also takes any failure as final after
+    /// `interrupted` (an `Unavailable` to the `Register` sent before the report is read apart,
+    /// in `BGTaskScheduler.reportCompletion`: the report was not sent, and the task runs on). (`BGTaskScheduler.reportCompletion` also takes any failure as final after
     /// a `NotRegistered`, and once the agent that launched the task has left the bus.)
     var taskMayStillRun: Bool {
         switch code {
