@@ -968,16 +968,21 @@ public final class BGTaskScheduler: Sendable {
         taskID: String, success: Bool, result: TaskResult, epoch: Int
     ) async throws(BGTask.CompletionFailure) {
         guard state.withLock({ $0.disconnects }) == epoch else { throw BGTask.CompletionFailure(Self.endedByDisconnect) }
-        // The Register the report may need first (the app registered another identifier since)
-        // answered `Unavailable` (the bus slow to say which process called): only that, not the
-        // report, was refused for now, and the task still runs at the agent. `Unavailable` to
-        // the report itself is final (`taskMayStillRun`). Other failures here meet the report
-        // below too, and are read there.
+        // The Register the report may need first (the app registered another identifier since).
+        // Answered `Unavailable` (the bus slow to say which process called), only it, not the
+        // report, was refused for now, and the task still runs at the agent; `Unavailable` to
+        // the report itself is final (`taskMayStillRun`). Any other failure is read as the
+        // report's would be (not tried again: a submit may meanwhile have started an agent
+        // that never knew the task).
         do throws(BGTaskSchedulerError) {
             _ = try await ready(startingAgent: false)
-        } catch where error.code == .unavailable {
-            throw BGTask.CompletionFailure(error, taskMayStillRun: state.withLock { $0.runsUnderItsLauncher(taskID) })
-        } catch {}
+        } catch {
+            throw state.withLock { s in
+                let mayStillRun = (error.code == .unavailable || error.taskMayStillRun) && s.runsUnderItsLauncher(taskID)
+                if !mayStillRun { s.running.removeValue(forKey: taskID) }
+                return BGTask.CompletionFailure(error, taskMayStillRun: mayStillRun)
+            }
+        }
         var forgotten = false
         do throws(BGTaskSchedulerError) {
             _ = try await callAgentForReply(
