@@ -36,18 +36,8 @@ struct ForgetDuringReleaseTests {
         defer { manager.close() }
 
         // An app that registered and left, with a slice whose CPU use is over the limit.
-        let app = try await DBusConnection.connect(to: .address(harness.bus.address))
-        var options = TaskEngine.RegisterOptions()
-        options.appID = "org.example.Hot"
-        let appID = try await engine.register(
-            caller: app.uniqueName, pid: UInt32(getpid()), identifiers: ["org.example.Hot.refresh"], options: options)
-        await engine.connectionVanished(app.uniqueName)
-        app.close()
-        var slice = Slice(
-            id: "s-hot", appID: appID, connection: ":1.999", members: [], startedAt: Double(time(nil)),
-            started: ContinuousClock.now, length: .seconds(30))
-        slice.unit = "app-org.example.Hot.service"
-        await engine.add(slice)
+        let appID = try await harness.appThatLeft("org.example.Hot")
+        let slice = await harness.addSlice("s-hot", of: appID, unit: "app-org.example.Hot.service")
 
         // The throttle is on its way when the slice ends; then the user forgets the app.
         let sliceID = slice.id
@@ -68,11 +58,5 @@ struct ForgetDuringReleaseTests {
         let left = try store.history(since: 0, limit: 100).filter { $0.appID == appID }
         #expect(left.isEmpty, "\(left)")
         #expect(try store.enforcementsLeft().isEmpty)
-    }
-}
-
-extension TaskEngine {
-    fileprivate func add(_ slice: Slice) {
-        slices[slice.id] = slice
     }
 }

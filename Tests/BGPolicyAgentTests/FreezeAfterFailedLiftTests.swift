@@ -46,25 +46,17 @@ struct FreezeAfterFailedLiftTests {
 
         // An app not in use, with a slice whose throttle (the user's 50 % quota before it) could
         // not be lifted.
-        let app = try await DBusConnection.connect(to: .address(harness.bus.address))
-        var options = TaskEngine.RegisterOptions()
-        options.appID = "org.example.Hot"
-        let appID = try await engine.register(
-            caller: app.uniqueName, pid: UInt32(getpid()), identifiers: ["org.example.Hot.refresh"], options: options)
-        await engine.connectionVanished(app.uniqueName)
-        app.close()
+        let appID = try await harness.appThatLeft("org.example.Hot")
         let unit = "app-org.example.Hot.service"
-        var slice = Slice(
-            id: "s-hot", appID: appID, connection: ":1.999", members: [], startedAt: Double(time(nil)),
-            started: ContinuousClock.now, length: .seconds(30))
-        slice.unit = unit
         // Watched, as a slice the monitor acts on is.
-        slice.monitor = CPUUsageMonitor(window: .seconds(10), limit: configuration.cpu.limit, warningGrace: .seconds(5))
+        let slice = await harness.addSlice(
+            "s-hot", of: appID, unit: unit,
+            monitor: CPUUsageMonitor(window: .seconds(10), limit: configuration.cpu.limit, warningGrace: .seconds(5)))
         let throttle = EnforcementRecord(
             sliceID: slice.id, appID: appID.rawValue, action: .throttled(unit: unit, quotaBefore: 500_000),
             since: Double(time(nil)))
         try store.recordEnforcement(throttle)
-        await engine.add(slice, failedUndo: throttle)
+        await engine.failedUndo(throttle, why: "the app is in use now")
 
         // Still busy: the lift is tried again and fails, so no freeze, and the throttle's record
         // stays for the retry.
@@ -87,8 +79,7 @@ struct FreezeAfterFailedLiftTests {
 }
 
 extension TaskEngine {
-    fileprivate func add(_ slice: Slice, failedUndo record: EnforcementRecord) {
-        slices[slice.id] = slice
-        failedUndos[slice.id] = (record, "the app is in use now")
+    fileprivate func failedUndo(_ record: EnforcementRecord, why: String) {
+        failedUndos[record.sliceID] = (record, why)
     }
 }

@@ -27,6 +27,36 @@ struct TestEngine {
     func close() {
         connection.close()
     }
+
+    /// `id`, registered (unverified) by a connection that then left the bus: an app the engine
+    /// knows, not in use, with nothing connected.
+    func appThatLeft(_ id: String) async throws -> AppID {
+        let app = try await DBusConnection.connect(to: .address(bus.address))
+        var options = TaskEngine.RegisterOptions()
+        options.appID = id
+        let appID = try await engine.register(caller: app.uniqueName, pid: UInt32(getpid()), identifiers: ["\(id).refresh"], options: options)
+        await engine.connectionVanished(app.uniqueName)
+        app.close()
+        return appID
+    }
+
+    /// A slice `id` of `appID` in `unit`, 30 s long with no tasks, put in the engine as a
+    /// launch would have; `monitor` watching it when given.
+    func addSlice(_ id: String, of appID: AppID, unit: String, monitor: CPUUsageMonitor? = nil) async -> Slice {
+        var slice = Slice(
+            id: id, appID: appID, connection: ":1.999", members: [], startedAt: Double(time(nil)),
+            started: ContinuousClock.now, length: .seconds(30))
+        slice.unit = unit
+        slice.monitor = monitor
+        await engine.add(slice)
+        return slice
+    }
+}
+
+extension TaskEngine {
+    func add(_ slice: Slice) {
+        slices[slice.id] = slice
+    }
 }
 
 /// A one-shot gate for a thread (the store writer's, held by a job that waits on it): `wait()`
