@@ -110,6 +110,14 @@ struct AgentCallTests {
 
         func calls(of member: String) -> [Call] { calls.withLock { $0.filter { $0.member == member } } }
 
+        /// `task`'s completion, sent and held here unanswered until `held` lets it go.
+        func completionHeld(of task: BGTask) async throws -> Task<Void, any Error> {
+            held.withLock { _ = $0.insert("SetTaskCompleted") }
+            let report = task.setTaskCompleted(success: true)
+            try await waitUntil("SetTaskCompleted to reach the agent") { !calls(of: "SetTaskCompleted").isEmpty }
+            return report
+        }
+
         /// Calls the app's `Client1.RunTask`, as the agent launches a task.
         func runTask(_ taskID: String, in scheduler: BGTaskScheduler) async throws {
             try await call(
@@ -613,9 +621,7 @@ struct AgentCallTests {
         try await withTaskRun("task-4", completionRefusedWith: .failed) { agent, scheduler, task in
             let warned = Mutex(0)
             task.expirationHandler = { warned.withLock { $0 += 1 } }
-            agent.held.withLock { _ = $0.insert("SetTaskCompleted") }
-            let report = task.setTaskCompleted(success: true)
-            try await waitUntil("SetTaskCompleted to reach the agent") { !agent.calls(of: "SetTaskCompleted").isEmpty }
+            let report = try await agent.completionHeld(of: task)
             try await agent.call("ExpireTask", [.string("task-4")], in: scheduler)
             agent.held.withLock { _ = $0.remove("SetTaskCompleted") }
             let error = await #expect(throws: BGTaskSchedulerError.self) { try await report.value }
@@ -644,9 +650,7 @@ struct AgentCallTests {
         let warned = Mutex(0)
         task.expirationHandler = { warned.withLock { $0 += 1 } }
 
-        agent.held.withLock { _ = $0.insert("SetTaskCompleted") }
-        let report = task.setTaskCompleted(success: true)
-        try await waitUntil("SetTaskCompleted to reach the agent") { !agent.calls(of: "SetTaskCompleted").isEmpty }
+        let report = try await agent.completionHeld(of: task)
         // Gone without a word, the call unanswered (still held).
         agent.connection.close()
         let error = await #expect(throws: BGTaskSchedulerError.self) { try await report.value }
@@ -668,9 +672,7 @@ struct AgentCallTests {
         try await withTaskRun("task-6", completionRefusedWith: .unavailable) { agent, scheduler, task in
             let warned = Mutex(0)
             task.expirationHandler = { warned.withLock { $0 += 1 } }
-            agent.held.withLock { _ = $0.insert("SetTaskCompleted") }
-            let report = task.setTaskCompleted(success: true)
-            try await waitUntil("SetTaskCompleted to reach the agent") { !agent.calls(of: "SetTaskCompleted").isEmpty }
+            let report = try await agent.completionHeld(of: task)
             try await agent.call("ExpireTask", [.string("task-6")], in: scheduler)
             agent.held.withLock { _ = $0.remove("SetTaskCompleted") }
             let error = await #expect(throws: BGTaskSchedulerError.self) { try await report.value }
