@@ -210,15 +210,7 @@ struct TaskStoreFileTests {
         defer { scratch.remove() }
         let path = scratch.path + "/tasks.db"
         let previous = try #require(TaskStore.migrationNames.dropLast().last)
-        // A user's `sqlite3` (foreign keys off) deleted an app: its identifiers and request stay.
-        try TaskStore.createFile(path: path, migratedUpTo: previous, sql: """
-            INSERT INTO apps (app_id, identity, registered_at) VALUES ('org.gnome.Maps', 'flatpak', 1000);
-            INSERT INTO apps (app_id, identity, registered_at) VALUES ('org.example.Gone', 'flatpak', 1000);
-            INSERT INTO app_identifiers (app_id, identifier) VALUES ('org.gnome.Maps', 'a'), ('org.example.Gone', 'b');
-            INSERT INTO pending (app_id, identifier, kind, submitted_at) VALUES ('org.gnome.Maps', 'a', 'refresh', 2000);
-            INSERT INTO pending (app_id, identifier, kind, submitted_at) VALUES ('org.example.Gone', 'b', 'refresh', 2000);
-            DELETE FROM apps WHERE app_id = 'org.example.Gone';
-            """, foreignKeys: false)
+        try createFileWithOrphans(at: path, migratedUpTo: previous)
         // GRDB's default checks failed the whole database after the migration: SQLITE_CONSTRAINT,
         // and the agent could not start.
         let store = try TaskStore(path: path)
@@ -253,6 +245,20 @@ struct TaskStoreFileTests {
         for time in 0..<200 {
             try store.append(Sample.entry(.submitted, at: Double(time), detail: String(repeating: "x", count: 200)))
         }
+    }
+
+    /// A file migrated up to `migration` in which a user's `sqlite3` (foreign keys off) deleted
+    /// the app org.example.Gone: its identifier `b` and its request stay, orphans beside
+    /// org.gnome.Maps's `a`.
+    func createFileWithOrphans(at path: String, migratedUpTo migration: String) throws {
+        try TaskStore.createFile(path: path, migratedUpTo: migration, sql: """
+            INSERT INTO apps (app_id, identity, registered_at) VALUES ('org.gnome.Maps', 'flatpak', 1000);
+            INSERT INTO apps (app_id, identity, registered_at) VALUES ('org.example.Gone', 'flatpak', 1000);
+            INSERT INTO app_identifiers (app_id, identifier) VALUES ('org.gnome.Maps', 'a'), ('org.example.Gone', 'b');
+            INSERT INTO pending (app_id, identifier, kind, submitted_at) VALUES ('org.gnome.Maps', 'a', 'refresh', 2000);
+            INSERT INTO pending (app_id, identifier, kind, submitted_at) VALUES ('org.example.Gone', 'b', 'refresh', 2000);
+            DELETE FROM apps WHERE app_id = 'org.example.Gone';
+            """, foreignKeys: false)
     }
 
     /// Overwrites page `page` (counted from 1) of the file at `path`.
@@ -356,15 +362,7 @@ struct TaskStoreFileTests {
         defer { scratch.remove() }
         let path = scratch.path + "/tasks.db"
         let latest = try #require(TaskStore.migrationNames.last)
-        // A user's `sqlite3` (foreign keys off) deleted an app: its identifiers and request stay.
-        try TaskStore.createFile(path: path, migratedUpTo: latest, sql: """
-            INSERT INTO apps (app_id, identity, registered_at) VALUES ('org.gnome.Maps', 'flatpak', 1000);
-            INSERT INTO apps (app_id, identity, registered_at) VALUES ('org.example.Gone', 'flatpak', 1000);
-            INSERT INTO app_identifiers (app_id, identifier) VALUES ('org.gnome.Maps', 'a'), ('org.example.Gone', 'b');
-            INSERT INTO pending (app_id, identifier, kind, submitted_at) VALUES ('org.gnome.Maps', 'a', 'refresh', 2000);
-            INSERT INTO pending (app_id, identifier, kind, submitted_at) VALUES ('org.example.Gone', 'b', 'refresh', 2000);
-            DELETE FROM apps WHERE app_id = 'org.example.Gone';
-            """, foreignKeys: false)
+        try createFileWithOrphans(at: path, migratedUpTo: latest)
         do {
             let store = try TaskStore(path: path)
             for time in 0..<200 {
