@@ -54,4 +54,33 @@ struct InactiveAfterUseTests {
         planner.wallClockStepped(by: -3600, now: Self.opened + 18 - 3600)
         #expect(planner.predictor.lastUse(of: Self.mail) == Self.opened + 17 - 3600)
     }
+
+    /// The app's model learns for as long as `[limits] inactive_after` lets it be refreshed, not
+    /// a fixed 7 days: with 30 days, the slot it was opened in keeps learning, day after day,
+    /// that it holds no open; with 2 days, it stops after 2.
+    @Test(arguments: [(30.0, true), (2.0, false)])
+    func theModelLearnsUntilInactiveAfter(days: Double, learnsOnDayNine: Bool) throws {
+        func rate(afterDays end: Double) throws -> Double {
+            var planner = RefreshPlanner(registeredAppCount: 1)
+            planner.inactiveAfterSeconds = days * 86_400
+            // Known from the day before, so that the slot of its open on the first day is one
+            // its model watches.
+            planner.advance(to: Self.opened - 86_400)
+            planner.recordOpen(of: Self.mail, at: Self.opened - 86_400 + 1)
+            planner.recordClose(of: Self.mail, at: Self.opened - 86_400 + 60)
+            planner.advance(to: Self.opened)
+            planner.recordOpen(of: Self.mail, at: Self.opened + 1)
+            planner.recordClose(of: Self.mail, at: Self.opened + 60)
+            var time = Self.opened
+            while time < Self.opened + end * 86_400 {
+                time = min(time + 86_400, Self.opened + end * 86_400)
+                planner.advance(to: time)
+            }
+            let slot = planner.predictor.slotOfDay(at: Self.opened)
+            return try #require(planner.predictor.historyRate(of: Self.mail, slotOfDay: slot))
+        }
+        let eight = try rate(afterDays: 8.5)
+        let nine = try rate(afterDays: 9.5)
+        #expect((nine < eight) == learnsOnDayNine, "rate after 8.5 days \(eight), after 9.5 days \(nine)")
+    }
 }

@@ -89,7 +89,11 @@ public struct RefreshPlanner: Sendable {
     /// A safety bound: never more refresh windows than this in any 24 hours.
     public var maxWakesPerDay = 48
     public var refreshesPerAppPerDay: Double = 2.2
-    public var inactiveAfterSeconds: Double = 7 * 86_400
+    /// `[limits] inactive_after`, in seconds: no window for an app unused this long, and its
+    /// model stops training then too (`UsagePredictor.dormantAfter`).
+    public var inactiveAfterSeconds: Double = 7 * 86_400 {
+        didSet { predictor.dormantAfter = inactiveAfterSeconds }
+    }
     public var minRefreshIntervalSeconds: Double = 900
     /// `[refresh] lead`: how long before a predicted open its refresh should come. A refresh at
     /// a slot start serves the opens of a whole slot, so the lead moves the slot it serves by

@@ -109,6 +109,13 @@ public struct UsagePredictor: Sendable {
     private var activity: ActivityEstimator
     private var openedInUserSlot = false
 
+    /// How long after its last open an app stops being trained (`[limits] inactive_after`, which
+    /// the planner sets through `RefreshPlanner.inactiveAfterSeconds`): no refresh is planned for
+    /// it past that, so nothing its model says is used until it is opened again. Before, a fixed
+    /// 7 days: with `inactive_after` at 30 days, an app back after 10 days came back with the
+    /// slots of days 7 to 10 never learned as slots without an open.
+    public var dormantAfter: Double = 7 * 86_400
+
     public static let learningRate = 0.5
     public static let l2 = 1e-4
     /// A cold app's prior: about one open a day.
@@ -230,8 +237,12 @@ public struct UsagePredictor: Sendable {
         let common = sharedFeatures(at: time)
         let closing = slotStart.map { slotOfDay(at: $0) }
         for i in sorted {
-            // Apps unused for 7 days are not refreshed (SPEC §2); they need no training until used.
-            if let last = models[i].lastOpen, time - last > Self.dormantAfter {
+            // Apps unused for `[limits] inactive_after` are not refreshed (SPEC §2); they need
+            // no training until used.
+            // Counted from the last open (the planner's rule counts from the last use: an app
+            // kept open, or left, later; counting so here too moved user 00's replay figure
+            // down by 0.001, so it was measured and not kept).
+            if let last = models[i].lastOpen, time - last > dormantAfter {
                 models[i].pending = nil
                 continue
             }
@@ -378,7 +389,6 @@ public struct UsagePredictor: Sendable {
         return r < 0 ? r + divisor : r
     }
 
-    static let dormantAfter: Double = 7 * 86_400
     /// Hour of day and day of week (0 = Monday) at `time` in local time.
     func clock(_ time: Double) -> (hour: Int, day: Int) {
         let local = time + utcOffsetSeconds
