@@ -12,6 +12,12 @@ import UnixSignals
 @main
 enum Main {
     static func main() {
+        holdClosedStandardDescriptors()
+        // A log line to a standard error whose reader is gone (`bgpolicyd 2>&1 | less`, quit;
+        // an activating bus's pipe closed) fails with EPIPE, which the log handler drops,
+        // instead of killing the agent with SIGPIPE past its clean stop: slices not expired,
+        // units left frozen or throttled until the next start undoes them.
+        signal(SIGPIPE, SIG_IGN)
         let quiet = AgentExecutor.installAsGlobal()
         Task.detached {
             do {
@@ -28,6 +34,16 @@ enum Main {
             }
         }
         dispatchMain()
+    }
+
+    /// Opens /dev/null as each standard descriptor the agent was started without
+    /// (`bgpolicyd 2>&-`), before anything else opens one. Else the first descriptor opened
+    /// (libdispatch's epoll, then an eventfd, the lock file, the database…) takes the number,
+    /// and the log is written into it.
+    static func holdClosedStandardDescriptors() {
+        for fd in [STDIN_FILENO, STDOUT_FILENO, STDERR_FILENO] where fcntl(fd, F_GETFD) == -1 {
+            _ = open("/dev/null", O_RDWR)  // the lowest number free: `fd`
+        }
     }
 }
 

@@ -99,3 +99,70 @@ def test_journal_stream_naming_another_file_is_not_the_journal(tmp_path):
         assert any(" warning " in line and "system bus is not reachable" in line for line in lines), lines
     finally:
         bus.kill()
+
+
+def test_a_standard_error_whose_reader_is_gone_does_not_kill_the_agent(tmp_path):
+    """`bgpolicyd 2>&1 | less`, and less quit: the next log line (here the reload's) fails with
+    EPIPE. The agent goes on, answers, and still stops cleanly; before, SIGPIPE killed it past
+    its clean stop."""
+    bus = Bus()
+    read_end, write_end = os.pipe()
+    try:
+        env = dict(os.environ, XDG_STATE_HOME=str(tmp_path / "state"), XDG_CONFIG_HOME=str(tmp_path / "config"),
+                   DBUS_SESSION_BUS_ADDRESS=bus.address, DBUS_SYSTEM_BUS_ADDRESS="unix:path=/nonexistent")
+        env.pop("JOURNAL_STREAM", None)
+        proc = subprocess.Popen([str(BIN / "bgpolicyd")], env=env, stdin=subprocess.DEVNULL,
+                                stdout=subprocess.DEVNULL, stderr=write_end)
+        os.close(write_end)
+        try:
+            status = lambda: subprocess.run([str(BIN / "bgpolicy"), "status", "--json"], env=env,
+                                            capture_output=True, text=True, timeout=20)
+            deadline = time.monotonic() + 20
+            while status().returncode != 0:
+                assert proc.poll() is None and time.monotonic() < deadline, f"not ready: {proc.poll()}"
+                time.sleep(0.05)
+            os.close(read_end)
+            read_end = None
+            proc.send_signal(signal.SIGHUP)  # logs "reloaded" (or why not): a write to the pipe
+            time.sleep(0.5)
+            assert proc.poll() is None, f"the agent died: {proc.returncode}"
+            assert status().returncode == 0
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(timeout=20) == 0
+    finally:
+        if read_end is not None:
+            os.close(read_end)
+        bus.kill()
+
+
+def test_standard_descriptors_started_closed_are_held_on_dev_null(tmp_path):
+    """Started with standard error (and input) closed, the agent holds /dev/null there, so that
+    its log lines cannot land in the first file it opens after."""
+    bus = Bus()
+    try:
+        env = dict(os.environ, XDG_STATE_HOME=str(tmp_path / "state"), XDG_CONFIG_HOME=str(tmp_path / "config"),
+                   DBUS_SESSION_BUS_ADDRESS=bus.address, DBUS_SYSTEM_BUS_ADDRESS="unix:path=/nonexistent")
+        # umockdev-wrapper's preload opens a socket of its own before the agent's main runs: it
+        # would take descriptor 2 before the agent can hold it. It is not needed here.
+        env.pop("LD_PRELOAD", None)
+
+        def close_stdin_and_stderr():
+            os.close(0)
+            os.close(2)
+
+        proc = subprocess.Popen([str(BIN / "bgpolicyd")], env=env, stdout=subprocess.DEVNULL,
+                                preexec_fn=close_stdin_and_stderr)
+        try:
+            deadline = time.monotonic() + 20
+            while subprocess.run([str(BIN / "bgpolicy"), "status", "--json"], env=env, capture_output=True,
+                                 timeout=20).returncode != 0:
+                assert proc.poll() is None and time.monotonic() < deadline, f"not ready: {proc.poll()}"
+                time.sleep(0.05)
+            assert os.readlink(f"/proc/{proc.pid}/fd/0") == "/dev/null"
+            assert os.readlink(f"/proc/{proc.pid}/fd/2") == "/dev/null"
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(timeout=20) == 0
+    finally:
+        bus.kill()
