@@ -72,19 +72,21 @@ struct AdminInterface: Sendable {
     /// cannot place, and `GetStatus` leaves out for it the entries that name apps.
     /// Unsandboxed processes of the user could edit the agent's files anyway.
     func requireOutsideSandbox(_ sender: String) async throws(SchedulerError) {
-        if let refusal = await sandboxRefusal(of: sender) { throw SchedulerError(.accessDenied, refusal) }
+        if let refusal = await sandboxRefusal(of: sender) { throw refusal }
     }
 
-    /// Why Admin1 refuses `sender`, in words; nil when it is outside an app sandbox.
-    func sandboxRefusal(of sender: String) async -> String? {
-        if let verdict = callers.verdict(of: sender) { return verdict }
+    /// Why Admin1 refuses `sender`; nil when it is outside an app sandbox. `AccessDenied` when
+    /// it is in one or cannot be placed, `Unavailable` when the bus could not be asked.
+    func sandboxRefusal(of sender: String) async -> SchedulerError? {
+        if let verdict = callers.verdict(of: sender) { return verdict.map { SchedulerError(.accessDenied, $0) } }
         let pid: UInt32?
         do {
             pid = try await engine.connection.credentials(of: sender).pid
         } catch {
             // A passing failure (the bus slow to answer, the agent stopping): refused this once,
-            // and not remembered, so that the caller's next call is asked about again.
-            return "the agent could not tell which process called (\(error)); org.bgpolicy.Admin1 answers only callers it can see are outside an app sandbox. Try again"
+            // and not remembered, so that the caller's next call is asked about again. Not
+            // `AccessDenied`, which a tool may take for good (as `Register` answers it).
+            return SchedulerError(.unavailable, "the agent could not tell which process called (\(error)); org.bgpolicy.Admin1 answers only callers it can see are outside an app sandbox. Try again")
         }
         let refusal: String?
         if let pid {
@@ -102,7 +104,7 @@ struct AdminInterface: Sendable {
         }
         // Definite answers only: they hold for the connection's life.
         callers.record(refusal, for: sender)
-        return refusal
+        return refusal.map { SchedulerError(.accessDenied, $0) }
     }
 
     func exported() -> ExportedInterface {

@@ -24,7 +24,8 @@ public enum AgentInterfaces {
             caller in a Flatpak or snap sandbox, or one whose process the agent cannot see: an
             app schedules its own work through org.bgpolicy.Scheduler1, and these controls
             and other apps' requests and history are the user's. GetStatus leaves out for such
-            a caller the keys that name apps ("running", "in_use").
+            a caller the keys that name apps ("running", "in_use"). When the bus could not be
+            asked which process called, these methods answer Unavailable: call again.
             """,
         methods: [
             .init(
