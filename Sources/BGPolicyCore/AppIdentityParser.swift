@@ -5,18 +5,24 @@
 /// the same id here as in the portal's permission store.
 public enum AppIdentityParser {
     /// The cgroup path from /proc/PID/cgroup text: the cgroup-v2 "0::PATH" line, else the v1
-    /// "name=systemd" line.
+    /// "name=systemd" line. On a legacy (v1) system where something mounted cgroup2 of its own,
+    /// the kernel lists "0::/" (or that mount's path) for every process, which no systemd
+    /// manages: there the unified line wins only when it names a unit, and "name=systemd" says
+    /// where systemd put the process.
     public static func cgroupPath(fromProcCgroup text: String) -> String? {
+        var unified: String?
         var systemdV1: String?
         for line in lines(text) {
             // "ID:CONTROLLERS:PATH"; the path itself may hold ':' (unit names allow it).
             let fields = line.split(separator: ":", maxSplits: 2, omittingEmptySubsequences: false)
             guard fields.count == 3, fields[2].hasPrefix("/") else { continue }
             let path = String(fields[2])
-            if fields[0] == "0" && fields[1].isEmpty { return path }
+            if unified == nil, fields[0] == "0", fields[1].isEmpty { unified = path }
             if systemdV1 == nil, fields[1].split(separator: ",").contains("name=systemd") { systemdV1 = path }
         }
-        return systemdV1
+        guard let unified else { return systemdV1 }
+        if let systemdV1, unitName(fromCgroupPath: unified) == nil { return systemdV1 }
+        return unified
     }
 
     /// The systemd unit a cgroup path belongs to, read as systemd reads it
@@ -98,27 +104,19 @@ public enum AppIdentityParser {
         return rest == "@autostart" || rest == "-autostart"
     }
 
-    /// `snap.NAME.APP-….scope` (or `.service`) anywhere in the path → `snap.NAME`.
-    /// snapd names an app's scope `snap.<instance>.<app>-<uuid>.scope`, a hook's
-    /// `snap.<instance>.hook.<hook>-<uuid>.scope` and a daemon `snap.<instance>.<app>.service`.
+    /// The path's unit (`unitName(fromCgroupPath:)`) when it is `snap.NAME.APP-….scope` (or
+    /// `.service`) → `snap.NAME`. snapd names an app's scope `snap.<instance>.<app>-<uuid>.scope`,
+    /// a hook's `snap.<instance>.hook.<hook>-<uuid>.scope` and a daemon
+    /// `snap.<instance>.<app>.service`. Only the unit: a component below it is a delegated
+    /// subtree whose owner names it freely (`evil.service/snap.firefox.firefox-1.scope`).
     public static func snapAppID(fromCgroupPath path: String) -> AppID? {
-        for component in path.split(separator: "/") {
-            guard component.hasPrefix("snap.") else { continue }
-            let body: Substring
-            if isUnit(component, suffix: ".scope") {
-                body = component.dropFirst(5).dropLast(6)
-            } else if isUnit(component, suffix: ".service") {
-                body = component.dropFirst(5).dropLast(8)
-            } else {
-                continue
-            }
-            // NAME, then a non-empty APP part: "snap.something.scope" names no app.
-            guard let dot = body.firstIndex(of: "."), dot > body.startIndex, body.index(after: dot) < body.endIndex else {
-                continue
-            }
-            if let id = AppID(rawValue: "snap." + body[..<dot]) { return id }
+        guard let unit = unitName(fromCgroupPath: path), unit.hasPrefix("snap.") else { return nil }
+        let body = isUnit(unit, suffix: ".scope") ? unit.dropFirst(5).dropLast(6) : unit.dropFirst(5).dropLast(8)
+        // NAME, then a non-empty APP part: "snap.something.scope" names no app.
+        guard let dot = body.firstIndex(of: "."), dot > body.startIndex, body.index(after: dot) < body.endIndex else {
+            return nil
         }
-        return nil
+        return AppID(rawValue: "snap." + body[..<dot])
     }
 
     /// The `[Application]` `name=` key of a `.flatpak-info` keyfile (GKeyFile syntax: `#`
