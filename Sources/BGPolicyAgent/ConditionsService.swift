@@ -60,7 +60,6 @@ struct ConditionsService: Sendable {
             let bus: DBusConnection
             do {
                 bus = try await DBusConnection.connect(to: .system, logger: logger)
-                delay = .seconds(1)
                 if unreachable { logger.info("The system bus is reachable again") }
                 unreachable = false
             } catch {
@@ -74,6 +73,7 @@ struct ConditionsService: Sendable {
                 unreachable = true
                 continue
             }
+            let connectedAt = ContinuousClock.now
             let rereads = (upower: Rereads(), profiles: Rereads(), network: Rereads(), logind: Rereads())
             let onSleep = self.onSleep
             let logind = LogindSource(systemBus: bus) { event in
@@ -112,9 +112,24 @@ struct ConditionsService: Sendable {
                 rereadUdev()
                 // Nor can logind's resume reach the agent any more.
                 await logind.resumeUnannouncedSleep(logger, why: "The system bus was lost")
+                // A bus that lets the agent in and drops it at once (a proxy, a daemon failing
+                // as it starts) would be a loop of connections and warnings: the same backoff
+                // as a refused connection, until one lasts.
+                if ContinuousClock.now - connectedAt < Self.lastingConnection {
+                    logger.warning("The system bus dropped the agent as soon as it connected; waiting before the next try",
+                                   metadata: ["retry": "in \(delay.components.seconds) s"])
+                    do { try await AgentExecutor.sleep(for: delay) } catch { return }
+                    delay = min(delay * 2, .seconds(300))
+                } else {
+                    delay = .seconds(1)
+                }
             }
         }
     }
+
+    /// A connection to the system bus that lasted this long was not dropped as it was made:
+    /// the next one is tried at once, and the backoff starts again from 1 s.
+    static let lastingConnection = Duration.seconds(10)
 }
 
 extension ConditionsService {

@@ -13,8 +13,11 @@ latency figures the charger test prints.
 import json
 import os
 import re
+import select
 import signal
+import socket
 import statistics
+import threading
 import time
 
 import pytest
@@ -248,6 +251,73 @@ def test_the_system_bus_gone_its_sources_are_lost_and_udev_keeps_the_power_facts
     assert on_battery_at_42(after), after
     assert "locked" not in after and "idle" not in after, after  # logind's facts went with it
     assert wait_for_log(agent, ["Lost the system bus"], timeout=3), agent.stderr_tail()
+    assert agent.proc.alive(), agent.stderr_tail()
+
+
+class DroppingRelay:
+    """A socket standing in for the system bus's: each connection is relayed to the real bus
+    for `hold` seconds, long enough for the agent's Hello and first calls, then dropped. Counts
+    the connections."""
+
+    def __init__(self, path, target_address, hold=0.3):
+        self.path, self.hold = str(path), hold
+        self.target = target_address.split("unix:path=", 1)[1].split(",", 1)[0]
+        self.connections = 0
+        self.server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.server.bind(self.path)
+        self.server.listen(16)
+        self.closing = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while not self.closing:
+            try:
+                client, _ = self.server.accept()
+            except OSError:
+                return
+            self.connections += 1
+            threading.Thread(target=self._relay, args=(client,), daemon=True).start()
+
+    def _relay(self, client):
+        upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            upstream.connect(self.target)
+            deadline = time.monotonic() + self.hold
+            while (left := deadline - time.monotonic()) > 0:
+                ready, _, _ = select.select([client, upstream], [], [], left)
+                for source in ready:
+                    data = source.recv(65536)
+                    if not data:
+                        return
+                    (upstream if source is client else client).sendall(data)
+        except OSError:
+            pass
+        finally:
+            client.close()
+            upstream.close()
+
+    def close(self):
+        self.closing = True
+        self.server.close()
+
+
+def test_a_system_bus_that_drops_the_agent_at_once_is_tried_again_with_a_backoff(world):
+    """A system bus that lets the agent in and drops it at once (a proxy, a daemon failing as it
+    starts) gets the backoff a refused connection gets, not a reconnection at once, again and
+    again: each a connection and a warning."""
+    world.start_system_bus()
+    relay = DroppingRelay(world.tmp / "relay", world.system_address)
+    world.stack.push(relay.close)
+    agent = world.start_agent(system_address=f"unix:path={relay.path}")
+    deadline = time.monotonic() + 5
+    while relay.connections == 0:
+        assert time.monotonic() < deadline, agent.stderr_tail()
+        time.sleep(0.05)
+    start = relay.connections
+    time.sleep(4)
+    # Waits of 1 s then 2 s (each after a 0.3 s connection): 2 or 3 more; at once, about 10.
+    assert relay.connections - start <= 4, (relay.connections - start, agent.stderr_tail())
+    assert "dropped the agent as soon as it connected" in agent.stderr(), agent.stderr_tail()
     assert agent.proc.alive(), agent.stderr_tail()
 
 
