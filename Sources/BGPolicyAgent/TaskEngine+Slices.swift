@@ -1445,7 +1445,7 @@ extension TaskEngine {
         case .remote(let name, _):
             return ![DBusError.noReply, "org.freedesktop.DBus.Error.Disconnected", "org.freedesktop.DBus.Error.Timeout",
                      "org.freedesktop.DBus.Error.TimedOut"].contains(name)
-        case .invalidSignature, .invalidName, .invalidValue, .typeMismatch, .usage:
+        case .invalidSignature, .invalidName, .invalidValue, .limitsExceeded, .typeMismatch, .usage:
             return true
         case .malformedMessage, .connectionFailed, .disconnected, .outOfMemory:
             return false

@@ -12,6 +12,10 @@ public enum DBusError: Error, Sendable, Equatable {
     case invalidName(String, kind: String)
     /// A value that does not fit its declared type, or cannot be sent.
     case invalidValue(String)
+    /// A message longer than D-Bus, or the bound it was built under, allows (an array over
+    /// 64 MiB, a message over 128 MiB or `ObjectServer.Limits.maximumReplyBytes`): the words
+    /// say which, and how long it was. Nothing was sent.
+    case limitsExceeded(String)
     /// Arguments that do not have the expected types.
     case typeMismatch(expected: String, got: String)
     /// A message that could not be decoded.
@@ -31,6 +35,7 @@ public enum DBusError: Error, Sendable, Equatable {
         case .remote(let name, _): name
         case .invalidSignature, .typeMismatch, .invalidValue, .invalidName: "org.freedesktop.DBus.Error.InvalidArgs"
         case .malformedMessage: "org.freedesktop.DBus.Error.InvalidArgs"
+        case .limitsExceeded: "org.freedesktop.DBus.Error.LimitsExceeded"
         case .connectionFailed(let name, _): name
         case .disconnected: "org.freedesktop.DBus.Error.Disconnected"
         case .outOfMemory: "org.freedesktop.DBus.Error.NoMemory"
@@ -44,6 +49,7 @@ public enum DBusError: Error, Sendable, Equatable {
         case .invalidSignature(let text, let reason): "invalid D-Bus signature \"\(text)\": \(reason)"
         case .invalidName(let text, let kind): "invalid D-Bus \(kind) \"\(text)\""
         case .invalidValue(let why): why
+        case .limitsExceeded(let why): why
         case .typeMismatch(let expected, let got): "expected arguments of type \"\(expected)\", got \"\(got)\""
         case .malformedMessage(let why): "malformed message: \(why)"
         case .connectionFailed(_, let message): message

@@ -72,19 +72,23 @@ extension Message {
 
     /// Builds a new libdbus message from this value, validating everything first: written in
     /// the wire format (`WireWriter`) and loaded by libdbus, which checks it whole, or, for a
-    /// body with Unix file descriptors, through libdbus's iterators.
-    func encode() throws(DBusError) -> RawMessage {
+    /// body with Unix file descriptors, measured so and built through libdbus's iterators.
+    /// A message over `maximumLength` bytes (headers included; the specification's 128 MiB
+    /// at most), or with an array over 64 MiB, is `DBusError.limitsExceeded`.
+    func encode(maximumLength: Int = WireWriter.maximumMessageLength) throws(DBusError) -> RawMessage {
         try validateHeaders()
         try MessageCodec.checkBody(body)
-        guard let bytes = try WireWriter.message(self) else { return try buildThroughIterators() }
+        guard let bytes = try WireWriter.message(self, maximumLength: maximumLength) else { return try buildThroughIterators() }
         return try RawMessage.loading(written: bytes).unsentCopy()
     }
 
     /// `encode` for a reply, through `templates`: a method return whose body is the same as the
     /// last one of `method` is a copy of that one (see `ReplyTemplates`).
-    func encodeReply(method: ReplyTemplates.Method, templates: ReplyTemplates) throws(DBusError) -> RawMessage {
+    func encodeReply(
+        method: ReplyTemplates.Method, templates: ReplyTemplates, maximumLength: Int = WireWriter.maximumMessageLength
+    ) throws(DBusError) -> RawMessage {
         if let copy = try templates.copy(for: self, method: method) { return copy }
-        let raw = try encode()
+        let raw = try encode(maximumLength: maximumLength)
         templates.keep(raw, for: self, method: method)
         return try raw.unsentCopy()
     }

@@ -30,6 +30,8 @@ public struct ExportedInterface: Sendable {
     var immediateMethods: [String: ImmediateMethodHandler] = [:]
     var getters: [String: PropertyGetter] = [:]
     var setters: [String: PropertySetter] = [:]
+    /// What a caller can do instead when a method's reply is too large to send.
+    var oversizedReplyAdvice: [String: String] = [:]
 
     public init(_ description: InterfaceDescription) {
         self.description = description
@@ -63,6 +65,16 @@ public struct ExportedInterface: Sendable {
         return copy
     }
 
+    /// What a caller of `method` can do instead when its reply is too large to send (over
+    /// `ObjectServer.Limits.maximumReplyBytes`, or an array over 64 MiB): a sentence or two,
+    /// ending the `limitsExceeded` error's message, after the size. Without it, the message
+    /// says to ask for less in one call.
+    public func whenReplyTooLarge(_ method: String, advise advice: String) -> ExportedInterface {
+        var copy = self
+        copy.oversizedReplyAdvice[method] = advice
+        return copy
+    }
+
     public func property(_ name: String, get: @escaping PropertyGetter, set: PropertySetter? = nil) -> ExportedInterface {
         var copy = self
         copy.getters[name] = get
@@ -79,6 +91,9 @@ public struct ExportedInterface: Sendable {
         }
         for handled in methods.keys where description.method(named: handled) == nil {
             throw .usage("\(name).\(handled) has a handler but is not described")
+        }
+        for advised in oversizedReplyAdvice.keys where description.method(named: advised) == nil {
+            throw .usage("\(name).\(advised) has advice for a reply too large but is not described")
         }
         for property in description.properties {
             if property.isReadable && getters[property.name] == nil { throw .usage("\(name).\(property.name) has no getter") }
@@ -170,6 +185,17 @@ public final class ObjectServer: Sendable {
         /// this off: its callers' descriptors, open in this process while their calls wait,
         /// are then refused with the call.
         public var acceptsFileDescriptors = true
+        /// The most one reply may take in the wire format, headers included; at most the
+        /// specification's 128 MiB (and an array is never over its 64 MiB, whatever this
+        /// says). A reply over it is not sent: the caller gets `limitsExceeded`, saying how
+        /// large it was and what to do instead (`ExportedInterface.whenReplyTooLarge`). A bus
+        /// may take less than the specification allows, and disconnects a sender of more
+        /// (dbus-daemon's `max_message_size`: 32 MiB unless its configuration says more, as the
+        /// stock session bus's does, 128 MiB): a service that cannot lose its connection sets
+        /// the least a bus it runs on may take. Checked as the reply is written, element by
+        /// element of its arrays, which costs a comparison each: a reply over it is refused
+        /// once it has passed it, not written in full first.
+        public var maximumReplyBytes = WireWriter.maximumMessageLength
         public init() {}
     }
 
@@ -241,6 +267,8 @@ public final class ObjectServer: Sendable {
     }
 
     private let state = Mutex(State())
+    /// `limits.maximumReplyBytes`, read without the lock by every reply.
+    private let maximumReplyBytes = Atomic<Int>(WireWriter.maximumMessageLength)
     /// The last reply of each immediate method, for `Message.encodeReply`.
     private let replyTemplates = ReplyTemplates()
     private let logger: Logger
@@ -256,7 +284,10 @@ public final class ObjectServer: Sendable {
 
     public var limits: Limits {
         get { state.withLock { $0.limits } }
-        set { state.withLock { $0.limits = newValue } }
+        set {
+            state.withLock { $0.limits = newValue }
+            maximumReplyBytes.store(newValue.maximumReplyBytes, ordering: .relaxed)
+        }
     }
 
     /// Whether `serve()` has ended (or is ending) and not run again.
@@ -407,6 +438,8 @@ public final class ObjectServer: Sendable {
             switch e {
             case .typeMismatch, .invalidValue, .invalidName, .invalidSignature, .malformedMessage:
                 return message.makeError(name: names.invalidArgs, message: e.message)
+            case .limitsExceeded:
+                return message.makeError(name: names.limitsExceeded, message: e.message)
             default:
                 return message.makeError(name: names.failed, message: e.message)
             }
@@ -427,13 +460,22 @@ public final class ObjectServer: Sendable {
         func deliver(_ raw: RawMessage) {
             if onLoopThread { try? loop.send(raw) } else { loop.enqueue { loop in try? loop.send(raw) } }
         }
+        let limit = maximumReplyBytes.load(ordering: .relaxed)
         do {
             if immediate {
                 let method = ReplyTemplates.Method(interface: call.interface, member: call.member)
-                deliver(try reply.encodeReply(method: method, templates: replyTemplates))
+                deliver(try reply.encodeReply(method: method, templates: replyTemplates, maximumLength: limit))
             } else {
-                deliver(try reply.encode())
+                deliver(try reply.encode(maximumLength: limit))
             }
+        } catch .limitsExceeded(let why) {
+            // Sent, it would cost this connection: the bus disconnects the sender of a message it
+            // cannot take. The caller is told how large it was and what to do instead.
+            let (method, advice) = oversizedReplyAdvice(for: call)
+            logger.warning("A reply was too large to send", metadata: ["method": "\(method)", "reason": "\(why)"])
+            let text = "the reply to \(method) is too large to send in one D-Bus message: \(why). "
+                + (advice ?? "Ask for less in one call.")
+            if let raw = try? call.makeError(name: errorNames.limitsExceeded, message: text).encode() { deliver(raw) }
         } catch {
             // The handler returned something unsendable: tell the caller rather than nothing.
             logger.error("A reply could not be encoded", metadata: ["member": "\(call.member ?? "")", "error": "\(error)"])
@@ -441,6 +483,18 @@ public final class ObjectServer: Sendable {
                 deliver(raw)
             }
         }
+    }
+
+    /// The method `call` reached, as "interface.member", and its advice for a reply too large
+    /// (`ExportedInterface.whenReplyTooLarge`), if it has some. Read only when a reply is.
+    private func oversizedReplyAdvice(for call: Message) -> (method: String, advice: String?) {
+        let member = call.member ?? ""
+        let table = state.withLock { $0.objects[call.path ?? .root] } ?? [:]
+        // With no interface named, the one routing found: the first by name with the method.
+        let exported = call.interface.flatMap { table[$0] }
+            ?? table.keys.sorted().lazy.compactMap { table[$0] }.first { $0.description.method(named: member) != nil }
+        let interface = exported?.description.name ?? call.interface ?? ""
+        return ("\(interface).\(member)", exported?.oversizedReplyAdvice[member])
     }
 
     // MARK: Routing (on the connection's thread)

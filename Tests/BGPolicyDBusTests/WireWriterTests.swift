@@ -90,8 +90,53 @@ struct WireWriterTests {
     func arrayTooLong() throws {
         // One string of 64 MiB: its length, its bytes and a NUL make the array's data 5 bytes too long.
         let big = DBusValue.array(element: .string, [.string(String(repeating: "a", count: WireWriter.maximumArrayLength))])
-        #expect(throws: DBusError.invalidValue("an array's data is \(WireWriter.maximumArrayLength + 5) bytes, over the \(WireWriter.maximumArrayLength) D-Bus allows")) {
+        #expect(throws: DBusError.limitsExceeded(
+            "an array takes \(WireWriter.maximumArrayLength + 5) bytes, over the 64 MiB (67108864 bytes) D-Bus allows an array")) {
             try TypeRoundTripTests.call([big]).encode()
+        }
+    }
+
+    /// `maximumLength` bounds the whole message; it is checked after each element of an array,
+    /// and the words estimate the whole from the outermost array's elements written.
+    @Test("a message over its bound is refused once it passes it, with an estimate of its size")
+    func messageOverBound() throws {
+        let item = DBusValue.string(String(repeating: "b", count: 1020))  // 1 KiB with its length and NUL
+        let call = TypeRoundTripTests.call([.array(element: .string, Array(repeating: item, count: 100))])
+        let fits = try #require(try WireWriter.message(call, maximumLength: 200 << 10))
+        #expect(fits.count > 100 << 10)
+        #expect(throws: DBusError.limitsExceeded(
+            "an array of 100 elements would take about 100 KiB (more than 10 KiB by its 10th), "
+                + "over the 10 KiB (10240 bytes) this connection sends in one message")) {
+            try WireWriter.message(call, maximumLength: 10 << 10)
+        }
+        // Nested: the outermost array is the one counted (10 lists of 10 strings of 1 KiB).
+        let inner = DBusValue.array(element: .string, Array(repeating: item, count: 10))
+        let nested = TypeRoundTripTests.call([.array(element: inner.type, Array(repeating: inner, count: 10))])
+        #expect(throws: DBusError.limitsExceeded(
+            "an array of 10 elements would take about 100 KiB (more than 10 KiB by its 1st), "
+                + "over the 10 KiB (10240 bytes) this connection sends in one message")) {
+            try WireWriter.message(nested, maximumLength: 10 << 10)
+        }
+        // No array: the message's length, checked at its end.
+        let length = try #require(try WireWriter.message(TypeRoundTripTests.call([item]))).count
+        #expect(throws: DBusError.limitsExceeded(
+            "the message takes \(length) bytes, "
+                + "over the 1 KiB (1024 bytes) this connection sends in one message")) {
+            try WireWriter.message(TypeRoundTripTests.call([item]), maximumLength: 1 << 10)
+        }
+    }
+
+    /// A body that carries a descriptor is built through libdbus's iterators, which check no
+    /// length: it is measured here first, and refused as any other.
+    @Test("a body with a file descriptor is measured against the bound before libdbus builds it")
+    func fileDescriptorBodyBound() throws {
+        let fd = UnixFD(taking: dup(0))
+        let call = TypeRoundTripTests.call([.unixFD(fd), .array(element: .string, Array(repeating: .string(String(repeating: "c", count: 1020)), count: 4))])
+        #expect(try WireWriter.message(call, maximumLength: 8 << 10) == nil)
+        #expect(throws: DBusError.limitsExceeded(
+            "an array of 4 elements would take about 4 KiB (more than 2.2 KiB by its 2nd), "
+                + "over the 2 KiB (2048 bytes) this connection sends in one message")) {
+            try call.encode(maximumLength: 2 << 10)
         }
     }
 }
