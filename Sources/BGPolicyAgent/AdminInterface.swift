@@ -107,8 +107,31 @@ struct AdminInterface: Sendable {
         return refusal.map { SchedulerError(.accessDenied, $0) }
     }
 
+    /// What to ask instead when a method's reply is over `AgentService.maximumReplyBytes`: the
+    /// end of its LimitsExceeded message, after the size. `bgpolicy pending APP` reads the
+    /// whole of ListPending, so it is no way round it.
+    static let oversizedReplyAdvice: [String: String] = [
+        "ListApps":
+            "'bgpolicy status' counts the registered apps: forget those that no longer run ('bgpolicy forget APP'; "
+            + "'bgpolicy history' names apps as they register), and a lower [limits] apps keeps new ones out.",
+        "ListPending":
+            "'bgpolicy apps' shows how many requests each app has pending: 'bgpolicy forget APP' drops an app with all "
+            + "its requests, and a lower [limits] pending_processing keeps an app from submitting as many again; "
+            + "'bgpolicy explain APP ID' explains one request.",
+        "GetHistory":
+            "Ask for fewer entries (a smaller limit: 'bgpolicy history --limit N'), newer ones (a later since: --since), "
+            + "or one app's (GetAppHistory: 'bgpolicy history APP').",
+        "GetAppHistory":
+            "Ask for fewer entries (a smaller limit: 'bgpolicy history APP --limit N') or newer ones (a later since: --since).",
+        "GetTimeline":
+            "Ask for one app's (its app id: 'bgpolicy timeline APP'); 'bgpolicy forget APP' takes apps no longer used out of "
+            + "the whole.",
+    ]
+
     func exported() -> ExportedInterface {
-        ExportedInterface(AgentInterfaces.admin)
+        Self.oversizedReplyAdvice.reduce(ExportedInterface(AgentInterfaces.admin)) { interface, advice in
+            interface.whenReplyTooLarge(advice.key, advise: advice.value)
+        }
             // Reads only values in memory: answered on the connection's thread once the caller
             // is placed (inside an app sandbox or not); its first call waits for the bus to say
             // which process it is.

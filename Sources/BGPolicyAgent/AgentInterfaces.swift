@@ -18,7 +18,8 @@ public enum AgentInterfaces {
             InvalidArgument (arguments of the wrong types, or a call carrying file descriptors),
             LimitsExceeded (a call's arguments over 64 KiB in the wire format; more than 256
             calls, or 4 MiB of arguments, waiting from one caller: wait for replies before
-            sending more), Unavailable (the agent is stopping: call again once it is back) or
+            sending more; a reply over 32 MiB, more than a bus may take in one message: the
+            message says how large it was and what to ask instead), Unavailable (the agent is stopping: call again once it is back) or
             Failed (an error of the agent's own; the message says what failed).
             Every method but GetStatus (and the Conditions property) answers AccessDenied to a
             caller in a Flatpak or snap sandbox, or one whose process the agent cannot see: an
@@ -93,7 +94,12 @@ public enum AgentInterfaces {
                     "pending" (u); "running" (u); "violations" (u) overruns and CPU enforcement in the
                     last 7 days; "refresh_status" (s) what GetRefreshStatus tells the app.
                     """)],
-                documentation: "ListApps:\nEvery app that has registered, with its switch and counts."),
+                documentation: """
+                    ListApps:
+                    Every app that has registered, with its switch and counts. LimitsExceeded when
+                    the list would take over 32 MiB (thousands of apps with long identifiers): the
+                    message says how to make it shorter.
+                    """),
             .init(
                 "ListPending",
                 outputs: [.init("requests", aasv, """
@@ -107,7 +113,11 @@ public enum AgentInterfaces {
                     "notifications" (u) how many it stands for (only the newest payload is kept), and
                     the same "app_id", "blocking", "reasons" and "earliest_window".
                     """)],
-                documentation: "ListPending:\nWhat is waiting to run, and why."),
+                documentation: """
+                    ListPending:
+                    What is waiting to run, and why. LimitsExceeded when the list would take over
+                    32 MiB (tens of thousands of requests): the message says how to make it shorter.
+                    """),
             .init(
                 "GetHistory",
                 inputs: [
@@ -124,7 +134,12 @@ public enum AgentInterfaces {
                     background-task-began, background-task-ended, background-task-expired, app-enabled,
                     app-disabled, global-enabled, global-disabled, content-queued, database-recovered.
                     """)],
-                documentation: "GetHistory:\nEverything the agent did, so that \"it never ran\" always has an answer. Failed when the database cannot be read."),
+                documentation: """
+                    GetHistory:
+                    Everything the agent did, so that "it never ran" always has an answer. Failed when
+                    the database cannot be read; LimitsExceeded when the entries would take over 32 MiB
+                    (ask for fewer, newer, or one app's).
+                    """),
             .init(
                 "GetAppHistory",
                 inputs: [
@@ -137,7 +152,8 @@ public enum AgentInterfaces {
                     GetAppHistory:
                     GetHistory of one app: its newest entries, however many newer ones other apps have.
                     InvalidArgument for text that is no app id; NotRegistered for an app the agent
-                    neither knows nor has entries of; Failed when the database cannot be read.
+                    neither knows nor has entries of; Failed when the database cannot be read;
+                    LimitsExceeded when the entries would take over 32 MiB (ask for fewer or newer).
                     """),
             .init(
                 "SetAppEnabled",
@@ -214,7 +230,8 @@ public enum AgentInterfaces {
                     GetTimeline:
                     What `bgpolicy timeline` draws. A plan, not a promise: an open, a change of
                     conditions or a new request re-plans. InvalidArgument for text that is no app id;
-                    NotRegistered for an unknown app.
+                    NotRegistered for an unknown app; LimitsExceeded when every app's would take over
+                    32 MiB (tens of thousands of apps): ask for one app's.
                     """),
             .init(
                 "SimulateLaunch",

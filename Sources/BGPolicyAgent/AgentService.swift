@@ -30,6 +30,16 @@ public struct AgentService: Service {
     /// (an `ay` takes about 24 bytes a byte once read), not the library's 24 MiB for 1 MiB.
     static let maximumCallBodyBytes = 64 << 10
 
+    /// The most one reply may take in the wire format. A bus disconnects the sender of a
+    /// message over its `max_message_size`, and the agent would lose its name and stop:
+    /// dbus-daemon's own default is 32 MiB, in force on a bus whose configuration sets none
+    /// (the stock session.conf raises it to the specification's 128 MiB). A reply over it gets
+    /// LimitsExceeded, saying how large it was and what to ask instead
+    /// (`AdminInterface.oversizedReplyAdvice`). Only lists of many apps reach it: ListApps of
+    /// some 2,000 apps that each registered 64 identifiers of 255 bytes, ListPending of tens of
+    /// thousands of requests, GetTimeline of tens of thousands of apps.
+    static let maximumReplyBytes = 32 << 20
+
     public func run() async throws {
         let connection: DBusConnection
         do {
@@ -56,6 +66,7 @@ public struct AgentService: Service {
         // No method of the agent takes a descriptor (Submit's options may name one in a variant).
         connection.objects.limits.acceptsFileDescriptors = false
         connection.objects.limits.maximumCallBodyBytes = Self.maximumCallBodyBytes
+        connection.objects.limits.maximumReplyBytes = Self.maximumReplyBytes
         // Before the store is read: a second agent on this directory must not touch it.
         let lock = try StateLock(directory: environment.stateDirectory)
         defer { withExtendedLifetime(lock) {} }
