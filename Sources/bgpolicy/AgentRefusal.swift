@@ -31,6 +31,8 @@ struct AgentRefusal: Error, CustomStringConvertible {
         return parts.count == 3 && !parts[1].isEmpty ? "'\(parts[1])'" : nil
     }
 
+    /// None for `LimitsExceeded`: each of the agent's says what to do, and they differ (wait
+    /// for replies, or, for a reply too large to send, ask for less or forget apps).
     static let generalHints: [BGPolicyErrorName: String] = [
         .notRegistered: "'bgpolicy apps' lists the apps that have registered with bgpolicyd.",
         .unknownTask: "'bgpolicy pending' lists the waiting requests, 'bgpolicy status' the running tasks.",
@@ -41,7 +43,6 @@ struct AgentRefusal: Error, CustomStringConvertible {
         .unknownMethod: Self.olderAgent,
         .unknownInterface: Self.olderAgent,
         .unknownObject: Self.olderAgent,
-        .limitsExceeded: "bgpolicyd is busy answering too many calls; try again in a moment.",
         .failed: "Check its log with 'journalctl --user -u bgpolicyd'.",
     ]
 
