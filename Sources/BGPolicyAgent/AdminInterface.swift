@@ -9,6 +9,8 @@ struct AdminInterface: Sendable {
     let environment: AgentEnvironment
     /// The configuration in effect, which a reload changes.
     let configuration: LiveConfiguration
+    /// Where `Reload` asks for a reload and waits for it.
+    let reloads: ReloadRequests
     let conditions: ConditionsHub
     let engine: TaskEngine
     let startedAt: ContinuousClock.Instant
@@ -17,9 +19,13 @@ struct AdminInterface: Sendable {
     /// What `requireOutsideSandbox` found of each caller.
     let callers = CallerVerdicts()
 
-    init(environment: AgentEnvironment, configuration: LiveConfiguration, conditions: ConditionsHub, engine: TaskEngine) {
+    init(
+        environment: AgentEnvironment, configuration: LiveConfiguration, reloads: ReloadRequests, conditions: ConditionsHub,
+        engine: TaskEngine
+    ) {
         self.environment = environment
         self.configuration = configuration
+        self.reloads = reloads
         self.conditions = conditions
         self.engine = engine
         self.startedAt = ContinuousClock.now
@@ -210,6 +216,18 @@ struct AdminInterface: Sendable {
                 guard await engine.isRegistered(appID) else { throw SchedulerError.unknownApp(text) }
                 let identifier = try call.arguments.decode(String.self, at: 1)
                 return [await engine.explain(appID: appID, identifier: identifier).dbusValue]
+            }
+            // Answers once a reload that began after the call is done, so that GetStatus right
+            // after shows it; an invalid file is refused in the parser's words.
+            .method("Reload") { call in
+                try call.arguments.expect("")
+                try await requireOutsideSandbox(call.sender)
+                switch await reloads.reload() {
+                case .loaded: return []
+                case .failed(let why): throw SchedulerError.notReloaded(why)
+                case .stopping:
+                    throw SchedulerError(.unavailable, "the agent is stopping, and did not read the configuration; it reads it as it starts again")
+                }
             }
             .method("SimulateLaunch") { call in
                 try call.arguments.expect("ss")

@@ -42,7 +42,7 @@ public enum AgentInterfaces {
                         its state; "config_source" (s) the configuration file in use, or "defaults" when
                         none exists; "config_path" (s) where the configuration is read from;
                         "config_loaded_at" (x) when the configuration in effect was read (at start, or
-                        by the last reload: SIGHUP); "config_error" (s, when the last reload failed) why,
+                        by the last reload: Reload or SIGHUP); "config_error" (s, when the last reload failed) why,
                         the agent going on with the configuration it had; "config_pending" (as, when
                         some) the knobs the file sets that take effect only at the next start, such as
                         "[refresh] strategy";
@@ -254,6 +254,24 @@ public enum AgentInterfaces {
                     SimulateExpiration:
                     Sends ExpireTask for that running task now. InvalidArgument for text that is no app
                     id; NotRegistered for an unknown app; UnknownTask when it is not running.
+                    """),
+            .init(
+                "Reload",
+                documentation: """
+                    Reload:
+                    Reads the configuration file again and puts it in effect, as SIGHUP does, and
+                    answers once that is done: GetStatus right after shows the new "config_loaded_at"
+                    and "config_pending" (or "config_error"). The unit's reload (ExecReload=) calls it,
+                    through `bgpolicy reload`. Each new value acts from its next use;
+                    "[refresh] strategy" waits for the next start. A reload begins after the call:
+                    calls, and SIGHUPs, that come while one runs are served together by the next.
+                    InvalidArgument when the file cannot be read or is not valid, with the parser's
+                    message (the file, the line, the key and what would be valid), as in "not reloaded,
+                    the agent goes on with the configuration it had: invalid configuration:
+                    /home/u/.config/bgpolicy/bgpolicy.conf:9: [cpu] limit: expected a whole percentage
+                    from 1% to 100%, like "80%", got "180%"": nothing changed, and GetStatus's
+                    "config_error" says the same until a reload succeeds. Unavailable when the agent
+                    is stopping (it reads the file as it starts again).
                     """),
         ],
         properties: [

@@ -135,7 +135,10 @@ public struct AgentService: Service {
         let hub = ConditionsHub(
             logger: logger, udevPolling: UdevBatteryPolling(interval: environment.configuration.battery.udevReadInterval))
         let liveConfiguration = LiveConfiguration(environment)
-        let admin = AdminInterface(environment: environment, configuration: liveConfiguration, conditions: hub, engine: engine)
+        // SIGHUP's and Admin1.Reload's, run one at a time by the reloader's task below.
+        let reloads = ReloadRequests()
+        let admin = AdminInterface(
+            environment: environment, configuration: liveConfiguration, reloads: reloads, conditions: hub, engine: engine)
         let scheduler = SchedulerInterface(engine: engine, connection: connection)
         let objectPath = try ObjectPath(BGPolicyNames.objectPath)
         try connection.objects.export([admin.exported(), scheduler.exported()], at: objectPath)
@@ -220,13 +223,15 @@ public struct AgentService: Service {
                             await engine.appUnitChanged(event)
                         }
                     }
-                    // SIGHUP (systemctl --user reload bgpolicyd): the configuration is read again.
+                    // SIGHUP and Admin1.Reload (systemctl --user reload bgpolicyd, through
+                    // bgpolicy reload): the configuration is read again, one reload at a time.
                     group.addTask {
                         for await _ in hangups {
                             log.info("SIGHUP: reading the configuration again")
-                            await reloader.reload()
+                            reloads.hangup()
                         }
                     }
+                    group.addTask { await reloader.run(reloads) }
                     // The wall clock being set (a step by NTP or by hand): the engine plans again.
                     group.addTask {
                         await WallClockWatch.run(logger: log) { await engine.wallClockSet() }

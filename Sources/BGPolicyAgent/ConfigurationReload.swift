@@ -5,8 +5,8 @@ import Glibc
 import Logging
 import Synchronization
 
-/// The configuration the agent runs on, which `SIGHUP` reads again, and what `GetStatus` says
-/// of it.
+/// The configuration the agent runs on, which a reload (`SIGHUP`, `Admin1.Reload`) reads
+/// again, and what `GetStatus` says of it.
 final class LiveConfiguration: Sendable {
     struct State: Sendable {
         /// The environment whose configuration was read last (in effect, but for `pending`).
@@ -65,10 +65,14 @@ final class LiveConfiguration: Sendable {
     }
 }
 
-/// Reads the configuration file again and puts it in effect: `SIGHUP`, which
-/// `systemctl --user reload bgpolicyd` sends. A file that cannot be read or is not valid
-/// changes nothing: the agent goes on with what it had, logs why at error level, and
-/// `GetStatus` shows it until a reload succeeds.
+/// Reads the configuration file again and puts it in effect: `SIGHUP`, and
+/// `org.bgpolicy.Admin1.Reload`, which `systemctl --user reload bgpolicyd` calls through
+/// `bgpolicy reload`. A file that cannot be read or is not valid changes nothing: the agent
+/// goes on with what it had, logs why at error level, and `GetStatus` shows it until a reload
+/// succeeds (and `Reload` answers it).
+///
+/// Reloads run one at a time, in `run(_:)`: two at once would both start from the same
+/// configuration, and the one that read the file first could put its values in effect last.
 struct ConfigurationReloader: Sendable {
     let live: LiveConfiguration
     let engine: TaskEngine
@@ -80,7 +84,13 @@ struct ConfigurationReloader: Sendable {
     let udevPolling: UdevBatteryPolling
     let logger: Logger
 
-    func reload() async {
+    /// Runs the reloads asked of `requests` until the task is cancelled (`ReloadRequests.serve`).
+    func run(_ requests: ReloadRequests) async {
+        await requests.serve { await reload() }
+    }
+
+    /// Reads the file and puts it in effect. Called only through `run(_:)`, one at a time.
+    private func reload() async -> ReloadRequests.Outcome {
         let before = live.current.environment
         let fresh: AgentEnvironment
         do {
@@ -93,7 +103,7 @@ struct ConfigurationReloader: Sendable {
                 "Configuration not reloaded; the agent goes on with the configuration it had",
                 metadata: ["config.path": "\(before.configPath)", "error": "\(message)"])
             live.failed(message)
-            return
+            return .failed(message)
         }
         let changes = fresh.configuration.changes(from: before.configuration)
         let pending = await engine.reconfigure(fresh.configuration)
@@ -108,5 +118,97 @@ struct ConfigurationReloader: Sendable {
                 metadata: ["keys": "\(pending.joined(separator: ", "))"])
         }
         live.loaded(fresh, pending: pending)
+        return .loaded
+    }
+}
+
+/// Reloads asked for and not yet begun: by `SIGHUP`, which waits for nothing, and by
+/// `Admin1.Reload`, whose caller waits for the outcome of a reload that begins after its call,
+/// so that what `GetStatus` says right after the answer is that reload's. One task runs them,
+/// one at a time (`serve`, from `ConfigurationReloader.run`).
+final class ReloadRequests: Sendable {
+    enum Outcome: Sendable, Equatable {
+        /// The file was read and is in effect (but for the knobs that wait for a restart).
+        case loaded
+        /// The file cannot be read or is not valid, in the parser's words (file, line, key);
+        /// the agent goes on with the configuration it had.
+        case failed(String)
+        /// The agent is stopping: the file was not read.
+        case stopping
+    }
+
+    typealias Caller = CheckedContinuation<Outcome, Never>
+
+    private struct State {
+        var callers: [Caller] = []
+        /// A `SIGHUP` came since the last reload began.
+        var hangup = false
+        /// The agent is stopping: no reload begins any more.
+        var closed = false
+    }
+
+    private let state = Mutex(State())
+    /// Poked after each request is recorded. One poke is kept while a reload runs: the requests
+    /// made meanwhile are taken together when it is done.
+    private let asked: AsyncStream<Void>
+    private let poke: AsyncStream<Void>.Continuation
+
+    init() {
+        (asked, poke) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
+    }
+
+    /// How many callers wait for a reload that has not begun (for tests).
+    var waiting: Int { state.withLock { $0.callers.count } }
+
+    /// `SIGHUP`: a reload, answered to no one.
+    func hangup() {
+        state.withLock { $0.hangup = true }
+        poke.yield()
+    }
+
+    /// `Admin1.Reload`: waits for a reload that begins after this call, and returns its outcome.
+    func reload() async -> Outcome {
+        await withCheckedContinuation { (caller: Caller) in
+            let closed = state.withLock { s in
+                if !s.closed { s.callers.append(caller) }
+                return s.closed
+            }
+            if closed { return caller.resume(returning: .stopping) }
+            poke.yield()
+        }
+    }
+
+    /// Runs the reloads asked for with `reload`, one at a time, until the task is cancelled;
+    /// then answers the callers still waiting that the agent is stopping. Each reload serves
+    /// every request made before it began, so a burst of them costs one or two reloads, and
+    /// none begins from a configuration another has not finished putting in effect.
+    func serve(_ reload: () async -> Outcome) async {
+        for await _ in asked {
+            if Task.isCancelled { break }
+            // Nil: asked before the reload just done began, and answered by it.
+            guard let waiting = take() else { continue }
+            let outcome = await reload()
+            for caller in waiting { caller.resume(returning: outcome) }
+        }
+        for caller in close() { caller.resume(returning: .stopping) }
+    }
+
+    /// The callers a reload about to begin answers; nil when nothing was asked since the last
+    /// one began (a poke whose requests that one took).
+    private func take() -> [Caller]? {
+        state.withLock { s in
+            guard s.hangup || !s.callers.isEmpty else { return nil }
+            defer { s.callers = []; s.hangup = false }
+            return s.callers
+        }
+    }
+
+    /// No reload begins any more; returns the callers still waiting.
+    private func close() -> [Caller] {
+        state.withLock { s in
+            s.closed = true
+            defer { s.callers = [] }
+            return s.callers
+        }
     }
 }

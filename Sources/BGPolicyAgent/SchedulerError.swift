@@ -60,6 +60,14 @@ struct SchedulerError: DBusErrorConvertible, CustomStringConvertible {
         return appID
     }
 
+    /// `Admin1.Reload` of a file that cannot be read or is not valid: `why` is the parser's
+    /// message, as a start would give it and `GetStatus`'s `config_error` shows it (the file,
+    /// the line, the key and what would be valid). The agent goes on with the configuration it
+    /// had. InvalidArgument: the one thing wrong is the file the caller asked the agent to use.
+    static func notReloaded(_ why: String) -> SchedulerError {
+        SchedulerError(.invalidArgument, "not reloaded, the agent goes on with the configuration it had: \(why)")
+    }
+
     /// A store failure, worded for the caller: nothing was changed.
     static func storage(_ error: StoreError) -> SchedulerError {
         switch error {

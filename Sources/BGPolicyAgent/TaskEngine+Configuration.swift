@@ -1,7 +1,8 @@
 import BGPolicyCore
 import Logging
 
-/// A configuration read again while the agent runs (`SIGHUP`, `systemctl --user reload`).
+/// A configuration read again while the agent runs (`Admin1.Reload`, which `systemctl --user reload`
+/// runs through `bgpolicy reload`; `SIGHUP`).
 extension TaskEngine {
     /// Puts `new` in effect, and returns the knobs whose new value waits for the next start.
     ///
