@@ -52,6 +52,12 @@ extension AgentClient {
         try await perform("SetGlobalEnabled", [.boolean(enabled)])
     }
 
+    /// Reads the configuration file again; answers once it is in effect, or refuses an
+    /// invalid file with `InvalidArgument` in the parser's words.
+    func reload() async throws {
+        try await perform("Reload", [])
+    }
+
     /// What the agent forgot of the app: a{sv} (see ForgetCommand).
     func forgetApp(_ app: String) async throws -> VariantDictionary {
         try await dictionary("ForgetApp", [.string(app)])

@@ -20,8 +20,8 @@ struct BGPolicyCommand: AsyncParsableCommand {
         version: BGPolicyVersion.current,
         subcommands: [
             StatusCommand.self, AppsCommand.self, PendingCommand.self, HistoryCommand.self, ExplainCommand.self,
-            TimelineCommand.self, EnableCommand.self, DisableCommand.self, ForgetCommand.self, SimulateCommand.self,
-            ReplayCommand.self,
+            TimelineCommand.self, EnableCommand.self, DisableCommand.self, ForgetCommand.self, ReloadCommand.self,
+            SimulateCommand.self, ReplayCommand.self,
         ],
         defaultSubcommand: StatusCommand.self)
 

@@ -51,7 +51,7 @@ struct StatusReport {
             guard let value = status[key]?.value else { continue }
             rows.append((label, format(key, value)))
         }
-        // A reload (SIGHUP) that failed, or knobs read that wait for a restart.
+        // A reload (bgpolicy reload, SIGHUP) that failed, or knobs read that wait for a restart.
         if let error = status.string("config_error") {
             rows.append(("Config error", TableText.cell(
                 "not reloaded, the agent goes on with the configuration it had: \(error)")))

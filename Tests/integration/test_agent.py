@@ -190,8 +190,8 @@ def test_gdbus_and_busctl_call_getstatus(agent, bus):
 HELP_COMMANDS = [
     ["--help"], ["status", "--help"], ["apps", "--help"], ["pending", "--help"], ["history", "--help"],
     ["explain", "--help"], ["timeline", "--help"], ["enable", "--help"], ["disable", "--help"],
-    ["forget", "--help"], ["simulate", "--help"], ["simulate", "launch", "--help"], ["simulate", "expire", "--help"],
-    ["replay", "--help"],
+    ["forget", "--help"], ["reload", "--help"], ["simulate", "--help"], ["simulate", "launch", "--help"],
+    ["simulate", "expire", "--help"], ["replay", "--help"],
 ]
 
 
@@ -319,6 +319,7 @@ def test_global_switch_round_trips(agent):
     (["simulate", "launch", "org.example.Feeds"], "Missing expected argument '<identifier>'"),
     (["forget"], "Missing expected argument '<app>'"),
     (["forget", "org.example.Feeds", "org.example.Maps"], "Unexpected argument 'org.example.Maps'"),
+    (["reload", "bgpolicy.conf"], "Unexpected argument 'bgpolicy.conf'"),
     (["simulate", "stop", "org.example.Feeds", "x"], "unexpected arguments"),
     (["simulate"], "name what to simulate: 'launch APP ID' or 'expire APP ID'\nUsage: bgpolicy simulate <subcommand>"),
     (["help", "bogus"], "'bogus' is not a bgpolicy command; the commands are: status, apps"),
@@ -346,7 +347,7 @@ def test_help_for_a_command_names_it(command):
 
 @pytest.mark.parametrize("command", [
     ["apps"], ["pending"], ["history"], ["explain", "a.b", "c"], ["enable", "--all"], ["disable", "a.b"],
-    ["forget", "a.b"], ["simulate", "launch", "a.b", "c"], ["simulate", "expire", "a.b", "c"],
+    ["forget", "a.b"], ["reload"], ["simulate", "launch", "a.b", "c"], ["simulate", "expire", "a.b", "c"],
 ], ids=lambda c: " ".join(c))
 def test_every_command_says_when_the_agent_is_not_running(bus, command):
     env = dict(os.environ, DBUS_SESSION_BUS_ADDRESS=bus.address)
