@@ -108,7 +108,7 @@ stage_units() {
     # warn about what man would show wrong), and bgpolicyd's lists no subcommand.
     local man="$tmp/prefix/share/man" page command pages=0
     local expected=() installed=()
-    for command in "" .status .apps .pending .history .explain .timeline .enable .disable .forget .simulate \
+    for command in "" .status .apps .pending .history .explain .timeline .enable .disable .forget .reload .simulate \
         .simulate.launch .simulate.expire .replay; do
         [[ -f $man/man1/bgpolicy$command.1 ]] || { echo "make install wrote no man1/bgpolicy$command.1" >&2; return 1; }
         expected+=("bgpolicy$command.1")
@@ -166,6 +166,10 @@ stage_units() {
     }
     grep -qx 'ExecStart=/opt/bg/lib/bgpolicy/bgpolicyd' "$tmp/lower/opt/bg/lib/systemd/user/bgpolicyd.service" || {
         echo "the unit installed with prefix=/opt/bg does not start /opt/bg/lib/bgpolicy/bgpolicyd" >&2
+        return 1
+    }
+    grep -qx 'ExecReload=/opt/bg/bin/bgpolicy reload' "$tmp/lower/opt/bg/lib/systemd/user/bgpolicyd.service" || {
+        echo "the unit installed with prefix=/opt/bg does not reload with /opt/bg/bin/bgpolicy reload" >&2
         return 1
     }
     pristine_make uninstall DESTDIR="$tmp/lower" prefix=/opt/bg libexecdir=/opt/bg/lib/bgpolicy

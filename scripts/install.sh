@@ -58,10 +58,11 @@ shopt -s nullglob
 interfaces=("$ROOT"/dbus/org.bgpolicy.*.xml)
 shopt -u nullglob
 
-# @libexecdir@ and @docdir@ in a template, replaced by the final (non-DESTDIR) paths.
+# @bindir@, @libexecdir@ and @docdir@ in a template, replaced by the final (non-DESTDIR) paths.
 generate() {
     local text
     text=$(<"$1")
+    text=${text//@bindir@/$BINDIR}
     text=${text//@libexecdir@/$LIBEXECDIR}
     text=${text//@docdir@/$DOCDIR}
     printf '%s\n' "$text"

@@ -61,9 +61,10 @@ struct BGPolicyDaemon: AsyncParsableCommand {
 
             It keeps its state in SQLite under the state directory, mode 0700, and one agent \
             at a time may use a state directory. SIGTERM or SIGINT stop it cleanly; requests \
-            and history survive a restart. SIGHUP (systemctl --user reload bgpolicyd) reads the \
-            configuration again: an invalid file changes nothing, and says why in the log and \
-            in 'bgpolicy status'. It logs to standard error, which the user manager \
+            and history survive a restart. 'bgpolicy reload' (which systemctl --user reload \
+            bgpolicyd runs) or SIGHUP reads the configuration again: an invalid file changes \
+            nothing, and says why in the log and in 'bgpolicy status', and 'bgpolicy reload' \
+            fails with it. It logs to standard error, which the user manager \
             sends to the journal (journalctl --user -u bgpolicyd); there each line carries \
             its priority, so that journalctl -p warning shows the warnings and errors alone.
 
