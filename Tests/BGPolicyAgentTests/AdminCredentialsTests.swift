@@ -28,7 +28,7 @@ struct AdminCredentialsTests {
             stateDirectory: "/nonexistent", configPath: "/nonexistent/bgpolicy.conf", configSource: nil,
             configuration: PolicyConfiguration(), configGiven: false)
         let admin = AdminInterface(
-            environment: environment, configuration: LiveConfiguration(environment),
+            environment: environment, configuration: LiveConfiguration(environment), reloads: ReloadRequests(),
             conditions: ConditionsHub(logger: Logger(label: "test"), udevPolling: UdevBatteryPolling(interval: .seconds(60))),
             engine: harness.engine)
         try server.objects.export([admin.exported()], at: ObjectPath(BGPolicyNames.objectPath))
