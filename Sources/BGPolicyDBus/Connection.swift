@@ -30,12 +30,16 @@ public final class DBusConnection: Sendable {
         var nextID: UInt64 = 1
     }
 
-    private init(loop: ConnectionLoop, uniqueName: String, logger: Logger, disconnected: DisconnectSignal) {
+    private init(
+        loop: ConnectionLoop, uniqueName: String, logger: Logger, disconnected: DisconnectSignal, objects: ObjectServer,
+        subscriptions: SubscriptionRegistry
+    ) {
         self.loop = loop
         self.uniqueName = uniqueName
         self.logger = logger
         self.disconnected = disconnected
-        self.objects = ObjectServer(logger: logger)
+        self.objects = objects
+        self.subscriptions = subscriptions
         self.state = Mutex(SharedState())
     }
 
@@ -69,72 +73,146 @@ public final class DBusConnection: Sendable {
     }
 
     /// Opens a private connection (exit-on-disconnect off) and registers with the bus.
-    public static func connect(to bus: Bus, logger: Logger = Logger(label: "org.bgpolicy.dbus")) async throws -> DBusConnection {
-        try await connect(to: bus, logger: logger, spawn: ConnectionLoop.spawnDetachedThread)
+    ///
+    /// - Parameter timeout: how long the bus has to answer `Hello` (libdbus's own default for
+    ///   a call), after which this throws `connectionFailed` named `DBusError.timedOut`: a bus
+    ///   that takes the connection but does not answer (its daemon stopped or stuck, or another
+    ///   program listening on the socket) would otherwise hold the caller for good. Cancelling
+    ///   the task throws `CancellationError` at once, and closes what was opened.
+    public static func connect(
+        to bus: Bus, timeout: Duration = .seconds(25), logger: Logger = Logger(label: "org.bgpolicy.dbus")
+    ) async throws -> DBusConnection {
+        try await connect(to: bus, timeout: timeout, logger: logger, spawn: ConnectionLoop.spawnDetachedThread)
     }
 
     /// `connect`, with what starts the connection's thread (tests make it fail).
-    static func connect(to bus: Bus, logger: Logger, spawn: @escaping ConnectionLoop.ThreadSpawner) async throws -> DBusConnection {
+    static func connect(
+        to bus: Bus, timeout: Duration = .seconds(25), logger: Logger, spawn: @escaping ConnectionLoop.ThreadSpawner
+    ) async throws -> DBusConnection {
         let address = try address(for: bus)
+        try Task.checkCancellation()
         let loop = try ConnectionLoop()
         let disconnected = DisconnectSignal()
-        let unique: String = try await withCheckedThrowingContinuation { continuation in
-            do {
-                try loop.start(spawn: spawn) { loop in
+        let objects = ObjectServer(logger: logger)
+        let subscriptions = SubscriptionRegistry()
+        let hello = try Message.methodCall(destination: busName, path: busPath, interface: busName, member: "Hello").encode()
+        let helloID: UInt64 = 0  // the connection's own ids start at 1
+        let reply: Message
+        do {
+            reply = try await withTaskCancellationHandler {
+                try await withCheckedThrowingContinuation { continuation in
                     do {
-                        let name = try loop.open(address: address)
-                        continuation.resume(returning: name)
+                        try loop.start(spawn: spawn) { loop in
+                            // In place before anything can be read: a peer may call the new
+                            // name as soon as the bus gives it out.
+                            installCallbacks(on: loop, objects: objects, subscriptions: subscriptions, disconnected: disconnected, logger: logger)
+                            do {
+                                try loop.open(address: address)
+                            } catch {
+                                continuation.resume(throwing: error)
+                                return
+                            }
+                            loop.startCall(id: helloID, raw: hello, timeoutMilliseconds: milliseconds(timeout), continuation: continuation)
+                        }
                     } catch {
-                        loop.stop()
                         continuation.resume(throwing: error)
                     }
                 }
-            } catch {
-                continuation.resume(throwing: error)
+            } onCancel: {
+                loop.enqueue { loop in loop.cancelCall(id: helloID) }
             }
+        } catch {
+            let lost = await loop.isConnectedOnItsThread() == false
+            loop.stop()
+            throw connectFailure(error, address: address, timeout: timeout, lost: lost)
         }
-        let connection = DBusConnection(loop: loop, uniqueName: unique, logger: logger, disconnected: disconnected)
-        // The loop must not keep the connection alive, so its callbacks capture only what they use.
-        let objects = connection.objects
-        let subscriptions = connection.subscriptions
-        let log = logger
-        let installed = loop.enqueue { loop in
-            loop.onMethodCall = { [weak loop] incoming in
-                guard let loop else { return }
-                objects.route(incoming, loop: loop)
-            }
-            loop.onSignal = { incoming in
-                do {
-                    for (rule, count) in try subscriptions.deliver(incoming) {
-                        log.warning(
-                            "Signals dropped: their reader fell behind by more than its buffer; the oldest went",
-                            metadata: ["match": "\(rule.text)", "dropped": "\(count)"])
-                    }
-                } catch {
-                    // A peer's doing, and nothing to answer: debug, or a client could fill the journal.
-                    log.debug("Dropped a signal whose arguments could not be read", metadata: [
-                        "sender": "\(incoming.header.sender ?? "")", "member": "\(incoming.header.member ?? "")",
-                        "error": "\(error)",
-                    ])
+        let unique: String
+        switch (reply.kind, reply.body.first) {
+        case (.methodReturn, .string(let name)?):
+            unique = name
+        case (.error, _):
+            let error = reply.asError ?? .disconnected
+            let lost = await loop.isConnectedOnItsThread() == false
+            loop.stop()
+            throw connectFailure(error, address: address, timeout: timeout, lost: lost)
+        default:
+            loop.stop()
+            throw DBusError.connectionFailed(
+                name: "org.freedesktop.DBus.Error.Failed", message: "the bus at \(address) answered Hello without a unique name")
+        }
+        loop.enqueue { loop in loop.registered(as: unique) }
+        return DBusConnection(
+            loop: loop, uniqueName: unique, logger: logger, disconnected: disconnected, objects: objects, subscriptions: subscriptions)
+    }
+
+    /// What `connect` throws when the bus did not give it a name: cancellation as it is, the
+    /// rest naming the address and saying what happened.
+    private static func connectFailure(_ error: any Error, address: String, timeout: Duration, lost: Bool) -> any Error {
+        guard let error = error as? DBusError else { return error }
+        switch error {
+        case .connectionFailed, .outOfMemory:
+            return error
+        case .remote(DBusError.noReply, _) where !lost:
+            return DBusError.connectionFailed(
+                name: DBusError.timedOut,
+                message: "the bus at \(address) did not answer within \(describe(timeout)): its dbus-daemon may be stopped or stuck, "
+                    + "or another program listens on its socket")
+        case .remote(let name, let message) where name != DBusError.noReply:
+            return DBusError.connectionFailed(name: name, message: "the bus at \(address) refused the connection: \(message)")
+        default:
+            return DBusError.connectionFailed(
+                name: "org.freedesktop.DBus.Error.Disconnected",
+                message: "the bus at \(address) closed the connection before it answered (it refused us, or is not a D-Bus bus)")
+        }
+    }
+
+    /// "25 seconds", "300 ms".
+    private static func describe(_ duration: Duration) -> String {
+        let (seconds, attoseconds) = duration.components
+        if attoseconds == 0 { return seconds == 1 ? "1 second" : "\(seconds) seconds" }
+        return "\(seconds * 1000 + attoseconds / 1_000_000_000_000_000) ms"
+    }
+
+    /// libdbus takes milliseconds as an Int32; clamp rather than overflow on huge timeouts.
+    static func milliseconds(_ timeout: Duration) -> Int32 {
+        let seconds = min(max(timeout.components.seconds, 0), Int64(Int32.max / 1000))
+        return Int32(clamping: max(1, seconds * 1000 + timeout.components.attoseconds / 1_000_000_000_000_000))
+    }
+
+    /// The loop's callbacks. They capture only what they use: the loop must not keep the
+    /// connection alive.
+    private static func installCallbacks(
+        on loop: ConnectionLoop, objects: ObjectServer, subscriptions: SubscriptionRegistry, disconnected: DisconnectSignal,
+        logger log: Logger
+    ) {
+        loop.onMethodCall = { [weak loop] incoming in
+            guard let loop else { return }
+            objects.route(incoming, loop: loop)
+        }
+        loop.onSignal = { incoming in
+            do {
+                for (rule, count) in try subscriptions.deliver(incoming) {
+                    log.warning(
+                        "Signals dropped: their reader fell behind by more than its buffer; the oldest went",
+                        metadata: ["match": "\(rule.text)", "dropped": "\(count)"])
                 }
-            }
-            loop.onUndecodable = { error, kind in
-                log.debug("A message's headers could not be read", metadata: ["kind": "\(kind)", "error": "\(error)"])
-                return objects.errorNames.invalidArgs
-            }
-            loop.onDisconnect = {
-                subscriptions.finishAll(throwing: DBusError.disconnected)
-                objects.connectionClosed()
-                disconnected.fire()
+            } catch {
+                // A peer's doing, and nothing to answer: debug, or a client could fill the journal.
+                log.debug("Dropped a signal whose arguments could not be read", metadata: [
+                    "sender": "\(incoming.header.sender ?? "")", "member": "\(incoming.header.member ?? "")",
+                    "error": "\(error)",
+                ])
             }
         }
-        if !installed {
-            // The connection was lost before the callbacks were in place: nothing will say so.
+        loop.onUndecodable = { error, kind in
+            log.debug("A message's headers could not be read", metadata: ["kind": "\(kind)", "error": "\(error)"])
+            return objects.errorNames.invalidArgs
+        }
+        loop.onDisconnect = {
             subscriptions.finishAll(throwing: DBusError.disconnected)
             objects.connectionClosed()
             disconnected.fire()
         }
-        return connection
     }
 
     /// Closes the connection. Calls in flight fail with `DBusError.disconnected`. This only asks
@@ -222,9 +300,7 @@ public final class DBusConnection: Sendable {
         try Task.checkCancellation()
         let raw = try message.encode()
         let id = nextID()
-        // libdbus takes milliseconds as an Int32; clamp rather than overflow on huge timeouts.
-        let seconds = min(max(timeout.components.seconds, 0), Int64(Int32.max / 1000))
-        let ms = Int32(clamping: max(1, seconds * 1000 + timeout.components.attoseconds / 1_000_000_000_000_000))
+        let ms = Self.milliseconds(timeout)
         // A cancellation that lands after the call finished leaves its id in the loop's
         // cancelled-before-start set, where nothing would ever remove it. The handler has run
         // (or never will) once withTaskCancellationHandler returns, so this comes after it.
@@ -260,7 +336,7 @@ public final class DBusConnection: Sendable {
 
     // MARK: Signals
 
-    let subscriptions = SubscriptionRegistry()
+    let subscriptions: SubscriptionRegistry
 
     /// Subscribes to signals. The match rule is active on the bus when this returns, so no
     /// signal sent afterwards is missed. Dropping the subscription, or cancelling the task

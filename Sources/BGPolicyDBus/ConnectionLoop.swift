@@ -24,6 +24,8 @@ final class ConnectionLoop: @unchecked Sendable {
     private var pendingCalls: [UInt64: PendingCall] = [:]
     private var cancelledBeforeStart: Set<UInt64> = []
     private var running = true
+    /// Set once the bus answered `Hello`: only then is what is queued worth writing at close.
+    private var registered = false
     /// Set by the owner for incoming method calls and signals; called on the loop thread with
     /// the message's headers, which decide whether its body is read at all.
     var onMethodCall: ((IncomingMessage) -> Void)?
@@ -181,9 +183,10 @@ final class ConnectionLoop: @unchecked Sendable {
         // an error: every method that enqueues checks `connection`.
         if let connection {
             // What was sent before the close goes out first (an agent that stops tells its apps
-            // so), for at most a second: a bus that does not read must not hold the exit.
+            // so), for at most a second: a bus that does not read must not hold the exit. Not
+            // for a connect given up on: only its Hello is queued, to a bus that did not answer.
             let deadline = ContinuousClock.now + .seconds(1)
-            while dbus_connection_get_is_connected(connection) != 0, dbus_connection_has_messages_to_send(connection) != 0,
+            while registered, dbus_connection_get_is_connected(connection) != 0, dbus_connection_has_messages_to_send(connection) != 0,
                 ContinuousClock.now < deadline
             {
                 _ = dbus_connection_read_write(connection, 100)
@@ -212,33 +215,52 @@ final class ConnectionLoop: @unchecked Sendable {
 
     // MARK: Opening
 
-    /// Opens a private connection and registers with the bus. Runs on the loop thread; the
-    /// blocking `Hello` round trip happens before the loop serves anything else.
-    func open(address: String) throws(DBusError) -> String {
+    /// Opens a private connection and lets the loop serve it. Runs on the loop thread, and
+    /// blocks on nothing: authentication goes on as the socket is ready, and registering with
+    /// the bus is the caller's `Hello`, sent as any call (`startCall`), then `registered(as:)`.
+    /// (`dbus_bus_register` would flush before waiting for the reply, with no time limit: a bus
+    /// that takes the connection but never authenticates it held the thread for good.)
+    func open(address: String) throws(DBusError) {
         dbus_threads_init_default()
         let (conn, openError) = withCError { err in address.withCString { dbus_connection_open_private($0, err) } }
         if let openError { throw .connectionFailed(name: openError.name, message: openError.message) }
         guard let conn else { throw .connectionFailed(name: "org.freedesktop.DBus.Error.Failed", message: "could not open \(address)") }
         dbus_connection_set_exit_on_disconnect(conn, 0)
-        let (registered, registerError) = withCError { err in dbus_bus_register(conn, err) }
-        if registered == 0 {
-            dbus_connection_close(conn)
-            dbus_connection_unref(conn)
-            let e = registerError ?? (name: "org.freedesktop.DBus.Error.Failed", message: "Hello failed")
-            throw .connectionFailed(name: e.name, message: e.message)
-        }
-        let unique = dbus_bus_get_unique_name(conn).map { String(cString: $0) } ?? ""
         let me = Unmanaged.passUnretained(self).toOpaque()
         guard dbus_connection_add_filter(conn, cFilter, me, nil) != 0,
             dbus_connection_set_watch_functions(conn, cAddWatch, cRemoveWatch, cToggleWatch, me, nil) != 0,
             dbus_connection_set_timeout_functions(conn, cAddTimeout, cRemoveTimeout, cToggleTimeout, me, nil) != 0
         else {
+            // Setting them to nil removes, through our functions, what was added.
+            dbus_connection_set_watch_functions(conn, nil, nil, nil, nil, nil)
+            dbus_connection_set_timeout_functions(conn, nil, nil, nil, nil, nil)
+            dbus_connection_remove_filter(conn, cFilter, me)
             dbus_connection_close(conn)
             dbus_connection_unref(conn)
             throw .outOfMemory
         }
         connection = conn
-        return unique
+    }
+
+    /// The bus answered `Hello` with `uniqueName`. libdbus keeps it, as `dbus_bus_register`
+    /// would have.
+    func registered(as uniqueName: String) {
+        registered = true
+        guard let connection else { return }
+        _ = uniqueName.withCString { dbus_bus_set_unique_name(connection, $0) }
+    }
+
+    /// Whether the connection is open and its socket connected.
+    var isConnected: Bool {
+        guard let connection else { return false }
+        return dbus_connection_get_is_connected(connection) != 0
+    }
+
+    /// `isConnected`, asked from another thread (false once the loop has stopped).
+    func isConnectedOnItsThread() async -> Bool {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Bool, Never>) in
+            if !enqueue({ loop in continuation.resume(returning: loop.isConnected) }) { continuation.resume(returning: false) }
+        }
     }
 
     // MARK: Sending (loop thread)

@@ -202,6 +202,97 @@ struct ConnectionTests {
         #expect((ended as? DBusError) == .disconnected)
     }
 
+    // MARK: Connecting to a bus that does not answer
+
+    @Test("connecting to a bus that takes the connection but does not answer ends when its task is cancelled")
+    func connectCancelled() async throws {
+        let bus = try PrivateBus()
+        bus.pause()
+        defer { bus.resume() }
+        let connecting = Task { try await DBusConnection.connect(to: .address(bus.address)) }
+        try await Task.sleep(for: .milliseconds(200))
+        connecting.cancel()
+        let result = try await withTimeout(.seconds(3), "the cancelled connect") { await connecting.result }
+        #expect(throws: CancellationError.self) { try result.get() }
+        // The bus, going on, serves the next connection.
+        bus.resume()
+        let connection = try await DBusConnection.connect(to: .address(bus.address))
+        #expect(try await connection.busID().count == 32)
+        connection.close()
+    }
+
+    @Test("connecting to a bus that does not answer fails after the timeout, naming the bus and saying it did not answer")
+    func connectTimesOut() async throws {
+        let bus = try PrivateBus()
+        bus.pause()
+        defer { bus.resume() }
+        let clock = ContinuousClock()
+        let start = clock.now
+        do {
+            let connection = try await withTimeout(.seconds(5), "connect's own timeout") {
+                try await DBusConnection.connect(to: .address(bus.address), timeout: .milliseconds(300))
+            }
+            Issue.record("connected as \(connection.uniqueName) to a stopped bus")
+        } catch DBusError.connectionFailed(let name, let message) {
+            #expect(name == DBusError.timedOut)
+            #expect(message.contains(bus.address), "\(message)")
+            #expect(message.contains("did not answer within 300 ms"), "\(message)")
+        }
+        #expect(clock.now - start >= .milliseconds(250))
+    }
+
+    @Test("connecting to a socket another program listens on: one that never answers times out, one that hangs up is named")
+    func connectToAForeignSocket() async throws {
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("bgpolicy-foreign-\(getpid())-\(UInt32.random(in: 0...UInt32.max))").path
+        let listener = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
+        try #require(listener >= 0)
+        defer {
+            close(listener)
+            unlink(path)
+        }
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        withUnsafeMutableBytes(of: &address.sun_path) { buffer in
+            for (i, byte) in path.utf8.enumerated() { buffer[i] = byte }
+        }
+        let bound = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(listener, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+        }
+        try #require(bound == 0 && listen(listener, 4) == 0)
+        // Never accepted, never answered: the kernel takes the connection into the backlog.
+        do {
+            let connection = try await withTimeout(.seconds(5), "connect's own timeout") {
+                try await DBusConnection.connect(to: .address("unix:path=\(path)"), timeout: .milliseconds(300))
+            }
+            Issue.record("connected as \(connection.uniqueName) to a socket that never answers")
+        } catch DBusError.connectionFailed(let name, let message) {
+            #expect(name == DBusError.timedOut, "\(message)")
+            #expect(message.contains("did not answer"), "\(message)")
+        }
+        // Accepted and closed at once: not a timeout, and said so long before it.
+        let hangingUp = Thread {
+            while true {
+                let peer = accept(listener, nil, nil)
+                guard peer >= 0 else { return }
+                close(peer)
+            }
+        }
+        hangingUp.start()
+        let clock = ContinuousClock()
+        let start = clock.now
+        do {
+            let connection = try await withTimeout(.seconds(5), "connect to a socket that hangs up") {
+                try await DBusConnection.connect(to: .address("unix:path=\(path)"), timeout: .seconds(4))
+            }
+            Issue.record("connected as \(connection.uniqueName) to a socket that hangs up")
+        } catch DBusError.connectionFailed(let name, let message) {
+            #expect(name == "org.freedesktop.DBus.Error.Disconnected", "\(message)")
+            #expect(message.contains("closed the connection before it answered"), "\(message)")
+        }
+        #expect(clock.now - start < .seconds(3))
+        shutdown(listener, Int32(SHUT_RDWR))
+    }
+
     // MARK: Ordering and load
 
     @Test("calls from one caller are handled in the order they were sent")
