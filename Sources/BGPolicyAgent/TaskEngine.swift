@@ -366,8 +366,11 @@ actor TaskEngine {
             }
             // The apps' ExpireTask calls are written to the bus before this returns and the
             // sleep inhibitor is released: queued from a task that ran later, they could go
-            // out after it, as the machine went down.
-            if toldApps { await connection.flush() }
+            // out after it, as the machine went down. A bus that does not read within the
+            // flush's bound (5 s, logind's usual longest delay) does not hold the sleep.
+            if toldApps, !(await connection.flush()) {
+                logger.warning("The apps' expiry calls were not all written to the bus before the sleep")
+            }
         case .resumed:
             sleeping = false
             // What the sources said before the sleep may be hours old: a laptop suspended on

@@ -259,16 +259,22 @@ public final class DBusConnection: Sendable {
         if !sent { throw DBusError.disconnected }
     }
 
-    /// Returns once every message sent before it has been written to the bus's socket (or the
-    /// connection is gone): for a message that must be out before something else happens, such
-    /// as `ExpireTask` before the sleep inhibitor is released.
-    public func flush() async {
-        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            let queued = loop.enqueue { loop in
-                loop.flush()
-                continuation.resume()
+    /// Returns once every message sent before it has been written to the bus's socket: for a
+    /// message that must be out before something else happens, such as `ExpireTask` before
+    /// the sleep inhibitor is released. Returns false, not having written it all, when
+    /// `timeout` passes first (a bus that does not read), the connection is gone, or the task
+    /// is cancelled. The connection goes on serving meanwhile.
+    @discardableResult
+    public func flush(timeout: Duration = .seconds(5)) async -> Bool {
+        let id = nextID()
+        let deadline = ConnectionLoop.now() + UInt64(Self.milliseconds(timeout)) * 1_000_000
+        return await withTaskCancellationHandler {
+            await withCheckedContinuation { (continuation: CheckedContinuation<Bool, Never>) in
+                let queued = loop.enqueue { loop in loop.flush(id: id, deadline: deadline, continuation: continuation) }
+                if !queued { continuation.resume(returning: false) }
             }
-            if !queued { continuation.resume() }
+        } onCancel: {
+            loop.enqueue { loop in loop.cancelFlush(id: id) }
         }
     }
 

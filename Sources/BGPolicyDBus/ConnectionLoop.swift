@@ -23,6 +23,7 @@ final class ConnectionLoop: @unchecked Sendable {
     private var timeouts: [OpaquePointer: UInt64] = [:]  // DBusTimeout* -> deadline (monotonic ns)
     private var pendingCalls: [UInt64: PendingCall] = [:]
     private var cancelledBeforeStart: Set<UInt64> = []
+    private var flushes: [UInt64: Flush] = [:]
     private var running = true
     /// Set once the bus answered `Hello`: only then is what is queued worth writing at close.
     private var registered = false
@@ -40,6 +41,12 @@ final class ConnectionLoop: @unchecked Sendable {
         let continuation: CheckedContinuation<Message, any Error>
         /// The most bytes of reply body read (`DBusConnection.call(_:timeout:replyBodyLimit:)`).
         var replyBodyLimit: Int?
+    }
+
+    /// A `flush` waiting for libdbus's outgoing queue to empty, or its deadline.
+    struct Flush {
+        let deadline: UInt64  // monotonic ns
+        let continuation: CheckedContinuation<Bool, Never>
     }
 
     init() throws(DBusError) {
@@ -133,6 +140,7 @@ final class ConnectionLoop: @unchecked Sendable {
             runJobs()
             dispatch()
             guard running else { break }
+            finishFlushes()
             let timeout = nextTimeoutMilliseconds()
             let n = events.withUnsafeMutableBufferPointer { epoll_wait(epollFD, $0.baseAddress, 32, timeout) }
             if n < 0 {
@@ -204,6 +212,7 @@ final class ConnectionLoop: @unchecked Sendable {
         pendingCalls = [:]
         let closedConnection = connection
         connection = nil
+        finishFlushes()
         for job in leftover { job(self) }
         if let closedConnection { dbus_connection_unref(closedConnection) }
         onDisconnect?()
@@ -283,10 +292,38 @@ final class ConnectionLoop: @unchecked Sendable {
         }
     }
 
-    /// Writes out what libdbus holds queued to send, blocking until the socket took it all.
-    func flush() {
-        guard let connection, dbus_connection_get_is_connected(connection) != 0 else { return }
-        dbus_connection_flush(connection)
+    /// Resumes `continuation` with true once libdbus has written all it holds queued to send
+    /// (at once if nothing is queued, or the connection is gone), or with false at `deadline`.
+    /// The thread goes on serving meanwhile: `dbus_connection_flush` would block it, with no
+    /// limit, on a bus that does not read.
+    func flush(id: UInt64, deadline: UInt64, continuation: CheckedContinuation<Bool, Never>) {
+        flushes[id] = Flush(deadline: deadline, continuation: continuation)
+        finishFlushes()
+    }
+
+    /// A flush whose task was cancelled stops waiting (false, unless all was written).
+    func cancelFlush(id: UInt64) {
+        guard let flush = flushes.removeValue(forKey: id) else { return }
+        flush.continuation.resume(returning: flushOutcome ?? false)
+    }
+
+    /// True once libdbus has nothing left to write; false when the connection is gone (what
+    /// it held is lost); nil while it is still writing.
+    private var flushOutcome: Bool? {
+        guard let connection, dbus_connection_get_is_connected(connection) != 0 else { return false }
+        return dbus_connection_has_messages_to_send(connection) != 0 ? nil : true
+    }
+
+    /// Resumes the flushes that are done: all of them once nothing is left to write (or
+    /// nothing can be), those past their deadline otherwise.
+    private func finishFlushes() {
+        guard !flushes.isEmpty else { return }
+        let outcome = flushOutcome
+        let now = ConnectionLoop.now()
+        for (id, flush) in flushes where outcome != nil || flush.deadline <= now {
+            flushes[id] = nil
+            flush.continuation.resume(returning: outcome ?? false)
+        }
     }
 
     func startCall(
@@ -483,7 +520,7 @@ final class ConnectionLoop: @unchecked Sendable {
 
     // MARK: Timeouts
 
-    private static func now() -> UInt64 {
+    static func now() -> UInt64 {
         var ts = timespec()
         clock_gettime(CLOCK_MONOTONIC, &ts)
         return UInt64(ts.tv_sec) * 1_000_000_000 + UInt64(ts.tv_nsec)
@@ -513,6 +550,7 @@ final class ConnectionLoop: @unchecked Sendable {
         for (timeout, deadline) in timeouts where dbus_timeout_get_enabled(timeout) != 0 {
             nearest = min(nearest ?? deadline, deadline)
         }
+        for flush in flushes.values { nearest = min(nearest ?? flush.deadline, flush.deadline) }
         guard let nearest else { return -1 }
         let now = ConnectionLoop.now()
         guard nearest > now else { return 0 }

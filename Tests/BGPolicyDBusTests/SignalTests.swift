@@ -74,6 +74,56 @@ struct SignalTests {
         listener.close()
     }
 
+    @Test("flush on a bus that does not read leaves the connection serving: a call behind it still times out")
+    func flushDoesNotHoldTheConnection() async throws {
+        let bus = try PrivateBus()
+        let c = try await DBusConnection.connect(to: .address(bus.address))
+        bus.pause()
+        defer { bus.resume() }
+        // More than the sockets hold: the rest waits in libdbus for a bus that does not read.
+        let text = String(repeating: "x", count: 1 << 18)
+        for _ in 0..<8 { try Self.emit(c, text) }
+        let flushing = Task { await c.flush() }
+        let error = try await withTimeout(.seconds(5), "a call on the flushing connection") { () -> DBusError? in
+            do {
+                _ = try await c.call(
+                    destination: DBusConnection.busName, path: DBusConnection.busPath, interface: DBusConnection.busName, member: "GetId",
+                    [], timeout: .seconds(1))
+                return nil
+            } catch let error as DBusError {
+                return error
+            }
+        }
+        guard case .remote(DBusError.noReply, _)? = error else {
+            Issue.record("expected NoReply, got \(String(describing: error))")
+            return
+        }
+        // Once the bus reads again, the flush finishes.
+        bus.resume()
+        _ = try await withTimeout(.seconds(5), "the flush after the bus went on") { await flushing.value }
+        c.close()
+    }
+
+    @Test("flush gives up at its timeout on a bus that does not read, and says so; it says true once all is written")
+    func flushTimesOut() async throws {
+        let bus = try PrivateBus()
+        let c = try await DBusConnection.connect(to: .address(bus.address))
+        #expect(await c.flush(timeout: .milliseconds(300)), "nothing queued: flushed at once")
+        bus.pause()
+        defer { bus.resume() }
+        let text = String(repeating: "x", count: 1 << 18)
+        for _ in 0..<8 { try Self.emit(c, text) }
+        let clock = ContinuousClock()
+        let start = clock.now
+        let flushed = try await withTimeout(.seconds(5), "the flush's timeout") { await c.flush(timeout: .milliseconds(300)) }
+        #expect(!flushed)
+        #expect(clock.now - start >= .milliseconds(250))
+        bus.resume()
+        #expect(try await withTimeout(.seconds(5), "a flush on a bus that reads") { await c.flush(timeout: .seconds(4)) })
+        c.close()
+        #expect(try await withTimeout(.seconds(5), "a flush on a closed connection") { await c.flush() } == false)
+    }
+
     @Test("a subscription by well-known sender follows the name's owner, and ignores other senders")
     func byWellKnownSender() async throws {
         let bus = try PrivateBus()
