@@ -426,8 +426,11 @@ final class ConnectionLoop: @unchecked Sendable {
         // Only the headers are read here: the owner reads the body if it will use it.
         switch type {
         case 1:  // method call
+            // No handler (none installed): libdbus answers UnknownMethod, rather than the
+            // caller waiting out its timeout.
+            guard let onMethodCall else { return false }
             do {
-                onMethodCall?(try IncomingMessage(pointer))
+                onMethodCall(try IncomingMessage(pointer))
             } catch {
                 let name = onUndecodable?(error, .methodCall) ?? error.name
                 replyUndecodable(pointer, name: name, error)

@@ -293,6 +293,30 @@ struct ConnectionTests {
         shutdown(listener, Int32(SHUT_RDWR))
     }
 
+    @Test("a method call that arrives while no handler is installed is answered UnknownMethod, not left to time out")
+    func callWithNoHandler() async throws {
+        let bus = try PrivateBus()
+        let c = try await connect(2, to: bus)
+        let (server, client) = (c[0], c[1])
+        // As in the moment between the bus giving out the name and the handler being installed.
+        await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
+            server.loop.enqueue { loop in
+                loop.onMethodCall = nil
+                done.resume()
+            }
+        }
+        let clock = ContinuousClock()
+        let start = clock.now
+        await expectRemoteError(DBusError.unknownMethod) {
+            _ = try await client.call(
+                .methodCall(destination: server.uniqueName, path: ObjectPath("/org/bgpolicy/Test"), interface: "org.bgpolicy.Test1", member: "Add"),
+                timeout: .seconds(3))
+        }
+        #expect(clock.now - start < .seconds(2))
+        server.close()
+        client.close()
+    }
+
     // MARK: Ordering and load
 
     @Test("calls from one caller are handled in the order they were sent")
