@@ -85,13 +85,15 @@ public final class DBusConnection: Sendable {
         try await connect(to: bus, timeout: timeout, logger: logger, spawn: ConnectionLoop.spawnDetachedThread)
     }
 
-    /// `connect`, with what starts the connection's thread (tests make it fail).
+    /// `connect`, with what starts the connection's thread and what stands in for `epoll_ctl`
+    /// (tests make them fail).
     static func connect(
-        to bus: Bus, timeout: Duration = .seconds(25), logger: Logger, spawn: @escaping ConnectionLoop.ThreadSpawner
+        to bus: Bus, timeout: Duration = .seconds(25), logger: Logger, spawn: @escaping ConnectionLoop.ThreadSpawner,
+        epollControl: @escaping ConnectionLoop.EpollControl = ConnectionLoop.systemEpollControl
     ) async throws -> DBusConnection {
         let address = try address(for: bus)
         try Task.checkCancellation()
-        let loop = try ConnectionLoop()
+        let loop = try ConnectionLoop(epollControl: epollControl)
         let disconnected = DisconnectSignal()
         let objects = ObjectServer(logger: logger)
         let subscriptions = SubscriptionRegistry()

@@ -14,6 +14,7 @@ final class ConnectionLoop: @unchecked Sendable {
     // Immutable after init; safe from any thread.
     private let epollFD: Int32
     private let wakeFD: Int32
+    private let epollControl: EpollControl
     private let queue = Mutex<(jobs: [Job], stopped: Bool)>(([], false))
 
     // Everything below is touched only on the loop thread.
@@ -49,7 +50,15 @@ final class ConnectionLoop: @unchecked Sendable {
         let continuation: CheckedContinuation<Bool, Never>
     }
 
-    init() throws(DBusError) {
+    /// `epoll_ctl`, or what stands in for it (tests make it fail).
+    typealias EpollControl = @Sendable (_ epfd: Int32, _ op: Int32, _ fd: Int32, _ event: UnsafeMutablePointer<epoll_event>?) -> Int32
+
+    static let systemEpollControl: EpollControl = { epoll_ctl($0, $1, $2, $3) }
+    /// `EPOLL_CTL_ADD`, for tests (which do not see the epoll header).
+    static let epollAdd = EPOLL_CTL_ADD
+
+    init(epollControl: @escaping EpollControl = ConnectionLoop.systemEpollControl) throws(DBusError) {
+        self.epollControl = epollControl
         epollFD = epoll_create1(Int32(EPOLL_CLOEXEC))
         guard epollFD >= 0 else {
             throw .connectionFailed(name: "org.freedesktop.DBus.Error.Failed", message: "epoll_create1: \(SystemCalls.errnoDescription(errno))")
@@ -62,7 +71,12 @@ final class ConnectionLoop: @unchecked Sendable {
         var event = epoll_event()
         event.events = EPOLLIN.rawValue
         event.data.fd = wakeFD
-        _ = epoll_ctl(epollFD, EPOLL_CTL_ADD, wakeFD, &event)
+        // Without it no job would ever wake the thread: every call would wait for ever.
+        guard epollControl(epollFD, EPOLL_CTL_ADD, wakeFD, &event) == 0 else {
+            // Every stored property is set: deinit closes both descriptors.
+            let error = errno
+            throw .connectionFailed(name: "org.freedesktop.DBus.Error.Failed", message: "epoll_ctl: \(SystemCalls.errnoDescription(error))")
+        }
     }
 
     deinit {
@@ -236,6 +250,7 @@ final class ConnectionLoop: @unchecked Sendable {
         guard let conn else { throw .connectionFailed(name: "org.freedesktop.DBus.Error.Failed", message: "could not open \(address)") }
         dbus_connection_set_exit_on_disconnect(conn, 0)
         let me = Unmanaged.passUnretained(self).toOpaque()
+        watchError = nil
         guard dbus_connection_add_filter(conn, cFilter, me, nil) != 0,
             dbus_connection_set_watch_functions(conn, cAddWatch, cRemoveWatch, cToggleWatch, me, nil) != 0,
             dbus_connection_set_timeout_functions(conn, cAddTimeout, cRemoveTimeout, cToggleTimeout, me, nil) != 0
@@ -246,6 +261,11 @@ final class ConnectionLoop: @unchecked Sendable {
             dbus_connection_remove_filter(conn, cFilter, me)
             dbus_connection_close(conn)
             dbus_connection_unref(conn)
+            if let watchError {
+                throw .connectionFailed(
+                    name: "org.freedesktop.DBus.Error.Failed",
+                    message: "could not watch the socket of \(address): epoll_ctl: \(SystemCalls.errnoDescription(watchError))")
+            }
             throw .outOfMemory
         }
         connection = conn
@@ -459,11 +479,20 @@ final class ConnectionLoop: @unchecked Sendable {
 
     // MARK: Watches
 
+    /// The errno of the last `epoll_ctl` that failed to add a watch (`open` reports it).
+    private var watchError: Int32?
+
     fileprivate func addWatch(_ watch: OpaquePointer) -> Bool {
         let fd = dbus_watch_get_unix_fd(watch)
         guard fd >= 0 else { return false }
         watches[watch] = fd
-        updateInterest(fd: fd)
+        // A watch epoll does not have would never be served: refuse it, and libdbus fails.
+        if let error = updateInterest(fd: fd) {
+            watches[watch] = nil
+            _ = updateInterest(fd: fd)
+            watchError = error
+            return false
+        }
         return true
     }
 
@@ -479,7 +508,9 @@ final class ConnectionLoop: @unchecked Sendable {
 
     /// Several watches may share a descriptor (libdbus uses one for reading, one for
     /// writing); epoll takes each descriptor once, so register the union of their interests.
-    private func updateInterest(fd: Int32) {
+    /// Returns the errno of an `epoll_ctl` that failed to add or change it (nil when none did).
+    @discardableResult
+    private func updateInterest(fd: Int32) -> Int32? {
         var wanted: UInt32 = 0
         for (watch, watchFD) in watches where watchFD == fd && dbus_watch_get_enabled(watch) != 0 {
             let flags = dbus_watch_get_flags(watch)
@@ -492,17 +523,18 @@ final class ConnectionLoop: @unchecked Sendable {
         event.events = wanted
         event.data.fd = fd
         if !anyWatch || (wanted == 0 && current != nil) {
-            if current != nil { _ = epoll_ctl(epollFD, EPOLL_CTL_DEL, fd, &event) }
+            if current != nil { _ = epollControl(epollFD, EPOLL_CTL_DEL, fd, &event) }
             registeredEvents[fd] = nil
         } else if wanted == 0 {
-            return
+            return nil
         } else if current == nil {
-            _ = epoll_ctl(epollFD, EPOLL_CTL_ADD, fd, &event)
+            guard epollControl(epollFD, EPOLL_CTL_ADD, fd, &event) == 0 else { return errno }
             registeredEvents[fd] = wanted
         } else if current != wanted {
-            _ = epoll_ctl(epollFD, EPOLL_CTL_MOD, fd, &event)
+            guard epollControl(epollFD, EPOLL_CTL_MOD, fd, &event) == 0 else { return errno }
             registeredEvents[fd] = wanted
         }
+        return nil
     }
 
     private func handleWatchEvents(fd: Int32, events: UInt32) {
