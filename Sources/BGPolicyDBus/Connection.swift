@@ -53,23 +53,48 @@ public final class DBusConnection: Sendable {
         case .address(let address):
             return address
         case .session:
-            if let address = getenv("DBUS_SESSION_BUS_ADDRESS").map({ String(cString: $0) }), !address.isEmpty {
-                return address
-            }
-            if let runtime = getenv("XDG_RUNTIME_DIR").map({ String(cString: $0) }), !runtime.isEmpty {
-                let socket = runtime + "/bus"
-                if access(socket, F_OK) == 0 { return "unix:path=" + socket }
-            }
-            throw .connectionFailed(
-                name: "org.freedesktop.DBus.Error.NotSupported",
-                message: "no session bus: DBUS_SESSION_BUS_ADDRESS is not set and $XDG_RUNTIME_DIR/bus does not exist. "
-                    + "Run inside a desktop session, or start one with 'dbus-run-session -- COMMAND'")
+            return try sessionAddress(
+                environment: { getenv($0).map { String(cString: $0) } }, exists: { access($0, F_OK) == 0 })
         case .system:
             if let address = getenv("DBUS_SYSTEM_BUS_ADDRESS").map({ String(cString: $0) }), !address.isEmpty {
                 return address
             }
             return "unix:path=/run/dbus/system_bus_socket"
         }
+    }
+
+    /// The session bus's address: `DBUS_SESSION_BUS_ADDRESS`, else `$XDG_RUNTIME_DIR/bus` when
+    /// it exists.
+    static func sessionAddress(environment: (String) -> String?, exists: (String) -> Bool) throws(DBusError) -> String {
+        if let address = environment("DBUS_SESSION_BUS_ADDRESS"), !address.isEmpty {
+            return address
+        }
+        if let runtime = environment("XDG_RUNTIME_DIR"), !runtime.isEmpty {
+            let socket = runtime + "/bus"
+            if exists(socket) { return "unix:path=" + escapeAddressValue(socket) }
+        }
+        throw .connectionFailed(
+            name: "org.freedesktop.DBus.Error.NotSupported",
+            message: "no session bus: DBUS_SESSION_BUS_ADDRESS is not set and $XDG_RUNTIME_DIR/bus does not exist. "
+                + "Run inside a desktop session, or start one with 'dbus-run-session -- COMMAND'")
+    }
+
+    /// `value` as a D-Bus address value, escaped as `dbus_address_escape_value` does: every
+    /// byte but `[-0-9A-Za-z_/.\*]` as `%xx`. A path with a space, `,`, `;`, `=` or `%` in it
+    /// would otherwise be read as another address, another key, or an escape.
+    static func escapeAddressValue(_ value: String) -> String {
+        let hex = Array("0123456789abcdef".utf8)
+        var out: [UInt8] = []
+        for byte in value.utf8 {
+            switch byte {
+            case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "0")...UInt8(ascii: "9"),
+                UInt8(ascii: "-"), UInt8(ascii: "_"), UInt8(ascii: "/"), UInt8(ascii: "."), UInt8(ascii: "\\"), UInt8(ascii: "*"):
+                out.append(byte)
+            default:
+                out += [UInt8(ascii: "%"), hex[Int(byte >> 4)], hex[Int(byte & 0xf)]]
+            }
+        }
+        return String(decoding: out, as: UTF8.self)
     }
 
     /// Opens a private connection (exit-on-disconnect off) and registers with the bus.

@@ -317,6 +317,19 @@ struct ConnectionTests {
         client.close()
     }
 
+    @Test("the session bus fallback escapes the path as a D-Bus address value")
+    func sessionAddressEscapesThePath() throws {
+        let runtime = "/run/user/1000/odd dir,x=y;z%é\\"
+        let address = try DBusConnection.sessionAddress(
+            environment: { $0 == "XDG_RUNTIME_DIR" ? runtime : nil }, exists: { $0 == runtime + "/bus" })
+        #expect(address == "unix:path=/run/user/1000/odd%20dir%2cx%3dy%3bz%25%c3%a9\\/bus")
+        #expect(DBusConnection.escapeAddressValue("-_/.*\\azAZ09") == "-_/.*\\azAZ09")
+        // DBUS_SESSION_BUS_ADDRESS is an address already: taken as it is.
+        #expect(try DBusConnection.sessionAddress(environment: { $0 == "DBUS_SESSION_BUS_ADDRESS" ? "unix:path=/a%20b" : nil }, exists: { _ in true })
+            == "unix:path=/a%20b")
+        #expect(throws: DBusError.self) { try DBusConnection.sessionAddress(environment: { _ in nil }, exists: { _ in true }) }
+    }
+
     // MARK: Ordering and load
 
     @Test("calls from one caller are handled in the order they were sent")
