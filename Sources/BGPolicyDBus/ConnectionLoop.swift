@@ -414,6 +414,11 @@ final class ConnectionLoop: @unchecked Sendable {
             return
         }
         let raw = RawMessage(taking: reply)
+        // IncomingMessage borrows raw's pointer: raw must outlive every read through it.
+        withExtendedLifetime(raw) { complete(call, raw) }
+    }
+
+    private func complete(_ call: PendingCall, _ raw: RawMessage) {
         do {
             guard let limit = call.replyBodyLimit else {
                 call.continuation.resume(returning: try Message(decoding: raw.pointer))
