@@ -115,7 +115,9 @@ struct AgentCrashTests {
 
         agent.signal(SIGSTOP)
         let call = Task { try await scheduler.submit(BGAppRefreshTaskRequest(identifier: Self.refresh)) }
-        try await Task.sleep(for: .milliseconds(300))
+        // Time for the call to reach the bus, on a machine other suites load (at 300 ms it once
+        // had not: sent after the kill, it started an agent afresh, which answered).
+        try await Task.sleep(for: .seconds(1))
         try await agent.kill()
         let error = await #expect(throws: BGTaskSchedulerError.self) { try await call.value }
         #expect(error?.code == .other)
