@@ -19,7 +19,8 @@ extension AgentInterfaces {
             touches only its own app's requests. Errors: org.bgpolicy.Error.NotRegistered,
             NotPermitted, TooManyPendingRequests, Unavailable, InvalidArgument, AccessDenied,
             UnknownTask, LimitsExceeded (a call's arguments over 64 KiB in the wire format;
-            more than 256 calls, or 4 MiB of arguments, waiting from one caller; a Register of
+            more than 256 calls, or 4 MiB of arguments, waiting from one caller, or 8,192 calls
+            or 64 MiB from all callers together; a Register of
             a new app id when the agent keeps [limits] apps already; 16 background tasks under
             way for the app; content-available wakes over the hour's allowance; usage changes faster than 60 at once, then one a second, or
             all apps' faster than 3,600 at once, then two a second), Failed (the database refused a write: nothing was changed),

@@ -18,7 +18,8 @@ public enum AgentInterfaces {
             InvalidArgument (arguments of the wrong types, or a call carrying file descriptors),
             LimitsExceeded (a call's arguments over 64 KiB in the wire format; more than 256
             calls, or 4 MiB of arguments, waiting from one caller: wait for replies before
-            sending more; a reply over 32 MiB, more than a bus may take in one message: the
+            sending more; 8,192 calls, or 64 MiB of arguments, waiting from all callers
+            together: busy, try again in a moment; a reply over 32 MiB, more than a bus may take in one message: the
             message says how large it was and what to ask instead), Unavailable (the agent is stopping: call again once it is back) or
             Failed (an error of the agent's own; the message says what failed).
             Every method but GetStatus (and the Conditions property) answers AccessDenied to a

@@ -113,8 +113,9 @@ public struct ExportedInterface: Sendable {
 /// value `Set` carries): the arguments are read only for a call that will be handled, and only
 /// when they are within `limits.maximumCallBodyBytes`. Calls that reach a handler (`Properties`
 /// calls too) are queued per caller and run by `serve()`: calls from one caller run in order,
-/// different callers run concurrently, and a caller with too many calls or bytes waiting gets
-/// `LimitsExceeded`, before its arguments are read, instead of growing the queue. Once
+/// different callers run concurrently, and a caller with too many calls or bytes waiting (or
+/// any caller, when all callers together have) gets `LimitsExceeded`, before its arguments are
+/// read, instead of growing the queue. Once
 /// `serve()` has been cancelled, calls get `unavailable` until it runs again.
 public final class ObjectServer: Sendable {
     public static let propertiesInterface = "org.freedesktop.DBus.Properties"
@@ -179,6 +180,16 @@ public final class ObjectServer: Sendable {
         /// arguments take more memory than their wire format (an `ay` about 24 bytes per
         /// byte), so this bounds a caller's queue to some 100 MiB at the worst.
         public var maximumQueuedBytesPerCaller = 4 << 20
+        /// Calls all callers together may have waiting. The per-caller bounds hold one
+        /// connection; a process may open many (dbus-daemon's session bus lets one user have
+        /// thousands), so the whole queue is bounded too. A call over it is refused with
+        /// `limitsExceeded`, saying the server is busy, whoever sent it; the calls running are
+        /// not counted.
+        public var maximumQueuedCalls = 8192
+        /// The arguments (in the wire format) of the calls all callers together may have
+        /// waiting: 64 MiB, the memory they hold as they wait, whatever the number of callers.
+        /// A call alone is always taken, as for one caller.
+        public var maximumQueuedBytes = 64 << 20
         /// Whether calls may carry Unix file descriptors, to the methods whose arguments can
         /// hold one (an `h`, or a variant) and to `Properties.Set`. Other calls that carry
         /// some are always refused, before anything is read. A service that takes none turns
@@ -256,6 +267,10 @@ public final class ObjectServer: Sendable {
         var errorNames = ErrorNames()
         var limits = Limits()
         var lanes: [String: Lane] = [:]
+        /// The calls waiting in every lane, and their body bytes: what `Limits.maximumQueuedCalls`
+        /// and `maximumQueuedBytes` bound.
+        var waitingCalls = 0
+        var waitingBytes = 0
         var closed = false
         /// Set while `serve()` runs: callers whose lanes are ready to drain.
         var ready: AsyncStream<String>.Continuation?
@@ -319,6 +334,7 @@ public final class ObjectServer: Sendable {
         let ready = state.withLock { s in
             s.closed = true
             s.lanes = [:]
+            (s.waitingCalls, s.waitingBytes) = (0, 0)
             return s.ready
         }
         ready?.finish()
@@ -360,6 +376,7 @@ public final class ObjectServer: Sendable {
         let (left, names) = state.withLock { s in
             let left = s.lanes.values
             s.lanes = [:]
+            (s.waitingCalls, s.waitingBytes) = (0, 0)
             s.serving = false
             return (Array(left), s.errorNames)
         }
@@ -423,6 +440,8 @@ public final class ObjectServer: Sendable {
                 s.lanes[sender] = nil
                 return nil
             }
+            s.waitingCalls -= 1
+            s.waitingBytes -= work.bytes
             return work
         }
     }
@@ -599,7 +618,7 @@ public final class ObjectServer: Sendable {
     }
 
     private enum Outcome {
-        enum Bound { case calls(Int), bytes(Int) }
+        enum Bound { case calls(Int), bytes(Int), allCalls(Int), allBytes(Int) }
         case queued, full(ErrorNames, Bound), closed, stopping(ErrorNames)
     }
 
@@ -614,18 +633,28 @@ public final class ObjectServer: Sendable {
         guard lane.count == 0 || lane.bytes + bytes <= s.limits.maximumQueuedBytesPerCaller else {
             return .full(s.errorNames, .bytes(s.limits.maximumQueuedBytesPerCaller))
         }
+        guard s.waitingCalls < s.limits.maximumQueuedCalls else {
+            return .full(s.errorNames, .allCalls(s.limits.maximumQueuedCalls))
+        }
+        guard s.waitingCalls == 0 || s.waitingBytes + bytes <= s.limits.maximumQueuedBytes else {
+            return .full(s.errorNames, .allBytes(s.limits.maximumQueuedBytes))
+        }
         return .queued
     }
 
     private static func fullError(for message: Message, sender: String, why: Outcome.Bound, names: ErrorNames) -> Message {
-        let bound =
+        let text =
             switch why {
-            case .calls(let most): "\(most) calls already wait"
-            case .bytes(let most): "the calls waiting would take over \(most) bytes of arguments"
+            case .calls(let most):
+                "too many calls waiting from \(sender) (\(most) calls already wait); wait for replies before sending more"
+            case .bytes(let most):
+                "too many calls waiting from \(sender) (the calls waiting would take over \(most) bytes of arguments); wait for replies before sending more"
+            case .allCalls(let most):
+                "busy: \(most) calls from all callers already wait to be served; try again in a moment"
+            case .allBytes(let most):
+                "busy: the calls waiting from all callers would take over \(most) bytes of arguments; try again in a moment"
             }
-        return message.makeError(
-            name: names.limitsExceeded,
-            message: "too many calls waiting from \(sender) (\(bound)); wait for replies before sending more")
+        return message.makeError(name: names.limitsExceeded, message: text)
     }
 
     /// The reply, or nil when the handler cannot answer at once (`NotImmediate`).
@@ -646,6 +675,8 @@ public final class ObjectServer: Sendable {
             let outcome = Self.outcome(for: s.lanes[sender] ?? Lane(), bytes: work.bytes, in: s)
             guard case .queued = outcome else { return outcome }
             s.lanes[sender, default: Lane()].append(work)
+            s.waitingCalls += 1
+            s.waitingBytes += work.bytes
             if isNew {
                 // Without a serve() running, the lane waits: the next serve() picks it up.
                 s.ready?.yield(sender)

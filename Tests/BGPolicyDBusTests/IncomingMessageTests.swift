@@ -182,6 +182,56 @@ struct CallBoundTests {
         #expect(try await fixture.call("Take", [bytes(9000)]) == [.uint32(9000)])
     }
 
+    /// Many connections of one process each keep within a caller's bounds: together they are
+    /// bounded too, by count and by bytes, and a refused caller is told the server is busy.
+    @Test("the calls waiting from all callers together are bounded", arguments: [false, true])
+    func queuedFromAllCallers(byBytes: Bool) async throws {
+        let bus = try PrivateBus()
+        var limits = ObjectServer.Limits()
+        limits.maximumCallBodyBytes = 10_000
+        if byBytes { limits.maximumQueuedBytes = 25_000 } else { limits.maximumQueuedCalls = 2 }
+        let fixture = try await BoundFixture(bus: bus, limits: limits)
+        defer { fixture.stop() }
+        var callers: [DBusConnection] = []
+        for _ in 0..<3 { callers.append(try await DBusConnection.connect(to: .address(bus.address))) }
+        defer { for caller in callers { caller.close() } }
+        // One call each blocks: three running, none waiting. One at a time, so that none
+        // waits to be taken (two waiting would fill the bound of 2).
+        var blocked: [Task<[DBusValue], any Error>] = []
+        for (i, caller) in callers.enumerated() {
+            blocked.append(Task {
+                try await caller.call(
+                    destination: fixture.server.uniqueName, path: BoundFixture.path, interface: BoundFixture.name, member: "Block")
+            })
+            #expect(await eventually { fixture.blocked.count == i + 1 })
+        }
+        // Then one call of 9,004 bytes from each, waiting behind its caller's blocked call:
+        // two fit (2 calls; 18,008 bytes of 25,000), the third does not.
+        let refused = Recorder<Int>()
+        let queued = callers.enumerated().map { i, caller in
+            Task {
+                do {
+                    return try await caller.call(
+                        destination: fixture.server.uniqueName, path: BoundFixture.path, interface: BoundFixture.name,
+                        member: "Take", [bytes(9000)])
+                } catch DBusError.remote(let name, let message) where name == "org.bgpolicy.Test.Error.TooMuch" {
+                    #expect(message.hasPrefix("busy: "), "\(message)")
+                    #expect(message.contains(byBytes ? "over 25000 bytes" : "2 calls from all callers"), "\(message)")
+                    refused.append(i)
+                    return []
+                }
+            }
+        }
+        #expect(await eventually { refused.count == 1 }, "refused \(refused.count)")
+        #expect(fixture.taken.count == 0)
+        fixture.gate.open()
+        for task in blocked { _ = try await withTimeout(.seconds(5), "a blocked call") { try await task.value } }
+        for task in queued { _ = try await withTimeout(.seconds(5), "a queued call") { try await task.value } }
+        #expect(fixture.taken.count == 2 && refused.count == 1)
+        // Once the queue has drained, the budget is whole again.
+        #expect(try await fixture.call("Take", [bytes(9000)]) == [.uint32(9000)])
+    }
+
     @Test("Properties calls are held to a caller's bounds like any other call")
     func propertyBounds() async throws {
         let bus = try PrivateBus()
