@@ -157,6 +157,55 @@ extension TaskEngine {
     func endEnforcementCall(_ appID: String) {
         let left = (enforcementCalls[appID] ?? 1) - 1
         enforcementCalls[appID] = left > 0 ? left : nil
+        if enforcementCalls.isEmpty { endWaitForEnforcementCalls() }
+    }
+
+    /// Undoes `enforcement` in a task of its own, for a caller that cannot wait for the user
+    /// manager (the charger back, the app come into use: a `didSet`). Counted among the calls on
+    /// their way from now, not from when the task runs, so that a stop coming first waits for it.
+    func releaseSoon(_ enforcement: Slice.Enforcement, slice: Slice, why: String) {
+        beginEnforcementCall(slice.appID.rawValue)
+        Task {
+            await self.release(enforcement, slice: slice, why: why)
+            self.endEnforcementCall(slice.appID.rawValue)
+        }
+    }
+
+    /// How long the stop waits for the CPU monitor's systemd calls on their way. Each is bounded
+    /// by the proxy's 5-s timeout (FreezeUnit answers only once the unit is frozen), and the
+    /// longest chain of them is an enforcement's: its quota read, an earlier undo tried again,
+    /// the throttle or freeze, and the undo of it once the slice has closed, 20 s; others run
+    /// beside it, not after it. 25 s covers that, and leaves most of systemd's default stop
+    /// timeout (DefaultTimeoutStopSec, 90 s) to the rest of the stop, so that SIGKILL does not
+    /// cut it short. What is still on its way then is stored (`remember`), and the next start
+    /// undoes it.
+    static let enforcementWaitAtStop = Duration.seconds(25)
+
+    /// Returns once no systemd call of the CPU monitor is on its way (`enforcementCalls`), or
+    /// after `limit`, whichever comes first.
+    func waitForEnforcementCalls(atMost limit: Duration) async {
+        guard !enforcementCalls.isEmpty else { return }
+        logger.info(
+            "Waiting for the CPU monitor's systemd calls on their way, to undo what they did before the agent exits",
+            metadata: ["apps": "\(enforcementCalls.keys.sorted().joined(separator: ","))"])
+        let timer = Task {
+            do { try await AgentExecutor.sleep(for: limit) } catch { return }
+            self.endWaitForEnforcementCalls()
+        }
+        await withCheckedContinuation { enforcementCallsSettled.append($0) }
+        timer.cancel()
+        if !enforcementCalls.isEmpty {
+            logger.error(
+                "The CPU monitor's systemd calls were still on their way when the agent stopped; the next start undoes what they did",
+                metadata: ["apps": "\(enforcementCalls.keys.sorted().joined(separator: ","))",
+                           "waited.seconds": "\(limit.components.seconds)"])
+        }
+    }
+
+    private func endWaitForEnforcementCalls() {
+        let waiting = enforcementCallsSettled
+        enforcementCallsSettled = []
+        for waiter in waiting { waiter.resume() }
     }
 
     /// How a throttle's undo left the unit's quota, for its `cpu-released` entry.
@@ -228,9 +277,13 @@ extension TaskEngine {
 
     /// The agent is stopping: no more launches, and every slice under way ends now. Its apps
     /// are told to wrap up (`ExpireTask`), its tasks end as interrupted (they are not delivered
-    /// again, as after a crash), and what the CPU monitor did is undone. Returns once the store
-    /// writer has run every write queued (a clock step's move of the content-available times,
-    /// a withdrawal's second delete): no caller waits for those, and the process ends next.
+    /// again, as after a crash), and what the CPU monitor did is undone: what the slices hold,
+    /// at their close, and what a systemd call still on its way does (a freeze or quota asked
+    /// for, which `enforce` undoes when it comes back and finds its slice closed; a lift started
+    /// when the app came into use or the charger came back), for which the stop waits, at most
+    /// `enforcementWaitAtStop`. Returns once the store writer has run every write queued (a
+    /// clock step's move of the content-available times, a withdrawal's second delete): no
+    /// caller waits for those, and the process ends next.
     func stop() async {
         stopping = true
         scheduleEvaluation(at: nil, now: Self.wallNow())
@@ -245,6 +298,7 @@ extension TaskEngine {
                 sliceID, as: .interrupted,
                 detail: "the agent stopped during the slice (ExpireTask sent); it will not be delivered again")
         }
+        await waitForEnforcementCalls(atMost: Self.enforcementWaitAtStop)
         queueWaitingContentWakes()
         await writer.run {}
     }

@@ -758,7 +758,7 @@ extension TaskEngine {
                 "CPU monitor off: the charger is back during a slice of external-power processing",
                 metadata: ["app.id": "\(slice.appID)", "slice.id": "\(id)", "enforcement.lifted": "\(enforcement != nil)"])
             guard let enforcement else { continue }
-            Task { await self.release(enforcement, slice: slice, why: Self.releasedOnAC) }
+            releaseSoon(enforcement, slice: slice, why: Self.releasedOnAC)
         }
     }
 
@@ -1350,6 +1350,11 @@ extension TaskEngine {
         } else if action != .observe, let unit = slice.unit {
             let intended: Slice.Enforcement = action == .throttle
                 ? .throttled(unit: unit, quotaBefore: await quotaBeforeThrottle(of: unit, slice: slice)) : .frozen(unit: unit)
+            // The quota's read was a systemd call too: a slice closed meanwhile (the agent's stop
+            // among the causes, which waits for this call) is not throttled only to be lifted at
+            // once. One that stopped being watched meanwhile is throttled all the same, and lifted
+            // when the call returns, as when the user comes to the app during the throttle's call.
+            guard slices[sliceID] != nil else { return }
             if let refusal = remember(intended, slice: slice) {
                 unrecorded = refusal
                 detail = "still at \(percent) % of one core after the warning; \(unit) was not \(action == .throttle ? "throttled" : "frozen"): \(refusal)"
@@ -1511,7 +1516,7 @@ extension TaskEngine {
             "CPU monitor off: the app is in use, and the CPU limit is only for background work",
             metadata: ["app.id": "\(slice.appID)", "slice.id": "\(sliceID)", "enforcement.lifted": "\(enforcement != nil)"])
         guard let enforcement else { return }
-        Task { await self.release(enforcement, slice: slice, why: Self.releasedForUse) }
+        releaseSoon(enforcement, slice: slice, why: Self.releasedForUse)
     }
 
     /// The user left the slice's app: the slice is watched again, from a new window that starts

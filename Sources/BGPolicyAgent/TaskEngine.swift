@@ -74,6 +74,8 @@ actor TaskEngine {
     /// Apps with a systemd call of the CPU monitor on its way (a quota or freeze, or its undo
     /// at a slice's end), by app id: not forgotten until it settles (`refuseForgetting`).
     var enforcementCalls: [String: Int] = [:]
+    /// The stop waiting for `enforcementCalls` to settle (`waitForEnforcementCalls`).
+    var enforcementCallsSettled: [CheckedContinuation<Void, Never>] = []
     var undoRetryTimer: Task<Void, Never>?
     /// The wait of the undo retry's timer: 5 s, doubled at each round that leaves some, up to
     /// 5 minutes; back to 5 s once none is left.

@@ -163,6 +163,28 @@ def test_a_freeze_systemd_has_not_answered_when_the_slice_ends_is_undone(world, 
     assert released["detail"] == f"{BURNER_UNIT} was thawed (slice ended)", released
 
 
+def test_a_freeze_on_its_way_when_the_agent_stops_is_undone_before_it_exits(world, tmp_path):
+    """FreezeUnit takes 3 s, and the agent is stopped (SIGTERM) once it was asked. The stop ends
+    the slice, and waits for the freeze to come back, then thaws the unit before the agent exits.
+    (The stop did not wait: the slice had no freeze yet to undo, the agent exited, and the unit
+    systemd froze stayed frozen until the agent's next start.)"""
+    systemd = world.start_systemd_mock(units=[BURNER_UNIT])
+    asked = tmp_path / "freeze-asked"
+    systemd.mock("AddMethod", "sssss", ("org.freedesktop.systemd1.Manager", "FreezeUnit", "s", "",
+                                        f"open({str(asked)!r}, 'w').close(); time.sleep(3)"))
+    agent = world.start_agent(config=cpu_config("freeze"))
+    start_burner(world, BURNER_UNIT, "org.example.Burner")
+    th.wait_until(asked.exists, 16, "the agent asks the user manager for the freeze")
+    agent.stop()
+    assert agent.proc.popen.returncode == 0, agent.stderr_tail()
+    thaws = systemd.calls("ThawUnit")
+    assert [[v.unpack() for v in c[1]] for c in thaws] == [[BURNER_UNIT]], "the agent exited, and left the unit frozen"
+    agent.restart()
+    released = agent.wait_history("cpu-released", app_id="org.example.Burner", timeout=5)
+    assert released["detail"] == f"{BURNER_UNIT} was thawed (slice ended)", released
+    assert len(systemd.calls("ThawUnit")) == 1, "nothing left for the next start to undo"
+
+
 def test_a_failed_thaw_is_tried_again_while_the_agent_runs(world):
     """The user manager refuses the first two ThawUnit (UnitBusy, as while a job on the unit
     runs). The thaw is tried again after 5 s, then 10 s, and the third succeeds without a
