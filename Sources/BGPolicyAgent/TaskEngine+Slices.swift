@@ -53,7 +53,13 @@ struct Slice {
     var monitor: CPUUsageMonitor?
     var firstCPUSeconds: Double?
     var lastCPUPercent: Double?
+    /// The app's process the CPU monitor watches, from the identity of the connection the slice
+    /// was delivered to; nil when there is none, or once it is gone (`forgetGoneProcess`).
     var pid: UInt32?
+    /// When that process started (`ProcessIdentity.startTime`), checked at every reading and
+    /// before any signal: a pid that another process has now is not the app's. Nil when it
+    /// could not be read: nothing tells them apart then, and no SIGSTOP is sent.
+    var processStarted: Double?
     var cgroupPath: String?
     var unit: String?
     var backgroundOnly = false
@@ -672,6 +678,7 @@ extension TaskEngine {
             return
         }
         slice.pid = identity.pid
+        slice.processStarted = identity.startTime
         slice.cgroupPath = identity.cgroupPath
         slice.unit = identity.unit
         guard !slice.exempt else { return }
@@ -718,8 +725,8 @@ extension TaskEngine {
     /// the app (`cpuMonitorFollowsUse`). The slice's first reading, from which the CPU its tasks
     /// used is counted for their history, is taken either way.
     func watchCPU(of slice: inout Slice) {
-        guard let pid = slice.pid else { return }
-        let reading = inspector.cpuUsage(pid: pid, cgroupPath: slice.cgroupPath)
+        guard slice.pid != nil else { return }
+        let reading = cpuReading(of: slice)
         if slice.firstCPUSeconds == nil { slice.firstCPUSeconds = reading?.cpuSeconds }
         guard !appsInUse.contains(slice.appID) else { return }
         let window = min(configuration.cpu.window, slice.length)
@@ -1220,9 +1227,7 @@ extension TaskEngine {
                 mustStore: Bool = false, at time: UnixTime? = nil) throws(StoreError) {
         guard var slice = slices[sliceID] else { return }
         var cpuSeconds: Double?
-        if let pid = slice.pid, let first = slice.firstCPUSeconds,
-            let reading = inspector.cpuUsage(pid: pid, cgroupPath: slice.cgroupPath)
-        {
+        if let first = slice.firstCPUSeconds, let reading = cpuReading(of: slice) {
             cpuSeconds = max(0, reading.cpuSeconds - first)
         }
         let entry = HistoryEntry(
@@ -1289,9 +1294,55 @@ extension TaskEngine {
 
     // MARK: The CPU monitor
 
-    /// Reads the slice's CPU use once; returns false when the slice is gone.
+    /// Whether the slice's process still runs: the pid is there, and its process started when
+    /// the one attached did. The bus named the app's process by pid; once that process exits
+    /// (its connection kept by a child it handed it to), the number may go to another process,
+    /// whose CPU is not the app's, and which must never be stopped. True when the start was
+    /// not read at the attach (nothing to tell them apart by, as `ProcessInspector.stillRuns`).
+    func stillRuns(_ slice: Slice) -> Bool {
+        guard let pid = slice.pid else { return false }
+        guard let started = slice.processStarted else { return true }
+        return inspector.startTime(pid: pid) == started
+    }
+
+    /// The CPU the slice's process (or its unit's cgroup) has used; nil when it has no process,
+    /// or that process is gone (`stillRuns`).
+    func cpuReading(of slice: Slice) -> CPUReading? {
+        guard let pid = slice.pid, stillRuns(slice) else { return nil }
+        return inspector.cpuUsage(pid: pid, cgroupPath: slice.cgroupPath)
+    }
+
+    /// The slice's process is gone: it exited, and its pid may be another process's now. As
+    /// at the attach of a process found gone, the slice's CPU is no longer watched: its monitor
+    /// goes, and its pid, so that nothing reads or signals whatever has the number next. (A
+    /// process gone gave no reading before either; its pid given to another, the monitor
+    /// measured that one, and stopped it with SIGSTOP.) What the monitor did to the app's unit
+    /// stays the slice's, undone when it ends.
+    func forgetGoneProcess(_ sliceID: String) {
+        guard var slice = slices[sliceID], let pid = slice.pid else { return }
+        let reused = inspector.startTime(pid: pid) != nil
+        slice.monitorTask?.cancel()
+        slice.monitorTask = nil
+        slice.monitor = nil
+        slice.lastCPUPercent = nil
+        slice.pid = nil
+        slices[sliceID] = slice
+        logger.warning(
+            reused
+                ? "The slice's process has exited and its pid is another process's now; its CPU is no longer watched"
+                : "The slice's process has exited; its CPU is no longer watched",
+            metadata: ["app.id": "\(slice.appID)", "pid": "\(pid)", "slice.id": "\(sliceID)"])
+    }
+
+    /// Reads the slice's CPU use once; returns false when the slice is gone, or no longer
+    /// watched because its process is.
     func sampleCPU(sliceID: String) async -> Bool {
         guard var slice = slices[sliceID], var monitor = slice.monitor, let pid = slice.pid else { return false }
+        guard stillRuns(slice) else {
+            forgetGoneProcess(sliceID)
+            publishStatus(nextWindow: evaluationTimerDue)
+            return false
+        }
         guard let reading = inspector.cpuUsage(pid: pid, cgroupPath: slice.cgroupPath) else { return true }
         if slice.firstCPUSeconds == nil { slice.firstCPUSeconds = reading.cpuSeconds }
         let step = monitor.record(at: slice.elapsed, cpuSeconds: reading.cpuSeconds)
@@ -1395,12 +1446,17 @@ extension TaskEngine {
         if enforcement == nil, unrecorded == nil, action != .observe, slice.backgroundOnly, let pid = slice.pid, pid > 1 {
             // The fallback for background-only processes: stopping a process with a window
             // would freeze what the user sees, so only those that declared they have none.
-            // Only a process whose start is known, so that the next agent can tell it from
-            // another that took its pid if it has to continue it.
-            if let started = inspector.startTime(pid: pid) {
+            // Only a process whose start is known, the one attached to the slice: checked again
+            // just before the signal (the systemd calls above may have taken seconds), so that
+            // a process that took its pid is never stopped, and stored, so that the next agent
+            // can tell it from another if it has to continue it.
+            if let started = slice.processStarted {
                 let intended = Slice.Enforcement.stopped(pid: pid, processStarted: started)
                 if let refusal = remember(intended, slice: slice) {
                     detail += "; not stopped with SIGSTOP: \(refusal)"
+                } else if !stillRuns(slice) {
+                    forget(intended, slice: slice)
+                    detail += "; not stopped with SIGSTOP: process \(pid) has exited"
                 } else if kill(pid_t(pid), SIGSTOP) == 0 {
                     enforcement = intended
                     event = .cpuStopped

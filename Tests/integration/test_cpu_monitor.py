@@ -580,6 +580,32 @@ def test_a_pid_gone_to_another_process_is_neither_watched_nor_stopped(world):
     assert process_state(stranger.popen.pid) != "T"
 
 
+def test_a_pid_that_goes_to_another_process_during_the_slice_is_not_stopped(world):
+    """The same, but the app's pid goes to the stranger only once the slice is watched: the
+    app's process exits, its connection kept by a child, and the number is reused. The start of
+    the process attached to the slice is checked at every sample and before any signal, and a
+    process that is no longer it is taken for the app's process gone. (The check was made only
+    when the slice started: the monitor measured the stranger from then on, warned the app,
+    and stopped with SIGSTOP whatever had the pid.)"""
+    agent = world.start_agent(config=cpu_config("throttle"))
+    app_id = "org.example.Quiet"
+    identifier = f"{app_id}.work"
+    app = world.app(app_id)
+    assert app.register([identifier], app_id=app_id, background_only=True) == app_id
+    app.submit(identifier, "processing", earliest_begin=later(3600))
+    agent.simulate_launch(app_id, identifier)
+    app.wait_run_task(identifier, timeout=5)
+    stranger = world.stack.push(ch.Proc([th.PYTHON, "-c", "while True: pass"], dict(os.environ), name="stranger"))
+    stat = world.proc_root / str(app.pid) / "stat"
+    stat.unlink()
+    stat.symlink_to(f"/proc/{stranger.popen.pid}/stat")
+    time.sleep(9)  # a sample, the 4-s window, the 2-s warning and a sample: a watched burner is stopped by now
+    assert agent.events("cpu-warned", app_id=app_id) == [], agent.history()
+    assert agent.events("cpu-stopped", app_id=app_id) == [], agent.history()
+    assert process_state(app.pid) != "T" and process_state(stranger.popen.pid) != "T"
+    assert "its pid is another process's now; its CPU is no longer watched" in agent.stderr(), agent.stderr_tail()
+
+
 def test_a_process_stopped_by_the_monitor_is_continued_after_the_agent_crashed(world):
     """The same, but the agent is killed (SIGKILL): nothing can be undone on the way out. The
     stop is stored when it is done, and the next start continues the process."""
