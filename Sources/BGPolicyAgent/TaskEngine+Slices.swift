@@ -621,9 +621,37 @@ extension TaskEngine {
             pid = nil
         }
         guard var current = slices[sliceID] else { return false }
-        if let pid { attach(inspector.identify(pid: pid), to: &current) }
+        if let pid {
+            let identity = inspector.identify(pid: pid)
+            if Self.mayAttach(owner: identity, of: name, to: current.appID) {
+                attach(identity, to: &current)
+            } else {
+                logger.warning(
+                    "The process owning the bus name the slice was delivered to is not the app's; the slice's CPU is not watched, and nothing of that process's is throttled, frozen or stopped",
+                    metadata: ["app.id": "\(current.appID)", "slice.id": "\(sliceID)", "bus.name": "\(name)",
+                               "owner": "\(owner)", "owner.pid": "\(pid)",
+                               "owner.app_id": "\(identity.appID.map { "\($0)" } ?? "none (unverified)")"])
+            }
+        }
         slices[sliceID] = current
         return true
+    }
+
+    /// Whether the process that owns `busName`, to which a slice of `appID` was delivered by
+    /// D-Bus activation, is the app's own, to be attached to the slice: its CPU judged as the
+    /// app's, its unit throttled or frozen, itself stopped with SIGSTOP. The bus starts whatever
+    /// program its activation files name for the name, and any program may own a name on the
+    /// session bus; and a snap's `bus_name` is taken as given at `Register` (`mayUse`), so a
+    /// snap could name the one another app owns, and have that app judged and frozen for its
+    /// own work. So an owner with an app id (a Flatpak, a snap, an app unit) must be that app.
+    /// One with none (unverified: a program on the host outside any app unit, as one the bus
+    /// starts in a `dbus-…service` unit, or one the agent cannot see) is taken for the app only
+    /// when the name is the app id or a name under it, those an app may give as its own: as an
+    /// unverified app's own word is for its id. A snap's processes are always identified as it,
+    /// so a snap never needs an unverified owner, and one owning another name is not taken.
+    static func mayAttach(owner: ProcessIdentity, of busName: String, to appID: AppID) -> Bool {
+        if let ownerID = owner.appID { return ownerID == appID }
+        return mayUse(busName: busName, appID: appID, identity: .unverified)
     }
 
     static func goneAfterAnswer(_ name: String) -> String {

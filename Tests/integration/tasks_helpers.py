@@ -872,6 +872,7 @@ CONTROL_XML = f"""<node><interface name="{CONTROL}">
     <arg name="task_id" type="s" direction="in"/><arg name="success" type="b" direction="in"/>
     <arg name="result" type="s" direction="in"/>
   </method>
+  <method name="RequestName"><arg name="name" type="s" direction="in"/></method>
   <method name="Quit"/>
 </interface></node>"""
 
@@ -1097,6 +1098,15 @@ class AppProgram:
                 if task_id not in self.tasks:
                     raise ValueError(f"no running task {task_id}")
                 self.complete(task_id, success, result)
+                invocation.return_value(None)
+            elif method == "RequestName":
+                # The app takes a well-known name on its own connection (DO_NOT_QUEUE), as a
+                # program the bus started for that name does.
+                (name,) = parameters.unpack()
+                (reply,) = call(self.conn, "org.freedesktop.DBus", "RequestName", "su", (name, 4), "(u)",
+                                dest="org.freedesktop.DBus", path="/org/freedesktop/DBus")
+                if reply != 1:
+                    raise ValueError(f"RequestName({name}) answered {reply}, not 1 (primary owner)")
                 invocation.return_value(None)
             elif method == "Quit":
                 invocation.return_value(None)

@@ -503,6 +503,38 @@ def test_a_throttle_whose_quota_before_cannot_be_read_is_done_and_lifted(world):
     assert released["detail"] == f"the CPU quota on {BURNER_UNIT} was lifted (slice ended)", released
 
 
+SNAP_CGROUP = unit_cgroup("snap.sneaky.sneaky-2f8a6c1e-4b1d-4f7a-9c0e-1a2b3c4d5e6f.scope")
+
+
+def test_a_bus_name_owned_by_another_app_does_not_bring_that_app_under_the_snaps_slice(world):
+    """A snap's bus_name is taken as given (snapd decides which names it owns), so a snap may
+    name one that another app owns: here org.example.Victim, owned by org.example.Burner,
+    verified by its unit, which answers any RunTask and burns a core. The snap's slice, sent
+    to that name, is tied to its owner, but the owner is attached to the slice (its pid
+    measured, its unit throttled or frozen) only if it is the slice's app: verified as it, or
+    unverified and owning a name under the app's id. (The owner was attached whoever it was:
+    the other app's CPU was judged for the snap's work, and its unit throttled.)"""
+    systemd = world.start_systemd_mock(units=[BURNER_UNIT])
+    agent = world.start_agent(config=cpu_config("throttle"))
+    victim = world.app("victim", cgroup=unit_cgroup(BURNER_UNIT))
+    victim.configure(burn=True)
+    victim.control("RequestName", "s", ("org.example.Victim",))
+    snap = world.app("snap", cgroup=SNAP_CGROUP)
+    identifier = "snap.sneaky.work"
+    assert snap.register([identifier], bus_name="org.example.Victim", background_only=True) == "snap.sneaky"
+    snap.submit(identifier, "processing", earliest_begin=later(3600))
+    snap.quit()
+    th.wait_until(lambda: agent.app_record("snap.sneaky")["connected"] is False, 5, "the snap is gone")
+    agent.simulate_launch("snap.sneaky", identifier)
+    run = victim.wait_run_task(identifier, timeout=5)
+    delivered = agent.wait_history("delivered", task_id=run["task_id"], timeout=5)
+    assert "started by D-Bus activation" in delivered["detail"], delivered
+    time.sleep(9)  # a sample, the 4-s window, the 2-s warning and a sample: a watched burner is throttled by now
+    assert cpu_events(agent, "snap.sneaky") == [], agent.history()
+    assert systemd.calls("SetUnitProperties") == [] and systemd.calls("FreezeUnit") == []
+    assert "is not the app's; the slice's CPU is not watched" in agent.stderr(), agent.stderr_tail()
+
+
 def start_background_burner(world, app_id):
     """An unverified, background-only app with no systemd unit (a plain session process) that
     burns a core from RunTask on: the monitor's only way to hold it is SIGSTOP."""
