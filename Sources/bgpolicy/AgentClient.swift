@@ -2,6 +2,7 @@ import ArgumentParser
 import BGPolicyCore
 import BGPolicyDBus
 import Glibc
+import Synchronization
 
 /// The CLI's one way to reach the agent: the session bus, with errors a person can act on.
 struct AgentClient {
@@ -40,17 +41,29 @@ struct AgentClient {
                 + "that is gone; unset, bgpolicy uses $XDG_RUNTIME_DIR/bus.")
     }
 
-    /// The session bus, or `CLIError` once `timeout` has passed without its answer: a bus that
-    /// takes the connection but never answers (a dbus-daemon stopped or stuck, a socket some
-    /// other program listens on) must not hold bgpolicy, or a shell's TAB, for good.
+    /// The session bus, or `CLIError` once `timeout` has passed without it. Connecting waits
+    /// for the bus to answer `Hello`, and libdbus sets that wait no limit: a bus that takes the
+    /// connection but never answers (a dbus-daemon stopped or stuck, a socket some other
+    /// program listens on) would hold bgpolicy, and a shell's TAB, for good. The connection's
+    /// thread left waiting ends with the process.
     static func sessionBus(within timeout: Duration) async throws -> DBusConnection {
-        do {
-            return try await DBusConnection.connect(to: .session, timeout: timeout)
-        } catch DBusError.connectionFailed(DBusError.timedOut, _) {
-            let address = (try? DBusConnection.address(for: .session)) ?? "unknown"
-            throw CLIError(
-                "the session bus did not answer within \(timeout.components.seconds) seconds (\(address)).",
-                hint: "Its dbus-daemon may be stopped or stuck; check DBUS_SESSION_BUS_ADDRESS, or log in again.")
+        try await withCheckedThrowingContinuation { continuation in
+            let first = FirstAnswer(continuation)
+            let timer = Task {
+                try await Task.sleep(for: timeout)
+                let address = (try? DBusConnection.address(for: .session)) ?? "unknown"
+                first.give(.failure(CLIError(
+                    "the session bus did not answer within \(timeout.components.seconds) seconds (\(address)).",
+                    hint: "Its dbus-daemon may be stopped or stuck; check DBUS_SESSION_BUS_ADDRESS, or log in again.")))
+            }
+            Task {
+                do {
+                    first.give(.success(try await DBusConnection.connect(to: .session)))
+                } catch {
+                    first.give(.failure(error))
+                }
+                timer.cancel()
+            }
         }
     }
 
@@ -106,4 +119,20 @@ struct CLIError: Error, CustomStringConvertible {
         self.hint = hint
     }
     var description: String { hint.map { "\(message)\n\($0)" } ?? message }
+}
+
+/// Resumes `sessionBus(within:)` with the first answer, the connection or the timeout; a
+/// connection that comes after the timeout is closed.
+private final class FirstAnswer: Sendable {
+    private let waiter: Mutex<CheckedContinuation<DBusConnection, any Error>?>
+
+    init(_ waiter: CheckedContinuation<DBusConnection, any Error>) { self.waiter = Mutex(waiter) }
+
+    func give(_ answer: Result<DBusConnection, any Error>) {
+        guard let waiter = waiter.withLock({ waiter in defer { waiter = nil }; return waiter }) else {
+            if case .success(let late) = answer { late.close() }
+            return
+        }
+        waiter.resume(with: answer)
+    }
 }
