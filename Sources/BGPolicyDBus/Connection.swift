@@ -103,7 +103,9 @@ public final class DBusConnection: Sendable {
     ///   a call), after which this throws `connectionFailed` named `DBusError.timedOut`: a bus
     ///   that takes the connection but does not answer (its daemon stopped or stuck, or another
     ///   program listening on the socket) would otherwise hold the caller for good. Cancelling
-    ///   the task throws `CancellationError` at once, and closes what was opened.
+    ///   the task throws `CancellationError` at once, and closes what was opened. Neither
+    ///   reaches the socket's `connect(2)`, which libdbus makes blocking: a listener whose
+    ///   backlog is full holds it with no limit (race a timer against this where that matters).
     public static func connect(
         to bus: Bus, timeout: Duration = .seconds(25), logger: Logger = Logger(label: "org.bgpolicy.dbus")
     ) async throws -> DBusConnection {
@@ -294,7 +296,10 @@ public final class DBusConnection: Sendable {
     @discardableResult
     public func flush(timeout: Duration = .seconds(5)) async -> Bool {
         let id = nextID()
-        let deadline = ConnectionLoop.now() + UInt64(Self.milliseconds(timeout)) * 1_000_000
+        // Already cancelled: the handler below runs before the flush is on the loop, and would
+        // find nothing to stop; so the flush ends at once with what was written by then.
+        let wait = Task.isCancelled ? 0 : UInt64(Self.milliseconds(timeout))
+        let deadline = ConnectionLoop.now() + wait * 1_000_000
         return await withTaskCancellationHandler {
             await withCheckedContinuation { (continuation: CheckedContinuation<Bool, Never>) in
                 let queued = loop.enqueue { loop in loop.flush(id: id, deadline: deadline, continuation: continuation) }

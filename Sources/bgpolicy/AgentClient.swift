@@ -41,11 +41,13 @@ struct AgentClient {
                 + "that is gone; unset, bgpolicy uses $XDG_RUNTIME_DIR/bus.")
     }
 
-    /// The session bus, or `CLIError` once `timeout` has passed without it. Connecting waits
-    /// for the bus to answer `Hello`, and libdbus sets that wait no limit: a bus that takes the
-    /// connection but never answers (a dbus-daemon stopped or stuck, a socket some other
-    /// program listens on) would hold bgpolicy, and a shell's TAB, for good. The connection's
-    /// thread left waiting ends with the process.
+    /// The session bus, or `CLIError` once `timeout` has passed without it: a bus that takes
+    /// the connection but never answers (a dbus-daemon stopped or stuck, a socket some other
+    /// program listens on) must not hold bgpolicy, or a shell's TAB, for good. `connect`'s own
+    /// timeout covers `Hello`, not the socket's `connect(2)`, which libdbus makes blocking: a
+    /// stopped dbus-daemon whose backlog has filled holds it with no limit. So the wait is raced
+    /// against a timer, which wins (`connect` is given a second more, so the message is always
+    /// this one); the connection's thread left waiting ends with the process.
     static func sessionBus(within timeout: Duration) async throws -> DBusConnection {
         try await withCheckedThrowingContinuation { continuation in
             let first = FirstAnswer(continuation)
@@ -58,7 +60,7 @@ struct AgentClient {
             }
             Task {
                 do {
-                    first.give(.success(try await DBusConnection.connect(to: .session)))
+                    first.give(.success(try await DBusConnection.connect(to: .session, timeout: timeout + .seconds(1))))
                 } catch {
                     first.give(.failure(error))
                 }

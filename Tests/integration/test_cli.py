@@ -46,6 +46,38 @@ def test_a_session_bus_that_never_answers_is_given_up_on_in_10_seconds(bus, comm
     assert "DBUS_SESSION_BUS_ADDRESS" in r.stderr.splitlines()[1], r.stderr
 
 
+def test_a_session_bus_whose_backlog_is_full_is_given_up_on_in_10_seconds(tmp_path):
+    """A listener that accepts nothing and whose backlog is full (a stopped dbus-daemon that
+    many clients tried): libdbus's blocking connect(2) waits there, before any Hello, so
+    connect's own timeout does not reach it; bgpolicy's timer does."""
+    import socket as socket_module
+    path = str(tmp_path / "bus")
+    listener = socket_module.socket(socket_module.AF_UNIX, socket_module.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(0)
+    waiting = []
+    try:
+        for _ in range(2):  # a backlog of 0 still takes one: two fill it
+            client = socket_module.socket(socket_module.AF_UNIX, socket_module.SOCK_STREAM)
+            client.setblocking(False)
+            try:
+                client.connect(path)
+            except BlockingIOError:
+                pass
+            waiting.append(client)
+        address = f"unix:path={path}"
+        env = dict(os.environ, DBUS_SESSION_BUS_ADDRESS=address)
+        started = time.monotonic()
+        r = subprocess.run([str(BIN / "bgpolicy"), "status"], env=env, capture_output=True, text=True, timeout=20)
+        assert 9 < time.monotonic() - started < 15
+        assert r.returncode == 69 and r.stdout == "", r
+        assert r.stderr.startswith(f"bgpolicy: the session bus did not answer within 10 seconds ({address}).\n"), r.stderr
+    finally:
+        for client in waiting:
+            client.close()
+        listener.close()
+
+
 @pytest.mark.parametrize("address,says", [
     ("garbage", "Address does not contain a colon"),
     ("unix:path=/nonexistent/bus", "Failed to connect to socket /nonexistent/bus"),
