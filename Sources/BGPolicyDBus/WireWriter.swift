@@ -79,8 +79,10 @@ struct WireWriter {
         let bodyStart = writer.bytes.count
         do throws(TooLong) {
             for value in message.body { try writer.write(value) }
-            // A body of no array (a long string) passes no element's check.
-            if writer.bytes.count > writer.limit { throw TooLong(bound: .message, length: writer.bytes.count) }
+            // A body of no array (a long string) passes no element's check. With descriptors,
+            // libdbus adds the UNIX_FDS header field, which this writer leaves out: 8 bytes.
+            let length = writer.bytes.count + (writer.fileDescriptors > 0 ? 8 : 0)
+            if length > writer.limit { throw TooLong(bound: .message, length: length) }
         } catch {
             throw .limitsExceeded(error.words(limit: writer.limit))
         }

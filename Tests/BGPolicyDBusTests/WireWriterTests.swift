@@ -139,4 +139,17 @@ struct WireWriterTests {
             try call.encode(maximumLength: 2 << 10)
         }
     }
+
+    /// libdbus adds a UNIX_FDS header field (8 bytes, aligned) to a message with descriptors,
+    /// which this writer does not write: measured without it, such a message up to 8 bytes
+    /// over the bound passed. The same body with a `u` in the descriptor's place is as long.
+    @Test("a body with a file descriptor is measured with libdbus's UNIX_FDS header field")
+    func fileDescriptorHeaderField() throws {
+        let fd = UnixFD(taking: dup(0))
+        let strings = DBusValue.array(element: .string, Array(repeating: .string(String(repeating: "c", count: 100)), count: 4))
+        let withoutFD = try #require(try WireWriter.message(TypeRoundTripTests.call([.uint32(0), strings])))
+        let call = TypeRoundTripTests.call([.unixFD(fd), strings])
+        #expect(try WireWriter.message(call, maximumLength: withoutFD.count + 8) == nil)
+        #expect(throws: DBusError.self) { try WireWriter.message(call, maximumLength: withoutFD.count + 7) }
+    }
 }
