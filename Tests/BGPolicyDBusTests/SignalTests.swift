@@ -124,6 +124,28 @@ struct SignalTests {
         #expect(try await withTimeout(.seconds(5), "a flush on a closed connection") { await c.flush() } == false)
     }
 
+    /// A task cancelled before it flushes: the cancellation handler runs before the flush is
+    /// on the loop, so it found nothing to stop, and the flush waited out its timeout.
+    @Test("a flush from a task already cancelled ends at once, false while the bus does not read")
+    func flushAlreadyCancelled() async throws {
+        let bus = try PrivateBus()
+        let c = try await DBusConnection.connect(to: .address(bus.address))
+        defer { c.close() }
+        bus.pause()
+        defer { bus.resume() }
+        let text = String(repeating: "x", count: 1 << 18)
+        for _ in 0..<8 { try Self.emit(c, text) }
+        let clock = ContinuousClock()
+        let start = clock.now
+        let flush = Task {
+            withUnsafeCurrentTask { $0?.cancel() }
+            return await c.flush(timeout: .seconds(3))
+        }
+        let flushed = try await withTimeout(.seconds(5), "the cancelled flush") { await flush.value }
+        #expect(!flushed)
+        #expect(clock.now - start < .seconds(1), "took \(clock.now - start)")
+    }
+
     @Test("a subscription by well-known sender follows the name's owner, and ignores other senders")
     func byWellKnownSender() async throws {
         let bus = try PrivateBus()
