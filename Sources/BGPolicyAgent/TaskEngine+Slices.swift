@@ -367,6 +367,14 @@ extension TaskEngine {
         }
         let appID = launch.appID
         guard var runtime = apps[appID] else { throw .unknownApp(appID.rawValue) }
+        // A delivery `evaluate` started just before the stop, and run only once the stop
+        // suspended: the stop has taken its list of slices, so a slice begun now would never be
+        // ended (no ExpireTask), and its running row would be closed as interrupted at the next
+        // start, losing the request. It stays pending.
+        if stopping {
+            if simulated { throw SchedulerError(.unavailable, "the agent is stopping; call again once it is back") }
+            return
+        }
         // An app the bus must start waits for its turn (`StartTurns`); it may have connected
         // meanwhile, and then needs none.
         var waitedForTurn: Duration = .zero
