@@ -173,9 +173,10 @@ extension TaskEngine {
 
     /// How long the stop waits for the CPU monitor's systemd calls on their way. Each is bounded
     /// by the proxy's 5-s timeout (FreezeUnit answers only once the unit is frozen), and the
-    /// longest chain of them is an enforcement's: its quota read, an earlier undo tried again,
-    /// the throttle or freeze, and the undo of it once the slice has closed, 20 s; others run
-    /// beside it, not after it. 25 s covers that, and leaves most of systemd's default stop
+    /// longest chain of them is an enforcement's: its quota read (two calls: GetUnit, then
+    /// Get), an earlier undo tried again, the throttle or freeze, and the undo of it once the
+    /// slice has closed, 25 s; but an enforcement whose slice the stop has closed ends after
+    /// its quota read, and others run beside it, not after it. 25 s covers that, and leaves most of systemd's default stop
     /// timeout (DefaultTimeoutStopSec, 90 s) to the rest of the stop, so that SIGKILL does not
     /// cut it short. What is still on its way then is stored (`remember`), and the next start
     /// undoes it.

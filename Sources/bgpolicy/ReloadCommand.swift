@@ -21,7 +21,7 @@ struct ReloadCommand: AsyncParsableCommand {
     func run() async throws {
         try await ExitStatus.reporting(hints: [
             .invalidArgument: "Fix the file, then run 'bgpolicy reload' again.",
-            .unavailable: "The agent reads the file when it starts again.",
+            .unavailable: "If the agent is stopping, it reads the file when it starts again; otherwise try again.",
         ]) {
             // Never started for this: under systemd the reload job of the unit runs it, and an
             // activation would ask the user manager to start that same unit.
