@@ -1,3 +1,4 @@
+import Glibc
 /// A D-Bus value of any type: a `Sendable` Swift value that never holds libdbus memory.
 public enum DBusValue: Sendable, Hashable {
     case byte(UInt8)
@@ -66,9 +67,10 @@ public enum DBusValue: Sendable, Hashable {
     /// Whether `s` holds a NUL byte (which a D-Bus string cannot carry): a scan of its
     /// contiguous UTF-8 when it has one, as native strings do.
     static func containsNUL(_ s: String) -> Bool {
+        // memchr: a byte at a time was a second for a 64 MiB string in a debug build.
         s.utf8.withContiguousStorageIfAvailable { bytes in
-            for byte in bytes where byte == 0 { return true }
-            return false
+            guard let base = bytes.baseAddress, !bytes.isEmpty else { return false }
+            return memchr(base, 0, bytes.count) != nil
         } ?? s.utf8.contains(0)
     }
 

@@ -137,13 +137,15 @@ struct SignalTests {
         for _ in 0..<8 { try Self.emit(c, text) }
         let clock = ContinuousClock()
         let start = clock.now
+        // A timeout far from "at once", so that a machine other suites load cannot blur them
+        // (in a full parallel run the task itself took 2 s to run).
         let flush = Task {
             withUnsafeCurrentTask { $0?.cancel() }
-            return await c.flush(timeout: .seconds(3))
+            return await c.flush(timeout: .seconds(60))
         }
-        let flushed = try await withTimeout(.seconds(5), "the cancelled flush") { await flush.value }
+        let flushed = try await withTimeout(.seconds(70), "the cancelled flush") { await flush.value }
         #expect(!flushed)
-        #expect(clock.now - start < .seconds(1), "took \(clock.now - start)")
+        #expect(clock.now - start < .seconds(30), "took \(clock.now - start)")
     }
 
     @Test("a subscription by well-known sender follows the name's owner, and ignores other senders")
