@@ -14,6 +14,13 @@ struct SignalTests {
         try connection.emitSignal(path: path, interface: interface, member: member, body: [.string(text)])
     }
 
+    /// 8 signals of 256 KiB: more than the sockets hold, so that with the bus paused the rest
+    /// waits in libdbus, for a bus that does not read.
+    static func emitMoreThanTheSocketsHold(_ connection: DBusConnection) throws {
+        let text = String(repeating: "x", count: 1 << 18)
+        for _ in 0..<8 { try emit(connection, text) }
+    }
+
     /// The text of each signal, as emitted by `emit`.
     static func texts(_ messages: [Message]) -> [String] {
         messages.map { message in
@@ -80,9 +87,7 @@ struct SignalTests {
         let c = try await DBusConnection.connect(to: .address(bus.address))
         bus.pause()
         defer { bus.resume() }
-        // More than the sockets hold: the rest waits in libdbus for a bus that does not read.
-        let text = String(repeating: "x", count: 1 << 18)
-        for _ in 0..<8 { try Self.emit(c, text) }
+        try Self.emitMoreThanTheSocketsHold(c)
         let flushing = Task { await c.flush() }
         let error = try await withTimeout(.seconds(5), "a call on the flushing connection") { () -> DBusError? in
             do {
@@ -111,8 +116,7 @@ struct SignalTests {
         #expect(await c.flush(timeout: .milliseconds(300)), "nothing queued: flushed at once")
         bus.pause()
         defer { bus.resume() }
-        let text = String(repeating: "x", count: 1 << 18)
-        for _ in 0..<8 { try Self.emit(c, text) }
+        try Self.emitMoreThanTheSocketsHold(c)
         let clock = ContinuousClock()
         let start = clock.now
         let flushed = try await withTimeout(.seconds(5), "the flush's timeout") { await c.flush(timeout: .milliseconds(300)) }
@@ -133,8 +137,7 @@ struct SignalTests {
         defer { c.close() }
         bus.pause()
         defer { bus.resume() }
-        let text = String(repeating: "x", count: 1 << 18)
-        for _ in 0..<8 { try Self.emit(c, text) }
+        try Self.emitMoreThanTheSocketsHold(c)
         let clock = ContinuousClock()
         let start = clock.now
         // A timeout far from "at once", so that a machine other suites load cannot blur them
