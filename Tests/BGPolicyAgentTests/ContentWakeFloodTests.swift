@@ -22,12 +22,7 @@ struct ContentWakeFloodTests {
         defer { app.close() }
         let caller = app.connection.uniqueName
         let identifier = "org.example.Feeds.refresh"
-        var options = TaskEngine.RegisterOptions()
-        options.appID = "org.example.Feeds"
-        let appID = try await engine.register(caller: caller, pid: UInt32(getpid()), identifiers: [identifier], options: options)
-        var later = TaskEngine.SubmitOptions()
-        later.earliestBegin = Int64(time(nil)) + 3600
-        try await engine.submit(caller: caller, identifier: identifier, kind: "refresh", options: later)
+        let appID = try await harness.registerWithARefreshLater("org.example.Feeds", caller: caller)
 
         // The disk holds the writer up: the first wake's write waits.
         let gate = Gate()

@@ -23,13 +23,7 @@ struct DeliveryDuringStopTests {
         let engine = harness.engine
         let app = try await GatedApp(on: harness.bus, holds: { _ in false })
         defer { app.close() }
-        var options = TaskEngine.RegisterOptions()
-        options.appID = Self.appID.rawValue
-        _ = try await engine.register(
-            caller: app.connection.uniqueName, pid: UInt32(getpid()), identifiers: [Self.identifier], options: options)
-        var later = TaskEngine.SubmitOptions()
-        later.earliestBegin = Int64(time(nil)) + 3600
-        try await engine.submit(caller: app.connection.uniqueName, identifier: Self.identifier, kind: "refresh", options: later)
+        _ = try await harness.registerWithARefreshLater(Self.appID.rawValue, caller: app.connection.uniqueName)
 
         // As the stop finds it: begun, its slices listed, before the delivery's task runs.
         await engine.beginStoppingForTest()

@@ -40,6 +40,19 @@ struct TestEngine {
         return appID
     }
 
+    /// `id`, registered (unverified) by `caller` with the one identifier `\(id).refresh`, whose
+    /// refresh request is pending with an earliest begin an hour ahead: nothing runs it unless
+    /// asked.
+    func registerWithARefreshLater(_ id: String, caller: String) async throws -> AppID {
+        var options = TaskEngine.RegisterOptions()
+        options.appID = id
+        let appID = try await engine.register(caller: caller, pid: UInt32(getpid()), identifiers: ["\(id).refresh"], options: options)
+        var later = TaskEngine.SubmitOptions()
+        later.earliestBegin = Int64(time(nil)) + 3600
+        try await engine.submit(caller: caller, identifier: "\(id).refresh", kind: "refresh", options: later)
+        return appID
+    }
+
     /// A slice `id` of `appID` in `unit`, 30 s long with no tasks, put in the engine as a
     /// launch would have; `monitor` watching it when given.
     func addSlice(_ id: String, of appID: AppID, unit: String, monitor: CPUUsageMonitor? = nil) async -> Slice {
