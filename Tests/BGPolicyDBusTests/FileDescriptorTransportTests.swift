@@ -12,25 +12,8 @@ struct FileDescriptorTransportTests {
     /// A bus on TCP, which cannot pass descriptors (anonymous authentication: TCP has no
     /// credentials to offer).
     static func tcpBus() throws -> (PrivateBus, String) {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("bgpolicy-tcp-bus-\(getpid())-\(UInt32.random(in: 0...UInt32.max))")
-        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-        let config = directory.appendingPathComponent("bus.conf")
-        try """
-            <!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
-             "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
-            <busconfig>
-              <type>session</type>
-              <listen>tcp:host=127.0.0.1,bind=127.0.0.1,port=0</listen>
-              <auth>ANONYMOUS</auth>
-              <allow_anonymous/>
-              <policy context="default">
-                <allow send_destination="*" eavesdrop="true"/>
-                <allow eavesdrop="true"/>
-                <allow own="*"/>
-              </policy>
-            </busconfig>
-            """.write(to: config, atomically: true, encoding: .utf8)
-        return (try PrivateBus(configFile: config.path), directory.path)
+        try configuredBus(
+            named: "tcp", listen: "tcp:host=127.0.0.1,bind=127.0.0.1,port=0", auth: "ANONYMOUS", extra: "<allow_anonymous/>")
     }
 
     @Test("a descriptor in a variant is refused as such, before it is sent", arguments: [true, false])

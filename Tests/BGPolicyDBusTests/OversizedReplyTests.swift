@@ -43,26 +43,7 @@ struct OversizedReplyTests {
 
     /// A private bus that takes messages of `maximumMessageSize` bytes at most.
     static func bus(maximumMessageSize: Int) throws -> (PrivateBus, String) {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent(
-            "bgpolicy-small-bus-\(getpid())-\(UInt32.random(in: 0...UInt32.max))")
-        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-        let config = directory.appendingPathComponent("bus.conf")
-        try """
-            <!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
-             "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
-            <busconfig>
-              <type>session</type>
-              <listen>unix:tmpdir=\(directory.path)</listen>
-              <auth>EXTERNAL</auth>
-              <policy context="default">
-                <allow send_destination="*" eavesdrop="true"/>
-                <allow eavesdrop="true"/>
-                <allow own="*"/>
-              </policy>
-              <limit name="max_message_size">\(maximumMessageSize)</limit>
-            </busconfig>
-            """.write(to: config, atomically: true, encoding: .utf8)
-        return (try PrivateBus(configFile: config.path), directory.path)
+        try configuredBus(named: "small", extra: "<limit name=\"max_message_size\">\(maximumMessageSize)</limit>")
     }
 
     /// The server answers a reply with an array over 64 MiB, which dbus-daemon would take for

@@ -197,3 +197,29 @@ func bitExact(_ a: DBusValue, _ b: DBusValue) -> Bool {
 func bitExact(_ a: [DBusValue], _ b: [DBusValue]) -> Bool {
     a.count == b.count && zip(a, b).allSatisfy { bitExact($0, $1) }
 }
+
+/// A private bus from a configuration of its own, in a new folder (returned, for the caller to
+/// remove): `listen` (nil: a Unix socket in that folder) and `auth` as given, every name and
+/// message allowed, then `extra` (`<allow_anonymous/>`, a `<limit>`…).
+func configuredBus(named name: String, listen: String? = nil, auth: String = "EXTERNAL", extra: String = "") throws -> (PrivateBus, String) {
+    let directory = FileManager.default.temporaryDirectory.appendingPathComponent(
+        "bgpolicy-\(name)-bus-\(getpid())-\(UInt32.random(in: 0...UInt32.max))")
+    try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+    let config = directory.appendingPathComponent("bus.conf")
+    try """
+        <!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
+         "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
+        <busconfig>
+          <type>session</type>
+          <listen>\(listen ?? "unix:tmpdir=\(directory.path)")</listen>
+          <auth>\(auth)</auth>
+          <policy context="default">
+            <allow send_destination="*" eavesdrop="true"/>
+            <allow eavesdrop="true"/>
+            <allow own="*"/>
+          </policy>
+          \(extra)
+        </busconfig>
+        """.write(to: config, atomically: true, encoding: .utf8)
+    return (try PrivateBus(configFile: config.path), directory.path)
+}
