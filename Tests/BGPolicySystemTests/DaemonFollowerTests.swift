@@ -21,9 +21,11 @@ struct DaemonFollowerTests {
         var seconds: [Int64] { waits.withLock { $0 }.map(\.components.seconds) }
         var sessionCount: Int { sessions.withLock { $0 } }
 
-        /// Waits (bounded, 10 s) until `count` sessions started.
+        /// Waits (bounded, 60 s) until `count` sessions started. The bound is wide because in a
+        /// full parallel run other suites' blocking calls have held the test threads for over
+        /// 10 s: the wait then woke past a 10 s bound before the follower's tasks had run.
         func sessions(atLeast count: Int) async throws {
-            let deadline = ContinuousClock.now + .seconds(10)
+            let deadline = ContinuousClock.now + .seconds(60)
             while sessionCount < count, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(5)) }
         }
     }
