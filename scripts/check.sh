@@ -132,8 +132,8 @@ stage_units() {
     echo "units: $pages manual pages, one per command, format without warnings"
 
     # Completions: bash's, sourced as bash-completion sources it, completes a command with the
-    # installed bgpolicy; zsh's and fish's are named and marked as those shells look for them
-    # (and parse, where the shell is installed).
+    # installed bgpolicy; zsh's and fish's are named and marked as those shells look for them,
+    # and parse (scripts/deps.sh installs both shells).
     local share="$tmp/prefix/share"
     out=$(PATH="$tmp/prefix/bin:$PATH" bash -c 'source "$1"; COMP_WORDS=(bgpolicy st); COMP_CWORD=1
         COMP_LINE="bgpolicy st"; COMP_POINT=11; _bgpolicy bgpolicy st bgpolicy; printf "%s\n" "${COMPREPLY[@]}"' \
@@ -147,9 +147,12 @@ stage_units() {
         echo "the fish completion has no 'complete -c bgpolicy'" >&2
         return 1
     }
-    if command -v zsh >/dev/null; then zsh -n "$share/zsh/site-functions/_bgpolicy"; fi
-    if command -v fish >/dev/null; then fish --no-execute "$share/fish/vendor_completions.d/bgpolicy.fish"; fi
-    echo "units: the bash completion completes a command; zsh's and fish's are where those shells look"
+    zsh -n "$share/zsh/site-functions/_bgpolicy" || { echo "zsh cannot parse its completion" >&2; return 1; }
+    fish --no-execute "$share/fish/vendor_completions.d/bgpolicy.fish" || {
+        echo "fish cannot parse its completion" >&2
+        return 1
+    }
+    echo "units: the bash completion completes a command; zsh's and fish's parse and are where those shells look"
 
     # The same install staged under DESTDIR, then uninstalled: nothing may be left.
     pristine_make install DESTDIR="$tmp/dest" PREFIX=/usr/local

@@ -24,6 +24,7 @@ packages=(
     valgrind gcc                                        # scripts/leakcheck.sh (gcc: its preload shim)
     systemd                                             # systemd-analyze, busctl
     groff-base man-db                                   # the manual pages' lint (check.sh units)
+    zsh fish                                            # parse the completions (check.sh units)
 )
 
 case ${1:-all} in
