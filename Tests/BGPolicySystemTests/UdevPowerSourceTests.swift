@@ -209,15 +209,17 @@ struct UdevPowerSourceRunTests {
     /// Re-reads of this machine, whatever it has, still end on cancel. (What an unchanged
     /// machine's re-read reports is checked on a fake one, in UdevUmockdevTests: real hardware
     /// may change meanwhile, a battery ticks.)
-    @Test(.timeLimit(.minutes(1)))
+    @Test(.timeLimit(.minutes(1)), .enabled(if: UdevNetlink.isAllowed, "needs /sys and a netlink uevent socket"))
     func rereadsThenCancelEnd() async throws {
         let collector = ReportCollector()
         let run = Task { await UdevPowerSource().run(collector.context) }
         var reports = collector.reports.makeAsyncIterator()
-        guard case .power? = await reports.next() else {
+        let first = await reports.next()
+        guard case .power? = first else {
+            Issue.record("no sample at start, though netlink is allowed: \(String(describing: first))")
             run.cancel()
             await run.value
-            return  // no netlink here: covered by the test above
+            return
         }
         collector.reread.yield()
         collector.reread.yield()

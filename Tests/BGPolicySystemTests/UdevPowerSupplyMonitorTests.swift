@@ -2,17 +2,43 @@
 import Glibc
 import Testing
 
+/// Whether this machine lets a process watch udev as the owner thread does: `/sys` is there,
+/// and a netlink uevent socket can be opened and bound (some containers and sandboxes refuse
+/// netlink, `RestrictAddressFamilies` too). Tests that need a working watch are enabled by it,
+/// so that where it is missing they show as skipped (which CI's unit stage fails on) rather
+/// than pass having checked nothing.
+enum UdevNetlink {
+    /// <linux/netlink.h>, which Glibc does not bring: the protocol, and `struct sockaddr_nl`'s
+    /// size (family, padding, port id, groups).
+    static let kobjectUevent: Int32 = 15
+    static let addressSize = socklen_t(12)
+
+    static var isAllowed: Bool {
+        guard access("/sys", F_OK) == 0 else { return false }
+        let fd = socket(AF_NETLINK, Int32(SOCK_RAW.rawValue) | Int32(SOCK_CLOEXEC.rawValue), kobjectUevent)
+        guard fd >= 0 else { return false }
+        defer { close(fd) }
+        // All zero but the family: the kernel picks the port id, and no group is joined.
+        var address = sockaddr_storage()
+        address.ss_family = sa_family_t(AF_NETLINK)
+        return withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, addressSize) }
+        } == 0
+    }
+}
+
 /// The owner thread on the machine that runs the tests, whatever its power supplies: these
 /// check the thread's life, not the values (those are covered under umockdev).
 @Suite("UdevPowerSupplyMonitor")
 struct UdevPowerSupplyMonitorTests {
-    @Test(.timeLimit(.minutes(1)))
+    @Test(.timeLimit(.minutes(1)), .enabled(if: UdevNetlink.isAllowed, "needs /sys and a netlink uevent socket"))
     func enumeratesAtStartAndOnRescanThenStops() async throws {
         let (monitor, events) = UdevPowerSupplyMonitor.start()
         var iterator = events.makeAsyncIterator()
-        guard case .devices? = await iterator.next() else {
-            // Where netlink or /sys is missing the thread reports why and ends by itself.
-            #expect(await iterator.next() == nil)
+        let first = await iterator.next()
+        guard case .devices? = first else {
+            Issue.record("no enumeration at start, though netlink is allowed: \(String(describing: first))")
+            monitor.stop()
             await monitor.finished()
             return
         }
