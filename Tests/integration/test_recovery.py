@@ -14,7 +14,8 @@
 
 The tmpfs needs `mount` (root, as in the project's containers). Where mounting is refused (or
 BGPOLICY_TEST_NO_TMPFS is set), the same test runs with a file size limit on the agent instead
-(RLIMIT_FSIZE); the test's output says which it used."""
+(RLIMIT_FSIZE); the test's output says which it used. Under BGPOLICY_NO_SKIPS=1 (CI) the
+fallback fails the test instead: it checks less."""
 
 import errno
 import os
@@ -28,6 +29,7 @@ import pytest
 
 import conditions_helpers as ch
 import tasks_helpers as th
+from conftest import NO_SKIPS
 from tasks_helpers import expect_error, later, world  # noqa: F401 - the fixture
 
 APP = "org.example.Recovery"
@@ -454,9 +456,14 @@ class XfszIgnoringAgent(th.TaskAgent):
 
 
 def simulated_full_disk(world):
-    """The state directory on a small tmpfs, or under RLIMIT_FSIZE where mounting is refused."""
+    """The state directory on a small tmpfs, or under RLIMIT_FSIZE where mounting is refused.
+    The fallback checks less (no "full" in the message, no start on a full disk), so under
+    BGPOLICY_NO_SKIPS=1 (CI) it fails the test instead, as a skip would."""
     mount = world.tmp / "state"
     refused = mount_small_tmpfs(world, mount)
+    if refused and NO_SKIPS:
+        pytest.fail(f"no tmpfs for a full disk ({refused}), and BGPOLICY_NO_SKIPS=1 forbids the weaker "
+                    "RLIMIT_FSIZE fallback: give the tests `mount` (see Docs/Testing.md), or unset BGPOLICY_NO_SKIPS")
     disk = SizeLimitedDisk(world, mount) if refused else TmpfsDisk(world, mount)
     print(f"full disk simulated with {type(disk).__name__}" + (f" (no tmpfs: {refused})" if refused else ""))
     return disk
