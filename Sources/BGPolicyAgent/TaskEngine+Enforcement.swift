@@ -61,7 +61,7 @@ extension TaskEngine {
     /// tried again first; nil when it succeeds, or when there is none, or the new enforcement is
     /// the same on the same unit (whose undo at the slice's end undoes both).
     func earlierUndoStillFailing(of slice: Slice, before action: CPUAction) async -> EnforcementRecord? {
-        guard let (record, why) = failedUndos[slice.id] else { return nil }
+        guard let (record, why, _) = failedUndos[slice.id] else { return nil }
         switch record.action {
         case .throttled(let unit, _) where action == .throttle && unit == slice.unit: return nil
         case .frozen(let unit) where action == .freeze && unit == slice.unit: return nil
@@ -92,14 +92,17 @@ extension TaskEngine {
 
     /// Undoes `record` and forgets it. One that cannot be undone now (a timeout, `UnitBusy`, the
     /// user manager not on the bus or re-executing) stays stored, is tried again while the agent
-    /// runs (`retryFailedUndos`), and at the next start; a unit or process that is gone needs
-    /// nothing undone. A process is continued only if it is the one stopped: same pid, same
-    /// start. `retrying`: a retry's failure is logged, not added to the history again.
+    /// runs (`retryFailedUndos`), and at the next start, `undoRetries` times in a row at most:
+    /// then it is given up, logged at warning with what to run by hand, and forgotten. A unit
+    /// that is gone, or (for a thaw) no longer active, needs nothing undone
+    /// (`leavesNothingToUndo`). A process is continued only if it is the one stopped: same pid,
+    /// same start. `retrying`: a retry's failure is logged, not added to the history again.
     func undo(_ record: EnforcementRecord, why: String, retrying: Bool = false) async {
         beginEnforcementCall(record.appID)
         defer { endEnforcementCall(record.appID) }
         var detail: String
-        var undone = true
+        // Undone, found to need nothing, or given up: forgotten.
+        var settled = true
         do {
             switch record.action {
             case .throttled(let unit, let quotaBefore):
@@ -118,22 +121,36 @@ extension TaskEngine {
                 }
             }
         } catch {
-            if let error = error as? DBusError, error.name == Self.noSuchUnit {
-                detail = "its unit is gone; nothing to undo"
+            if let nothing = Self.leavesNothingToUndo(record.action, error) {
+                detail = nothing
             } else {
-                undone = false
-                let wait = retryUndoLater(record, why: why)
-                detail = "could not undo the CPU enforcement (\(error)); the agent tries again "
-                    + (wait.map { "within \($0.components.seconds) s, less and less often (up to every 5 minutes), and " } ?? "")
-                    + "at its next start"
-                logger.error(
-                    "Could not release CPU enforcement",
-                    metadata: ["app.id": "\(record.appID)", "slice.id": "\(record.sliceID)", "error": "\(error)",
-                               "retry.seconds": "\(wait.map { "\($0.components.seconds)" } ?? "-")"])
+                // Counted from the first failure of this enforcement's undo in this run.
+                let earlier = failedUndos[record.sliceID].flatMap { $0.record.action == record.action ? $0.failures : nil }
+                let failures = (earlier ?? 0) + 1
+                if failures > Self.undoRetries {
+                    // Forgotten, so that no later start tries it again for good either.
+                    let byHand = Self.undoneByHand(record.action)
+                    detail = "could not undo the CPU enforcement in \(failures) tries (\(error)); "
+                        + "the agent gave up: \(byHand)"
+                    logger.warning(
+                        "Gave up releasing CPU enforcement; it may still hold the app",
+                        metadata: ["app.id": "\(record.appID)", "slice.id": "\(record.sliceID)", "error": "\(error)",
+                                   "tries": "\(failures)", "undo.by.hand": "\(byHand)"])
+                } else {
+                    settled = false
+                    let wait = retryUndoLater(record, why: why, failures: failures)
+                    detail = "could not undo the CPU enforcement (\(error)); the agent tries again "
+                        + (wait.map { "within \($0.components.seconds) s, less and less often (up to every 5 minutes) for about half an hour, and " } ?? "")
+                        + "at its next start"
+                    logger.error(
+                        "Could not release CPU enforcement",
+                        metadata: ["app.id": "\(record.appID)", "slice.id": "\(record.sliceID)", "error": "\(error)",
+                                   "retry.seconds": "\(wait.map { "\($0.components.seconds)" } ?? "-")"])
+                }
             }
         }
-        if !undone && retrying { return }
-        if undone {
+        if !settled && retrying { return }
+        if settled {
             failedUndos[record.sliceID] = nil
             do {
                 try store.removeEnforcement(sliceID: record.sliceID)
@@ -147,7 +164,44 @@ extension TaskEngine {
             time: Self.wallNow(), appID: AppID(rawValue: record.appID), event: .cpuReleased, detail: detail + " (\(why))"))
     }
 
+    /// How many failures in a row of one undo are tried again: with the waits of
+    /// `retryUndoLater` (5 s doubling up to 5 minutes), about half an hour, as
+    /// `DaemonFollower.retries`. An undo that fails that long fails for a reason that lasts
+    /// (`AccessDenied`, `NotSupported`, a parent slice frozen by the user): tried every 5
+    /// minutes for good, and again at every start, it woke the machine 288 times a day, logged
+    /// an error each time, and kept `ForgetApp` refusing the app.
+    static let undoRetries = 12
+
+    /// Why `error`, an undo's, means there is nothing to undo: the unit is gone (`NoSuchUnit`),
+    /// or, for a thaw, no longer active (`UnitInactive`: its processes ended, SIGKILLed or
+    /// OOM-killed while frozen, and a start makes a new cgroup, not frozen). Nil for any other.
+    /// A quota is set on an inactive unit as on an active one (systemd keeps it for the next
+    /// start), so `UnitInactive` says nothing of a lift.
+    static func leavesNothingToUndo(_ action: Slice.Enforcement, _ error: any Error) -> String? {
+        guard let error = error as? DBusError else { return nil }
+        switch (action, error.name) {
+        case (_, Self.noSuchUnit): return "its unit is gone; nothing to undo"
+        case (.frozen(let unit), Self.unitInactive): return "\(unit) is no longer active (its processes have ended); nothing to thaw"
+        default: return nil
+        }
+    }
+
     static let noSuchUnit = "org.freedesktop.systemd1.NoSuchUnit"
+    static let unitInactive = "org.freedesktop.systemd1.UnitInactive"
+
+    /// What the user can run to undo `action` once the agent has given it up.
+    static func undoneByHand(_ action: Slice.Enforcement) -> String {
+        switch action {
+        case .throttled(let unit, let quotaBefore?) where quotaBefore != .max:
+            return "set its quota back with 'systemctl --user set-property --runtime \(unit) CPUQuota=\(percent(quotaBefore))%'"
+        case .throttled(let unit, _):
+            return "lift its quota with 'systemctl --user set-property --runtime \(unit) CPUQuota='"
+        case .frozen(let unit):
+            return "thaw it with 'systemctl --user thaw \(unit)'"
+        case .stopped(let pid, _):
+            return "continue it with 'kill -CONT \(pid)'"
+        }
+    }
 
     /// Counts a systemd call of the CPU monitor on its way for the app (`enforcementCalls`).
     func beginEnforcementCall(_ appID: String) {
@@ -212,17 +266,20 @@ extension TaskEngine {
     /// How a throttle's undo left the unit's quota, for its `cpu-released` entry.
     static func restored(_ quotaBefore: UInt64?) -> String {
         guard let usec = quotaBefore, usec != .max else { return "lifted" }
-        // CPUQuotaPerSecUSec is 10 000 µs per percent of one CPU.
-        let percent = usec % 10_000 == 0 ? "\(usec / 10_000)" : "\(Double(usec) / 10_000)"
-        return "set back to the \(percent) % it had before the throttle"
+        return "set back to the \(percent(usec)) % it had before the throttle"
     }
 
-    /// Keeps `record`, whose undo failed, for the retry, and starts the retry's timer if none
-    /// runs; returns the timer's wait, nil when the agent is stopping (the record stays stored
-    /// for the next start).
+    /// A quota in percent of one CPU: `CPUQuotaPerSecUSec` is 10 000 µs per percent.
+    static func percent(_ usec: UInt64) -> String {
+        usec % 10_000 == 0 ? "\(usec / 10_000)" : "\(Double(usec) / 10_000)"
+    }
+
+    /// Keeps `record`, whose undo failed `failures` times in a row, for the retry, and starts
+    /// the retry's timer if none runs; returns the timer's wait, nil when the agent is stopping
+    /// (the record stays stored for the next start).
     @discardableResult
-    func retryUndoLater(_ record: EnforcementRecord, why: String) -> Duration? {
-        failedUndos[record.sliceID] = (record, why)
+    func retryUndoLater(_ record: EnforcementRecord, why: String, failures: Int) -> Duration? {
+        failedUndos[record.sliceID] = (record, why, failures)
         guard !stopping else { return nil }
         if undoRetryTimer == nil {
             undoRetryDelay = undoRetryDelay == .zero ? Self.firstUndoRetry : min(undoRetryDelay * 2, Self.lastUndoRetry)
@@ -247,15 +304,15 @@ extension TaskEngine {
         undoRetryTimer = nil
         guard !stopping else { return }
         for sliceID in failedUndos.keys.sorted() {
-            guard let (record, why) = failedUndos[sliceID], slices[sliceID]?.monitor == nil else { continue }
+            guard let (record, why, _) = failedUndos[sliceID], slices[sliceID]?.monitor == nil else { continue }
             logger.info("Trying again to release CPU enforcement", metadata: ["app.id": "\(record.appID)", "slice.id": "\(sliceID)"])
             await undo(record, why: why, retrying: true)
         }
         if failedUndos.isEmpty {
             undoRetryDelay = .zero
-        } else if let (record, why) = failedUndos.first?.value {
+        } else if let (record, why, failures) = failedUndos.first?.value {
             // All still waiting on a watched slice: the timer goes on.
-            retryUndoLater(record, why: why)
+            retryUndoLater(record, why: why, failures: failures)
         }
     }
 

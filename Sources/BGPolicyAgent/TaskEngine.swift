@@ -67,10 +67,10 @@ actor TaskEngine {
     var conditions = Conditions.unknown
     var evaluationTimer: Task<Void, Never>?
     var evaluationTimerDue: UnixTime?
-    /// CPU enforcements whose undo failed, by slice id, with the words of their undo: tried
-    /// again while the agent runs (`retryFailedUndos`), on a timer that exists only while some
-    /// are left.
-    var failedUndos: [String: (record: EnforcementRecord, why: String)] = [:]
+    /// CPU enforcements whose undo failed, by slice id, with the words of their undo and how
+    /// many times in a row it failed: tried again while the agent runs (`retryFailedUndos`), on
+    /// a timer that exists only while some are left, until `undoRetries` failures.
+    var failedUndos: [String: (record: EnforcementRecord, why: String, failures: Int)] = [:]
     /// Apps with a systemd call of the CPU monitor on its way (a quota or freeze, or its undo
     /// at a slice's end), by app id: not forgotten until it settles (`refuseForgetting`).
     var enforcementCalls: [String: Int] = [:]

@@ -80,6 +80,6 @@ struct FreezeAfterFailedLiftTests {
 
 extension TaskEngine {
     fileprivate func failedUndo(_ record: EnforcementRecord, why: String) {
-        failedUndos[record.sliceID] = (record, why)
+        failedUndos[record.sliceID] = (record, why, 1)
     }
 }

@@ -217,6 +217,34 @@ def test_a_failed_thaw_is_tried_again_while_the_agent_runs(world):
     assert len(systemd.calls("ThawUnit")) == 3
 
 
+def test_a_thaw_of_a_unit_no_longer_active_is_not_tried_again(world):
+    """The frozen app's process is killed (SIGKILL, the OOM killer) and its unit stays loaded
+    as failed: the user manager answers every ThawUnit with UnitInactive. Nothing is left to
+    thaw, so it is not tried again, neither while the agent runs nor at its next start. (It was
+    tried every 5 minutes for good, and again at every start.)"""
+    systemd = world.start_systemd_mock(units=[BURNER_UNIT])
+    inactive = ("raise dbus.exceptions.DBusException("
+                "'Unit is not active', name='org.freedesktop.systemd1.UnitInactive')")
+    systemd.mock("AddMethod", "sssss", ("org.freedesktop.systemd1.Manager", "ThawUnit", "s", "", inactive))
+    agent = world.start_agent(config=cpu_config("freeze"))
+    app, run = start_burner(world, BURNER_UNIT, "org.example.Burner")
+    agent.wait_history("cpu-frozen", app_id="org.example.Burner", timeout=16)
+    app.complete(run["task_id"], True, "no-data")
+    agent.wait_history("completed", task_id=run["task_id"], timeout=5)
+    th.wait_until(lambda: systemd.calls("ThawUnit"), 5, "the thaw is tried after the slice")
+    released = agent.wait_history("cpu-released", app_id="org.example.Burner", timeout=3)
+    assert released["detail"] == (
+        f"{BURNER_UNIT} is no longer active (its processes have ended); nothing to thaw (slice ended)"), released
+    time.sleep(6)
+    assert len(systemd.calls("ThawUnit")) == 1, "not tried again after 5 s"
+
+    agent.stop()
+    agent.restart()
+    time.sleep(2)
+    assert len(systemd.calls("ThawUnit")) == 1, "nothing left for the next start to undo"
+    assert len(agent.events("cpu-released", app_id="org.example.Burner")) == 1, agent.history()
+
+
 def test_without_the_cpu_controller_a_throttle_is_not_pretended(world):
     """systemd before 252 delegates only pids and memory to user@.service: a CPUQuota on a user
     unit is accepted and does nothing. With the slice above the burner's unit lacking the cpu
