@@ -1035,9 +1035,10 @@ actor TaskEngine {
         }
     }
 
-    /// Counts a violation against the app's future opportunities (the store has its row).
+    /// Counts a violation against the app's future opportunities (the store has its row):
+    /// at most as many as the store keeps rows of, the newest, as a restart reads them back.
     func noteViolation(of appID: AppID, at time: UnixTime) {
-        apps[appID]?.violations.record(at: time)
+        apps[appID]?.violations.record(at: time, keepingAtMost: TaskStore.historyPerAppLimit)
     }
 
     /// The app's violations that count at `now`, the wall clock: those of the last 7 days.

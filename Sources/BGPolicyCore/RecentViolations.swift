@@ -35,10 +35,17 @@ public struct RecentViolations: Sendable, Equatable {
     /// The latest that counts, as of the last `advance(to:)` or `record(at:)`.
     public var last: UnixTime? { times.last }
 
-    /// A violation at `time`, the wall clock now.
-    public mutating func record(at time: UnixTime) {
+    /// A violation at `time`, the wall clock now; of those that count, the newest `limit` are
+    /// kept. The agent passes the number of an app's violation rows the store keeps, the newest
+    /// (`TaskStore.historyPerAppLimit`), so that a restarted agent reads back the same newest
+    /// ones (fewer where several rows are one violation, as the tasks of one slice are). An app
+    /// can make violations at will (16 background tasks left to expire every 30 s, some 46,000
+    /// a day): uncapped, they grew to hundreds of thousands over the 7 days, each read by
+    /// `penaltyEnd` at every evaluation of the app, and many more than a restart read back.
+    public mutating func record(at time: UnixTime, keepingAtMost limit: Int = .max) {
         advance(to: time)
         times.append(time)
+        if times.count > limit { times.removeFirst(times.count - max(limit, 0)) }
     }
 
     /// Forgets the violations older than `memory` at `now` (the wall clock), and takes those

@@ -118,4 +118,17 @@ struct RecentViolationsTests {
         violations.advance(to: start + 10 * day + 1)
         #expect(violations.times == [start + 4 * day])
     }
+
+    @Test func onlyTheNewestUpToTheLimitAreKept() {
+        // Eight overruns a minute apart, at most five kept: the newest five, and the penalty
+        // theirs (one second per violation here), as a restart reading the five back has it.
+        var violations = RecentViolations()
+        let times = (0..<8).map { start + 60 * Double($0) }
+        for time in times { violations.record(at: time, keepingAtMost: 5) }
+        #expect(violations.count == 5)
+        #expect(violations.times == Array(times.suffix(5)))
+        let readBack = RecentViolations(times.suffix(5), now: times.last!)
+        #expect(violations == readBack)
+        #expect(violations.penaltyEnd { Double($0) } == times.last! + 5)
+    }
 }
