@@ -74,7 +74,8 @@ extension AgentInterfaces {
                         "earliest_begin" (x) not before this Unix time, at most 7 days ahead;
                         "requires_network" (b) only with full connectivity; "requires_external_power" (b)
                         only on AC, and a slice of processing tasks that all require it (no content-available
-                        wake with them) is not watched by the CPU monitor while on AC;
+                        wake with them) is not watched by the CPU monitor while on AC. Either condition
+                        gone while the task runs, it gets ExpireTask at once (conditions-lost, no violation);
                         "expected_duration" (u) seconds the work is expected to take. Unknown keys are refused.
                         """),
                 ],
@@ -222,10 +223,11 @@ extension AgentInterfaces {
                     nearly up (5 s before the deadline), when the task uses too much CPU, and for
                     Admin1.SimulateExpiration; the task still runs to its deadline then. Also sent
                     when the machine is going to sleep, the user switches the app's background work
-                    off, the agent stops, or (for processing) the user comes back; and to a
-                    connection that loses an unverified app id to the app itself. In those cases the
-                    task is already closed when ExpireTask arrives, and a SetTaskCompleted or
-                    EndBackgroundTask for it gets UnknownTask.
+                    off, the agent stops, (for processing) the user comes back, or a condition the
+                    task asked for goes (the charger for requires_external_power, full connectivity
+                    for requires_network); and to a connection that loses an unverified app id to
+                    the app itself. In those cases the task is already closed when ExpireTask
+                    arrives, and a SetTaskCompleted or EndBackgroundTask for it gets UnknownTask.
                     """),
         ])
 }

@@ -131,7 +131,7 @@ public enum AgentInterfaces {
                     "result" (s), "cpu_seconds" (d) CPU the app used in the slice, "duration" (d) seconds.
                     Events: registered, submitted, replaced, cancelled, delivered, delivery-failed,
                     expiration-warned, completed, expired, vanished, interrupted, sleep-expired, switched-off, user-returned,
-                    cpu-warned, cpu-throttled, cpu-frozen, cpu-stopped, cpu-observed, cpu-released,
+                    conditions-lost, cpu-warned, cpu-throttled, cpu-frozen, cpu-stopped, cpu-observed, cpu-released,
                     background-task-began, background-task-ended, background-task-expired, app-enabled,
                     app-disabled, global-enabled, global-disabled, content-queued, database-recovered.
                     """)],

@@ -72,9 +72,10 @@ struct Slice {
     /// External-power processing while on AC (`externalPowerProcessing`, now): the CPU monitor
     /// leaves it alone. Follows the charger for the slice's life (`followExemptionsToPower`).
     var exempt = false
-    /// Its processing tasks end when the user comes back (`expireProcessingOnReturn`). Not for
-    /// a simulated launch (`bgpolicy simulate launch`), which ignores the rules, idle among them.
-    var processingNeedsIdle = true
+    /// A simulated launch (`bgpolicy simulate launch`), which ignores the rules: its processing
+    /// tasks run on when the user comes back (`expireProcessingOnReturn`), and its tasks when
+    /// the charger or the network they asked for goes (`expireOnConditionsLost`).
+    var simulated = false
 
     var deadline: UnixTime { startedAt + length.seconds }
     var openMembers: [Member] { members.filter { !$0.done } }
@@ -459,7 +460,7 @@ extension TaskEngine {
             id: sliceID, appID: appID, connection: target, members: members, startedAt: now,
             started: ContinuousClock.now, length: launch.sliceLength)
         slice.backgroundOnly = runtime.record.backgroundOnly
-        slice.processingNeedsIdle = !simulated
+        slice.simulated = simulated
         slice.externalPowerProcessing = !requests.isEmpty && !launch.contentAvailable
             && requests.allSatisfy { $0.kind == .processing && $0.requiresExternalPower }
         slice.exempt = slice.externalPowerProcessing && conditions.onBattery == false
@@ -780,16 +781,21 @@ extension TaskEngine {
         "the charger is back: processing that requires external power is not held to the CPU limit while on AC"
 
     /// The CPU monitor is off for external-power processing while on AC, and only then (SPEC
-    /// §2), for as long as its slice runs. The charger unplugged (or its state no longer known):
-    /// such slices are watched like any other from now on. The charger back: they are exempt
-    /// again, their monitor goes, warning phase and all, and what it did to the app (a quota, a
-    /// freeze) is undone at once, as when an app comes into use (`stopWatchingInUse`), with a
-    /// `cpu-released` entry that says why; the violation it counted on battery stays counted.
-    /// Unplugged again, the slice is watched from a new window.
+    /// §2), for as long as its slice runs. On battery such a slice closes at once, unwatched
+    /// (`expireOnConditionsLost`: its tasks all asked for the charger), so what is left to
+    /// follow is a slice that runs on without AC: a simulated launch, which ignores the rules,
+    /// and any slice while the power is unknown (UPower gone, say), which is no charger lost.
+    /// No longer known to be on AC, such a slice is watched like any other from now on. The
+    /// charger back: it is exempt again, its monitor goes, warning phase and all, and what it
+    /// did to the app (a quota, a freeze) is undone at once, as when an app comes into use
+    /// (`stopWatchingInUse`), with a `cpu-released` entry that says why; a violation it counted
+    /// meanwhile stays counted. Off AC again, the slice is watched from a new window.
     func followExemptionsToPower() {
         let onAC = conditions.onBattery == false
         for id in slices.keys.sorted() {
             guard var slice = slices[id], slice.externalPowerProcessing, slice.exempt != onAC else { continue }
+            // Its tasks all asked for the charger: it closes now (`expireOnConditionsLost`), unwatched.
+            if conditions.onBattery == true, !slice.simulated { continue }
             slice.exempt = onAC
             if !onAC {
                 watchFromNow(id, &slice, why: "CPU monitor on: the charger went during a slice of external-power processing")
@@ -1206,7 +1212,7 @@ extension TaskEngine {
         guard conditions.isIdleForProcessing == false else { return }
         let reason = "the user came back (the session is no longer locked or idle), and processing runs only while it is"
         for id in slices.keys.sorted() {
-            guard let slice = slices[id], slice.processingNeedsIdle else { continue }
+            guard let slice = slices[id], !slice.simulated else { continue }
             let processing = slice.openMembers.filter { $0.kind == .processing }
             guard !processing.isEmpty else { continue }
             let now = Self.wallNow()
@@ -1215,16 +1221,70 @@ extension TaskEngine {
                     returnUnsent(member, in: id, reason: "the user came back before it was sent")
                     continue
                 }
-                sendExpire(member.taskID, to: slice.connection)
-                appendHistory(HistoryEntry(
-                    time: now, appID: slice.appID, identifier: member.request.identifier, taskID: member.taskID,
-                    event: .expirationWarned, kind: member.kind, detail: "ExpireTask sent: \(reason)"))
-                // Never throws without `mustStore`.
-                try? finish(member, in: id, event: .userReturned, result: .failed,
-                            detail: "expired because \(reason); not a violation", at: now)
+                expireNow(member, of: slice, as: .userReturned, because: reason, at: now)
             }
             if slices[id]?.openMembers.isEmpty ?? true { await closeSlice(id) }
         }
+    }
+
+    /// A task that asked for external power runs only on AC, and one that asked for the network
+    /// only with full connectivity (SPEC §2), and the charger went, or connectivity dropped from
+    /// full. Each task still running whose own conditions no longer hold is told at once
+    /// (`ExpireTask`) and closed as `conditions-lost`, not a violation, as processing is when
+    /// the user comes back; one not yet sent goes back to pending; the app's other tasks in the
+    /// slice run on. The request is the app's to submit again, as after any expiry. A fact no
+    /// longer known (UPower or NetworkManager gone) is no condition lost. Before, the conditions
+    /// were asked only at the slice's start: a backup that asked for AC ran on, on battery, to
+    /// its deadline.
+    func expireOnConditionsLost() async {
+        for id in slices.keys.sorted() {
+            guard let slice = slices[id], !slice.simulated else { continue }
+            let lost = slice.openMembers.compactMap { member in
+                Self.lostConditions(of: member.request, in: conditions).map { (member, $0) }
+            }
+            guard !lost.isEmpty else { continue }
+            let now = Self.wallNow()
+            for (member, reason) in lost {
+                guard member.sent else {
+                    returnUnsent(member, in: id, reason: "\(reason) before it was sent")
+                    continue
+                }
+                expireNow(member, of: slice, as: .conditionsLost, because: reason, at: now)
+            }
+            if slices[id]?.openMembers.isEmpty ?? true { await closeSlice(id) }
+        }
+    }
+
+    /// Which of `request`'s own conditions no longer hold in `conditions`, in words; nil while
+    /// they all hold, or are unknown: power unknown is not on battery, connectivity unknown not
+    /// offline.
+    static func lostConditions(of request: TaskRequest, in conditions: Conditions) -> String? {
+        var lost: [String] = []
+        if request.requiresExternalPower, conditions.onBattery == true {
+            lost.append("the charger was unplugged (it requires external power)")
+        }
+        if request.requiresNetwork {
+            switch conditions.connectivity {
+            case .none: lost.append("the machine went offline (it requires the network)")
+            case .portal: lost.append("the network went behind a captive portal (it requires the network)")
+            case .limited: lost.append("the network's connectivity became limited (it requires the network)")
+            case .full, .unknown: break
+            }
+        }
+        return lost.isEmpty ? nil : lost.joined(separator: ", and ")
+    }
+
+    /// Tells a task of `slice` to stop now (`ExpireTask`, recorded as `expiration-warned`) and
+    /// closes it as `event`, not a violation, `because` saying why; the slice's other tasks
+    /// are left as they are.
+    func expireNow(_ member: Slice.Member, of slice: Slice, as event: HistoryEvent, because reason: String, at now: UnixTime) {
+        sendExpire(member.taskID, to: slice.connection)
+        appendHistory(HistoryEntry(
+            time: now, appID: slice.appID, identifier: member.request.identifier, taskID: member.taskID,
+            event: .expirationWarned, kind: member.kind, detail: "ExpireTask sent: \(reason)"))
+        // Never throws without `mustStore`.
+        try? finish(member, in: slice.id, event: event, result: .failed,
+                    detail: "expired because \(reason); not a violation", at: now)
     }
 
     /// Ends a slice before its tasks were all completed: each open task is recorded as `event`

@@ -347,9 +347,13 @@ actor TaskEngine {
         }
         conditions = newest
         followExemptionsToPower()
-        if newest.isIdleForProcessing == false, slices.values.contains(where: \.processingNeedsIdle) {
+        if newest.isIdleForProcessing == false, slices.values.contains(where: { !$0.simulated }) {
             Task { await self.expireProcessingOnReturn() }
         }
+        let lost = slices.values.contains { slice in
+            !slice.simulated && slice.openMembers.contains { Self.lostConditions(of: $0.request, in: newest) != nil }
+        }
+        if lost { Task { await self.expireOnConditionsLost() } }
         requestEvaluation()
     }
 

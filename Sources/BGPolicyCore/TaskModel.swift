@@ -227,6 +227,10 @@ public enum HistoryEvent: String, Sendable, CaseIterable, Codable {
     /// A processing task expired because the user came back (the session no longer locked or
     /// idle): told at once and closed, not a violation.
     case userReturned = "user-returned"
+    /// A task expired because a condition it asked for went while it ran: the charger
+    /// (`requires_external_power`) or full connectivity (`requires_network`). Told at once and
+    /// closed, not a violation.
+    case conditionsLost = "conditions-lost"
     case cpuWarned = "cpu-warned"
     case cpuThrottled = "cpu-throttled"
     case cpuFrozen = "cpu-frozen"

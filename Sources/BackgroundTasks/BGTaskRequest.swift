@@ -47,13 +47,15 @@ public struct BGProcessingTaskRequest: BGTaskRequest, Hashable {
     public let identifier: String
     /// Not before this time, or as soon as the agent sees fit when `nil`.
     public var earliestBeginDate: Date?
-    /// Run only with full network connectivity.
+    /// Run only with full network connectivity. Connectivity dropping from full while the task
+    /// runs (offline, a captive portal, limited) ends it at once: its `expirationHandler` runs,
+    /// and the agent closes it as `conditions-lost`, not counted against the app.
     public var requiresNetworkConnectivity: Bool
-    /// Run only on AC power. While on AC, the CPU monitor leaves alone a slice whose tasks all
-    /// require external power; one that shares its slice with a refresh, with processing that
-    /// does not require it, or with a content-available wake is watched like any other, as
-    /// every slice is while the machine is not known to be on AC (the charger unplugged
-    /// mid-slice included).
+    /// Run only on AC power. The charger unplugged while the task runs ends it at once, as
+    /// `requiresNetworkConnectivity` does. While on AC, the CPU monitor leaves alone a slice whose
+    /// tasks all require external power; one that shares its slice with a refresh, with
+    /// processing that does not require it, or with a content-available wake is watched like
+    /// any other, as every slice is while the machine is not known to be on AC.
     public var requiresExternalPower: Bool
     /// How long the work is expected to take, in seconds: a hint for the agent, not a limit.
     public var expectedDuration: TimeInterval?

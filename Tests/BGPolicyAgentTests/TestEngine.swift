@@ -88,7 +88,8 @@ final class Gate: Sendable {
 
 /// An app on the harness's bus: a connection of its own, exporting `Client1`. Each `RunTask`
 /// is counted; those `holds` picks (by number, from 1) wait until `open()`, then `answer` runs
-/// (returning answers the call, throwing answers it with that error). `ExpireTask` is answered.
+/// (returning answers the call, throwing answers it with that error). `ExpireTask` is answered,
+/// and the task ids it named are kept (`expired`).
 final class GatedApp: Sendable {
     let connection: DBusConnection
     private let serving: Task<Void, Never>
@@ -97,6 +98,7 @@ final class GatedApp: Sendable {
     private final class State: Sendable {
         let calls = Mutex(0)
         let opened = Mutex(false)
+        let expired = Mutex<[String]>([])
     }
 
     init(
@@ -115,7 +117,10 @@ final class GatedApp: Sendable {
                 try answer(number)
                 return []
             }
-            .method("ExpireTask") { _ in [] }
+            .method("ExpireTask") { call in
+                if case .string(let taskID)? = call.arguments.first { state.expired.withLock { $0.append(taskID) } }
+                return []
+            }
         try connection.objects.export([client], at: TaskEngine.clientPath)
         let connection = connection
         serving = Task { await connection.objects.serve() }
@@ -123,6 +128,9 @@ final class GatedApp: Sendable {
 
     /// How many `RunTask` calls have arrived.
     var runTasks: Int { state.calls.withLock { $0 } }
+
+    /// The task ids of the `ExpireTask` calls that have arrived, in order.
+    var expired: [String] { state.expired.withLock { $0 } }
 
     /// Waits until the first `RunTask` has arrived.
     func waitForRunTask() async throws {

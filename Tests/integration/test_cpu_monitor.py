@@ -294,8 +294,9 @@ def test_processing_on_external_power_is_exempt_while_on_ac(world):
 
 def test_an_exempt_slice_is_watched_once_the_charger_goes(tmp_path):
     """External-power processing is exempt from the CPU monitor only while on AC (SPEC §2). The
-    charger unplugged during such a slice: from then on the app is watched, warned and
-    throttled like any other. (The exemption was decided once, at the slice's start.)"""
+    charger unplugged during such a slice that `SimulateLaunch` started (which ignores the rules;
+    one the rules started ends then, `conditions-lost`): from then on the app is watched, warned
+    and throttled like any other. (The exemption was decided once, at the slice's start.)"""
     with th.open_world(tmp_path, power="battery") as world:
         systemd = world.start_systemd_mock(units=[EXEMPT_UNIT])
         ch.set_charger(world.testbed, world.ac, world.bat, plugged=True)
@@ -316,7 +317,8 @@ def test_an_exempt_slice_is_watched_once_the_charger_goes(tmp_path):
 
 
 def test_an_exempt_slice_is_exempt_again_when_the_charger_comes_back(tmp_path):
-    """The charger goes during external-power processing: it is watched, warned and throttled.
+    """The charger goes during external-power processing `SimulateLaunch` started, which runs on
+    without it: it is watched, warned and throttled.
     The charger comes back during the same slice: the CPU monitor is off for it again (SPEC §2:
     off for it while on AC), and the throttle it applied on battery is lifted at once, with a
     `cpu-released` entry saying why; the slice burns on, on AC, with no further warning or

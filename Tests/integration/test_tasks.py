@@ -11,8 +11,11 @@ import os
 import sqlite3
 import time
 
+from gi.repository import GLib
+
 import pytest
 
+import conditions_helpers as ch
 import tasks_helpers as th
 from tasks_helpers import PYTHON, ROOT, expect_error, later, world  # noqa: F401 - the fixture
 
@@ -894,6 +897,85 @@ def test_processing_ends_when_the_user_comes_back(world):
     assert "not-idle" in app.explain(f"{app_id}.processing")["blocking"]
     assert forced.complete(forced_run["task_id"], True, "no-data")["error"] is None
     assert agent.wait_history("completed", task_id=forced_run["task_id"], timeout=5)["app_id"] == "org.example.Forced"
+
+
+
+def test_processing_that_requires_external_power_ends_when_the_charger_goes(tmp_path):
+    """A laptop on AC (the real upowerd under umockdev), the session locked: a backup that asked
+    for external power runs in a slice with the app's refresh, which asked for nothing. The
+    charger is unplugged: the backup is sent `ExpireTask` at once and closed as `conditions-lost`,
+    no violation; the refresh runs on and completes. A processing task `SimulateLaunch` started,
+    which ignores the rules, runs on. (Before, the backup ran on, on battery, to its deadline:
+    its conditions were checked only when it started.)"""
+    with th.open_world(tmp_path, power="battery") as world:
+        world.start_logind(locked=True)
+        ch.set_charger(world.testbed, world.ac, world.bat, plugged=True)
+        world.start_upowerd()
+        agent = world.start_agent(config="[slices]\nprocessing = 30s\nrefresh = 30s\nexpiration_warning = 2s\n")
+        th.wait_until(lambda: "upower" in agent.status()["conditions"].get("sources", [])
+                      and agent.status()["conditions"].get("on_battery") is False
+                      and agent.status()["conditions"].get("locked") is True, 10, "UPower's AC and the locked session")
+        app_id = "org.example.Backup"
+        backup, refresh = f"{app_id}.backup", f"{app_id}.refresh"
+        app = world.registered_app(app_id, [backup, refresh])
+        due = later(2)
+        app.submit(backup, "processing", earliest_begin=due, requires_external_power=True)
+        app.submit(refresh, "refresh", earliest_begin=due)
+        run = app.wait_run_task(backup, timeout=15)
+        refresh_run = app.wait_run_task(refresh, timeout=3)
+        assert run["info"]["slice_id"] == refresh_run["info"]["slice_id"], (run, refresh_run)
+        _, forced, forced_run = running_app(world, "org.example.Forced", kind="processing")
+
+        sent = ch.set_charger(world.testbed, world.ac, world.bat, plugged=False)
+        expire = app.wait_event("ExpireTask", timeout=5)
+        assert expire["task_id"] == run["task_id"] and expire["mono"] - sent < 3, (expire, sent)
+        entry = agent.wait_history("conditions-lost", task_id=run["task_id"], timeout=3)
+        assert entry["detail"] == "expired because the charger was unplugged (it requires external power); not a violation", entry
+        assert entry["result"] == "failed", entry
+        assert [e["event"] for e in agent.events(task_id=run["task_id"])] == ["delivered", "expiration-warned", "conditions-lost"]
+        assert agent.app_record(app_id)["violations"] == 0
+        expect_error("UnknownTask", app.set_task_completed, run["task_id"], True, "no-data")
+        # Closed, not watched: the CPU monitor's exemption did not turn into a watch first.
+        assert "CPU monitor on: the charger went" not in agent.stderr()
+        # The refresh and the forced processing run on; the backup waits for the charger.
+        assert sorted(r["app_id"] for r in agent.status()["running"]) == [app_id, "org.example.Forced"]
+        assert [e["task_id"] for e in app.events_of("ExpireTask")] == [run["task_id"]]
+        assert forced.events_of("ExpireTask") == []
+        assert app.complete(refresh_run["task_id"], True, "new-data")["error"] is None
+        assert agent.wait_history("completed", task_id=refresh_run["task_id"], timeout=5)["result"] == "new-data"
+        assert forced.complete(forced_run["task_id"], True, "no-data")["error"] is None
+        app.submit(backup, "processing", requires_external_power=True)
+        time.sleep(1.5)
+        assert len(app.events_of("RunTask")) == 2
+        assert "no-external-power" in app.explain(backup)["blocking"]
+
+
+def test_a_task_that_requires_the_network_ends_when_connectivity_drops(world):
+    """NetworkManager (dbusmock) says the machine is fully online, the session is locked: a
+    sync that asked for the network runs. Connectivity drops to limited: it is sent `ExpireTask`
+    at once and closed as `conditions-lost`, no violation. (It ran on to its deadline.)"""
+    world.start_logind(locked=True)
+    env = ch.system_env(world.system_address, world.testbed, world.tmp / "upower")
+    nm = ch.start_networkmanager(world.stack, world.system, env, metered=GLib.Variant("u", 2),
+                                 primary_type="802-11-wireless")
+    agent = world.start_agent(config="[slices]\nprocessing = 30s\nexpiration_warning = 2s\n")
+    th.wait_until(lambda: agent.status()["conditions"].get("connectivity") == "full"
+                  and agent.status()["conditions"].get("locked") is True, 10, "full connectivity and the locked session")
+    app_id = "org.example.Sync"
+    app = world.registered_app(app_id, [f"{app_id}.sync"])
+    app.submit(f"{app_id}.sync", "processing", earliest_begin=later(1), requires_network=True)
+    run = app.wait_run_task(f"{app_id}.sync", timeout=15)
+
+    sent = time.monotonic()
+    ch.nm_set(nm, "Connectivity", GLib.Variant("u", 3))  # NM_CONNECTIVITY_LIMITED
+    expire = app.wait_event("ExpireTask", timeout=5)
+    assert expire["task_id"] == run["task_id"] and expire["mono"] - sent < 3, (expire, sent)
+    entry = agent.wait_history("conditions-lost", task_id=run["task_id"], timeout=3)
+    assert entry["detail"] == \
+        "expired because the network's connectivity became limited (it requires the network); not a violation", entry
+    assert [e["event"] for e in agent.events(task_id=run["task_id"])] == ["delivered", "expiration-warned", "conditions-lost"]
+    assert agent.app_record(app_id)["violations"] == 0
+    assert agent.status()["running"] == []
 
 
 def test_explain_names_the_blocking_rules_in_words(world):
