@@ -411,11 +411,9 @@ extension TaskEngine {
                         metadata: ["app.id": "\(appID)", "held": "\(launch.requests.count - still.count)",
                                    "content_available": "\(heldWake ? "held" : launch.contentAvailable ? "goes" : "none")"])
                 }
-                // A held wake stays queued (it is taken only below), for the next window; the
-                // slice is then as long as the requests alone need.
+                // A held wake stays queued (it is taken only below), for the next window.
                 if heldWake { launch.contentAvailable = false }
                 if still.isEmpty && !launch.contentAvailable { return }
-                if heldWake { launch.sliceLength = RunWhenEligiblePolicy.sliceLength(for: still, configuration) }
                 launch.requests = still
             }
             if runtime.latestConnection != nil { handOnTurn() }
@@ -456,9 +454,17 @@ extension TaskEngine {
             }
             return
         }
+        // As long as what goes needs, as the planner reckons it: the launch was decided for
+        // more, maybe, and lost some since (held after the start turn, cancelled, replaced, a
+        // wake not taken). A refresh left alone in a processing launch had its 10 minutes,
+        // RunTask said so, and the app was held busy all that time for a refresh of 30 s.
+        var length = RunWhenEligiblePolicy.sliceLength(for: ArraySlice(requests), configuration)
+        if members.contains(where: { $0.kind == .contentAvailable }) {
+            length = max(length, configuration.slices.contentAvailable)
+        }
         var slice = Slice(
             id: sliceID, appID: appID, connection: target, members: members, startedAt: now,
-            started: ContinuousClock.now, length: launch.sliceLength)
+            started: ContinuousClock.now, length: length)
         slice.backgroundOnly = runtime.record.backgroundOnly
         slice.simulated = simulated
         slice.externalPowerProcessing = !requests.isEmpty && !launch.contentAvailable

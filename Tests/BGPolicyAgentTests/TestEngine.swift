@@ -87,9 +87,9 @@ final class Gate: Sendable {
 }
 
 /// An app on the harness's bus: a connection of its own, exporting `Client1`. Each `RunTask`
-/// is counted; those `holds` picks (by number, from 1) wait until `open()`, then `answer` runs
-/// (returning answers the call, throwing answers it with that error). `ExpireTask` is answered,
-/// and the task ids it named are kept (`expired`).
+/// is counted, with the `seconds` it gives; those `holds` picks (by number, from 1) wait until
+/// `open()`, then `answer` runs (returning answers the call, throwing answers it with that
+/// error). `ExpireTask` is answered, and the task ids it named are kept (`expired`).
 final class GatedApp: Sendable {
     let connection: DBusConnection
     private let serving: Task<Void, Never>
@@ -97,6 +97,7 @@ final class GatedApp: Sendable {
 
     private final class State: Sendable {
         let calls = Mutex(0)
+        let seconds = Mutex<[UInt32]>([])
         let opened = Mutex(false)
         let expired = Mutex<[String]>([])
     }
@@ -108,11 +109,13 @@ final class GatedApp: Sendable {
         connection = try await DBusConnection.connect(to: .address(bus.address))
         let state = state
         let client = ExportedInterface(AgentInterfaces.client)
-            .method("RunTask") { _ in
+            .method("RunTask") { call in
                 let number = state.calls.withLock { count in
                     count += 1
                     return count
                 }
+                let seconds = try call.arguments.decode(UInt32.self, at: 3)
+                state.seconds.withLock { $0.append(seconds) }
                 while holds(number), !state.opened.withLock({ $0 }) { try await Task.sleep(for: .milliseconds(5)) }
                 try answer(number)
                 return []
@@ -131,6 +134,9 @@ final class GatedApp: Sendable {
 
     /// The task ids of the `ExpireTask` calls that have arrived, in order.
     var expired: [String] { state.expired.withLock { $0 } }
+
+    /// The `seconds` of each `RunTask` that has arrived, in order.
+    var runTaskSeconds: [UInt32] { state.seconds.withLock { $0 } }
 
     /// Waits until the first `RunTask` has arrived.
     func waitForRunTask() async throws {
