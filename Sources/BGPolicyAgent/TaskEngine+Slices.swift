@@ -523,15 +523,33 @@ extension TaskEngine {
                 var info = member.payload ?? [:]
                 info["slice_id"] = Variant(sliceID)
                 info["deadline"] = Variant(Int64(slice.deadline.rounded(.up)))
-                let reply = try await connection.call(
-                    .methodCall(
-                        destination: target, path: Self.clientPath, interface: BGPolicyNames.clientInterface,
-                        member: "RunTask",
-                        body: [.string(member.taskID), .string(member.request.identifier),
-                               .string(member.kind.rawValue), .uint32(UInt32(remaining.rounded())),
-                               info.dbusValue]),
-                    timeout: activating ? .seconds(25) : .seconds(10), replyBodyLimit: Self.appReplyBytes)
+                // Until the app has answered once, the name may have no owner yet, and an
+                // ExpireTask sent to it meanwhile is refused by the bus (`activationsAwaited`).
+                let beforeTheStart = activating && answeredBy == nil
+                if beforeTheStart { activationsAwaited[member.taskID] = false }
+                let reply: Message
+                do {
+                    reply = try await connection.call(
+                        .methodCall(
+                            destination: target, path: Self.clientPath, interface: BGPolicyNames.clientInterface,
+                            member: "RunTask",
+                            body: [.string(member.taskID), .string(member.request.identifier),
+                                   .string(member.kind.rawValue), .uint32(UInt32(remaining.rounded())),
+                                   info.dbusValue]),
+                        timeout: activating ? .seconds(25) : .seconds(10), replyBodyLimit: Self.appReplyBytes)
+                } catch {
+                    activationsAwaited[member.taskID] = nil
+                    throw error
+                }
                 answeredBy = reply.sender ?? answeredBy
+                // Ended meanwhile (switched off, sleep, the user back during processing): the
+                // app, which has the task now, is told to stop at its own connection.
+                if beforeTheStart, activationsAwaited.removeValue(forKey: member.taskID) == true, let sender = reply.sender {
+                    sendExpireExpectingNoReply(member.taskID, to: sender)
+                    logger.info(
+                        "ExpireTask sent again, to the app that answered: its task ended while the bus started it, and the first went to a name with no owner yet",
+                        metadata: ["app.id": "\(appID)", "task.id": "\(member.taskID)", "bus.unique": "\(sender)"])
+                }
                 delivered += 1
                 if member.kind == .refresh { refreshRan = true }
                 // The app has started and answered: the next app may start.
@@ -1342,6 +1360,8 @@ extension TaskEngine {
             logger.error("Could not record a task's end", metadata: ["task.id": "\(member.taskID)", "error": "\(error)"])
             if mustStore { throw error }
         }
+        // Ended by the agent while the bus starts the app: `deliver` tells it once it answers.
+        if event != .completed, activationsAwaited[member.taskID] != nil { activationsAwaited[member.taskID] = true }
         if event.isViolation, slice.violationsCounted.insert(event).inserted {
             noteViolation(of: slice.appID, at: entry.time)
         }

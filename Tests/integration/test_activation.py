@@ -310,7 +310,10 @@ def test_a_launch_waiting_its_turn_is_held_when_background_work_is_switched_off(
     """With one start at a time, two apps not running are due in the same window, and each is
     slow to start. The user switches background work off while the second waits for the first:
     the first start goes on, the second is held (logged), its request stays pending, and nothing
-    starts it. Switched back on, it runs in the next window."""
+    starts it. Switched back on, it runs in the next window. The first app's slice, switched off
+    while its RunTask waited at the bus for the app to take its name, is closed then; the app,
+    once it has answered, is told to stop (ExpireTask): sent to its name before, which had no
+    owner yet, it was lost, and the app ran its task with no slice."""
     world = activation_world
     agent, apps, logs, launched, first_app, held_app, let_it_start = two_slow_apps_due_in_one_window(world)
     agent.set_global_enabled(False)
@@ -318,8 +321,12 @@ def test_a_launch_waiting_its_turn_is_held_when_background_work_is_switched_off(
     th.wait_until(lambda: [line for line in agent.stderr().splitlines()
                            if "Launch held" in line and f"app.id={held_app}" in line], 10,
                   f"{held_app}'s launch is held after its wait")
-    th.wait_until(lambda: [e for e in read_log(logs[first_app]) if e["type"] == "RunTask"], 10,
-                  f"{first_app}'s start goes on")
+    runs = th.wait_until(lambda: [e for e in read_log(logs[first_app]) if e["type"] == "RunTask"], 10,
+                         f"{first_app}'s start goes on")
+    task_id = runs[0]["task_id"]
+    agent.wait_history("switched-off", task_id=task_id, timeout=5)
+    th.wait_until(lambda: [e for e in read_log(logs[first_app]) if e["type"] == "ExpireTask" and e["task_id"] == task_id],
+                  5, f"{first_app} is told to stop the task its slice, switched off, no longer holds")
     time.sleep(1.5)
     assert launched(held_app) == [], read_log(logs[held_app])
     assert [p["identifier"] for p in agent.list_pending() if p["app_id"] == held_app] == [f"{held_app}.refresh"]
