@@ -212,7 +212,8 @@ extension AgentInterfaces {
                 documentation: """
                     RunTask:
                     Starts one task. Reply at once and do the work afterwards: the agent waits at most
-                    10 s for the reply (25 s when it started the app by D-Bus activation).
+                    10 s for the reply (25 s when it started the app by D-Bus activation). A reply
+                    later than that is too late: the task is put back, and ExpireTask follows.
                     """),
             .init(
                 "ExpireTask",
@@ -225,9 +226,10 @@ extension AgentInterfaces {
                     when the machine is going to sleep, the user switches the app's background work
                     off, the agent stops, (for processing) the user comes back, or a condition the
                     task asked for goes (the charger for requires_external_power, full connectivity
-                    for requires_network); and to a connection that loses an unverified app id to
-                    the app itself. In those cases the task is already closed when ExpireTask
-                    arrives, and a SetTaskCompleted or EndBackgroundTask for it gets UnknownTask.
+                    for requires_network); to a connection that loses an unverified app id to the
+                    app itself; and for a RunTask not answered in time, which the app may read late.
+                    In those cases the task is already closed when ExpireTask arrives, and a
+                    SetTaskCompleted or EndBackgroundTask for it gets UnknownTask.
                     """),
         ])
 }

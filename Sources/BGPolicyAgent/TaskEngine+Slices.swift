@@ -566,10 +566,19 @@ extension TaskEngine {
                         + (slices[sliceID]?.exempt == true ? "; CPU monitor off (external-power processing on AC)" : "")))
             }
         } catch {
-            let reason = Self.describe(deliveryError: error, target: target)
+            var reason = Self.describe(deliveryError: error, target: target)
             // The one that failed and those after it, as far as the slice still holds them.
             let held = Set(slices[sliceID]?.openMembers.map(\.taskID) ?? [])
             let undelivered = members.dropFirst(max(0, attempted - 1)).filter { held.contains($0.taskID) }
+            // No answer in time is not no call: an app whose main loop was busy reads RunTask
+            // late, and starts the task the agent has put back; told nothing, it ran it with no
+            // slice, its SetTaskCompleted was refused, and the work ran twice. Not after the
+            // bus's own refusals (no such name, object or method): nobody got the call then.
+            // One the slice no longer holds was told when it ended.
+            if Self.isTimeout(error), attempted > 0, held.contains(members[attempted - 1].taskID) {
+                sendExpireExpectingNoReply(members[attempted - 1].taskID, to: target)
+                reason += " (ExpireTask sent, in case it reads the call late)"
+            }
             // The wake goes last: when it is what failed, everything else was delivered.
             if undelivered.count == 1, let wake = undelivered.first, wake.kind == .contentAvailable,
                 Self.isAppsOwnAnswer(error)
@@ -1054,6 +1063,12 @@ extension TaskEngine {
         guard name.hasPrefix(standard) else { return true }
         return ["UnknownMethod", "UnknownObject", "UnknownInterface", "InvalidArgs", "NotSupported"]
             .contains(name.dropFirst(standard.count))
+    }
+
+    /// Whether a call failed for want of an answer in time: the callee may have it all the same.
+    static func isTimeout(_ error: any Error) -> Bool {
+        guard case DBusError.remote(let name, _) = error else { return false }
+        return name == "org.freedesktop.DBus.Error.NoReply" || name == "org.freedesktop.DBus.Error.Timeout"
     }
 
     func recordDeliveryFailure(_ requests: [TaskRequest], reason: String, now: UnixTime) {

@@ -391,6 +391,32 @@ def test_simulate_launch_waits_as_long_as_the_agent_waits_for_the_app(world):
     assert "(Unavailable)" in cli.stderr and "did not answer RunTask in time" in cli.stderr, cli.stderr
 
 
+def test_an_app_that_answers_run_task_too_late_is_told_to_stop(world):
+    """An app whose main loop is busy past the agent's 10 s for RunTask (stopped here) reads the
+    call late and starts the task. The agent, which put the request back pending with the
+    failure counted, tells it to stop then (ExpireTask, a call that wants no answer): before,
+    nothing did, the app's SetTaskCompleted was refused (UnknownTask), and the work ran again
+    in the next window."""
+    import signal
+    agent = world.start_agent()
+    app_id, identifier = "org.example.Late", "org.example.Late.refresh"
+    app = world.registered_app(app_id, [identifier])
+    app.submit(identifier, "refresh", earliest_begin=later(3600))
+    os.kill(app.pid, signal.SIGSTOP)
+    try:
+        message = expect_error("Unavailable", agent.admin, "SimulateLaunch", "ss", (app_id, identifier), timeout=30)
+    finally:
+        os.kill(app.pid, signal.SIGCONT)
+    assert "did not answer RunTask in time" in message, message
+    run = app.wait_run_task(identifier, timeout=5)
+    expire = app.wait_event("ExpireTask", lambda e: e["task_id"] == run["task_id"], timeout=5)
+    assert expire["no_reply"] is True, expire
+    (pending,) = agent.list_pending()
+    assert pending["identifier"] == identifier and pending["delivery_attempts"] == 1, pending
+    (failed,) = agent.events("delivery-failed", app_id=app_id)
+    assert failed["task_id"] == run["task_id"] and "ExpireTask sent" in failed["detail"], failed
+
+
 def test_the_timer_goes_with_the_only_work_it_was_for(world):
     """The agent keeps one timer, for the next time something can start (GetStatus's
     `next_window`), and none when nothing can. Work due in ten minutes sets it; cancelled, or
