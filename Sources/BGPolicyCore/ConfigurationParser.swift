@@ -21,10 +21,15 @@ public enum ConfigurationParser {
             ConfigurationError(source: source, line: line, section: section, key: key, message: message)
         }
 
-        let lines = text.split(omittingEmptySubsequences: false, whereSeparator: \.isNewline)
+        // Lines end at "\n" alone (a "\r" before it is dropped), as editors and `wc -l` count
+        // them: form feed, vertical tab, U+0085 and U+2028, which Character.isNewline also
+        // matches, are text within a line. Split as scalars: "\r\n" is one Character.
+        let lines = text.unicodeScalars.split(separator: "\n", omittingEmptySubsequences: false)
         for (offset, rawLine) in lines.enumerated() {
             let lineNumber = offset + 1
-            var line = Substring(rawLine)
+            var scalars = rawLine
+            if scalars.last == "\r" { scalars.removeLast() }
+            var line = Substring(scalars)
             if lineNumber == 1, line.first == "\u{FEFF}" { line = line.dropFirst() }
             let content = String(line).trimmed()
             if content.isEmpty || content.first == "#" || content.first == ";" { continue }

@@ -225,6 +225,18 @@ struct CommentAndWhitespaceTests {
         #expect(parsed.idle.noInputAfter == .seconds(60))
     }
 
+    /// Lines end at "\n" alone: a form feed (a page break), a vertical tab, NEL or LINE
+    /// SEPARATOR in a comment ended the line, and the rest of the comment was read as a line
+    /// of its own, invalid, with every later line number one too high.
+    @Test func onlyLineFeedsEndLines() throws {
+        let text = "# see page\u{0C}break\n# a\u{0B}b\u{85}c\u{2028}d\n[cpu]\nlimit = 60%\n"
+        #expect(try ConfigurationParser.parse(text, source: nil).cpu.limit == 60)
+        let error = #expect(throws: ConfigurationError.self) {
+            try ConfigurationParser.parse("# x\u{0C}y\n[cpu]\nlimit = lots\n", source: nil)
+        }
+        #expect(error?.line == 3)
+    }
+
     @Test func lineNumbersCountBlankAndCommentLines() {
         let text = "\n# one\n\n[cpu]\r\n\n; two\nlimit = lots\n"
         let error = #expect(throws: ConfigurationError.self) { try ConfigurationParser.parse(text, source: nil) }
