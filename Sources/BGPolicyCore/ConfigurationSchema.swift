@@ -12,6 +12,9 @@ enum ConfigurationSchema {
     struct Knob: Sendable {
         enum Kind: Sendable {
             case duration(any WritableKeyPath<PolicyConfiguration, Duration> & Sendable, ClosedRange<Duration>)
+            /// A duration of whole seconds: a slice's length, which `RunTask` passes in whole
+            /// seconds (5.5 s was announced as 6).
+            case wholeSeconds(any WritableKeyPath<PolicyConfiguration, Duration> & Sendable, ClosedRange<Duration>)
             case percentage(any WritableKeyPath<PolicyConfiguration, Percentage> & Sendable, ClosedRange<Int>)
             case count(any WritableKeyPath<PolicyConfiguration, Int> & Sendable, ClosedRange<Int>)
             case cpuAction(any WritableKeyPath<PolicyConfiguration, CPUAction> & Sendable)
@@ -29,7 +32,7 @@ enum ConfigurationSchema {
         /// The value in `configuration`, in file syntax.
         func renderedValue(in configuration: PolicyConfiguration) -> String {
             switch kind {
-            case let .duration(path, _): ConfigurationSyntax.render(configuration[keyPath: path])
+            case let .duration(path, _), let .wholeSeconds(path, _): ConfigurationSyntax.render(configuration[keyPath: path])
             case let .percentage(path, _): ConfigurationSyntax.render(configuration[keyPath: path])
             case let .count(path, _): String(configuration[keyPath: path])
             case let .cpuAction(path): configuration[keyPath: path].rawValue
@@ -44,6 +47,9 @@ enum ConfigurationSchema {
             case let .duration(path, range):
                 configuration[keyPath: path] = try ConfigurationSyntax.duration(
                     text, in: range, example: ConfigurationSyntax.render(defaults[keyPath: path]))
+            case let .wholeSeconds(path, range):
+                configuration[keyPath: path] = try ConfigurationSyntax.duration(
+                    text, in: range, example: ConfigurationSyntax.render(defaults[keyPath: path]), wholeSeconds: true)
             case let .percentage(path, range):
                 configuration[keyPath: path] = try ConfigurationSyntax.percentage(
                     text, in: range, example: defaults[keyPath: path])
@@ -86,20 +92,28 @@ enum ConfigurationSchema {
     /// second while work waits), at most a day (work would wait a day for its window).
     static let gridDuration: ClosedRange<Duration> = .seconds(1) ... .seconds(86_400)
 
+    /// A slice's length: whole seconds (see `Knob.Kind.wholeSeconds`), at least one.
+    static let sliceDuration: ClosedRange<Duration> = .seconds(1) ... .seconds(365 * 86_400)
+
+    /// At least a second: `[idle] no_input_after` (idle after a millisecond without input is
+    /// never idle to the user: processing would run while they work) and `[cpu] window` (CPU
+    /// use is read every `sample_interval`, a second at the least).
+    static let secondOrMore: ClosedRange<Duration> = .seconds(1) ... .seconds(365 * 86_400)
+
     static let sections: [Section] = [
         Section(name: "slices", summary: "How long each kind of grant lasts (SPEC §1 \"Slice\"), and how many apps start for them at once.", knobs: [
             Knob(section: "slices", key: "refresh",
                  summary: "Slice granted for a refresh task (SPEC §2 refresh slice; iOS BGAppRefreshTask: 30 s).",
-                 kind: .duration(\.slices.refresh, positiveDuration)),
+                 kind: .wholeSeconds(\.slices.refresh, sliceDuration)),
             Knob(section: "slices", key: "processing",
                  summary: "Slice granted for a processing task, only while idle (SPEC §2 processing slice; Android 10-min job cap).",
-                 kind: .duration(\.slices.processing, positiveDuration)),
+                 kind: .wholeSeconds(\.slices.processing, sliceDuration)),
             Knob(section: "slices", key: "completion",
                  summary: "Time to finish user-started work after BeginBackgroundTask (SPEC §2 background-task completion).",
-                 kind: .duration(\.slices.completion, positiveDuration)),
+                 kind: .wholeSeconds(\.slices.completion, sliceDuration)),
             Knob(section: "slices", key: "content_available",
                  summary: "Slice granted for a content-available wake (SPEC §2 content-available wake).",
-                 kind: .duration(\.slices.contentAvailable, positiveDuration)),
+                 kind: .wholeSeconds(\.slices.contentAvailable, sliceDuration)),
             Knob(section: "slices", key: "expiration_warning",
                  summary: "ExpireTask is sent this long before a slice ends; shorter than every slice (SPEC §2 refresh slice).",
                  kind: .duration(\.slices.expirationWarning, positiveDuration)),
@@ -144,7 +158,7 @@ enum ConfigurationSchema {
         Section(name: "idle", summary: "When the machine counts as idle, for processing slices.", knobs: [
             Knob(section: "idle", key: "no_input_after",
                  summary: "No input for this long counts as idle (SPEC §2 processing slice).",
-                 kind: .duration(\.idle.noInputAfter, positiveDuration)),
+                 kind: .duration(\.idle.noInputAfter, secondOrMore)),
         ]),
         Section(name: "cpu", summary: "The CPU monitor.", knobs: [
             Knob(section: "cpu", key: "limit",
@@ -152,7 +166,7 @@ enum ConfigurationSchema {
                  kind: .percentage(\.cpu.limit, 1...100)),
             Knob(section: "cpu", key: "window",
                  summary: "CPU use is averaged over this window, or over the slice if shorter (SPEC §2 CPU monitor).",
-                 kind: .duration(\.cpu.window, positiveDuration)),
+                 kind: .duration(\.cpu.window, secondOrMore)),
             Knob(section: "cpu", key: "action",
                  summary: "Enforcement after the warning: throttle, freeze or observe (SPEC §2 CPU monitor).",
                  kind: .cpuAction(\.cpu.action)),

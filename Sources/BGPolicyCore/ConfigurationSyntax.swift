@@ -32,8 +32,9 @@ enum ConfigurationSyntax {
     private static let durationExamples = #""30s", "10min", "2h", "7d" or "1h30min""#
 
     /// Parses `30s`, `5 min`, `1h30min`, `90m`, `1.5h`, `500ms` into a duration within `range`.
+    /// With `wholeSeconds`, a value with a fraction of a second is refused.
     static func duration(
-        _ text: String, in range: ClosedRange<Duration>, example: String
+        _ text: String, in range: ClosedRange<Duration>, example: String, wholeSeconds: Bool = false
     ) throws(ConfigurationValueError) -> Duration {
         let chars = Array(text)
         var index = 0
@@ -129,8 +130,9 @@ enum ConfigurationSyntax {
         }
 
         let value: Duration? = overflowed ? nil : .nanoseconds(total)
-        guard let value, range.contains(value) else {
-            throw ConfigurationValueError("expected a duration \(describe(range)), like \"\(example)\", got \"\(text)\"")
+        let whole = wholeSeconds ? " in whole seconds" : ""
+        guard let value, range.contains(value), !wholeSeconds || total % 1_000_000_000 == 0 else {
+            throw ConfigurationValueError("expected a duration\(whole) \(describe(range)), like \"\(example)\", got \"\(text)\"")
         }
         return value
     }

@@ -1,7 +1,7 @@
 extension PolicyConfiguration {
     /// Checks every knob's range and the rules that tie knobs together: the critical battery level
-    /// is below the low one, the expiration warning is shorter than every slice, and retry and
-    /// request times fit inside their limits. The parser applies the same checks, with lines.
+    /// is below the low one, the expiration warning is shorter than every slice, the CPU window
+    /// holds a reading at least, and retry and request times fit inside their limits. The parser applies the same checks, with lines.
     public func validate() throws(ConfigurationError) {
         try validate(origins: [:], source: nil)
     }
@@ -59,6 +59,12 @@ extension PolicyConfiguration {
                 ID(section: "slices", key: key), "must be longer than"
             )
         }
+        // CPU use is averaged from readings `sample_interval` apart: a shorter window holds none.
+        try require(
+            cpu.window >= cpu.sampleInterval,
+            ID(section: "cpu", key: "window"), "must not be shorter than",
+            ID(section: "cpu", key: "sample_interval"), "must not be longer than"
+        )
         try require(
             transfers.backoffInitial <= transfers.backoffMax,
             ID(section: "transfers", key: "backoff_initial"), "must not be longer than",

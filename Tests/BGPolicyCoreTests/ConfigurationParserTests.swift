@@ -379,6 +379,36 @@ struct ConfigurationErrorTests {
         #expect(error?.description == errorCase.description)
     }
 
+    /// Values that parsed but made no sense: idle after a millisecond without input (processing
+    /// ran while the user worked), a CPU window of a nanosecond with readings a second apart at
+    /// best, and a slice of 5.5 s, which `RunTask` announced as 6.
+    @Test(arguments: [
+        ("[idle]\nno_input_after = 1ms\n", "idle", "no_input_after",
+         "expected a duration from 1s to 365d, like \"5min\", got \"1ms\""),
+        ("[cpu]\nwindow = 1ns\n", "cpu", "window", "expected a duration from 1s to 365d, like \"1min\", got \"1ns\""),
+        ("[cpu]\nwindow = 4s\nsample_interval = 10s\n", "cpu", "window",
+         "must not be shorter than sample_interval (10s, line 3), got 4s"),
+        ("[slices]\nrefresh = 5500ms\n", "slices", "refresh",
+         "expected a duration in whole seconds from 1s to 365d, like \"30s\", got \"5500ms\""),
+        ("[slices]\nprocessing = 1.5min\n[slices]\n", "slices", "processing", nil),
+        ("[slices]\ncompletion = 0.5s\n", "slices", "completion",
+         "expected a duration in whole seconds from 1s to 365d, like \"30s\", got \"0.5s\""),
+        ("[slices]\ncontent_available = 30s 1ms\n", "slices", "content_available",
+         "expected a duration in whole seconds from 1s to 365d, like \"30s\", got \"30s 1ms\""),
+    ] as [(String, String, String, String?)])
+    func valuesWithoutSenseAreRefused(_ text: String, _ section: String, _ key: String, _ message: String?) throws {
+        guard let message else {
+            // 1.5min is 90 whole seconds.
+            #expect(try ConfigurationParser.parse(text, source: nil).slices.processing == .seconds(90))
+            return
+        }
+        let error = #expect(throws: ConfigurationError.self) { try ConfigurationParser.parse(text, source: nil) }
+        #expect(error?.line == 2)
+        #expect(error?.section == section)
+        #expect(error?.key == key)
+        #expect(error?.message == message)
+    }
+
     @Test func descriptionStartsWithTheSourceWhenGiven() {
         let path = "/home/u/.config/bgpolicy/bgpolicy.conf"
         let text = String(repeating: "\n", count: 10) + "[cpu]\nlimit = abc\n"
