@@ -15,7 +15,7 @@ struct BGPolicyCommand: AsyncParsableCommand {
             bus, not running, no answer in time); 65 for an invalid trace and 66 for one that \
             cannot be read (replay); 73 for a file that cannot be written (replay --refreshes, \
             timeline --svg); 74 when standard output cannot be written. Errors go to standard \
-            error, with a line saying what to do.
+            error, most with a line saying what to do.
             """,
         version: BGPolicyVersion.current,
         subcommands: [
