@@ -105,8 +105,10 @@ struct ConfigurationReloader: Sendable {
             live.failed(message)
             return .failed(message)
         }
-        let changes = fresh.configuration.changes(from: before.configuration)
-        let pending = await engine.reconfigure(fresh.configuration)
+        // What changed in effect: against the configuration the engine ran on, not the last
+        // file read, whose `[refresh] strategy` may be waiting for the next start (a change to
+        // it was logged as made, beside the warning that it was not).
+        let (pending, changes) = await engine.reconfigure(fresh.configuration)
         if idleInterval.set(fresh.configuration.idle.noInputAfter) { idleRereads.poke() }
         udevPolling.set(interval: fresh.configuration.battery.udevReadInterval)
         var metadata: Logger.Metadata = ["config": "\(fresh.configSource ?? "defaults")"]

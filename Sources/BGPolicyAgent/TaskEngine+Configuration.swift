@@ -4,7 +4,9 @@ import Logging
 /// A configuration read again while the agent runs (`Admin1.Reload`, which `systemctl --user reload`
 /// runs through `bgpolicy reload`; `SIGHUP`).
 extension TaskEngine {
-    /// Puts `new` in effect, and returns the knobs whose new value waits for the next start.
+    /// Puts `new` in effect, and returns the knobs whose new value waits for the next start
+    /// (`deferred`), and each knob that changed in effect, old and new value (`changes`, as
+    /// `PolicyConfiguration.changes(from:)` words them): not a deferred one, which did not.
     ///
     /// Every decision reads the table when it is made, so each knob acts from its next use:
     /// the next window for the grids, battery, idle and refresh rules; the next `Submit` or
@@ -16,7 +18,8 @@ extension TaskEngine {
     /// `[refresh] strategy` waits for a restart: the two strategies keep different state (the
     /// planner learns from the usage log as the agent starts), so a switch while running would
     /// start the planner from less than a restart gives it.
-    func reconfigure(_ new: PolicyConfiguration) -> [String] {
+    func reconfigure(_ new: PolicyConfiguration) -> (deferred: [String], changes: [String]) {
+        let old = configuration
         var applied = new
         var deferred: [String] = []
         if new.refresh.strategy != configuration.refresh.strategy {
@@ -34,7 +37,7 @@ extension TaskEngine {
         }
         // Rules may now hold or block what they did not: the next window is planned anew.
         requestEvaluation()
-        return deferred
+        return (deferred, applied.changes(from: old))
     }
 }
 

@@ -81,6 +81,10 @@ def test_sighup_reloads_the_configuration_and_a_bad_file_changes_nothing(world):
     status = reload(agent, expect=lambda s: "config_error" not in s)
     assert status["config_pending"] == ["[refresh] strategy"], status
     assert "next start" in agent.stderr(), agent.stderr_tail()
+    # The log names what changed in effect: the slice, not the strategy, which waits (it was
+    # logged as changed, beside the warning that it was not).
+    assert "[slices] refresh: 7s → 6s" in agent.stderr(), agent.stderr_tail()
+    assert "[refresh] strategy: every-window → predicted" not in agent.stderr(), agent.stderr_tail()
     assert run_once(agent, app, seen)["seconds"] == 6, "every-window still runs the refresh, now with a 6-s slice"
     assert "restart" in agent.cli("status").stdout
 
