@@ -55,12 +55,14 @@ public struct AgentEnvironment: Sendable {
     }
 
     /// Resolves paths and loads the configuration. An explicit `--config` file must exist;
-    /// the default one may be absent, and then the SPEC defaults apply.
+    /// the default one may be absent, and then the SPEC defaults apply. Both paths are made
+    /// absolute here, once: `GetStatus` and the log name the file whatever the directory of
+    /// whoever reads them, and a reload reads the same file (`--config h.conf`).
     public static func resolve(configPath explicitConfig: String?, stateDirectory explicitState: String?) throws -> AgentEnvironment {
-        let configPath = explicitConfig ?? defaultConfigPath()
+        let configPath = absolute(explicitConfig ?? defaultConfigPath())
         let (configuration, source) = try readConfiguration(at: configPath, given: explicitConfig != nil)
         return AgentEnvironment(
-            stateDirectory: explicitState ?? defaultStateDirectory(),
+            stateDirectory: absolute(explicitState ?? defaultStateDirectory()),
             configPath: configPath,
             configSource: source,
             configuration: configuration,
@@ -75,6 +77,20 @@ public struct AgentEnvironment: Sendable {
         return copy
     }
 
+    /// `path` from the working directory when it is relative; `.` and empty components dropped.
+    static func absolute(_ path: String, workingDirectory: String? = nil) -> String {
+        guard !path.hasPrefix("/") else { return path }
+        let base = workingDirectory ?? currentDirectory()
+        let parts = (base + "/" + path).split(separator: "/").filter { $0 != "." }
+        return "/" + parts.joined(separator: "/")
+    }
+
+    static func currentDirectory() -> String {
+        var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
+        guard getcwd(&buffer, buffer.count) != nil else { return "." }
+        return String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    }
+
     /// A configuration file is a few hundred bytes; a bigger one is a mistake (the wrong path).
     static let maximumConfigurationSize = 1 << 20
 
@@ -87,6 +103,9 @@ public struct AgentEnvironment: Sendable {
             text = SmallFile.text(bytes)
         case .failure(let error) where error.code == ENOENT && !given:
             return (.defaults, nil)
+        case .failure(let error) where error.code == EFBIG:
+            throw AgentError.configuration(
+                "\(path): larger than 1 MiB, the most a configuration file may be (a few hundred bytes is usual): is it the right file?")
         case .failure(let error):
             throw AgentError.configuration("\(path): \(error.description)")
         }

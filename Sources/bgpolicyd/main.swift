@@ -92,6 +92,13 @@ struct BGPolicyDaemon: AsyncParsableCommand {
     @Option(name: .long, help: ArgumentHelp("Print the documented introspection XML of an interface (or 'list' for their names) and exit.", valueName: "interface"))
     var printInterface: String?
 
+    func validate() throws {
+        // An empty path names no file: read as one, it said "invalid configuration: : No such
+        // file or directory".
+        if config == "" { throw ValidationError("--config needs the path of a configuration file; \"\" names none.") }
+        if stateDir == "" { throw ValidationError("--state-dir needs the path of a directory; \"\" names none.") }
+    }
+
     func run() async throws {
         if let name = printInterface {
             if name == "list" { return print(AgentInterfaces.names.joined(separator: "\n")) }

@@ -91,4 +91,26 @@ struct AgentEnvironmentTests {
         #expect(env.configuration.cpu.limit == 50)
         #expect(env.configuration.slices == PolicyConfiguration.defaults.slices)
     }
+
+    @Test("a relative path is taken from the working directory, so that GetStatus and the log name the file")
+    func relativePathsAreMadeAbsolute() {
+        #expect(AgentEnvironment.absolute("h.conf", workingDirectory: "/home/u") == "/home/u/h.conf")
+        #expect(AgentEnvironment.absolute("./conf/h.conf", workingDirectory: "/home/u/") == "/home/u/conf/h.conf")
+        #expect(AgentEnvironment.absolute("../h.conf", workingDirectory: "/home/u") == "/home/u/../h.conf")
+        #expect(AgentEnvironment.absolute("/etc/h.conf", workingDirectory: "/home/u") == "/etc/h.conf")
+    }
+
+    @Test("a configuration file over 1 MiB is refused naming the limit, not as \"File too large\"")
+    func oversizedConfig() throws {
+        let base = try temporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: base) }
+        let path = base + "/bgpolicy.conf"
+        try String(repeating: "#\n", count: 600_000).write(toFile: path, atomically: true, encoding: .utf8)
+        #expect {
+            _ = try AgentEnvironment.resolve(configPath: path, stateDirectory: base)
+        } throws: { error in
+            "\(error)" == "invalid configuration: \(path): larger than 1 MiB, the most a configuration file may be "
+                + "(a few hundred bytes is usual): is it the right file?"
+        }
+    }
 }

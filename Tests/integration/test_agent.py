@@ -50,7 +50,7 @@ class Bus:
 
 
 class Agent:
-    def __init__(self, bus, tmp, *args, config=None, env_extra=None):
+    def __init__(self, bus, tmp, *args, config=None, env_extra=None, cwd=None):
         self.tmp = Path(tmp)
         self.env = dict(os.environ, DBUS_SESSION_BUS_ADDRESS=bus.address,
                         XDG_STATE_HOME=str(self.tmp / "state"), XDG_CONFIG_HOME=str(self.tmp / "config"),
@@ -60,7 +60,7 @@ class Agent:
         if config is not None:
             (self.tmp / "config" / "bgpolicy").mkdir(parents=True, exist_ok=True)
             (self.tmp / "config" / "bgpolicy" / "bgpolicy.conf").write_text(config)
-        self.proc = subprocess.Popen([str(BIN / "bgpolicyd"), *args], env=self.env,
+        self.proc = subprocess.Popen([str(BIN / "bgpolicyd"), *args], env=self.env, cwd=cwd,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
     def wait_ready(self, timeout=10):

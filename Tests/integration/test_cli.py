@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from test_agent import BIN, agent, bus  # noqa: F401 - the fixtures
+from test_agent import BIN, Agent, agent, bus  # noqa: F401 - the fixtures
 
 
 def test_an_empty_app_id_is_refused_by_timeline_as_by_the_other_commands(agent):
@@ -264,3 +264,21 @@ def test_json_sorts_keys_at_every_depth(stand_in):
     r = subprocess.run([str(BIN / "bgpolicy"), "status"], env=env, capture_output=True, text=True, timeout=20)
     rows = {line.split()[0]: line.split(None, 1)[1] for line in r.stdout.splitlines()[1:] if line.strip()}
     assert rows["nested"] == '{"a": {"c": 3, "d": 2}, "b": 1}', r.stdout
+
+
+def test_the_configuration_path_is_absolute_and_an_empty_one_is_refused(bus, tmp_path):
+    """`--config h.conf` showed "h.conf" in GetStatus and the log, of no use to whoever reads
+    them elsewhere; `--config ""` said "invalid configuration: : No such file or directory"."""
+    r = subprocess.run([str(BIN / "bgpolicyd"), "--config", ""], capture_output=True, text=True, timeout=20)
+    assert r.returncode == 64 and "--config needs the path of a configuration file" in r.stderr, r
+    (tmp_path / "h.conf").write_text("[cpu]\nlimit = 50%\n")
+    a = Agent(bus, tmp_path, "--config", "h.conf", "--state-dir", "state", cwd=tmp_path)
+    try:
+        status = a.wait_ready()
+        assert status["config_source"] == str(tmp_path / "h.conf"), status
+        assert status["config_path"] == str(tmp_path / "h.conf"), status
+        assert status["state_dir"] == str(tmp_path / "state"), status
+    finally:
+        a.stop()
+
+
