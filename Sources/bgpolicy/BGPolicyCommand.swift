@@ -37,8 +37,9 @@ struct BGPolicyCommand: AsyncParsableCommand {
         if let first = arguments.first, !first.hasPrefix("-") {
             let commands = configuration.subcommands.compactMap { $0.configuration.commandName } + ["help"]
             if !commands.contains(first) {
+                // The word as typed goes back to the terminal: made safe as the agent's text is.
                 exit(withError: ValidationError(
-                    "'\(first)' is not a bgpolicy command; the commands are: \(commands.joined(separator: ", "))."))
+                    "'\(TableText.cell(first))' is not a bgpolicy command; the commands are: \(commands.joined(separator: ", "))."))
             }
             if first == "help" { refuseUnknownCommands(arguments.dropFirst().filter { !$0.hasPrefix("-") }) }
         }
@@ -55,8 +56,8 @@ struct BGPolicyCommand: AsyncParsableCommand {
                 let names = subcommands.compactMap { $0.configuration.commandName }
                 exit(withError: ValidationError(
                     names.isEmpty
-                        ? "'\(word)' is not a command: '\(path)' has none."
-                        : "'\(word)' is not a \(path) command; the commands are: \(names.joined(separator: ", "))."))
+                        ? "'\(TableText.cell(word))' is not a command: '\(path)' has none."
+                        : "'\(TableText.cell(word))' is not a \(path) command; the commands are: \(names.joined(separator: ", "))."))
             }
             command = next
             path += " " + word

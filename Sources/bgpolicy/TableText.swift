@@ -1,3 +1,5 @@
+import BGPolicyCore
+
 /// A plain-text table for the terminal: a header row in capitals, columns two spaces apart,
 /// numbers aligned right, and no trailing blanks.
 struct TableText {
@@ -44,23 +46,11 @@ struct TableText {
         }.joined(separator: "\n")
     }
 
-    /// Text that came over the bus, made safe for one line of a terminal: control characters
-    /// (a newline, or an escape sequence an app put in its identifier) become spaces or "?", and
-    /// so do the invisible characters that reorder or separate what follows (bidirectional
-    /// overrides and isolates, line and paragraph separators), with which an app's text could
-    /// make the rest of a line read as something else.
-    static func cell(_ text: String) -> String {
-        var out = ""
-        for scalar in text.unicodeScalars {
-            switch scalar.value {
-            case 0x09, 0x0A, 0x0D, 0x2028, 0x2029: out.unicodeScalars.append(" ")
-            case 0x00..<0x20, 0x7F..<0xA0: out.unicodeScalars.append("?")
-            case 0x061C, 0x200E, 0x200F, 0x202A...0x202E, 0x2066...0x2069: out.unicodeScalars.append("?")
-            default: out.unicodeScalars.append(scalar)
-            }
-        }
-        return out
-    }
+    /// Text that came over the bus, made safe for one line of a terminal (`TerminalText.oneLine`):
+    /// control characters (a newline, or an escape sequence an app put in its identifier) become
+    /// spaces or "?", and so do bidirectional overrides and isolates, and line and paragraph
+    /// separators.
+    static func cell(_ text: String) -> String { TerminalText.oneLine(text) }
 
     /// What a cell shows when there is nothing to show.
     static let none = "—"

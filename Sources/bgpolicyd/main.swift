@@ -103,7 +103,7 @@ struct BGPolicyDaemon: AsyncParsableCommand {
         if let name = printInterface {
             if name == "list" { return print(AgentInterfaces.names.joined(separator: "\n")) }
             guard let xml = AgentInterfaces.documentXML(named: name) else {
-                throw ValidationError("unknown interface \(name); known: \(AgentInterfaces.names.joined(separator: ", "))")
+                throw ValidationError("unknown interface \(TerminalText.oneLine(name)); known: \(AgentInterfaces.names.joined(separator: ", "))")
             }
             return print(xml, terminator: "")
         }
@@ -111,7 +111,7 @@ struct BGPolicyDaemon: AsyncParsableCommand {
         if printConfig { return print(environment.configuration.rendered(), terminator: "") }
 
         guard let level = Logger.Level(rawValue: logLevel) else {
-            throw ValidationError("--log-level must be one of \(Logger.Level.allCases.map(\.rawValue).joined(separator: ", ")), not \"\(logLevel)\"")
+            throw ValidationError("--log-level must be one of \(Logger.Level.allCases.map(\.rawValue).joined(separator: ", ")), not \"\(TerminalText.oneLine(logLevel))\"")
         }
         LoggingSystem.bootstrap(JournalLogHandler.bootstrapFactory(level: level))
         let logger = Logger(label: "org.bgpolicy.agent")
@@ -143,7 +143,9 @@ extension BGPolicyDaemon {
         case .configuration, .storeFromNewerVersion: configurationExitCode
         default: EXIT_FAILURE
         }
-        let text = "Error: \(agentError)"
+        // It may quote the user's own input (a configuration value, a path): an escape sequence
+        // in it must not reach the terminal, nor a newline start a line of its own.
+        let text = "Error: " + TerminalText.oneLine("\(agentError)")
         if JournalLogHandler.isJournalStream(fd: STDERR_FILENO) {
             JournalLogHandler.writeToStandardError(JournalLogHandler.line(level: .error, label: "", message: text, metadata: [:]))
         } else {

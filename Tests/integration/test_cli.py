@@ -266,6 +266,22 @@ def test_json_sorts_keys_at_every_depth(stand_in):
     assert rows["nested"] == '{"a": {"c": 3, "d": 2}, "b": 1}', r.stdout
 
 
+def test_the_user_s_own_control_characters_do_not_reach_the_terminal(agent, tmp_path):
+    """A first word that is no command, and a configuration value, were printed back as typed,
+    an escape sequence and all."""
+    r = agent.cli("\x1b[31mred", check=False)
+    assert r.returncode == 64 and "\x1b" not in r.stderr, repr(r.stderr)
+    assert "'?[31mred' is not a bgpolicy command" in r.stderr, r.stderr
+    r = agent.cli("help", "\x1b[31mred", check=False)
+    assert r.returncode == 64 and "\x1b" not in r.stderr and "'?[31mred'" in r.stderr, repr(r.stderr)
+    conf = tmp_path / "bad.conf"
+    conf.write_text("[cpu]\nlimit = \x1b[31m70%\n")
+    r = subprocess.run([str(BIN / "bgpolicyd"), "--config", str(conf), "--print-config"], capture_output=True,
+                       text=True, timeout=20)
+    assert r.returncode == 78 and r.stdout == "", r
+    assert "\x1b" not in r.stderr and 'got "?[31m70%"' in r.stderr, repr(r.stderr)
+
+
 def test_the_configuration_path_is_absolute_and_an_empty_one_is_refused(bus, tmp_path):
     """`--config h.conf` showed "h.conf" in GetStatus and the log, of no use to whoever reads
     them elsewhere; `--config ""` said "invalid configuration: : No such file or directory"."""
