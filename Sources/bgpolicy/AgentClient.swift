@@ -31,9 +31,10 @@ struct AgentClient {
     /// which address they are about.
     static func unreachable(_ error: DBusError) -> CLIError {
         guard let address = getenv("DBUS_SESSION_BUS_ADDRESS").map({ String(cString: $0) }), !address.isEmpty else {
-            return CLIError(
-                "bgpolicyd is not reachable: \(error.message)",
-                hint: "Start a desktop session, or run the agent with 'make run' (which starts its own bus).")
+            // No hint: the message says what to do (a desktop session, or 'dbus-run-session'),
+            // and a second line saying it again, with 'make run' for developers, told a user of
+            // an installed bgpolicy of a make target they do not have.
+            return CLIError("bgpolicyd is not reachable: \(error.message)")
         }
         return CLIError(
             "bgpolicyd is not reachable: \(error.message) (DBUS_SESSION_BUS_ADDRESS=\(address))",
@@ -88,8 +89,7 @@ struct AgentClient {
             // Not there, and the bus could not start it (under systemd the user manager's
             // refusal, passed on), or gone before it answered: the library says the same.
             if let unreachable = AgentUnreachable(dbusErrorName: name, message: message) {
-                var remedy = unreachable.remedy
-                if unreachable.cause == .notRunning { remedy += ", or from a source tree with 'make run'" }
+                let remedy = unreachable.remedy
                 // The problem keeps its lower-case "bgpolicyd"; the hint is a sentence.
                 throw CLIError(unreachable.problem + ".", hint: remedy.prefix(1).uppercased() + remedy.dropFirst() + ".")
             }
