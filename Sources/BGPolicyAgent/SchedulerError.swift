@@ -39,9 +39,13 @@ struct SchedulerError: DBusErrorConvertible, CustomStringConvertible {
     }
 
     /// `lister`: the method that lists the pending requests for the caller: `GetPending` for
-    /// the app itself, `ListPending` (Admin1) for the admin side.
+    /// the app itself, `ListPending` (Admin1) for the admin side, whose caller is most often a
+    /// person at `bgpolicy`: named by the command that reads it, `bgpolicy pending APP` (a D-Bus
+    /// method means nothing there, and `bgpolicy` leaves out its own hint when the message
+    /// names that command).
     static func unknownPending(_ identifier: String, app: AppID, lister: String = "GetPending") -> SchedulerError {
-        SchedulerError(.unknownTask, "\(app) has no pending request '\(shown(identifier))'; \(lister) lists the pending ones")
+        let where_ = lister == "ListPending" ? "'bgpolicy pending \(app)'" : lister
+        return SchedulerError(.unknownTask, "\(app) has no pending request '\(shown(identifier))'; \(where_) lists the pending ones")
     }
 
     static func unknownApp(_ app: String) -> SchedulerError {

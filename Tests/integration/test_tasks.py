@@ -107,11 +107,13 @@ def test_simulate_launch_errors(world):
     app = world.registered_app("org.example.Sim", ["org.example.Sim.refresh"])
     expect_error("NotRegistered", agent.simulate_launch, "org.example.Nobody", "org.example.Nobody.refresh")
     message = expect_error("UnknownTask", agent.simulate_launch, "org.example.Sim", "org.example.Sim.refresh")
-    # The admin side lists pending requests with ListPending (GetPending is the app's own).
-    assert "ListPending lists the pending ones" in message, message
+    # The admin side's caller is a person at bgpolicy: the message names the command that lists
+    # them (GetPending is the app's own), not ListPending, a D-Bus method.
+    assert "'bgpolicy pending org.example.Sim' lists the pending ones" in message, message
     expect_error("UnknownTask", agent.simulate_expiration, "org.example.Sim", "org.example.Sim.refresh")
     cli = agent.cli("simulate", "launch", "org.example.Sim", "org.example.Sim.refresh", check=False)
-    assert cli.returncode != 0 and "org.example.Sim.refresh" in cli.stderr, (cli.returncode, cli.stderr)
+    # One line: the CLI's own hint, which names the same command, is left out.
+    assert (cli.returncode, cli.stderr) == (1, f"bgpolicy: {message} (UnknownTask)\n"), (cli.returncode, cli.stderr)
     assert app.events_of("RunTask") == []
 
 
