@@ -20,7 +20,7 @@ struct AgentRefusal: Error, CustomStringConvertible {
     /// What to do about it: the command's own hint for this error if it has one, else a
     /// general one; nil when the agent's message already names the command the hint would.
     func hint(_ hints: [BGPolicyErrorName: String]) -> String? {
-        guard let name, let hint = hints[name] ?? Self.generalHints[name] else { return nil }
+        guard let name, let hint = hints[name] ?? Self.specificHint(name, message) ?? Self.generalHints[name] else { return nil }
         if let command = Self.firstQuoted(hint), message.contains(command) { return nil }
         return hint
     }
@@ -29,6 +29,12 @@ struct AgentRefusal: Error, CustomStringConvertible {
     static func firstQuoted(_ text: String) -> String? {
         let parts = text.split(separator: "'", maxSplits: 2, omittingEmptySubsequences: false)
         return parts.count == 3 && !parts[1].isEmpty ? "'\(parts[1])'" : nil
+    }
+
+    /// A hint for one kind of refusal that its error's general hint would misdirect: text that
+    /// is no app id at all (`InvalidArgument`) is a mistyped app, not a version mismatch.
+    static func specificHint(_ name: BGPolicyErrorName, _ message: String) -> String? {
+        name == .invalidArgument && message.contains(" is not an app id") ? "'bgpolicy apps' lists the app ids." : nil
     }
 
     /// None for `LimitsExceeded`: each of the agent's says what to do, and they differ (wait

@@ -266,6 +266,18 @@ def test_json_sorts_keys_at_every_depth(stand_in):
     assert rows["nested"] == '{"a": {"c": 3, "d": 2}, "b": 1}', r.stdout
 
 
+@pytest.mark.parametrize("command", [["timeline", "bad app"], ["pending", ""], ["history", ""], ["explain", "", "x"]],
+                         ids=" ".join)
+def test_text_that_is_no_app_id_is_answered_with_where_the_app_ids_are(agent, command):
+    """The InvalidArgument hint said to check the arguments and that bgpolicy and bgpolicyd may
+    be different versions: for an app id mistyped, it is the app ids that help."""
+    r = agent.cli(*command, check=False)
+    assert r.returncode == 1 and r.stdout == "", r
+    message, hint = r.stderr.splitlines()
+    assert "is not an app id" in message and message.endswith("(InvalidArgument)"), message
+    assert hint == "'bgpolicy apps' lists the app ids.", r.stderr
+
+
 def test_the_user_s_own_control_characters_do_not_reach_the_terminal(agent, tmp_path):
     """A first word that is no command, and a configuration value, were printed back as typed,
     an escape sequence and all."""
