@@ -19,6 +19,10 @@ enum ConfigurationSyntax {
         (["d", "day", "days"], 86_400_000_000_000),
     ]
 
+    /// Weeks, which the command line takes besides (`bgpolicy history --since 1w`), as it did
+    /// before it read this syntax.
+    static let week: (names: [String], nanoseconds: Int64) = (["w", "week", "weeks"], 604_800_000_000_000)
+
     /// The units rendered, largest first: a duration is written in the largest unit that divides it.
     private static let renderedUnits: [(name: String, nanoseconds: Int64)] = [
         ("d", 86_400_000_000_000),
@@ -32,10 +36,12 @@ enum ConfigurationSyntax {
     private static let durationExamples = #""30s", "10min", "2h", "7d" or "1h30min""#
 
     /// Parses `30s`, `5 min`, `1h30min`, `90m`, `1.5h`, `500ms` into a duration within `range`.
-    /// With `wholeSeconds`, a value with a fraction of a second is refused.
+    /// With `wholeSeconds`, a value with a fraction of a second is refused; with `weeks`, `w`
+    /// is a unit too (`Duration(parsing:)`, the command line's).
     static func duration(
-        _ text: String, in range: ClosedRange<Duration>, example: String, wholeSeconds: Bool = false
+        _ text: String, in range: ClosedRange<Duration>, example: String, wholeSeconds: Bool = false, weeks: Bool = false
     ) throws(ConfigurationValueError) -> Duration {
+        let durationUnits = weeks ? durationUnits + [week] : durationUnits
         let chars = Array(text)
         var index = 0
         var total: Int64 = 0
@@ -93,7 +99,7 @@ enum ConfigurationSyntax {
                 if groups.count == 1, let suggestion = groups[0].names.first {
                     message += " (did you mean \"\(suggestion)\"?)"
                 }
-                throw ConfigurationValueError(message + "; units are ms, s, min, h and d")
+                throw ConfigurationValueError(message + (weeks ? "; units are ms, s, min, h, d and w" : "; units are ms, s, min, h and d"))
             }
 
             // Whole part.

@@ -1,4 +1,5 @@
 import ArgumentParser
+import BGPolicyCore
 import BGPolicyDBus
 
 struct HistoryCommand: AsyncParsableCommand {
@@ -36,13 +37,35 @@ struct HistoryCommand: AsyncParsableCommand {
         case ago(Int64)
         case unix(Int64)
 
+        /// The earliest Unix time a bare number may be (2001-09-09): below it, a number is far
+        /// more likely a duration without its unit (`--since 90`) than a time this machine
+        /// kept history at. 0 stays: GetHistory's "all that are kept".
+        static let earliestUnixTime: Int64 = 1_000_000_000
+
+        /// The furthest back a duration may reach (`describe` names it); one that reaches before
+        /// 1970 is refused in `validate`, where the time is known.
+        static let longestDuration: Duration = .seconds(36_500 * 86_400)
+
         init(argument: String) throws {
-            if !argument.isEmpty, argument.allSatisfy({ $0.isASCII && $0.isNumber }), let unix = Int64(argument) {
+            if !argument.isEmpty, argument.allSatisfy({ $0.isASCII && $0.isNumber }) {
+                // Too long for Int64: a time in the future, which `validate` refuses.
+                let unix = Int64(argument) ?? .max
+                guard unix == 0 || unix >= Self.earliestUnixTime else {
+                    throw ValidationError(
+                        "\(argument) would be a Unix time in 1970, before any history; did you mean \(argument)s? "
+                            + "Give a duration with its unit (\(argument)s, \(argument)m, \(argument)h) or a Unix time in seconds.")
+                }
                 self = .unix(unix)
-            } else if let seconds = TimeText.parseDuration(argument) {
-                self = .ago(seconds)
-            } else {
-                throw ValidationError("use a duration such as 90m, 24h, 2d or 1h30m, or a Unix time in seconds.")
+                return
+            }
+            // The configuration file's syntax (`1.5h`, `30sec`, `2days`, `1 h`), as the agent reads
+            // it, and weeks; in any case (`24H`), as bgpolicy took it before.
+            do {
+                let duration = try Duration(parsing: argument.lowercased(), in: .zero ... Self.longestDuration, example: "24h")
+                self = .ago(duration.components.seconds)
+            } catch {
+                throw ValidationError(
+                    "\(error.description); use a duration such as 90m, 24h, 2d, 1w or 1h30m, or a Unix time in seconds.")
             }
         }
 
@@ -63,6 +86,12 @@ struct HistoryCommand: AsyncParsableCommand {
         }
         // A time ahead lists nothing, and is most often milliseconds given for seconds. A
         // minute of slack lets a script compute the time before it runs this.
+        // A distance back past 1970 would ask for a negative Unix time.
+        if case .ago(let seconds) = since, seconds > TimeText.now() {
+            throw ValidationError(
+                "--since goes \(seconds / 86_400) days back, to before 1970: give a shorter duration, "
+                    + "or 0 for every event the agent keeps.")
+        }
         if case .unix(let unix) = since, unix > TimeText.now() + 60 {
             throw ValidationError(
                 "--since \(unix) is a Unix time in the future: give one in seconds (not milliseconds) in the past, "
@@ -132,6 +161,8 @@ struct HistoryReport {
     var text: String {
         guard !entries.isEmpty else {
             let whose = app.map { " for \(TableText.cell($0))" } ?? ""
+            // `--since 0`: every event kept, not since 1970.
+            if since <= 0 { return "No events\(whose)." }
             return "No events\(whose) since \(TimeText.clock(since, now: now)) (\(TimeText.relative(since, now: now)))."
         }
         var table = TableText([

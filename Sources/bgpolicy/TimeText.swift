@@ -60,28 +60,4 @@ enum TimeText {
         guard n > 0 else { return nil }
         return String(decoding: buffer[0..<n].map { UInt8(bitPattern: $0) }, as: UTF8.self)
     }
-
-    /// A duration as people type it: `90s`, `30m`, `30min`, `24h`, `2d`, `1w`, or several
-    /// at once (`1h30m`). Nil for anything else, including a bare number (which the
-    /// history command reads as a Unix time instead).
-    static func parseDuration(_ text: String) -> Int64? {
-        let units: [(suffix: String, seconds: Int64)] = [
-            ("min", 60), ("s", 1), ("m", 60), ("h", 3600), ("d", 86_400), ("w", 604_800),
-        ]
-        var rest = Substring(text.lowercased())
-        var total: Int64 = 0
-        guard !rest.isEmpty else { return nil }
-        while !rest.isEmpty {
-            let digits = rest.prefix { $0.isASCII && $0.isNumber }
-            guard !digits.isEmpty, let amount = Int64(digits) else { return nil }
-            rest = rest.dropFirst(digits.count)
-            guard let unit = units.first(where: { rest.hasPrefix($0.suffix) }) else { return nil }
-            rest = rest.dropFirst(unit.suffix.count)
-            let (part, o1) = amount.multipliedReportingOverflow(by: unit.seconds)
-            let (sum, o2) = total.addingReportingOverflow(part)
-            guard !o1, !o2 else { return nil }
-            total = sum
-        }
-        return total
-    }
 }

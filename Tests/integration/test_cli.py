@@ -278,6 +278,37 @@ def test_text_that_is_no_app_id_is_answered_with_where_the_app_ids_are(agent, co
     assert hint == "'bgpolicy apps' lists the app ids.", r.stderr
 
 
+@pytest.mark.parametrize("since", ["90", "1", "999999999"])
+def test_history_refuses_a_bare_number_no_history_can_be_that_old(agent, since):
+    """`history --since 90` read 90 as a Unix time and printed "No events since 1970-01-01
+    00:01:30 (20790 d ago)"."""
+    r = agent.cli("history", "--since", since, check=False)
+    assert r.returncode == 64 and r.stdout == "", r
+    assert f"did you mean {since}s?" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("since", ["999999999999d", "30000d", "-5m"])
+def test_history_refuses_a_duration_it_cannot_go_back(agent, since):
+    """`--since 999999999999d` asked for a negative Unix time and printed its date."""
+    r = agent.cli("history", "--since", since, check=False)
+    assert r.returncode == 64 and r.stdout == "", r
+    assert "Error: " in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("since", ["1.5h", "30sec", "2days", "1 h", "1h 30min", "1w", "24H", "90m", "1h30m", "2d"])
+def test_history_reads_durations_as_the_configuration_file_does(agent, since):
+    """`1w` was taken, and `1.5h`, `30sec`, `2days` and `1 h` refused, which the configuration
+    and `replay --policy` take: one parser reads them all now, with weeks as before."""
+    r = agent.cli("history", "--since", since, check=False)
+    assert r.returncode == 0 and r.stdout.startswith("No events since "), r
+
+
+def test_history_since_0_is_every_event_kept(agent):
+    """GetHistory's 0, "all that are kept": not "since 1970"."""
+    r = agent.cli("history", "--since", "0")
+    assert r.stdout == "No events.\n", r
+
+
 def test_the_user_s_own_control_characters_do_not_reach_the_terminal(agent, tmp_path):
     """A first word that is no command, and a configuration value, were printed back as typed,
     an escape sequence and all."""
