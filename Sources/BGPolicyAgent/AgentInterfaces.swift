@@ -54,8 +54,13 @@ public enum AgentInterfaces {
                         running slice: "app_id" (s), "slice_id" (s), "task_ids" (as), "identifiers" (as),
                         "started_at" (x), "deadline" (x), "cpu_percent" (d, once measured; none while
                         the app is in use, when the CPU monitor does not watch it);
-                        "next_window" (x, when one is due) the next time the agent will look for work to
-                        start even if nothing changes; "waiting" (a{su}, when something waits) what holds
+                        "next_planned_window" (x, when one is known) the earliest window any pending
+                        work can run in: the earliest of the "earliest_window"s ListPending gives (none
+                        while what waits can be placed only on news: a switch, the app's next use),
+                        worked out at most once a second;
+                        "next_window" (x, when one is due) not a window: the next time the agent will
+                        look for work to start even if nothing changes (its timer; a day on when no
+                        window is planned within it); "waiting" (a{su}, when something waits) what holds
                         the pending requests: for each rule (the keys Explain uses), how many requests it
                         holds, a request held by several rules counting under each; "waiting_summary" (s,
                         with it) the same in words, such as "10 wait for the session to be idle; 3 for the

@@ -21,7 +21,16 @@ extension TaskEngine {
         return d
     }
 
-    func listPending() -> [[String: Variant]] {
+    /// A pending request, or an app's undelivered content-available wake, which waits like one.
+    enum PendingWork {
+        case request(TaskRequest)
+        case contentWake(ContentAvailableQueue<[String: Variant]>.Wake)
+    }
+
+    /// Every pending request and undelivered content-available wake with its explanation, app
+    /// by app in app-id order, an app's requests by identifier, then its wake: what `ListPending`
+    /// lists, and `GetStatus`'s `next_planned_window` is the earliest window of.
+    func forEachPendingExplanation(_ body: (AppID, PendingWork, Explanation) -> Void) {
         let now = Self.wallNow()
         var context = context(now: now)
         // Every refresh's earliest window is read from one plan of them all, made once, as
@@ -31,34 +40,80 @@ extension TaskEngine {
         if pending.values.contains(where: { $0.values.contains { $0.kind == .refresh } }) {
             context.planning.refreshPlan = refreshPlan(context, through: nil)
         }
-        var out: [[String: Variant]] = []
         for appID in Set(pending.keys).union(contentWakeApps()).sorted() {
             guard let state = schedulingState(of: appID, at: now) else { continue }
-            func append(_ entry: [String: Variant], _ explanation: Explanation) {
-                var d = entry
-                d["app_id"] = Variant(appID.rawValue)
-                d["blocking"] = Variant(explanation.blocking.map(\.rule.rawValue))
-                d["reasons"] = Variant(explanation.blocking.map(\.words))
-                if let earliest = explanation.earliestRun { d["earliest_window"] = Variant(Int64(earliest.rounded(.up))) }
-                out.append(d)
-            }
             for request in (pending[appID] ?? [:]).values.sorted(by: { $0.identifier < $1.identifier }) {
-                append(Self.dictionary(request), policy.explain(request, app: state, context: context))
+                body(appID, .request(request), policy.explain(request, app: state, context: context))
             }
             // A wake another process sent waits like work, for the same rules: it is listed too,
             // so that one held for days (the app unused, unreachable) says why.
             if let wake = contentWakes.wake(for: appID) {
-                append(
-                    [
-                        "identifier": Variant(""),
-                        "kind": Variant(DeliveryKind.contentAvailable.rawValue),
-                        "submitted_at": Variant(Int64(wake.firstReceivedAt)),
-                        "notifications": Variant(UInt32(clamping: wake.notificationCount)),
-                    ],
-                    policy.explainContentWake(app: state, context: context))
+                body(appID, .contentWake(wake), policy.explainContentWake(app: state, context: context))
             }
         }
+    }
+
+    func listPending() -> [[String: Variant]] {
+        var out: [[String: Variant]] = []
+        forEachPendingExplanation { appID, work, explanation in
+            var d: [String: Variant]
+            switch work {
+            case .request(let request):
+                d = Self.dictionary(request)
+            case .contentWake(let wake):
+                d = [
+                    "identifier": Variant(""),
+                    "kind": Variant(DeliveryKind.contentAvailable.rawValue),
+                    "submitted_at": Variant(Int64(wake.firstReceivedAt)),
+                    "notifications": Variant(UInt32(clamping: wake.notificationCount)),
+                ]
+            }
+            d["app_id"] = Variant(appID.rawValue)
+            d["blocking"] = Variant(explanation.blocking.map(\.rule.rawValue))
+            d["reasons"] = Variant(explanation.blocking.map(\.words))
+            if let earliest = explanation.earliestRun { d["earliest_window"] = Variant(Int64(earliest.rounded(.up))) }
+            out.append(d)
+        }
         return out
+    }
+
+    /// The earliest window any pending work can run in: the earliest of the `earliest_window`s
+    /// `ListPending` gives (and `Explain`, and `GetTimeline` draws for refreshes). Nil when no
+    /// work is pending, or none can be placed without news (a switch, the app's next use).
+    func nextPlannedWindow() -> UnixTime? {
+        var earliest: UnixTime?
+        forEachPendingExplanation { _, _, explanation in
+            guard let time = explanation.earliestRun else { return }
+            earliest = min(earliest ?? time, time)
+        }
+        return earliest
+    }
+
+    /// How often at most `GetStatus`'s `next_planned_window` is worked out: it explains every
+    /// pending request, as `ListPending` does, which the status is published far more often
+    /// than (after every `Submit`), and which takes milliseconds with thousands pending.
+    static let plannedWindowInterval: Duration = .seconds(1)
+
+    /// `nextPlannedWindow`, worked out afresh when the last was a `plannedWindowInterval` ago or
+    /// more; else the last one, and it is worked out again (and the status published) once the
+    /// interval is up: a burst of changes costs one at its start and one at its end.
+    func plannedWindowForStatus() -> UnixTime? {
+        let now = ContinuousClock.now
+        if let last = plannedWindowWorkedOutAt, now - last < Self.plannedWindowInterval {
+            if plannedWindowRefresh == nil {
+                let wait = last + Self.plannedWindowInterval - now
+                plannedWindowRefresh = Task {
+                    do { try await AgentExecutor.sleep(for: wait) } catch { return }
+                    self.plannedWindowRefresh = nil
+                    guard !self.stopping else { return }
+                    self.publishStatus(nextWindow: self.evaluationTimerDue)
+                }
+            }
+            return plannedWindowShown
+        }
+        plannedWindowWorkedOutAt = now
+        plannedWindowShown = nextPlannedWindow()
+        return plannedWindowShown
     }
 
     func listApps() -> [[String: Variant]] {
@@ -203,6 +258,7 @@ extension TaskEngine {
         ]
         if contentWakes.undeliveredCount > 0 { status["content_wakes"] = Variant(UInt32(contentWakes.undeliveredCount)) }
         if let nextWindow { status["next_window"] = Variant(Int64(nextWindow.rounded(.up))) }
+        if let planned = plannedWindowForStatus() { status["next_planned_window"] = Variant(Int64(planned.rounded(.up))) }
         if !appsInUse.isEmpty {
             if inUseStatus == nil { inUseStatus = Variant(appsInUse.map(\.rawValue).sorted()) }
             status["in_use"] = inUseStatus

@@ -150,6 +150,11 @@ actor TaskEngine {
     /// `appsInUse` as `GetStatus` shows it (sorted), made again only after it changed: status is
     /// published after every evaluation, and sorting a thousand ids each time slowed Submit.
     var inUseStatus: Variant?
+    /// `GetStatus`'s `next_planned_window` as last worked out, and when (`plannedWindowForStatus`);
+    /// the task that works it out again once the second since is up, while one is due.
+    var plannedWindowShown: UnixTime?
+    var plannedWindowWorkedOutAt: ContinuousClock.Instant?
+    var plannedWindowRefresh: Task<Void, Never>?
     /// Apps in use by their own word since the agent started (they registered, or reported
     /// themselves in the foreground while no app unit of theirs ran, and have not been left
     /// since: a `background` report, also one while a unit runs, `reportWhileUnitRuns`, is a

@@ -86,13 +86,13 @@ struct StatusReport {
 
     /// The keys `schedulingLines` shows (an agent without a scheduler sends none of them).
     static let scheduling = [
-        "global_enabled", "apps", "pending", "content_wakes", "running", "next_window", "waiting", "waiting_summary", "in_use",
-        "refresh",
+        "global_enabled", "apps", "pending", "content_wakes", "running", "next_planned_window", "next_window", "waiting",
+        "waiting_summary", "in_use", "refresh",
     ]
 
     /// "Background work: on", "Apps: 3, pending: 1" (", content-available wakes: 1" when some
-    /// wait), one line per running slice, and the
-    /// next planned window: each only when the agent sends its key.
+    /// wait), one line per running slice, the next planned window, and the agent's next look
+    /// when it is another time: each only when the agent sends its key.
     var schedulingLines: [String] {
         var lines: [String] = []
         if let on = status.bool("global_enabled") {
@@ -108,8 +108,12 @@ struct StatusReport {
                 lines.append("Running: " + TableText.cell(Self.describe(slice, now: now)))
             }
         }
-        if let window = status.integer("next_window") {
-            lines.append("Next window: " + TimeText.moment(window, now: now))
+        let planned = status.integer("next_planned_window")
+        if let planned { lines.append("Next window: " + TimeText.moment(planned, now: now)) }
+        // `next_window` is the agent's timer, no window: a refresh held until a time with no
+        // window planned after it was shown as "Next window" a day after that time.
+        if let look = status.integer("next_window"), look != planned {
+            lines.append("Next look for work: " + TimeText.moment(look, now: now))
         }
         if let waiting = status.string("waiting_summary"), !waiting.isEmpty {
             lines.append("Waiting: " + TableText.cell(waiting) + " (bgpolicy pending says why)")

@@ -9,6 +9,8 @@ import time
 
 import pytest
 
+import tasks_helpers as th
+from tasks_helpers import later, world  # noqa: F401 - the fixture
 from test_agent import BIN, Agent, agent, bus  # noqa: F401 - the fixtures
 
 
@@ -264,6 +266,51 @@ def test_json_sorts_keys_at_every_depth(stand_in):
     r = subprocess.run([str(BIN / "bgpolicy"), "status"], env=env, capture_output=True, text=True, timeout=20)
     rows = {line.split()[0]: line.split(None, 1)[1] for line in r.stdout.splitlines()[1:] if line.strip()}
     assert rows["nested"] == '{"a": {"c": 3, "d": 2}, "b": 1}', r.stdout
+
+
+def test_status_shows_the_next_planned_window_and_the_agent_s_timer_apart(world):
+    """`status` printed GetStatus's `next_window`, the agent's timer, as "Next window": for a
+    refresh held 50 minutes with no window planned after it, "Next window: tomorrow … (in 1 d)",
+    a day after its earliest_begin and off the grid, where `pending` and `timeline` showed no
+    window at all. `next_planned_window` is the earliest of ListPending's earliest windows
+    (here none), and the timer is shown for what it is."""
+    app_id = "org.example.Planned"
+    agent = world.start_agent(planner=True)
+    app = world.registered_app(app_id, [f"{app_id}.refresh"])
+    app.submit(f"{app_id}.refresh", "refresh", earliest_begin=later(50 * 60))
+    status = th.wait_until(lambda: (s := agent.status()) and "next_window" in s and s, 5, "the agent's timer")
+    assert status["next_window"] > later(86_400 - 60), status
+    # A second for the status to be worked out again after the Submit (at most once a second).
+    time.sleep(1.2)
+    status = agent.status()
+    pending = agent.list_pending()
+    assert [p["identifier"] for p in pending] == [f"{app_id}.refresh"] and "earliest_window" not in pending[0], pending
+    assert "next_planned_window" not in status, status
+    lines = agent.cli("status").stdout.splitlines()
+    assert not any(line.startswith("Next window") for line in lines), lines
+    assert any(line.startswith("Next look for work: ") and line.endswith("(in 1 d)") for line in lines), lines
+
+
+@pytest.mark.parametrize("keys,shown", [
+    ({"next_planned_window": 600, "next_window": 600}, ["Next window: {t600}"]),
+    ({"next_planned_window": 600, "next_window": 7200}, ["Next window: {t600}", "Next look for work: {t7200}"]),
+    ({"next_window": 7200}, ["Next look for work: {t7200}"]),
+    ({"next_planned_window": 600}, ["Next window: {t600}"]),
+], ids=["the same", "the timer later", "no window", "no timer"])
+def test_status_labels_the_planned_window_and_the_timer(stand_in, keys, shown):
+    """The timer is shown only when it is another time than the window, and never as one."""
+    now = int(time.time())
+    env = stand_in("{" + ", ".join(f"'{k}': <int64 {now + v}>" for k, v in keys.items()) + "}")
+    r = subprocess.run([str(BIN / "bgpolicy"), "status"], env=env, capture_output=True, text=True, timeout=20)
+    assert r.returncode == 0, r
+    lines = [line for line in r.stdout.splitlines() if line.startswith("Next ")]
+
+    def clock(t):  # TimeText.clock: the date too on another day
+        same_day = time.strftime("%Y-%m-%d", time.localtime(t)) == time.strftime("%Y-%m-%d", time.localtime(now))
+        return time.strftime("%H:%M:%S" if same_day else "%Y-%m-%d %H:%M:%S", time.localtime(t))
+
+    assert [line.split(" (")[0] for line in lines] == [
+        s.format(t600=clock(now + 600), t7200=clock(now + 7200)) for s in shown], r.stdout
 
 
 @pytest.mark.parametrize("command", [["timeline", "bad app"], ["pending", ""], ["history", ""], ["explain", "", "x"]],
