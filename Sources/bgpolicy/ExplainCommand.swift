@@ -86,7 +86,10 @@ struct ExplainReport {
         }
         var text = opens == 1 ? "once" : "\(opens) times"
         if let recent = e.integer("opens_last_24h") { text += ", \(recent) in the last 24 h" }
-        if let last = e.integer("last_open") { text += "; last \(TimeText.relative(last, now: now))" }
+        if let last = e.integer("last_open") {
+            let when = TimeText.relative(last, now: now)
+            text += "; last " + (when == "now" ? "just now" : when)
+        }
         return text
     }
 }

@@ -168,7 +168,12 @@ struct StatusReport {
         var facts: [String] = []
         if let id = slice.string("slice_id") { facts.append("slice \(id)") }
         if let started = slice.integer("started_at") { facts.append("started " + TimeText.relative(started, now: now)) }
-        if let deadline = slice.integer("deadline") { facts.append("deadline " + TimeText.relative(deadline, now: now)) }
+        // The agent rounds the deadline up to a whole second, and `now` is rounded down: counted
+        // from the start of the second, a 30-s slice just begun showed "deadline in 31 s". The
+        // time left is counted from the end of the second, as the deadline is.
+        if let deadline = slice.integer("deadline") {
+            facts.append("deadline " + TimeText.relative(deadline, now: now < .max ? now + 1 : now))
+        }
         if let cpu = slice.double("cpu_percent") { facts.append("CPU \((cpu * 10).rounded() / 10) %") }
         let what = ([slice.string("app_id") ?? "an app"] + [ids.joined(separator: ", ")]).filter { !$0.isEmpty }
         return what.joined(separator: " ") + (facts.isEmpty ? "" : " (" + facts.joined(separator: ", ") + ")")

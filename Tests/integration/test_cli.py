@@ -388,3 +388,27 @@ def test_the_configuration_path_is_absolute_and_an_empty_one_is_refused(bus, tmp
         a.stop()
 
 
+def test_a_slice_just_begun_has_its_whole_length_left(stand_in):
+    """The agent rounds the deadline up to a second, and bgpolicy rounded the time now down: a
+    30-s slice begun in this second (its deadline this second + 31, rounded up) showed
+    "deadline in 31 s"."""
+    while time.time() % 1 > 0.5:
+        time.sleep(0.05)
+    now = int(time.time())
+    env = stand_in(f"{{'running': <[{{'app_id': <'org.example.Feeds'>, 'identifiers': <['sync']>, "
+                   f"'started_at': <int64 {now}>, 'deadline': <int64 {now + 31}>}}]>}}")
+    r = subprocess.run([str(BIN / "bgpolicy"), "status"], env=env, capture_output=True, text=True, timeout=20)
+    assert r.returncode == 0, r
+    running = [line for line in r.stdout.splitlines() if line.startswith("Running: ")]
+    assert running == ["Running: org.example.Feeds sync (started now, deadline in 30 s)"], r.stdout
+
+
+def test_explain_says_just_now_of_an_open_this_second(stand_in):
+    """"last now" read as a typo."""
+    now = int(time.time())
+    env = stand_in(explanation=f"{{'app_id': <'org.example.Feeds'>, 'identifier': <'sync'>, 'state': <'not-pending'>, "
+                               f"'opens': <uint32 3>, 'opens_last_24h': <uint32 1>, 'last_open': <int64 {now}>}}")
+    r = subprocess.run([str(BIN / "bgpolicy"), "explain", "org.example.Feeds", "sync"], env=env, capture_output=True,
+                       text=True, timeout=20)
+    assert r.returncode == 0, r
+    assert "  Opened  3 times, 1 in the last 24 h; last just now" in r.stdout.splitlines(), r.stdout
