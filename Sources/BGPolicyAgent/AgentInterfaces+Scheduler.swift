@@ -212,9 +212,8 @@ extension AgentInterfaces {
                 documentation: """
                     RunTask:
                     Starts one task. Reply at once and do the work afterwards: the agent waits at most
-                    10 s for the reply. A reply later than that is too late: the task is put back,
-                    and ExpireTask follows. An app the agent starts by D-Bus activation gets RunTask
-                    once it has taken its bus_name, so seconds counts from then.
+                    10 s for the reply (25 s when it started the app by D-Bus activation). A reply
+                    later than that is too late: the task is put back, and ExpireTask follows.
                     """),
             .init(
                 "ExpireTask",

@@ -42,8 +42,7 @@ struct Slice {
 
     let id: String
     let appID: AppID
-    /// The unique name of the connection the tasks were delivered to (an app the bus starts is
-    /// sent its work once it has taken its name, at the connection it registered on).
+    /// The unique name, or the activatable well-known name, the tasks were delivered to.
     var connection: String
     var members: [Member]
     let startedAt: UnixTime
@@ -389,30 +388,7 @@ extension TaskEngine {
             endStartTurn()
         }
         defer { handOnTurn() }
-        /// Asks the rules again after a wait of seconds (`waiting` says which): the facts may
-        /// have changed meanwhile: the switches, sleep, the battery, the user coming back
-        /// (processing runs only while idle). A simulated launch ignores them, as it does every
-        /// rule but reachability. False when nothing is left to deliver.
-        func stillGoes(after waiting: String) -> Bool {
-            guard !simulated else { return true }
-            let (still, wakeStill, changed) = stillRunnable(launch.requests, of: appID, contentAvailable: launch.contentAvailable)
-            let heldWake = launch.contentAvailable && !wakeStill
-            if still.count < launch.requests.count || heldWake {
-                logger.info(
-                    "Launch held: \(changed.map(\.rawValue).sorted().joined(separator: ", ")) changed while \(waiting)",
-                    metadata: ["app.id": "\(appID)", "held": "\(launch.requests.count - still.count)",
-                               "content_available": "\(heldWake ? "held" : launch.contentAvailable ? "goes" : "none")"])
-            }
-            // A held wake stays queued (it is taken only below), for the next window.
-            if heldWake { launch.contentAvailable = false }
-            launch.requests = still
-            return !still.isEmpty || launch.contentAvailable
-        }
-        // Set once the app not running was reached by its bus name: the name's owner then,
-        // whether the bus started it, and who the owner is when the app has not registered on
-        // that connection.
-        var started: (owner: String?, started: Bool, identity: ProcessIdentity?)?
-        if runtime.latestConnection == nil, let busName = runtime.record.busName {
+        if runtime.latestConnection == nil, runtime.record.busName != nil {
             let asked = ContinuousClock.now
             await takeStartTurn(for: appID)
             turnHeld = true
@@ -422,31 +398,25 @@ extension TaskEngine {
             // closed as interrupted at the next start, losing the request. It stays pending.
             if stopping { return }
             runtime = current
-            guard stillGoes(after: "the app waited for its turn to start") else { return }
-            if runtime.latestConnection != nil {
-                handOnTurn()
-            } else {
-                // Started first, its work sent once it has its name: the slice starts then, and
-                // RunTask's `seconds` is what the app has from its arrival. Sent to the name
-                // instead, RunTask waited at the bus while the app started, up to 25 s, its
-                // `seconds` counted from before; an ExpireTask meanwhile went to a name with no
-                // owner yet, which the bus refused; and a RunTask the agent had given up on
-                // reached the app all the same once it took the name.
-                startingByActivation.insert(appID)
-                do {
-                    started = try await startByActivation(busName, for: appID)
-                } catch {
-                    let reason = Self.describe(startError: error, busName: busName)
-                    logger.warning("Could not start the app", metadata: ["app.id": "\(appID)", "bus.name": "\(busName)", "error": "\(reason)"])
-                    recordDeliveryFailure(
-                        launch.requests.filter { pending[appID]?[$0.identifier] == $0 }, reason: reason, now: Self.wallNow())
-                    throw SchedulerError(.unavailable, "could not reach \(appID): \(reason). The request stays pending")
+            // The facts may have changed while it waited, for seconds behind slow starts: the
+            // switches, sleep, the battery, the user coming back (processing runs only while
+            // idle). The rules are asked again; a simulated launch ignores them, as it does
+            // every rule but reachability.
+            if !simulated {
+                let (still, wakeStill, changed) = stillRunnable(launch.requests, of: appID, contentAvailable: launch.contentAvailable)
+                let heldWake = launch.contentAvailable && !wakeStill
+                if still.count < launch.requests.count || heldWake {
+                    logger.info(
+                        "Launch held: \(changed.map(\.rawValue).sorted().joined(separator: ", ")) changed while the app waited for its turn to start",
+                        metadata: ["app.id": "\(appID)", "held": "\(launch.requests.count - still.count)",
+                                   "content_available": "\(heldWake ? "held" : launch.contentAvailable ? "goes" : "none")"])
                 }
-                guard let current = apps[appID] else { throw .unknownApp(appID.rawValue) }
-                if stopping { return }
-                runtime = current
-                guard stillGoes(after: "the bus started the app") else { return }
+                // A held wake stays queued (it is taken only below), for the next window.
+                if heldWake { launch.contentAvailable = false }
+                if still.isEmpty && !launch.contentAvailable { return }
+                launch.requests = still
             }
+            if runtime.latestConnection != nil { handOnTurn() }
         }
         // Only what is still pending as decided: a request cancelled or replaced since the
         // decision (while the app waited for its turn, or before this task ran) stays as the app
@@ -454,15 +424,14 @@ extension TaskEngine {
         // given: it put back a request the app had cancelled meanwhile, in memory and on disk.
         let requests = launch.requests.filter { pending[appID]?[$0.identifier] == $0 }
         let target: String
+        let activating: Bool
         if let latest = runtime.latestConnection {
             target = latest
-        } else if let owner = started?.owner {
-            // It took its name without registering on that connection.
-            target = owner
-        } else if started != nil {
-            let reason = "\(runtime.record.busName ?? "its bus name") was started by D-Bus activation, then left the bus before it could be sent its work"
-            recordDeliveryFailure(Array(requests), reason: reason, now: Self.wallNow())
-            throw SchedulerError(.unavailable, "could not reach \(appID): \(reason). The request stays pending")
+            activating = false
+        } else if let busName = runtime.record.busName {
+            target = busName
+            activating = true
+            startingByActivation.insert(appID)
         } else {
             let reason = "\(appID) is not running and registered no bus_name to start it by D-Bus activation"
             recordDeliveryFailure(Array(requests), reason: reason, now: Self.wallNow())
@@ -527,7 +496,7 @@ extension TaskEngine {
             pending[appID]?[member.request.identifier] = nil
             taskSlices[member.taskID] = sliceID
         }
-        if let identity = runtime.connections[target] ?? (target == started?.owner ? started?.identity : nil) {
+        if let identity = activating ? nil : runtime.connections[target] {
             attach(identity, to: &slice)
         }
         slices[sliceID] = slice
@@ -537,6 +506,7 @@ extension TaskEngine {
         var skipped = 0
         var attempted = 0
         var wakeRefused = false
+        var answeredBy: String?  // the connection that answered RunTask (sent to a bus name)
         do {
             for member in members {
                 // The slice may have ended while an earlier RunTask was awaited (sleep, a
@@ -553,14 +523,33 @@ extension TaskEngine {
                 var info = member.payload ?? [:]
                 info["slice_id"] = Variant(sliceID)
                 info["deadline"] = Variant(Int64(slice.deadline.rounded(.up)))
-                _ = try await connection.call(
-                    .methodCall(
-                        destination: target, path: Self.clientPath, interface: BGPolicyNames.clientInterface,
-                        member: "RunTask",
-                        body: [.string(member.taskID), .string(member.request.identifier),
-                               .string(member.kind.rawValue), .uint32(UInt32(remaining.rounded())),
-                               info.dbusValue]),
-                    timeout: .seconds(10), replyBodyLimit: Self.appReplyBytes)
+                // Until the app has answered once, the name may have no owner yet, and an
+                // ExpireTask sent to it meanwhile is refused by the bus (`activationsAwaited`).
+                let beforeTheStart = activating && answeredBy == nil
+                if beforeTheStart { activationsAwaited[member.taskID] = false }
+                let reply: Message
+                do {
+                    reply = try await connection.call(
+                        .methodCall(
+                            destination: target, path: Self.clientPath, interface: BGPolicyNames.clientInterface,
+                            member: "RunTask",
+                            body: [.string(member.taskID), .string(member.request.identifier),
+                                   .string(member.kind.rawValue), .uint32(UInt32(remaining.rounded())),
+                                   info.dbusValue]),
+                        timeout: activating ? .seconds(25) : .seconds(10), replyBodyLimit: Self.appReplyBytes)
+                } catch {
+                    activationsAwaited[member.taskID] = nil
+                    throw error
+                }
+                answeredBy = reply.sender ?? answeredBy
+                // Ended meanwhile (switched off, sleep, the user back during processing): the
+                // app, which has the task now, is told to stop at its own connection.
+                if beforeTheStart, activationsAwaited.removeValue(forKey: member.taskID) == true, let sender = reply.sender {
+                    sendExpireExpectingNoReply(member.taskID, to: sender)
+                    logger.info(
+                        "ExpireTask sent again, to the app that answered: its task ended while the bus started it, and the first went to a name with no owner yet",
+                        metadata: ["app.id": "\(appID)", "task.id": "\(member.taskID)", "bus.unique": "\(sender)"])
+                }
                 delivered += 1
                 if member.kind == .refresh { refreshRan = true }
                 // The app has started and answered: the next app may start.
@@ -571,7 +560,7 @@ extension TaskEngine {
                     event: .delivered, kind: member.kind,
                     detail: (simulated ? "simulated launch: " : "")
                         + "RunTask delivered to \(target) for \(Int(slice.length.seconds)) s"
-                        + (started.map { Self.activationWords($0.started, busName: runtime.record.busName, waited: waitedForTurn) } ?? "")
+                        + (activating ? " (started by D-Bus activation\(Self.turnWords(waitedForTurn)))" : "")
                         + (why.isEmpty ? "" : ", \(why)")
                         + (members.count > 1 ? ", sharing slice \(sliceID) with \(members.count - 1) more" : "")
                         + (slices[sliceID]?.exempt == true ? "; CPU monitor off (external-power processing on AC)" : "")))
@@ -622,6 +611,9 @@ extension TaskEngine {
         }
 
         guard var live = slices[sliceID] else { return }  // completed already
+        if activating, !(await tieToOwner(sliceID: sliceID, name: target, answeredBy: answeredBy)) { return }
+        live = slices[sliceID] ?? live
+        guard slices[sliceID] != nil else { return }
         startTimers(sliceID: sliceID, slice: &live)
         slices[sliceID] = live
         logger.info(
@@ -631,59 +623,60 @@ extension TaskEngine {
         publishStatus(nextWindow: evaluationTimerDue)
     }
 
-    /// Has the bus start the app by its bus name (D-Bus activation), waiting up to 25 s for the
-    /// name to be taken; not when something owns the name already (the bus refuses to start a
-    /// name it has no activation file for, owned or not). Returns the name's owner then (nil
-    /// when it has left already), whether the bus started it, and, when that owner is no
-    /// connection the app registered, who it is, if it is the app's (`mayAttach`). The app
-    /// registers before it takes its name, so its connection is known by then, as a running
-    /// app's is.
-    func startByActivation(_ busName: String, for appID: AppID) async throws
-        -> (owner: String?, started: Bool, identity: ProcessIdentity?)
-    {
-        var started = false
-        var owner = try await connection.nameOwner(of: busName)
-        if owner == nil {
-            started = try await connection.startService(busName, timeout: Self.activationTimeout) == .started
-            owner = try await connection.nameOwner(of: busName)
+    /// Ties a slice delivered by D-Bus activation, tied until now to the bus name it was sent
+    /// to, to the connection that answered RunTask (else the name's owner): from now on its
+    /// leaving closes the slice, and ExpireTask goes to it. Returns false when the app has left
+    /// the bus already: the slice is then closed as `vanished` (failed, not a violation). Until
+    /// the tie, the app's unique name leaving (`connectionVanished`) matched no slice, so an app
+    /// that crashed right after its answer had its slice run to the deadline and end `expired`,
+    /// a violation.
+    func tieToOwner(sliceID: String, name: String, answeredBy: String?) async -> Bool {
+        let owner: String
+        if let answeredBy {
+            owner = answeredBy
+        } else {
+            do {
+                guard let found = try await connection.nameOwner(of: name) else {
+                    await endSlice(sliceID, as: .vanished, detail: Self.goneAfterAnswer(name))
+                    return false
+                }
+                owner = found
+            } catch {
+                // The bus did not answer: the slice stays with the name (ExpireTask to it does
+                // not start the app again), and ends at its deadline or by SetTaskCompleted.
+                logger.warning(
+                    "Could not learn who owns the name an app was started by; its slice stays tied to the name",
+                    metadata: ["slice.id": "\(sliceID)", "bus.name": "\(name)", "error": "\(error)"])
+                return slices[sliceID] != nil
+            }
         }
-        guard let owner else { return (nil, started, nil) }
-        guard apps[appID]?.connections[owner] == nil else { return (owner, started, nil) }
-        // Gone already, or not said: nothing to attach.
-        guard let pid = try? await connection.credentials(of: owner).pid else { return (owner, started, nil) }
-        let identity = inspector.identify(pid: pid)
-        guard Self.mayAttach(owner: identity, of: busName, to: appID) else {
-            logger.warning(
-                "The process owning the app's bus name, to which its slice goes, is not the app's; the slice's CPU is not watched, and nothing of that process's is throttled, frozen or stopped",
-                metadata: ["app.id": "\(appID)", "bus.name": "\(busName)", "owner": "\(owner)", "owner.pid": "\(pid)",
-                           "owner.app_id": "\(identity.appID.map { "\($0)" } ?? "none (unverified)")"])
-            return (owner, started, nil)
+        // Tied first, so that the owner leaving is seen from now on; whether it left before
+        // (its leaving, seen already, matched nothing), the bus's answer for its credentials says.
+        slices[sliceID]?.connection = owner
+        let pid: UInt32?
+        do {
+            pid = try await connection.credentials(of: owner).pid
+        } catch DBusError.remote(let errorName, _) where errorName == DBusError.nameHasNoOwner {
+            await endSlice(sliceID, as: .vanished, detail: Self.goneAfterAnswer(name))
+            return false
+        } catch {
+            pid = nil
         }
-        return (owner, started, identity)
-    }
-
-    /// How a delivery that reached the app by its bus name says so in its history.
-    static func activationWords(_ started: Bool, busName: String?, waited: Duration) -> String {
-        started
-            ? " (started by D-Bus activation\(turnWords(waited)))"
-            : " (by its bus_name \(busName ?? "-"), owned already\(turnWords(waited)))"
-    }
-
-    /// How long the agent waits for the bus to start an app by D-Bus activation.
-    static let activationTimeout: Duration = .seconds(25)
-
-    /// Why the bus could not start an app by its bus name, for the request's last error and
-    /// the history: the bus's own words, briefly.
-    static func describe(startError error: any Error, busName: String) -> String {
-        guard case DBusError.remote(let name, let message) = error else { return "the bus could not start \(busName): \(error)" }
-        switch name {
-        case "org.freedesktop.DBus.Error.ServiceUnknown", "org.freedesktop.DBus.Error.NameHasNoOwner":
-            return "\(busName) is not on the bus and cannot be started (\(SchedulerError.shown(message, over: appMessageBytes, keeping: appMessageBytes / 2)))"
-        case "org.freedesktop.DBus.Error.NoReply", "org.freedesktop.DBus.Error.Timeout", "org.freedesktop.DBus.Error.TimedOut":
-            return "\(busName) was not started by D-Bus activation within \(Int(activationTimeout.seconds)) s"
-        default:
-            return "the bus could not start \(busName) (\(name): \(SchedulerError.shown(message, over: appMessageBytes, keeping: appMessageBytes / 2)))"
+        guard var current = slices[sliceID] else { return false }
+        if let pid {
+            let identity = inspector.identify(pid: pid)
+            if Self.mayAttach(owner: identity, of: name, to: current.appID) {
+                attach(identity, to: &current)
+            } else {
+                logger.warning(
+                    "The process owning the bus name the slice was delivered to is not the app's; the slice's CPU is not watched, and nothing of that process's is throttled, frozen or stopped",
+                    metadata: ["app.id": "\(current.appID)", "slice.id": "\(sliceID)", "bus.name": "\(name)",
+                               "owner": "\(owner)", "owner.pid": "\(pid)",
+                               "owner.app_id": "\(identity.appID.map { "\($0)" } ?? "none (unverified)")"])
+            }
         }
+        slices[sliceID] = current
+        return true
     }
 
     /// Whether the process that owns `busName`, to which a slice of `appID` was delivered by
@@ -701,6 +694,10 @@ extension TaskEngine {
     static func mayAttach(owner: ProcessIdentity, of busName: String, to appID: AppID) -> Bool {
         if let ownerID = owner.appID { return ownerID == appID }
         return mayUse(busName: busName, appID: appID, identity: .unverified)
+    }
+
+    static func goneAfterAnswer(_ name: String) -> String {
+        "the app left the bus right after answering RunTask (started by D-Bus activation as \(name)); closed as failed, not a violation"
     }
 
     static let clientPath = try! ObjectPath(BGPolicyNames.clientObjectPath)
@@ -1207,7 +1204,8 @@ extension TaskEngine {
         var message = Message.methodCall(
             destination: destination, path: Self.clientPath, interface: BGPolicyNames.clientInterface,
             member: "ExpireTask", body: [.string(taskID)])
-        // An app that has exited is not started again only to be told to stop.
+        // An app that has exited (one the bus started, addressed by its bus name until its
+        // owner is known) is not started again only to be told to stop.
         message.noAutoStart = true
         Task {
             do {
@@ -1377,6 +1375,8 @@ extension TaskEngine {
             logger.error("Could not record a task's end", metadata: ["task.id": "\(member.taskID)", "error": "\(error)"])
             if mustStore { throw error }
         }
+        // Ended by the agent while the bus starts the app: `deliver` tells it once it answers.
+        if event != .completed, activationsAwaited[member.taskID] != nil { activationsAwaited[member.taskID] = true }
         if event.isViolation, slice.violationsCounted.insert(event).inserted {
             noteViolation(of: slice.appID, at: entry.time)
         }

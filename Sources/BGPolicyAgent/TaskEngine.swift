@@ -60,6 +60,11 @@ actor TaskEngine {
     /// start has come (`isLaunching`); while they wait for it, nothing of the agent's is
     /// starting them, so a unit or registration of theirs is the user's doing.
     var startingByActivation: Set<AppID> = []
+    /// Tasks whose `RunTask` went to a bus name the bus is starting the app for and awaits its
+    /// answer, each with whether the agent has ended the task meanwhile (`finish`, but for the
+    /// app's own completion). Its `ExpireTask` went to the name, which had no owner yet, and the
+    /// bus refused it: `deliver` sends it again to the connection that answers.
+    var activationsAwaited: [String: Bool] = [:]
     /// Turns to start apps by D-Bus activation (`[slices] concurrent_starts`).
     var startTurns: StartTurns<CheckedContinuation<Void, Never>>
     var globalEnabled = true

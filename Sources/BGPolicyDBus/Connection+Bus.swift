@@ -41,26 +41,6 @@ extension DBusConnection {
         return result
     }
 
-    public enum StartServiceReply: UInt32, Sendable {
-        case started = 1
-        case alreadyRunning = 2
-    }
-
-    /// Asks the bus to start the program its activation files give for `name` (D-Bus
-    /// activation), and returns once the name has an owner; at once when it has one already.
-    /// The bus's own limit to a start (`service_start_timeout`) applies too.
-    public func startService(_ name: String, timeout: Duration = .seconds(25)) async throws -> StartServiceReply {
-        try DBusNames.checkBusName(name)
-        let reply = try await call(
-            destination: Self.busName, path: Self.busPath, interface: Self.busName, member: "StartServiceByName",
-            [.string(name), .uint32(0)], timeout: timeout)
-        let code: UInt32 = try reply.decode(UInt32.self, at: 0)
-        guard let result = StartServiceReply(rawValue: code) else {
-            throw DBusError.malformedMessage("StartServiceByName answered \(code)")
-        }
-        return result
-    }
-
     /// The unique name owning `name`, or nil if nobody does.
     public func nameOwner(of name: String) async throws -> String? {
         try DBusNames.checkBusName(name)

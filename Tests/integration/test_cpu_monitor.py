@@ -539,12 +539,11 @@ SNAP_CGROUP = unit_cgroup("snap.sneaky.sneaky-2f8a6c1e-4b1d-4f7a-9c0e-1a2b3c4d5e
 def test_a_bus_name_owned_by_another_app_does_not_bring_that_app_under_the_snaps_slice(world):
     """A snap's bus_name is taken as given (snapd decides which names it owns), so a snap may
     name one that another app owns: here org.example.Victim, owned by org.example.Burner,
-    verified by its unit, which answers any RunTask and burns a core. The snap's slice goes to
-    that name's owner (running already, it is not started), but the owner is attached to the
-    slice (its pid measured, its unit throttled or frozen) only if it is the slice's app:
-    verified as it, or unverified and owning a name under the app's id. (The owner was
-    attached whoever it was: the other app's CPU was judged for the snap's work, and its unit
-    throttled.)"""
+    verified by its unit, which answers any RunTask and burns a core. The snap's slice, sent
+    to that name, is tied to its owner, but the owner is attached to the slice (its pid
+    measured, its unit throttled or frozen) only if it is the slice's app: verified as it, or
+    unverified and owning a name under the app's id. (The owner was attached whoever it was:
+    the other app's CPU was judged for the snap's work, and its unit throttled.)"""
     systemd = world.start_systemd_mock(units=[BURNER_UNIT])
     agent = world.start_agent(config=cpu_config("throttle"))
     victim = world.app("victim", cgroup=unit_cgroup(BURNER_UNIT))
@@ -559,7 +558,7 @@ def test_a_bus_name_owned_by_another_app_does_not_bring_that_app_under_the_snaps
     agent.simulate_launch("snap.sneaky", identifier)
     run = victim.wait_run_task(identifier, timeout=5)
     delivered = agent.wait_history("delivered", task_id=run["task_id"], timeout=5)
-    assert "by its bus_name org.example.Victim, owned already" in delivered["detail"], delivered
+    assert "started by D-Bus activation" in delivered["detail"], delivered
     time.sleep(9)  # a sample, the 4-s window, the 2-s warning and a sample: a watched burner is throttled by now
     assert cpu_events(agent, "snap.sneaky") == [], agent.history()
     assert systemd.calls("SetUnitProperties") == [] and systemd.calls("FreezeUnit") == []

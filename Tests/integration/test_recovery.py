@@ -711,19 +711,20 @@ def test_a_request_put_back_on_a_full_disk_is_written_when_there_is_room(tmp_pat
     """A delivery that fails puts its request back: pending again, and the task's running row
     gone. On a full disk that write fails; the request stays pending in memory, and is written
     at the next chance, so that a crash after the disk has room does not close the task as
-    interrupted and lose the request. (It was written never, and a restart lost it.) The app
-    is stopped (SIGSTOP): its RunTask fails after the agent's 10 s, time to fill the disk."""
-    import signal
-    with th.open_world(tmp_path) as world:
+    interrupted and lose the request. (It was written never, and a restart lost it.)"""
+    with th.open_world(tmp_path, activation=True) as world:
         disk = simulated_full_disk(world)
         if not isinstance(disk, TmpfsDisk):
             pytest.skip("needs a tmpfs to fill while a delivery is under way")
         slow, identifier = "org.example.Slow", "org.example.Slow.refresh"
+        (world.service_dir / f"{slow}.service").write_text(
+            f'[D-BUS Service]\nName={slow}\nExec=/bin/sh -c "sleep 3; exit 1"\n')
         agent = world.start_agent()
-        app = world.registered_app(slow, [identifier])
+        app = world.app("slow")
+        app.register([identifier], app_id=slow, bus_name=slow)
         app.submit(identifier, "refresh", earliest_begin=later(3600))
-        os.kill(app.pid, signal.SIGSTOP)
-        world.stack.push(lambda: subprocess.run(["kill", "-CONT", str(app.pid)], capture_output=True, check=False))
+        app.quit()
+        th.wait_until(lambda: agent.app_record(slow)["connected"] is False, 5, "the app is gone")
 
         outcome = []
         # From a connection of its own: calls from one connection are answered in order, and
@@ -739,10 +740,9 @@ def test_a_request_put_back_on_a_full_disk_is_written_when_there_is_room(tmp_pat
                 outcome.append(error.name)
         thread = threading.Thread(target=launch)
         thread.start()
-        th.wait_until(lambda: agent.explain(slow, identifier)["state"] == "running", 5, "RunTask is on its way")
+        th.wait_until(lambda: agent.explain(slow, identifier)["state"] == "running", 5, "the bus starts the app")
         disk.fill(agent)
         thread.join(timeout=40)
-        os.kill(app.pid, signal.SIGCONT)
         assert outcome == [th.ERROR_PREFIX + "Unavailable"], outcome
         assert [p["identifier"] for p in agent.list_pending()] == [identifier]
 
