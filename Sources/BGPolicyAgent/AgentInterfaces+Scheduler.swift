@@ -206,7 +206,7 @@ extension AgentInterfaces {
                     .init("task_id", .string, "Pass it to Scheduler1.SetTaskCompleted when the work is done."),
                     .init("identifier", .string, "The submitted task identifier."),
                     .init("kind", .string, "\"refresh\", \"processing\" or \"content-available\"; \"transfers\" is reserved for background transfers, a later step, and not sent yet."),
-                    .init("seconds", .uint32, "How long the app has, from now."),
+                    .init("seconds", .uint32, "How long the app has, counted when the agent sent the call; an app the bus starts for it gets it once started, so rely on info[\"deadline\"] instead."),
                     .init("info", asv, "\"slice_id\" (s) tasks with the same slice_id share one slice; \"deadline\" (x) the Unix time the slice ends; for \"content-available\", the payload's keys too."),
                 ],
                 documentation: """
