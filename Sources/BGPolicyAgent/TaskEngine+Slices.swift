@@ -422,7 +422,12 @@ extension TaskEngine {
         // decision (while the app waited for its turn, or before this task ran) stays as the app
         // left it. Filtered before the unreachable app's failure too, which puts back what it is
         // given: it put back a request the app had cancelled meanwhile, in memory and on disk.
-        let requests = launch.requests.filter { pending[appID]?[$0.identifier] == $0 }
+        // Nor one whose own conditions went between the decision and now (the charger
+        // unplugged as the window opened): no slice held it yet, so `expireOnConditionsLost`
+        // passed it by, and it ran its whole slice on battery. It stays pending.
+        let requests = launch.requests.filter {
+            pending[appID]?[$0.identifier] == $0 && (simulated || Self.lostConditions(of: $0, in: conditions) == nil)
+        }
         let target: String
         let activating: Bool
         if let latest = runtime.latestConnection {
@@ -467,7 +472,7 @@ extension TaskEngine {
             started: ContinuousClock.now, length: length)
         slice.backgroundOnly = runtime.record.backgroundOnly
         slice.simulated = simulated
-        slice.externalPowerProcessing = !requests.isEmpty && !launch.contentAvailable
+        slice.externalPowerProcessing = !requests.isEmpty && !members.contains { $0.kind == .contentAvailable }
             && requests.allSatisfy { $0.kind == .processing && $0.requiresExternalPower }
         slice.exempt = slice.externalPowerProcessing && conditions.onBattery == false
         let records = members.map {

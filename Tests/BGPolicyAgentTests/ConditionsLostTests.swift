@@ -208,4 +208,32 @@ struct ConditionsLostTests {
         let history = try store.history(since: 0, limit: 1000)
         #expect(!history.contains { $0.identifier == two && ($0.event == .delivered || $0.event.rawValue == Self.lost) })
     }
+
+    /// The charger goes between the window's decision and the delivery: no slice holds the
+    /// task yet, so nothing expires it; the delivery leaves it pending instead of starting it
+    /// on battery (it ran its whole slice there).
+    @Test func aTaskWhoseConditionsWentBeforeItsDeliveryStaysPending() async throws {
+        let store = try TaskStore.inMemory()
+        let harness = try await TestEngine(store: store)
+        defer { harness.close() }
+        let engine = harness.engine
+        let app = try await GatedApp(on: harness.bus, holds: { _ in false })
+        defer { app.close() }
+        await Self.set(Self.conditions(onBattery: false), on: engine)
+
+        let backup = "org.example.Late.backup", refresh = "org.example.Late.refresh"
+        let (appID, requests) = try await Self.register(
+            "org.example.Late", by: app, on: engine,
+            tasks: [(backup, "processing", Self.externalPower()), (refresh, "refresh", .init())])
+        // Decided on AC; the charger goes before the delivery runs.
+        await Self.set(Self.conditions(onBattery: true), on: engine)
+        try await engine.deliver(Launch(appID: appID, requests: ArraySlice(requests), sliceLength: .seconds(600)), simulated: false)
+
+        #expect(app.runTasks == 1, "only the refresh goes")
+        #expect(await Self.taskID(of: backup, in: engine) == nil)
+        let caller = app.connection.uniqueName
+        #expect(try await engine.pendingRequests(caller: caller).map(\.identifier) == [backup])
+        #expect(try store.pendingRequests().map(\.identifier) == [backup])
+        #expect(app.runTaskSeconds == [30], "the refresh's slice, not the processing one's")
+    }
 }
