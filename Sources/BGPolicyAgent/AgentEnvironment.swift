@@ -78,16 +78,18 @@ public struct AgentEnvironment: Sendable {
     }
 
     /// `path` from the working directory when it is relative; `.` and empty components dropped.
+    /// Left as given when the working directory cannot be read (removed, say): "." as its base
+    /// made `state` into `/state`.
     static func absolute(_ path: String, workingDirectory: String? = nil) -> String {
         guard !path.hasPrefix("/") else { return path }
-        let base = workingDirectory ?? currentDirectory()
+        guard let base = workingDirectory ?? currentDirectory() else { return path }
         let parts = (base + "/" + path).split(separator: "/").filter { $0 != "." }
         return "/" + parts.joined(separator: "/")
     }
 
-    static func currentDirectory() -> String {
+    static func currentDirectory() -> String? {
         var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
-        guard getcwd(&buffer, buffer.count) != nil else { return "." }
+        guard getcwd(&buffer, buffer.count) != nil else { return nil }
         return String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
     }
 
