@@ -166,7 +166,7 @@ let package = Package(
         .testTarget(name: "BGPolicyDBusTests", dependencies: ["BGPolicyDBus", "BGPolicyTestSupport"], swiftSettings: strictSettings),
         .testTarget(
             name: "BGPolicySystemTests",
-            dependencies: ["BGPolicySystem", "BGPolicyCore", "BGPolicyDBus", .product(name: "Logging", package: "swift-log")],
+            dependencies: ["BGPolicySystem", "BGPolicyCore", "BGPolicyDBus", "BGPolicyTestSupport", .product(name: "Logging", package: "swift-log")],
             swiftSettings: strictSettings
         ),
         .testTarget(

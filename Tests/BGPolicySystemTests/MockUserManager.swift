@@ -1,4 +1,5 @@
 import BGPolicyDBus
+import BGPolicyTestSupport
 import Foundation
 
 @testable import BGPolicySystem
@@ -6,29 +7,17 @@ import Foundation
 /// A private dbus-daemon with python-dbusmock's `systemd` template on it, as the user manager.
 final class MockUserManager: @unchecked Sendable {
     let address: String
-    private let bus: Process
-    private var mock: Process?
+    private let bus: ChildProcess
+    private var mock: ChildProcess?
 
     init() throws {
-        bus = Process()
-        bus.executableURL = URL(fileURLWithPath: "/usr/bin/dbus-daemon")
-        bus.arguments = ["--session", "--nofork", "--nopidfile", "--print-address=1"]
-        let pipe = Pipe()
-        bus.standardOutput = pipe
-        bus.standardError = FileHandle.nullDevice
-        try bus.run()
-        var data = Data()
-        while !data.contains(UInt8(ascii: "\n")) {
-            let chunk = pipe.fileHandleForReading.availableData
-            guard !chunk.isEmpty else { break }
-            data.append(chunk)
-        }
-        guard let line = String(decoding: data, as: UTF8.self).split(separator: "\n").first else {
-            kill(bus.processIdentifier, SIGKILL)
-            bus.waitUntilExit()
+        bus = try ChildProcess(
+            "/usr/bin/dbus-daemon", ["--session", "--nofork", "--nopidfile", "--print-address=1"], standardOutput: .pipe)
+        guard let line = bus.readLine(), !line.isEmpty else {
+            bus.kill()
             throw CocoaError(.fileReadUnknown)
         }
-        address = String(line)
+        address = line
     }
 
     /// The stock template plus `Subscribe` (Tests/integration/systemd_user_template.py).
@@ -38,15 +27,9 @@ final class MockUserManager: @unchecked Sendable {
 
     /// Starts the mock and waits (bounded) until it owns org.freedesktop.systemd1.
     func start(connection: DBusConnection, template: String = "systemd") async throws {
-        let mock = Process()
-        mock.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
-        mock.arguments = ["-m", "dbusmock", "--session", "--template", template]
         var environment = ProcessInfo.processInfo.environment
         environment["DBUS_SESSION_BUS_ADDRESS"] = address
-        mock.environment = environment
-        mock.standardOutput = FileHandle.nullDevice
-        mock.standardError = FileHandle.nullDevice
-        try mock.run()
+        let mock = try ChildProcess("/usr/bin/python3", ["-m", "dbusmock", "--session", "--template", template], environment: environment)
         self.mock = mock
         let deadline = ContinuousClock.now + .seconds(20)
         while try await connection.nameOwner(of: SystemdUserManagerProxy.busName) == nil {
@@ -58,8 +41,7 @@ final class MockUserManager: @unchecked Sendable {
     /// Ends the mock (SIGKILL, by pid) and waits (bounded) until its name is free.
     func stopMock(connection: DBusConnection) async throws {
         guard let mock else { return }
-        kill(mock.processIdentifier, SIGKILL)
-        mock.waitUntilExit()
+        mock.kill()
         self.mock = nil
         let deadline = ContinuousClock.now + .seconds(20)
         while try await connection.nameOwner(of: SystemdUserManagerProxy.busName) != nil {
@@ -69,10 +51,8 @@ final class MockUserManager: @unchecked Sendable {
     }
 
     deinit {
-        // By pid, and SIGKILL: the test runner's threads may block SIGTERM for children.
-        for process in [mock, bus].compactMap({ $0 }) where process.isRunning {
-            kill(process.processIdentifier, SIGKILL)
-            process.waitUntilExit()
+        for process in [mock, bus].compactMap({ $0 }) {
+            process.kill()
         }
     }
 }

@@ -454,14 +454,9 @@ struct FullDisk {
 
     @discardableResult
     static func run(_ arguments: String...) throws -> Int32 {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: arguments[0])
-        process.arguments = Array(arguments.dropFirst())
-        process.standardOutput = FileHandle.nullDevice
-        process.standardError = FileHandle.nullDevice
-        try process.run()
-        process.waitUntilExit()
-        guard process.terminationStatus == 0 else { throw CocoaError(.fileWriteUnknown) }
-        return process.terminationStatus
+        let process = try ChildProcess(arguments[0], Array(arguments.dropFirst()))
+        process.waitForExit()
+        guard let code = process.exitCode, code == 0 else { throw CocoaError(.fileWriteUnknown) }
+        return code
     }
 }

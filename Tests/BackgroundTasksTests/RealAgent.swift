@@ -14,7 +14,7 @@ final class RealAgent: @unchecked Sendable {
     let directory: URL
     /// The test's own connection, for Admin1 and to watch the agent's name.
     let admin: DBusConnection
-    private let process = Mutex<Process?>(nil)
+    private let process = Mutex<ChildProcess?>(nil)
 
     static let immediateWindows = """
         [windows]
@@ -55,9 +55,8 @@ final class RealAgent: @unchecked Sendable {
     }
 
     deinit {
-        if let process = process.withLock({ $0 }), process.isRunning {
-            Glibc.kill(process.processIdentifier, SIGKILL)
-            process.waitUntilExit()
+        if let process = process.withLock({ $0 }) {
+            process.kill()
         }
         admin.close()
         try? FileManager.default.removeItem(at: directory)
@@ -119,27 +118,19 @@ final class RealAgent: @unchecked Sendable {
             Issue.record("\(executable.path) is missing: swift build --build-tests builds it (or set BGPOLICY_BUILD_DIR)")
             throw CancellationError()
         }
-        let agent = Process()
-        agent.executableURL = executable
-        agent.arguments = ["--log-level", "debug"]
         var environment = ProcessInfo.processInfo.environment
         environment["DBUS_SESSION_BUS_ADDRESS"] = bus.address
         environment["DBUS_SYSTEM_BUS_ADDRESS"] = "unix:path=/nonexistent"
         environment["XDG_STATE_HOME"] = directory.appendingPathComponent("state").path
         environment["XDG_CONFIG_HOME"] = directory.appendingPathComponent("config").path
         environment.removeValue(forKey: "JOURNAL_STREAM")
-        agent.environment = environment
-        let log = directory.appendingPathComponent("agent.log")
-        if !FileManager.default.fileExists(atPath: log.path) { _ = FileManager.default.createFile(atPath: log.path, contents: nil) }
-        let handle = try FileHandle(forWritingTo: log)
-        handle.seekToEndOfFile()
-        agent.standardError = handle
-        agent.standardOutput = handle
-        try agent.run()
+        let log = directory.appendingPathComponent("agent.log").path
+        let agent = try ChildProcess(
+            executable.path, ["--log-level", "debug"], environment: environment, standardOutput: .file(log), standardError: .file(log))
         process.withLock { $0 = agent }
         try await waitUntil("bgpolicyd to own its name") {
             guard agent.isRunning else {
-                Issue.record("bgpolicyd exited \(agent.terminationStatus):\n\(self.log)")
+                Issue.record("bgpolicyd exited (wait status \(agent.waitForExit())):\n\(self.log)")
                 throw CancellationError()
             }
             return try await self.owner() != nil
@@ -168,13 +159,13 @@ final class RealAgent: @unchecked Sendable {
     /// Sends `signal` to the agent, and returns at once.
     func signal(_ signal: Int32) {
         guard let agent = process.withLock({ $0 }) else { return }
-        Glibc.kill(agent.processIdentifier, signal)
+        agent.signal(signal)
     }
 
     private func end(_ signal: Int32) async throws {
         guard let agent = process.withLock({ $0 }) else { return }
-        Glibc.kill(agent.processIdentifier, signal)
-        agent.waitUntilExit()
+        agent.signal(signal)
+        agent.waitForExit()
         try await waitUntil("the agent's name to be free") { try await self.owner() == nil }
     }
 
