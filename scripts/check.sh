@@ -7,7 +7,7 @@
 # Stages: build unit units integration fuzz leak. Docs/Testing.md explains each.
 # Runs from any directory, without a terminal and without a session bus: every stage
 # that talks D-Bus gets a private bus of its own.
-# Knobs: PYTEST_ARGS, FUZZ_ITERATIONS, FUZZ_SEED, VALGRIND_ARGS.
+# Knobs: PYTEST_ARGS, FUZZ_ITERATIONS, FUZZ_SEED, VALGRIND_ARGS, UNIT_TIMEOUT.
 # shellcheck source=scripts/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$ROOT"
@@ -29,10 +29,46 @@ stage_build() {
     swift_build --build-tests
 }
 
+# Runs "$@" with a watchdog: should it run past UNIT_TIMEOUT seconds (default 1200; the unit
+# tests take about a minute), every thread's stack of this checkout's test process goes to
+# standard error (gdb, where installed) and the process is killed, so that a test that waits
+# for good fails the stage with its stacks in the log rather than run into CI's limit silent.
+with_unit_watchdog() {
+    local limit=${UNIT_TIMEOUT:-1200} watchdog rc=0
+    (
+        trap 'kill "$sleeper" 2>/dev/null; exit 0' TERM
+        sleep "$limit" &
+        sleeper=$!
+        wait "$sleeper"
+        for dir in /proc/[0-9]*; do
+            cmd=$(tr '\0' ' ' <"$dir/cmdline" 2>/dev/null) || continue
+            [[ $cmd == *PackageTests.xctest\ --package-path\ "$ROOT"\ * ]] || continue
+            pid=${dir#/proc/}
+            echo "unit: the tests ran past ${limit}s (UNIT_TIMEOUT); the stacks of test process $pid, then SIGKILL:" >&2
+            if command -v gdb >/dev/null; then
+                timeout 120 gdb -p "$pid" -batch -ex 'set pagination off' -ex 'thread apply all bt 30' </dev/null >&2 2>&1 || true
+            fi
+            kill -KILL "$pid" 2>/dev/null || true
+            touch "$log.timeout"
+        done
+    ) &
+    watchdog=$!
+    "$@" || rc=$?
+    kill "$watchdog" 2>/dev/null || true
+    wait "$watchdog" || true
+    return "$rc"
+}
+
 stage_unit() {
     log=$(mktemp) # (global: the EXIT trap runs after the function returns)
-    trap 'rm -f "$log"' EXIT
-    with_toolchain_tmp private_bus "$SWIFT" test --package-path "$ROOT" --skip-build 2>&1 | tee "$log"
+    trap 'rm -f "$log" "$log.timeout"' EXIT
+    local rc=0
+    with_unit_watchdog with_toolchain_tmp private_bus "$SWIFT" test --package-path "$ROOT" --skip-build 2>&1 | tee "$log" || rc=$?
+    if [[ -e $log.timeout ]]; then
+        echo "the unit tests hung and were killed after ${UNIT_TIMEOUT:-1200}s: the stacks above show where" >&2
+        return 1
+    fi
+    [[ $rc == 0 ]] || return "$rc"
     # swift test passes when it finds nothing to run (a filter, a target left out).
     grep -Eq 'Test run with [1-9][0-9]* tests? .*passed' "$log" || {
         echo "swift test ran no test; this stage must run some" >&2
@@ -47,7 +83,7 @@ stage_unit() {
     fi
     # UdevUmockdevTests needs libumockdev-preload, so the run above skips it: again under
     # umockdev-wrapper, and the suite must have run and passed, not been skipped.
-    with_toolchain_tmp private_bus umockdev-wrapper "$SWIFT" test --package-path "$ROOT" --skip-build \
+    with_unit_watchdog with_toolchain_tmp private_bus umockdev-wrapper "$SWIFT" test --package-path "$ROOT" --skip-build \
         --filter UdevUmockdevTests 2>&1 | tee "$log"
     grep -q 'Suite "UdevPowerSource under umockdev" passed' "$log" || {
         echo "the UdevUmockdevTests suite did not run under umockdev-wrapper" >&2
