@@ -25,6 +25,7 @@ packages=(
     systemd                                             # systemd-analyze, busctl
     groff-base man-db                                   # the manual pages' lint (check.sh units)
     zsh fish                                            # parse the completions (check.sh units)
+    gdb                                                 # the stacks of a unit run that hangs (check.sh unit)
 )
 
 case ${1:-all} in
