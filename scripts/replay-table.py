@@ -7,7 +7,8 @@ Converts the shared StudentLife file (found as Tests/integration/test_replay.py 
 $BGPOLICY_SHARED_DIR, else ../shared next to the repository, else /work/shared) with
 scripts/studentlife-trace.py for users 00, 01 and 02 (only 00 with --quick), runs
 `BINDIR/bgpolicy replay --trace T --policy P --json` for each policy below, and prints one
-markdown table per user (a row per policy, a column per figure), then bgpolicy's ratios:
+markdown table per user (a row per policy, bgpolicy also with --apps first-seen, a column per
+figure), then bgpolicy's ratios:
 freshness_15m and wake-ups against periodic:60m, refreshes as a percentage of periodic:60m's,
 and freshness_15m as a percentage of oracle:10m's (the best any policy could do).
 
@@ -29,7 +30,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 CONVERTER = ROOT / "scripts" / "studentlife-trace.py"
 DESKTOP = ROOT / "scripts" / "desktop-trace.py"
-POLICIES = ["bgpolicy", "periodic:15m", "periodic:30m", "periodic:60m", "oracle:10m"]
+# "bgpolicy --apps first-seen": the same policy told nothing of the trace beyond its past, not
+# even how many apps it holds (Docs/Replay.md, "What bgpolicy is told of the apps").
+POLICIES = ["bgpolicy", "bgpolicy --apps first-seen", "periodic:15m", "periodic:30m", "periodic:60m", "oracle:10m"]
 KEYS = ["wakeups_per_day", "refreshes_per_day", "freshness_5m", "freshness_15m",
         "median_staleness_s", "wasted_fraction"]
 USERS = ["00", "01", "02"]
@@ -49,7 +52,8 @@ def replay(bgpolicy, trace, policy):
     """The figures of one replay, its wall time in seconds and its peak RSS in kB."""
     with tempfile.TemporaryFile(mode="w+") as err:
         started = time.monotonic()
-        proc = subprocess.Popen([str(bgpolicy), "replay", "--trace", str(trace), "--policy", policy, "--json"],
+        name, *options = policy.split()
+        proc = subprocess.Popen([str(bgpolicy), "replay", "--trace", str(trace), "--policy", name, *options, "--json"],
                                 stdout=subprocess.PIPE, stderr=err, text=True)
         out = proc.stdout.read()
         # wait4, not wait: the child's own peak RSS (getrusage's is the most of all children).
@@ -91,7 +95,9 @@ def table(user, figures):
               + " periodic:60m's; wake-ups " + ratio(ours["wakeups_per_day"], hourly["wakeups_per_day"])
               + " periodic:60m's; refreshes " + ratio(ours["refreshes_per_day"], hourly["refreshes_per_day"], True)
               + " of periodic:60m's; freshness_15m " + ratio(ours["freshness_15m"], oracle["freshness_15m"], True)
-              + " of oracle:10m's."]
+              + " of oracle:10m's; with --apps first-seen, freshness_15m "
+              + ratio(figures["bgpolicy --apps first-seen"]["freshness_15m"], hourly["freshness_15m"])
+              + " periodic:60m's."]
     return "\n".join(lines)
 
 

@@ -11,8 +11,10 @@ struct ReplayCommand: ParsableCommand {
         abstract: "Replay a usage trace under a refresh policy and print how it did.",
         discussion: """
             The trace is a CSV file with the header timestamp,app_id,event (SPEC.md §4). The \
-            replay runs offline, in virtual time, learning only from the past; opens are scored \
-            after the first 7 days. See Docs/Replay.md for the exact definitions.
+            replay runs offline, in virtual time, learning only from the past (by default bgpolicy \
+            is told, as the agent of a machine in use would know, how many apps the trace holds: see \
+            --apps); opens are scored after the first 7 days. See Docs/Replay.md for the exact \
+            definitions.
             """)
 
     @Option(name: .long, help: ArgumentHelp("The usage trace to replay.", valueName: "file"), completion: .file(extensions: ["csv"]))
@@ -22,6 +24,11 @@ struct ReplayCommand: ParsableCommand {
         "bgpolicy, periodic:<period> (every app on one aligned timer, like periodic:60m) or oracle:<lead> (a refresh that long before every open).",
         valueName: "policy"), completion: AgentCompletions.replayPolicies)
     var policy: String = "bgpolicy"
+
+    @Option(name: .long, help: ArgumentHelp(
+        "What bgpolicy is told of the trace's apps: at-start (every app registered before the first event, as on a machine in use for a while) or first-seen (each app known from its first open). The baselines take every app.",
+        valueName: "when"), completion: .list(["at-start", "first-seen"]))
+    var apps: String = "at-start"
 
     @Flag(name: .long, help: "Print the figures as a JSON object, for scripts.")
     var json = false
@@ -41,10 +48,17 @@ struct ReplayCommand: ParsableCommand {
         // "" is no file (a script's unset variable): "cannot read : No such file" names none.
         if trace == "" { throw ValidationError("--trace needs the name of the file to read.") }
         if refreshes == "" { throw ValidationError("--refreshes needs the name of the file to write.") }
+        let choice: ReplayPolicyChoice
         do {
-            _ = try ReplayPolicyChoice(parsing: policy)
+            choice = try ReplayPolicyChoice(parsing: policy)
         } catch {
             throw ValidationError(error.description)
+        }
+        guard let known = Self.replayApps(apps) else {
+            throw ValidationError("--apps \(TerminalText.oneLine(apps)): expected at-start or first-seen.")
+        }
+        if known != .registeredAtStart, choice != .bgpolicy {
+            throw ValidationError("--apps \(apps) is for --policy bgpolicy only: \(choice) takes every app of the trace, as it is defined to.")
         }
         if let refreshes, Self.sameFile(refreshes, trace) {
             // Creating it would empty the trace before anyone noticed the slip.
@@ -83,7 +97,7 @@ struct ReplayCommand: ParsableCommand {
             file?.write("timestamp,app_id\n")
         }
         var scorer = ReplayScorer(trace: parsed)
-        choice.replay(parsed) { refresh in
+        choice.replay(parsed, apps: Self.replayApps(apps) ?? .registeredAtStart) { refresh in
             scorer.add(refresh)
             file?.write(Self.refreshLine(refresh))
         }
@@ -94,6 +108,15 @@ struct ReplayCommand: ParsableCommand {
         let metrics = scorer.finish()
         print(json ? Self.jsonText(metrics) : Self.tableText(metrics, policy: choice))
         if metrics.scoredOpens == 0 { Self.printError("note: \(trace): \(Self.nothingScored(parsed))") }
+    }
+
+    /// The `--apps` choice, or nil for a word that is none.
+    static func replayApps(_ word: String) -> ReplayApps? {
+        switch word {
+        case "at-start": .registeredAtStart
+        case "first-seen": .firstSeen
+        default: nil
+        }
     }
 
     /// Whether two paths name one existing file (the same inode on the same device), however

@@ -41,18 +41,19 @@ public enum ReplayPolicyChoice: Sendable, Equatable, CustomStringConvertible {
     }
 
     /// Replays `trace` under this policy and returns the refreshes it made, in time order.
-    public func refreshes(over trace: UsageTrace) -> [ReplayRefresh] {
+    public func refreshes(over trace: UsageTrace, apps: ReplayApps = .registeredAtStart) -> [ReplayRefresh] {
         var refreshes: [ReplayRefresh] = []
-        replay(trace) { refreshes.append($0) }
+        replay(trace, apps: apps) { refreshes.append($0) }
         return refreshes
     }
 
     /// Replays `trace` under this policy, handing each refresh to `made` as it is made (in time
-    /// order), so that nothing holds them all.
-    public func replay(_ trace: UsageTrace, each made: (ReplayRefresh) -> Void) {
+    /// order), so that nothing holds them all. `apps` is what `bgpolicy` is told of the trace's
+    /// apps; the baselines take every app of the trace, as they are defined to.
+    public func replay(_ trace: UsageTrace, apps: ReplayApps = .registeredAtStart, each made: (ReplayRefresh) -> Void) {
         switch self {
         case .bgpolicy:
-            var policy = PredictivePolicy(registeredAppCount: trace.appIDs.count)
+            var policy = PredictivePolicy(registeredAppCount: apps == .registeredAtStart ? trace.appIDs.count : 0)
             ReplayDriver.run(trace, policy: &policy, each: made)
         case .periodic(let period):
             var policy = PeriodicPolicy(period: period, appIDs: trace.appIDs)
@@ -64,9 +65,26 @@ public enum ReplayPolicyChoice: Sendable, Equatable, CustomStringConvertible {
     }
 
     /// Replays `trace` under this policy and scores it, as the refreshes are made.
-    public func metrics(over trace: UsageTrace) -> ReplayMetrics {
+    public func metrics(over trace: UsageTrace, apps: ReplayApps = .registeredAtStart) -> ReplayMetrics {
         var scorer = ReplayScorer(trace: trace)
-        replay(trace) { scorer.add($0) }
+        replay(trace, apps: apps) { scorer.add($0) }
         return scorer.finish()
     }
+}
+
+/// What the `bgpolicy` policy is told, at the start of a replay, of the apps in the trace.
+///
+/// The planner's budget is per app known to it (2.2 refreshes a day each). In the agent that is
+/// every app registered with it, which on a machine in use for a while is every app the user
+/// runs, including those not yet opened this week. A trace has no registrations, so a replay
+/// must choose: this number is the one fact of the whole trace that the policy may be given,
+/// and it names no time of any open.
+public enum ReplayApps: Sendable, Equatable {
+    /// Every app of the trace is registered before the first event (the default): the agent
+    /// of a machine in use for a while, which knows its apps before the trace begins.
+    case registeredAtStart
+    /// An app becomes known when it is first opened, and brings half a day of its budget then,
+    /// as an app registered with a running agent does: nothing beyond the past, not even how
+    /// many apps will come.
+    case firstSeen
 }
