@@ -70,16 +70,16 @@ struct ReplayCommand: ParsableCommand {
         guard let choice = try? ReplayPolicyChoice(parsing: policy) else {
             preconditionFailure("validate() lets through only a policy that parses")
         }
-        let text: String
+        let bytes: [UInt8]
         switch Self.readFile(trace, limit: Self.maximumTraceBytes) {
-        case .success(let contents): text = contents
+        case .success(let contents): bytes = contents
         case .failure(let message):
             Self.printError("cannot read \(trace): \(message)")
             throw Self.noInput
         }
         let parsed: UsageTrace
         do {
-            parsed = try UsageTrace.parse(text)
+            parsed = try UsageTrace.parse(utf8: bytes)
         } catch {
             Self.printError("\(trace): \(error.description)")
             throw Self.badData
@@ -188,7 +188,7 @@ struct ReplayCommand: ParsableCommand {
         return sign + "\(whole)." + String(repeating: "0", count: places - digits.count) + digits
     }
 
-    enum ReadResult { case success(String), failure(String) }
+    enum ReadResult { case success([UInt8]), failure(String) }
 
     /// The most of a trace `replay` reads: 256 MiB, some 7 million events, 25 times the largest
     /// trace measured (StudentLife, 9 MB for three users). Without a bound, `--trace /dev/zero`
@@ -213,7 +213,7 @@ struct ReplayCommand: ParsableCommand {
                     if bytes.count + n > limit { return tooLarge }
                     bytes.append(contentsOf: buffer[0..<n])
                 }
-                return .success(String(decoding: bytes, as: UTF8.self))
+                return .success(bytes)
             }
         } catch {
             return .failure("\(error)")

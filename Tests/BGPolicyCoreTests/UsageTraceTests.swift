@@ -53,6 +53,8 @@ struct UsageTraceTests {
         ("timestamp,app_id,event\n1,a\"b,open\n", 2, "a double quote inside the unquoted field \"a\"b\""),
         ("\"timestamp,app_id\",event\n", 1, "header"),
         ("\u{FEFF}\u{FEFF}timestamp,app_id,event\n", 1, "header"),
+        // Lines that end in a lone "\r" (classic Mac OS) are one line: the message says why.
+        ("timestamp,app_id,event\r1,a,open\r2,a,close\r", 1, "lone carriage return"),
     ]
 
     @Test(arguments: errors)
@@ -65,5 +67,40 @@ struct UsageTraceTests {
             #expect(error.description.contains(example.contains), "\(error)")
             #expect(error.description.hasPrefix("line \(example.line): "))
         }
+    }
+
+    @Test func anErrorQuotesAtMostTheStartOfALongLineOrField() {
+        // Without a cut, a file of one line (or one huge field) was quoted whole.
+        let long = String(repeating: "x", count: 100_000)
+        for text in ["\(long)\n", "timestamp,app_id,event\n\(long),a,open\n", "timestamp,app_id,event\n1,a,\(long)\n",
+                     "timestamp,app_id,event\n1,a\"\(long),open\n"] {
+            do {
+                _ = try UsageTrace.parse(text)
+                Issue.record("parsed a line of \(text.count) characters")
+            } catch {
+                #expect(error.message.count < 300, "\(error.message.prefix(300))")
+                // 60 characters of the line or field (the last one starts with a"), then the count.
+                #expect(error.message.contains("\(String(repeating: "x", count: 58))…\" ("), "\(error.message.prefix(300))")
+                #expect(error.message.contains(" characters more)"), "\(error.message.prefix(300))")
+            }
+        }
+        // A short one is quoted as it is.
+        #expect(throws: UsageTraceError(line: 2, "event \"launch\" is neither open nor close")) {
+            try UsageTrace.parse("timestamp,app_id,event\n1,a,launch\n")
+        }
+    }
+
+    @Test func bytesThatAreNotUTF8AreAnErrorNamingTheirLine() throws {
+        // Replaced by U+FFFD, "a\u{FF}" and "a\u{FE}" were one app.
+        let text = Array("timestamp,app_id,event\n1,a,open\n2,a".utf8) + [0xFF] + Array(",open\n".utf8)
+        #expect(throws: UsageTraceError(line: 3, "the bytes 0xFF are not UTF-8 text: save the trace as UTF-8")) {
+            try UsageTrace.parse(utf8: text)
+        }
+        // A sequence cut short counts as one error, on the line it starts.
+        #expect(throws: UsageTraceError(line: 2, "the bytes 0xE2 0x82 are not UTF-8 text: save the trace as UTF-8")) {
+            try UsageTrace.parse(utf8: Array("timestamp,app_id,event\n1,".utf8) + [0xE2, 0x82] + Array("a,open\n".utf8))
+        }
+        let valid = try UsageTrace.parse(utf8: Array("timestamp,app_id,event\n1,caf\u{E9},open\n".utf8))
+        #expect(valid.events == [UsageEvent(time: 1, appID: "caf\u{E9}", kind: .open)])
     }
 }

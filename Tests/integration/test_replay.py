@@ -94,6 +94,16 @@ def test_synthetic_trace_has_the_worked_answer(synthetic, policy, expected):
     assert [figures[k] for k in KEYS] == pytest.approx(expected)
 
 
+def test_oracle_takes_its_definition_literally_for_opens_closer_than_its_lead(tmp_path):
+    # Docs/Replay.md, "Baselines": the open at D+1100 has its refresh at D+500, before the open
+    # at D+1000, whose own refresh at D+400 is replaced unused. The scored span is 100 s.
+    path = tmp_path / "close.csv"
+    path.write_text(f"timestamp,app_id,event\n0,a,open\n{D + 1000},a,open\n{D + 1100},a,open\n")
+    figures = replay(path, "oracle:10m")
+    per_day = 2 * 86400 / 1100
+    assert [figures[k] for k in KEYS] == pytest.approx([per_day, per_day, 0, 1, 550, 0.5])
+
+
 def test_refreshes_file_lists_every_refresh(synthetic, tmp_path):
     # oracle:10m refreshes 10 min before every open; the open at 0 has none (a replay starts at
     # the first event). The figures on standard output are unchanged by the option.

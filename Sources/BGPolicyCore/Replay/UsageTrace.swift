@@ -75,13 +75,50 @@ public struct UsageTrace: Sendable, Equatable {
                 let field = rest[..<end]
                 guard !field.contains("\"") else {
                     throw UsageTraceError(
-                        line: lineNumber, "a double quote inside the unquoted field \"\(field)\": quote the whole field")
+                        line: lineNumber, "a double quote inside the unquoted field \(Self.quoted(field)): quote the whole field")
                 }
                 fields.append(field)
                 guard end < rest.endIndex else { return fields }
                 rest = rest[rest.index(after: end)...]
             }
         }
+    }
+
+    /// The most of a field or line an error quotes: a file with no line end it knows (or one
+    /// huge field) would otherwise be quoted whole, up to the 256 MiB a trace may hold.
+    static let quotedLimit = 60
+
+    /// `text` in double quotes, cut after `quotedLimit` characters with the count of the rest.
+    static func quoted(_ text: some StringProtocol) -> String {
+        var shown = ""
+        var count = 0
+        for character in text {
+            if count == quotedLimit { return "\"\(shown)…\" (\(text.count - count) characters more)" }
+            shown.append(character)
+            count += 1
+        }
+        return "\"\(shown)\""
+    }
+
+    /// Parses a trace from the bytes of a file, which must be UTF-8: a byte that is not is an
+    /// error naming its line, rather than a U+FFFD that would make two app ids, differently
+    /// malformed, one app.
+    public static func parse(utf8 bytes: [UInt8]) throws(UsageTraceError) -> UsageTrace {
+        var iterator = bytes.makeIterator()
+        var parser = Unicode.UTF8.ForwardParser()
+        var offset = 0
+        decoding: while true {
+            switch parser.parseScalar(from: &iterator) {
+            case .valid(let encoded): offset += encoded.count
+            case .emptyInput: break decoding
+            case .error(let length):
+                let line = 1 + bytes[..<offset].count(where: { $0 == UInt8(ascii: "\n") })
+                let hex = bytes[offset..<offset + length].map { "0x" + String($0, radix: 16, uppercase: true) }
+                throw UsageTraceError(
+                    line: line, "the bytes \(hex.joined(separator: " ")) are not UTF-8 text: save the trace as UTF-8")
+            }
+        }
+        return try parse(String(decoding: bytes, as: UTF8.self))
     }
 
     public static func parse(_ text: String) throws(UsageTraceError) -> UsageTrace {
@@ -96,7 +133,9 @@ public struct UsageTrace: Sendable, Equatable {
             if line.allSatisfy({ $0 == " " || $0 == "\t" }) { continue }
             if !sawHeader {
                 guard try fields(of: line, lineNumber: lineNumber) == header.split(separator: ",") else {
-                    throw UsageTraceError(line: lineNumber, "expected the header \"\(header)\", found \"\(line)\"")
+                    // A file whose lines end in a lone "\r" (classic Mac OS) is one line here.
+                    let lineEnds = line.contains("\r") ? "; its lines end in a lone carriage return, which is no line end here: convert them to \"\\n\"" : ""
+                    throw UsageTraceError(line: lineNumber, "expected the header \"\(header)\", found \(Self.quoted(line))\(lineEnds)")
                 }
                 sawHeader = true
                 continue
@@ -108,7 +147,7 @@ public struct UsageTrace: Sendable, Equatable {
             guard Self.isDecimal(fields[0]), let time = Double(fields[0]), time <= latest else {
                 throw UsageTraceError(
                     line: lineNumber,
-                    "timestamp \"\(fields[0])\" is not Unix time in decimal seconds up to \(Int(latest)) (the year 2100)")
+                    "timestamp \(Self.quoted(fields[0])) is not Unix time in decimal seconds up to \(Int(latest)) (the year 2100)")
             }
             if let first = events.first, time - first.time > maxSpan {
                 throw UsageTraceError(
@@ -119,7 +158,7 @@ public struct UsageTrace: Sendable, Equatable {
             let appID = String(fields[1])
             guard !appID.isEmpty else { throw UsageTraceError(line: lineNumber, "app_id is empty") }
             guard let kind = UsageEvent.Kind(rawValue: String(fields[2])) else {
-                throw UsageTraceError(line: lineNumber, "event \"\(fields[2])\" is neither open nor close")
+                throw UsageTraceError(line: lineNumber, "event \(Self.quoted(fields[2])) is neither open nor close")
             }
             if let previous = events.last, time < previous.time {
                 throw UsageTraceError(line: lineNumber, "timestamp \(fields[0]) is earlier than the line before; the trace must be sorted by time")
