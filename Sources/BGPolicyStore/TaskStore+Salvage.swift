@@ -2,13 +2,13 @@ import GRDB
 import Glibc
 
 extension TaskStore {
-    /// Makes the fresh file at `path` in place of the damaged one moved to `aside`, migrated to
+    /// Makes the fresh file at `path` to replace the damaged one at `aside`, migrated to
     /// this build's schema, with every table of `aside` that can still be read whole copied
     /// into it (`copyTables`), and closes it again: the store then opens it as at start
     /// (`reopen`). Returns the tables kept and lost; nil when nothing could be tried (`aside` is
     /// no database, or not bgpolicy's). Throws when the fresh file
     /// cannot be made or the rows cannot be written into it (a full disk: `copyTables`), leaving
-    /// what it began at `path` for `putBack` to remove. `extraPages`: the tests' seam for a full
+    /// what it began at `path` for `rebuild` to remove. `extraPages`: the tests' seam for a full
     /// disk, capping the fresh file at its size once migrated plus that many pages.
     ///
     /// The rows go into the schema they were written in, and the migrations the old file lacked
@@ -20,7 +20,9 @@ extension TaskStore {
     /// included), or the later migrations fail on
     /// what was copied, the rows go into this build's schema, by the columns both tables have:
     /// a table whose rows lack a column that needs a value is lost, whole.
-    static func makeFreshFile(at path: String, salvaging aside: String, extraPages: Int? = nil) throws(StoreError) -> (kept: [String], lost: [String])? {
+    static func makeFreshFile(
+        at path: String, salvaging aside: String, extraPages: Int? = nil, afterTable: ((String) -> Void)? = nil
+    ) throws(StoreError) -> (kept: [String], lost: [String])? {
         let ours = migrationNames
         let record: MigrationRecord
         do {
@@ -30,13 +32,13 @@ extension TaskStore {
         }
         switch record {
         case .notOurs:
-            try fill(path, from: nil, migratedUpTo: nil, extraPages: extraPages)
+            try fill(path, from: nil, migratedUpTo: nil, extraPages: extraPages, afterTable: afterTable)
             return nil
         case .unreadable:
-            return try fill(path, from: aside, migratedUpTo: nil, extraPages: extraPages)
+            return try fill(path, from: aside, migratedUpTo: nil, extraPages: extraPages, afterTable: afterTable)
         case .read(let theirs):
             guard !theirs.isEmpty else {
-                try fill(path, from: nil, migratedUpTo: nil, extraPages: extraPages)
+                try fill(path, from: nil, migratedUpTo: nil, extraPages: extraPages, afterTable: afterTable)
                 return nil
             }
             guard theirs.isSubset(of: ours) else {
@@ -44,17 +46,17 @@ extension TaskStore {
                 // columns both have, as when the record cannot be read. Its undamaged file
                 // would have been refused, left for the newer agent; a damaged one is moved
                 // aside all the same, and its pending requests are worth more copied than not.
-                return try fill(path, from: aside, migratedUpTo: nil, extraPages: extraPages)
+                return try fill(path, from: aside, migratedUpTo: nil, extraPages: extraPages, afterTable: afterTable)
             }
             guard Set(ours.prefix(theirs.count)) == theirs else {
-                return try fill(path, from: aside, migratedUpTo: nil, extraPages: extraPages)
+                return try fill(path, from: aside, migratedUpTo: nil, extraPages: extraPages, afterTable: afterTable)
             }
             do {
-                return try fill(path, from: aside, migratedUpTo: ours[theirs.count - 1], extraPages: extraPages)
+                return try fill(path, from: aside, migratedUpTo: ours[theirs.count - 1], extraPages: extraPages, afterTable: afterTable)
             } catch {
                 // Begun again from nothing, into this build's schema (a full disk fails again).
                 for suffix in ["-wal", "-shm", ""] { unlink(path + suffix) }
-                return try fill(path, from: aside, migratedUpTo: nil, extraPages: extraPages)
+                return try fill(path, from: aside, migratedUpTo: nil, extraPages: extraPages, afterTable: afterTable)
             }
         }
     }
@@ -101,9 +103,11 @@ extension TaskStore {
 
     /// Creates the file at `path`, migrated up to `stage` (all the way when nil), copies the
     /// tables of `aside` into it (when given), migrates the rest, and closes it. `extraPages`: see
-    /// `makeFreshFile`.
+    /// `makeFreshFile`; `afterTable`: see `copyTables`.
     @discardableResult
-    private static func fill(_ path: String, from aside: String?, migratedUpTo stage: String?, extraPages: Int?) throws(StoreError)
+    private static func fill(
+        _ path: String, from aside: String?, migratedUpTo stage: String?, extraPages: Int?, afterTable: ((String) -> Void)?
+    ) throws(StoreError)
         -> (kept: [String], lost: [String])?
     {
         do {
@@ -120,8 +124,11 @@ extension TaskStore {
                     try db.execute(sql: "PRAGMA max_page_count = \(pages + extraPages)")
                 }
             }
-            let salvaged = try aside.flatMap { aside in try copyTables(from: aside, into: queue) }
+            let salvaged = try aside.flatMap { aside in try copyTables(from: aside, into: queue, afterTable: afterTable) }
             try migrator.migrate(queue)
+            // Everything into the file itself, the log emptied: `rebuild` renames the file
+            // alone into place.
+            _ = try queue.writeWithoutTransaction { db in try Row.fetchOne(db, sql: "PRAGMA wal_checkpoint(TRUNCATE)") }
             return salvaged
         } catch {
             throw StoreError(error, file: path)
@@ -139,7 +146,12 @@ extension TaskStore {
     /// refused by the fresh schema (a constraint). A failure to write (`isWriteFailure`: the
     /// fresh file meeting a full disk) throws, here or at the attach, so that the store puts
     /// the damaged file back for the next start instead of giving up rows it could read.
-    static func copyTables(from aside: String, into queue: DatabaseQueue) throws -> (kept: [String], lost: [String])? {
+    ///
+    /// `afterTable`: the tests' seam for a rebuild cut short, called with each table once its
+    /// rows are committed.
+    static func copyTables(
+        from aside: String, into queue: DatabaseQueue, afterTable: ((String) -> Void)? = nil
+    ) throws -> (kept: [String], lost: [String])? {
         try queue.writeWithoutTransaction { db -> (kept: [String], lost: [String])? in
             do {
                 try db.execute(sql: "ATTACH DATABASE ? AS aside", arguments: [aside])
@@ -174,6 +186,7 @@ extension TaskStore {
                         try copy(table, columns: columns, where: parentsKept, db)
                     }
                     kept.append(table)
+                    afterTable?(table)
                 } catch where isWriteFailure(error) {
                     throw error
                 } catch {

@@ -91,9 +91,10 @@ public final class TaskStore: Sendable {
     ///
     /// A file that is corrupt (`PRAGMA quick_check` fails, or it was found damaged while the
     /// agent ran: `damageMarker(of:)`) or is not a database is renamed
-    /// `<path>.corrupt-<unix time>` and a fresh one is created in its place, into which every
-    /// table still readable in the old one is copied back (`makeFreshFile`: a damaged index loses
-    /// nothing, since its table is read without it). Any other failure
+    /// `<path>.corrupt-<unix time>` and a fresh one is put in its place, into which every
+    /// table still readable in the old one was copied back (`makeFreshFile`: a damaged index loses
+    /// nothing, since its table is read without it; `rebuild`: made beside it and renamed into
+    /// place whole, so that a start cut short never leaves part of it as the store). Any other failure
     /// (permissions, a locked file, a full disk) throws and leaves the file alone: only a file
     /// SQLite itself calls broken is worth giving up.
     public convenience init(path: String) throws(StoreError) {
@@ -112,10 +113,11 @@ public final class TaskStore: Sendable {
 
     /// `init(path:)`, with the opener `restoreIfRemoved` uses after the copy, and, for tests of
     /// a full disk, the room the fresh file made after a damaged one gets
-    /// (`makeFreshFile(extraPages:)`).
+    /// (`makeFreshFile(extraPages:)`), and, for tests of a rebuild cut short, what runs after
+    /// each table is copied into it (`copyTables(afterTable:)`).
     init(
         path: String, reopen: @escaping @Sendable (String) throws(StoreError) -> DatabaseQueue,
-        freshFileExtraPages: Int? = nil
+        freshFileExtraPages: Int? = nil, afterSalvagedTable: ((String) -> Void)? = nil
     ) throws(StoreError) {
         self.reopen = reopen
         try Self.makeParentDirectories(of: path)
@@ -124,24 +126,25 @@ public final class TaskStore: Sendable {
         let marker = Self.damageMarker(of: path)
         let queue: DatabaseQueue
         do throws(StoreError) {
+            let finished = try Self.settleRebuild(of: path)
             // (A marker without its database, which someone removed, has nothing left to say.)
             if Self.exists(marker), Self.exists(path) {
                 throw StoreError.corrupt("\(path): found damaged while the agent last ran")
             }
             queue = try Self.open(path: path)
-            recoveredFromCorruption = nil
+            // A rebuild the last start finished but did not put in place: it is said as loudly
+            // as one done now, though which tables it kept is no longer known.
+            recoveredFromCorruption = finished
             salvaged = nil
-            removedDamagedCopies = []
+            removedDamagedCopies = finished.map { Self.removeOldDamagedCopies(of: path, justMade: $0) } ?? []
         } catch .corrupt(_) {
-            let movedTo = try Self.moveAside(path)
-            let kept: (kept: [String], lost: [String])?
+            let (movedTo, kept) = try Self.rebuild(path, extraPages: freshFileExtraPages, afterTable: afterSalvagedTable)
             do {
-                kept = try Self.makeFreshFile(at: path, salvaging: movedTo, extraPages: freshFileExtraPages)
                 queue = try reopen(path)
             } catch {
                 // Nothing is lost yet, and nothing must be: the damaged file goes back where it
                 // was (with its marker, if it had one), so that the next start meets it and
-                // salvages it, rather than a half-made empty file.
+                // salvages it, rather than a fresh file it could not check.
                 Self.putBack(movedTo, at: path)
                 throw error
             }

@@ -544,6 +544,72 @@ struct TaskStoreFileTests {
         #expect(!FileManager.default.fileExists(atPath: path + ".damaged"))
     }
 
+    @Test("a rebuild killed after its first table is done again at the next start, not taken as the store", arguments: [1, 3])
+    func rebuildCutShort(tablesCopied: Int) throws {
+        let scratch = try ScratchDirectory()
+        defer { scratch.remove() }
+        let path = scratch.path + "/work/tasks.db"
+        try damagedStore(at: path, damage: "history")
+        // What a SIGKILL (or the stop timeout) at that point leaves: the files as they are on
+        // disk then, copied aside while the rebuild goes on.
+        let killed = scratch.path + "/killed"
+        var copied = 0
+        _ = try TaskStore(path: path, reopen: TaskStore.openFile, afterSalvagedTable: { _ in
+            copied += 1
+            guard copied == tablesCopied else { return }
+            try? FileManager.default.copyItem(atPath: scratch.path + "/work", toPath: killed)
+        })
+        try #require(FileManager.default.fileExists(atPath: killed))
+        let store = try TaskStore(path: killed + "/tasks.db")
+        #expect(store.recoveredFromCorruption != nil, "the rebuild cut short was taken as a sound store")
+        #expect(store.salvaged?.lost == ["history"])
+        #expect(try store.apps().map(\.appID) == [Sample.feeds, Sample.maps])
+        #expect(try store.pendingRequests().map(\.identifier) == ["a"])
+        let names = ((try? FileManager.default.contentsOfDirectory(atPath: killed)) ?? [])
+        #expect(names.allSatisfy { !$0.contains(".rebuilding") }, "\(names)")
+    }
+
+    @Test("a rebuild killed while the damaged file was moved aside is finished at the next start, its log left behind dropped")
+    func rebuildKilledDuringTheSwap() throws {
+        let scratch = try ScratchDirectory()
+        defer { scratch.remove() }
+        let path = scratch.path + "/tasks.db"
+        // What `rebuild` leaves killed after moving the main file aside and before its log:
+        // the whole fresh file beside it, the damaged one aside, its log still at the path.
+        do {
+            let fresh = try storeWithOneRequest(path: TaskStore.rebuildingFile(of: path))
+            try fresh.checkpoint()
+        }
+        try Data("damaged".utf8).write(to: URL(fileURLWithPath: path + ".corrupt-1000"))
+        try Data(repeating: 0x5A, count: 4096).write(to: URL(fileURLWithPath: path + "-wal"))
+        #expect(FileManager.default.createFile(atPath: path + ".damaged", contents: nil))
+        let store = try TaskStore(path: path)
+        #expect(store.recoveredFromCorruption == path + ".corrupt-1000")
+        #expect(try store.pendingRequests().map(\.identifier) == ["a"])
+        #expect(scratch.names() == ["tasks.db", "tasks.db-shm", "tasks.db-wal", "tasks.db.corrupt-1000"])
+    }
+
+    @Test("a damaged file whose log cannot follow it aside is put back whole, not left without its log")
+    func moveAsideRollsBack() throws {
+        let scratch = try ScratchDirectory()
+        defer { scratch.remove() }
+        let path = scratch.path + "/tasks.db"
+        for (suffix, text) in [("", "main"), ("-wal", "wal"), ("-shm", "shm")] {
+            try Data(text.utf8).write(to: URL(fileURLWithPath: path + suffix))
+        }
+        // A directory where the `-shm` would go: its rename fails, after the main file's and
+        // the log's.
+        let now = time(nil)
+        for stamp in (now - 1)...(now + 10) {
+            try FileManager.default.createDirectory(atPath: "\(path).corrupt-\(stamp)-shm", withIntermediateDirectories: false)
+        }
+        #expect(throws: StoreError.self) { try TaskStore.moveAside(path) }
+        for (suffix, text) in [("", "main"), ("-wal", "wal"), ("-shm", "shm")] {
+            #expect(try String(contentsOfFile: path + suffix, encoding: .utf8) == text)
+        }
+        #expect(scratch.names().filter { $0.contains(".corrupt-") && !$0.hasSuffix("-shm") } == [])
+    }
+
     @Test("two corrupt files moved aside in the same second get different names")
     func moveAsideTwice() throws {
         let scratch = try ScratchDirectory()
