@@ -85,11 +85,11 @@ extension TaskStore {
             ORDER BY time DESC, id DESC LIMIT ?)
         ORDER BY time, id
         """
-    /// Arguments: app id, 'foreground'. Reads usage_app_state_time alone, in time order.
+    /// Arguments: app id, 'foreground', now. Reads a range of usage_app_state_time alone.
     /// The times are counted per hour in Swift: a GROUP BY on the computed hour sorts the
     /// rows in a temporary b-tree, and with 10,000,000 events that took 4 times as long
     /// (`make bench`).
-    static let rawSummarySQL = "SELECT time FROM usage WHERE app_id = ? AND state = ?"
+    static let rawSummarySQL = "SELECT time FROM usage WHERE app_id = ? AND state = ? AND time <= ?"
 
     // MARK: - Appending
 
@@ -202,13 +202,19 @@ extension TaskStore {
             let dayAgo = now - 86_400
             var raw = 0
             var last: UnixTime?
+            // Only opens at or before `now`: a row stamped later was written while the clock
+            // was ahead (a forward jump, set right since), and is no open yet. As the last open
+            // it said the app was opened in the future, for as long as the row is kept (a year
+            // ahead: a year), and it counted among the opens of its hour. It counts once `now`
+            // reaches it.
             let times = try Double.fetchCursor(
-                db, sql: Self.rawSummarySQL, arguments: [appID.rawValue, UsageState.foreground.rawValue])
+                db, sql: Self.rawSummarySQL, arguments: [appID.rawValue, UsageState.foreground.rawValue, now])
             while let time = try times.next() {
                 summary.weekHourOpens[Self.weekHour(of: time)] += 1
                 raw += 1
-                if time > dayAgo && time <= now { summary.opensLast24h += 1 }
-                last = time  // the index yields them in time order
+                if time > dayAgo { summary.opensLast24h += 1 }
+                // The largest, not the last read: the statement has no ORDER BY.
+                last = max(last ?? time, time)
             }
             summary.opensTotal += Double(raw)
             if let last { summary.lastOpen = max(summary.lastOpen ?? last, last) }
@@ -226,7 +232,7 @@ extension TaskStore {
             ("foldLastOpen", Self.foldLastOpenSQL, [0.0, "foreground"]),
             ("deleteOld", Self.deleteOldUsageSQL, [0.0]),
             ("events", Self.eventsSQL, [0.0, 10]),
-            ("rawSummary", Self.rawSummarySQL, ["org.example.App", "foreground"]),
+            ("rawSummary", Self.rawSummarySQL, ["org.example.App", "foreground", 0.0]),
             ("hourlySummary", "SELECT week_hour, opens FROM usage_hourly WHERE app_id = ?", ["org.example.App"]),
         ]
         return try read { db in

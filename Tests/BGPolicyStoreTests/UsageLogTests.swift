@@ -115,6 +115,24 @@ struct UsageLogTests {
         #expect(summary.lastOpen == 1_999_999_999.5)
     }
 
+    @Test("an open stamped after now (the clock was ahead) is no last open and no open yet, until now reaches it")
+    func openAfterNow() throws {
+        let store = try TaskStore.inMemory()
+        let ahead = 1_000_000 + 365 * Week.day
+        try store.appendUsage([
+            (Sample.maps, .foreground, ahead), (Sample.maps, .foreground, 1_000_000),
+            (Sample.maps, .foreground, ahead - 1),
+        ])
+        let summary = try store.usageSummary(appID: Sample.maps, now: 1_000_100)
+        #expect(summary.lastOpen == 1_000_000)
+        #expect(summary.opensTotal == 1)
+        #expect(summary.weekHourOpens.reduce(0, +) == 1)
+        #expect(summary.opensLast24h == 1)
+        let later = try store.usageSummary(appID: Sample.maps, now: ahead)
+        #expect(later.lastOpen == ahead)
+        #expect(later.opensTotal == 3)
+    }
+
     @Test("opens in the last 24 hours count raw foreground events up to now, not later ones")
     func lastDay() throws {
         let store = try TaskStore.inMemory()
@@ -126,8 +144,8 @@ struct UsageLogTests {
         ])
         let summary = try store.usageSummary(appID: Sample.maps, now: now)
         #expect(summary.opensLast24h == 2)
-        #expect(summary.opensTotal == 4)
-        #expect(summary.lastOpen == now + 10)
+        #expect(summary.opensTotal == 3)
+        #expect(summary.lastOpen == now)
     }
 
     @Test("an app never seen gets zeros")
