@@ -206,7 +206,7 @@ extension TaskEngine {
     /// the file, for the agent that wrote it); its bucket still counts.
     func loadContentWakes() throws(StoreError) {
         contentWakes.perHour = configuration.limits.contentAvailablePerHour
-        let buckets = try store.contentBuckets()
+        let buckets = try store.contentBuckets(perHour: configuration.limits.contentAvailablePerHour)
         var wakes: [AppID: ContentAvailableQueue<[String: Variant]>.Wake] = [:]
         for record in try store.contentWakes() where apps[record.appID] != nil {
             guard let payload = Self.decodeContentPayload(record.payload, encoding: record.payloadEncoding) else {

@@ -50,18 +50,34 @@ extension TaskStore {
         }
     }
 
-    /// Every stored bucket, by app id. An app without one has a full bucket.
-    public func contentBuckets() throws(StoreError) -> [AppID: ContentAvailableBucket] {
+    /// Every stored bucket, by app id. An app without one has a full bucket. A bucket an earlier
+    /// agent stored as tokens (no charges) is read as `ContentAvailableBucket(tokens:updatedAt:perHour:)`
+    /// with `perHour`, the limit now. A charge that does not read as a number counts as spent
+    /// at the time the bucket is next read (`ContentAvailableQueue.restore`).
+    public func contentBuckets(perHour: Int) throws(StoreError) -> [AppID: ContentAvailableBucket] {
         try read { db in
             var buckets: [AppID: ContentAvailableBucket] = [:]
-            for row in try Row.fetchAll(db, sql: "SELECT app_id, tokens, updated_at FROM content_buckets") {
+            for row in try Row.fetchAll(db, sql: "SELECT app_id, tokens, updated_at, charges FROM content_buckets") {
                 guard let appID = AppID(rawValue: try row.decode(String.self, forColumn: "app_id")) else { continue }
-                buckets[appID] = ContentAvailableBucket(
-                    tokens: try row.decode(Double.self, forColumn: "tokens"),
-                    updatedAt: Self.saneTime(try row.decode(Double.self, forColumn: "updated_at")) ?? 0)
+                if let charges = try row.decode(String?.self, forColumn: "charges") {
+                    buckets[appID] = ContentAvailableBucket(charges: Self.decodeCharges(charges))
+                } else {
+                    buckets[appID] = ContentAvailableBucket(
+                        tokens: try row.decode(Double.self, forColumn: "tokens"),
+                        updatedAt: Self.saneTime(try row.decode(Double.self, forColumn: "updated_at")) ?? .nan,
+                        perHour: perHour)
+                }
             }
             return buckets
         }
+    }
+
+    static func encodeCharges(_ charges: [UnixTime]) -> String {
+        charges.map { "\($0)" }.joined(separator: " ")
+    }
+
+    static func decodeCharges(_ text: String) -> [UnixTime] {
+        text.split(separator: " ").map { saneTime(Double($0)) ?? .nan }
     }
 
     /// Stores the app's undelivered wake, replacing the one stored before, and its bucket
@@ -85,7 +101,10 @@ extension TaskStore {
             ])
             if let bucket {
                 try db.cachedStatement(sql: Self.upsertBucketSQL)
-                    .execute(arguments: [wake.appID.rawValue, bucket.tokens, bucket.updatedAt])
+                    .execute(arguments: [
+                        wake.appID.rawValue, 0.0, bucket.charges.last(where: \.isFinite) ?? 0,
+                        Self.encodeCharges(bucket.charges),
+                    ])
             } else {
                 try db.cachedStatement(sql: "DELETE FROM content_buckets WHERE app_id = ?")
                     .execute(arguments: [wake.appID.rawValue])
@@ -94,8 +113,9 @@ extension TaskStore {
     }
 
     static let upsertBucketSQL = """
-        INSERT INTO content_buckets (app_id, tokens, updated_at) VALUES (?, ?, ?)
-        ON CONFLICT (app_id) DO UPDATE SET tokens = excluded.tokens, updated_at = excluded.updated_at
+        INSERT INTO content_buckets (app_id, tokens, updated_at, charges) VALUES (?, ?, ?, ?)
+        ON CONFLICT (app_id) DO UPDATE SET tokens = excluded.tokens, updated_at = excluded.updated_at,
+            charges = excluded.charges
         """
 
     /// Moves every stored time of content-available wakes and buckets by `step` seconds, in one
@@ -109,6 +129,17 @@ extension TaskStore {
         try write { db in
             try db.execute(
                 sql: "UPDATE content_buckets SET updated_at = updated_at + ?1", arguments: [step])
+            for row in try Row.fetchAll(
+                db, sql: "SELECT app_id, charges FROM content_buckets WHERE charges IS NOT NULL AND charges != ''")
+            {
+                let charges = Self.decodeCharges(try row.decode(String.self, forColumn: "charges"))
+                try db.execute(
+                    sql: "UPDATE content_buckets SET charges = ? WHERE app_id = ?",
+                    arguments: [
+                        Self.encodeCharges(charges.map { $0.isFinite ? $0 + step : $0 }),
+                        try row.decode(String.self, forColumn: "app_id"),
+                    ])
+            }
             try db.execute(
                 sql: """
                     UPDATE content_wakes SET received_at = received_at + ?1,

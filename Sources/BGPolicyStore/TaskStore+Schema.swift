@@ -208,6 +208,17 @@ extension TaskStore {
                 ALTER TABLE cpu_enforcement ADD COLUMN quota_before INTEGER;
                 """)
         }
+        // Content-available buckets as the times of their charges not yet back (each comes back
+        // an hour after it was spent), where they were tokens refilling continuously. A row
+        // from before has none (NULL) and is read as `ContentAvailableBucket(tokens:updatedAt:perHour:)`.
+        migrator.registerMigration("v9-content-charges", foreignKeyChecks: .immediate) { db in
+            try db.execute(sql: """
+                -- The charges' times, oldest first, as decimal numbers separated by spaces. A row
+                -- written with them has tokens 0 and updated_at the newest charge (0 with none),
+                -- which an earlier agent reads as a spent bucket.
+                ALTER TABLE content_buckets ADD COLUMN charges TEXT;
+                """)
+        }
         return migrator
     }
 }

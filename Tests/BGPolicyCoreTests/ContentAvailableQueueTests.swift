@@ -46,30 +46,38 @@ private func limited(after seconds: Double) -> Queue.Outcome {
 }
 
 private let scenarios: [Scenario] = [
-    Scenario(name: "3 accepted on battery, the 4th refused until a token has refilled", steps: [
+    Scenario(name: "3 accepted on battery, the 4th refused until the first token is back, an hour on", steps: [
         .notify(mail, "a", onBattery: battery, expect: queued(left: 2)), .take(mail, payload: "a", count: 1),
         .notify(mail, "b", onBattery: battery, expect: queued(left: 1)), .take(mail, payload: "b", count: 1),
         .notify(mail, "c", onBattery: battery, expect: queued(left: 0)), .take(mail, payload: "c", count: 1),
-        .notify(mail, "d", onBattery: battery, expect: limited(after: 1200)),
+        .notify(mail, "d", onBattery: battery, expect: limited(after: 3600)),
         .take(mail, payload: nil, count: nil),
-        // Refused notifications spend nothing: the time stays exact.
-        .advance(600),
-        .notify(mail, "e", onBattery: battery, expect: limited(after: 1200)),
-        .tokens(mail, 0.5),
+        // Refused notifications spend nothing, and nothing comes back before the hour.
+        .advance(1800),
+        .notify(mail, "e", onBattery: battery, expect: limited(after: 3600)),
+        .tokens(mail, 0),
     ]),
-    Scenario(name: "20 min after running dry, exactly one more", steps: [
-        .notifyQueued(mail, onBattery: battery, times: 3),
+    Scenario(name: "each token comes back an hour after it was spent, not before", steps: [
+        .notify(mail, "a", onBattery: battery, expect: queued(left: 2)), .take(mail, payload: "a", count: 1),
+        .advance(1200),
+        .notify(mail, "b", onBattery: battery, expect: queued(left: 1)), .take(mail, payload: "b", count: 1),
+        .advance(1200),
+        .notify(mail, "c", onBattery: battery, expect: queued(left: 0)), .take(mail, payload: "c", count: 1),
+        .advance(1199),
+        .notify(mail, "d", onBattery: battery, expect: limited(after: 3600)),
+        .advance(1),
+        .tokens(mail, 1),
+        .notify(mail, "e", onBattery: battery, expect: queued(left: 0)), .take(mail, payload: "e", count: 1),
+        .notify(mail, "f", onBattery: battery, expect: limited(after: 1200 + 3600)),
         .advance(1200),
         .tokens(mail, 1),
-        .notify(mail, "a", onBattery: battery, expect: queued(left: 0)), .take(mail, payload: "a", count: 1),
-        .notify(mail, "b", onBattery: battery, expect: limited(after: 2400)),
     ]),
     Scenario(name: "a notification at exactly nextAllowedAt is accepted, a moment before it is not", steps: [
         .notifyQueued(mail, onBattery: battery, times: 3),
-        .advance(1199.5),
-        .notify(mail, "a", onBattery: battery, expect: limited(after: 1200)),
+        .advance(3599.5),
+        .notify(mail, "a", onBattery: battery, expect: limited(after: 3600)),
         .advance(0.5),
-        .notify(mail, "b", onBattery: battery, expect: queued(left: 0)),
+        .notify(mail, "b", onBattery: battery, expect: queued(left: 2)),
     ]),
     Scenario(name: "unlimited on AC: 100 in a row, no token spent", steps: [
         .notifyQueued(mail, onBattery: ac, times: 100),
@@ -78,14 +86,14 @@ private let scenarios: [Scenario] = [
     ]),
     Scenario(name: "unknown power counts as battery", steps: [
         .notifyQueued(mail, onBattery: unknown, times: 3),
-        .notify(mail, "a", onBattery: unknown, expect: limited(after: 1200)),
+        .notify(mail, "a", onBattery: unknown, expect: limited(after: 3600)),
         // Plugging in lifts the limit at once.
         .notify(mail, "b", onBattery: ac, expect: queued(left: nil)),
     ]),
     Scenario(name: "a notification while one is undelivered replaces it and spends nothing", steps: [
         .notify(mail, "old", onBattery: battery, expect: queued(left: 2)),
         .advance(10),
-        .notify(mail, "new", onBattery: battery, expect: queued(true, left: 2 + 10.0 * 3 / 3600)),
+        .notify(mail, "new", onBattery: battery, expect: queued(true, left: 2)),
         .take(mail, payload: "new", count: 2),
     ]),
     Scenario(name: "replacing works with an empty bucket, and on AC", steps: [
@@ -103,13 +111,15 @@ private let scenarios: [Scenario] = [
         .notify(mail, "c", onBattery: battery, expect: queued(left: 1)),
         .take(mail, payload: "c", count: 1),
     ]),
-    Scenario(name: "the clock set back mints no token; refilling resumes from the new time", steps: [
+    Scenario(name: "the clock set back gives no token back; they come back an hour after the new time", steps: [
         .notifyQueued(mail, onBattery: battery, times: 3),
         .advance(-86_400),
         .tokens(mail, 0),
-        .notify(mail, "a", onBattery: battery, expect: limited(after: -86_400 + 1200)),
-        .advance(1200),
-        .notify(mail, "b", onBattery: battery, expect: queued(left: 0)),
+        .notify(mail, "a", onBattery: battery, expect: limited(after: -86_400 + 3600)),
+        .advance(3599),
+        .notify(mail, "a", onBattery: battery, expect: limited(after: -86_400 + 3600)),
+        .advance(1),
+        .notify(mail, "b", onBattery: battery, expect: queued(left: 2)),
     ]),
     Scenario(name: "the clock set back with tokens left keeps them, no more", steps: [
         .notify(mail, "a", onBattery: battery, expect: queued(left: 2)), .take(mail, payload: "a", count: 1),
@@ -121,7 +131,7 @@ private let scenarios: [Scenario] = [
         .advance(30 * 86_400),
         .tokens(mail, 3),
         .notifyQueued(mail, onBattery: battery, times: 3),
-        .notify(mail, "a", onBattery: battery, expect: limited(after: 30 * 86_400 + 1200)),
+        .notify(mail, "a", onBattery: battery, expect: limited(after: 30 * 86_400 + 3600)),
         .advance(1e300),
         .tokens(mail, 3),
     ]),
@@ -135,7 +145,7 @@ private let scenarios: [Scenario] = [
     ]),
     Scenario(name: "each app has its own bucket and its own wake", steps: [
         .notifyQueued(mail, onBattery: battery, times: 3),
-        .notify(mail, "m", onBattery: battery, expect: limited(after: 1200)),
+        .notify(mail, "m", onBattery: battery, expect: limited(after: 3600)),
         .notify(chat, "c1", onBattery: battery, expect: queued(left: 2)),
         .notify(chat, "c2", onBattery: battery, expect: queued(true, left: 2)),
         .take(chat, payload: "c2", count: 2),
@@ -155,11 +165,11 @@ private let scenarios: [Scenario] = [
         .notify(mail, "e", onBattery: battery, expect: queued(true, left: 0)),
         .take(mail, payload: "e", count: 2),
     ]),
-    Scenario(name: "perHour = 1 refills one token an hour", perHour: 1, steps: [
+    Scenario(name: "perHour = 1 gives the token back an hour after it was spent", perHour: 1, steps: [
         .notify(mail, "a", onBattery: battery, expect: queued(left: 0)), .take(mail, payload: "a", count: 1),
         .notify(mail, "b", onBattery: battery, expect: limited(after: 3600)),
         .advance(1800),
-        .tokens(mail, 0.5),
+        .tokens(mail, 0),
         .advance(1800),
         .notify(mail, "c", onBattery: battery, expect: queued(left: 0)),
     ]),
@@ -202,7 +212,7 @@ struct ContentAvailableQueueTests {
         }
     }
 
-    /// Outcomes compared with a little slack on token counts, which refill continuously.
+    /// Outcomes compared with a little slack on token counts.
     private static func same(_ a: Queue.Outcome, _ b: Queue.Outcome) -> Bool {
         switch (a, b) {
         case (.queued(let r1, let t1?), .queued(let r2, let t2?)): r1 == r2 && abs(t1 - t2) < 1e-9
@@ -245,7 +255,7 @@ struct ContentAvailableQueueTests {
         #expect(queue.undelivered.isEmpty)
     }
 
-    @Test("a lower perHour after a reload caps the buckets; a higher one lets them refill further")
+    @Test("a lower perHour after a reload caps the buckets, counting the wakes of the last hour; a higher one adds tokens")
     func perHourChanges() {
         var queue = Queue(perHour: 3)
         #expect(queue.tokensLeft(for: mail, at: start) == 3)
@@ -254,8 +264,9 @@ struct ContentAvailableQueueTests {
         queue.perHour = 6
         _ = queue.notify(mail, payload: "a", at: start, onBattery: true)
         #expect(queue.tokensLeft(for: mail, at: start) == 5)
+        // One wake in the last hour of 2 allowed: 1 left.
         queue.perHour = 2
-        #expect(queue.tokensLeft(for: mail, at: start) == 2)
+        #expect(queue.tokensLeft(for: mail, at: start) == 1)
     }
 
     @Test("a perHour of 0 for a while keeps the spent buckets spent when it is raised again")
@@ -269,28 +280,29 @@ struct ContentAvailableQueueTests {
         // Another app's notification, refused, looks for full buckets to drop.
         #expect(queue.notify(chat, payload: "x", at: start + 1, onBattery: true) == .rateLimited(nextAllowedAt: .infinity))
         queue.perHour = 3
-        // Mail's bucket is as empty as it was, refilled by 2 s at 3 an hour, not full.
-        #expect(queue.tokensLeft(for: mail, at: start + 2) < 0.01)
-        #expect(queue.notify(mail, payload: "d", at: start + 2, onBattery: true) == .rateLimited(nextAllowedAt: start + 1200))
+        // Mail's bucket is as empty as it was, not full.
+        #expect(queue.tokensLeft(for: mail, at: start + 2) == 0)
+        #expect(queue.notify(mail, payload: "d", at: start + 2, onBattery: true) == .rateLimited(nextAllowedAt: start + 3600))
     }
 
-    @Test("the wall clock set moves the buckets and wakes with it: no refill is gained or lost")
+    @Test("the wall clock set moves the buckets and wakes with it: no token comes back sooner or later")
     func wallClockStepped() {
-        var queue = Queue(perHour: 6)  // a token every 10 min
+        var queue = Queue(perHour: 6)
         for n in 0..<6 {
-            _ = queue.notify(mail, payload: "\(n)", at: start, onBattery: true)
+            _ = queue.notify(mail, payload: "\(n)", at: start + 3000, onBattery: true)
             _ = queue.take(mail)
         }
         _ = queue.notify(chat, payload: "c", at: start, onBattery: true)
-        // 60 s later the clock is set 11 min ahead: 60 s of refill, not 11 min of it.
+        // 60 s later the clock is set 11 min ahead: the tokens come back 11 min later too.
         queue.wallClockStepped(by: 660)
-        #expect(queue.notify(mail, payload: "6", at: start + 60 + 660, onBattery: true)
-            == .rateLimited(nextAllowedAt: start + 600 + 660))
+        #expect(queue.notify(mail, payload: "6", at: start + 3600 + 60 + 660, onBattery: true)
+            == .rateLimited(nextAllowedAt: start + 3000 + 3600 + 660))
         #expect(queue.wake(for: chat)?.receivedAt == start + 660)
         #expect(queue.wake(for: chat)?.firstReceivedAt == start + 660)
-        // Set back by 11 min: the refill goes on from where it was, not from the new time.
+        // Set back by 11 min: they come back when they would have, not an hour after the new time.
         queue.wallClockStepped(by: -660)
-        #expect(abs(queue.tokensLeft(for: mail, at: start + 300) - 0.5) < 1e-9)
+        #expect(queue.tokensLeft(for: mail, at: start + 3000 + 3599) == 0)
+        #expect(queue.tokensLeft(for: mail, at: start + 3000 + 3600) == 6)
     }
 
     @Test("queues that saw the same notifications are equal, whichever buckets were dropped")
@@ -319,7 +331,8 @@ struct ContentAvailableQueueTests {
             }
         }
         #expect(queue.tokensLeft(for: mail, at: start) == 0)
-        #expect(queue.notify(mail, payload: "b", at: start + 1200, onBattery: true) == .queued(replaced: false, tokensLeft: 0))
+        #expect(queue.notify(mail, payload: "b", at: start + 3599, onBattery: true) == .rateLimited(nextAllowedAt: start + 3600))
+        #expect(queue.notify(mail, payload: "b", at: start + 3600, onBattery: true) == .queued(replaced: false, tokensLeft: 2))
     }
 
     @Test(
@@ -348,12 +361,12 @@ struct ContentAvailableQueueTests {
             _ = queue.notify(mail, payload: "a", at: start, onBattery: nil)
             _ = queue.take(mail)
         }
-        let now = start + 480
+        let now = start + 2880
         guard case .rateLimited(let next) = queue.notify(mail, payload: "b", at: now, onBattery: nil) else {
             Issue.record("not refused")
             return
         }
-        #expect(next == start + 1200)
+        #expect(next == start + 3600)
         #expect(
             Queue.refusalMessage(appID: mail, perHour: queue.perHour, nextAllowedAt: next, now: now)
                 == "org.example.Mail has used its 3 content-available wakes per hour on battery; "
@@ -371,7 +384,7 @@ struct ContentAvailableQueueTests {
         return fresh
     }
 
-    @Test("a restored queue keeps the wake, the count and the refill timing")
+    @Test("a restored queue keeps the wake, the count and when each token comes back")
     func restoreKeepsEverything() {
         var queue = Queue(perHour: 3)
         _ = queue.notify(mail, payload: "a", at: start, onBattery: true)
@@ -381,24 +394,21 @@ struct ContentAvailableQueueTests {
         _ = queue.notify(mail, payload: "c", at: start + 120, onBattery: true)
         _ = queue.notify(mail, payload: "d", at: start + 130, onBattery: true)
         _ = queue.notify(chat, payload: "x", at: start + 140, onBattery: false)
-        // Spent at start, start + 60 and start + 120, refilling at 1 token per 20 min since.
-        let bucket = queue.bucket(for: mail)
-        #expect(bucket?.updatedAt == start + 130)
-        #expect(abs((bucket?.tokens ?? -1) - 130.0 / 1200) < 1e-9, "\(String(describing: bucket))")
+        // Spent at start, start + 60 and start + 120, each back an hour after.
+        #expect(queue.bucket(for: mail) == ContentAvailableBucket(charges: [start, start + 60, start + 120]))
 
         var restored = Self.restarted(queue, apps: [mail, chat])
         #expect(restored == queue)
         #expect(restored.undelivered == [chat, mail])
         #expect(restored.wake(for: mail) == Queue.Wake(
             payload: "d", receivedAt: start + 130, firstReceivedAt: start + 120, notificationCount: 2))
-        // A fourth wake is refused until the first token has come back, 20 min after the start.
+        // A fourth wake is refused until the first token has come back, an hour after the start.
         _ = restored.take(mail)
-        #expect(restored.notify(mail, payload: "e", at: start + 200, onBattery: true) == limited(after: 1200))
-        let tokens = restored.tokensLeft(for: mail, at: start + 200)
-        #expect(abs(tokens - 200.0 * 3 / 3600) < 1e-9, "\(tokens)")
+        #expect(restored.notify(mail, payload: "e", at: start + 200, onBattery: true) == limited(after: 3600))
+        #expect(restored.tokensLeft(for: mail, at: start + 3600 + 60) == 2)
     }
 
-    @Test("a spent bucket stays spent through a restore, and refills on time")
+    @Test("a spent bucket stays spent through a restore, and its tokens come back on time")
     func restoreSpentBucket() {
         var queue = Queue(perHour: 3)
         for n in 0..<3 {
@@ -406,8 +416,8 @@ struct ContentAvailableQueueTests {
             _ = queue.take(mail)
         }
         var restored = Self.restarted(queue, apps: [mail])
-        #expect(restored.notify(mail, payload: "4", at: start + 10, onBattery: true) == limited(after: 1200))
-        #expect(restored.notify(mail, payload: "4", at: start + 1200, onBattery: true) == queued(left: 0))
+        #expect(restored.notify(mail, payload: "4", at: start + 10, onBattery: true) == limited(after: 3600))
+        #expect(restored.notify(mail, payload: "4", at: start + 3600, onBattery: true) == queued(left: 2))
     }
 
     @Test("restoring nothing for an app forgets it; a queue with no bucket reads full")
@@ -425,11 +435,16 @@ struct ContentAvailableQueueTests {
     @Test(
         "a damaged stored bucket never mints tokens",
         arguments: [
-            ContentAvailableBucket(tokens: -2, updatedAt: start),
-            ContentAvailableBucket(tokens: .nan, updatedAt: start),
-            ContentAvailableBucket(tokens: 0, updatedAt: .nan),
-            ContentAvailableBucket(tokens: 0, updatedAt: -.infinity),
-            ContentAvailableBucket(tokens: 0, updatedAt: .infinity),
+            ContentAvailableBucket(charges: [.nan, .nan, .nan]),
+            ContentAvailableBucket(charges: [-.infinity, -.infinity, -.infinity]),
+            ContentAvailableBucket(charges: [.infinity, .infinity, .infinity]),
+            ContentAvailableBucket(charges: [start + 600, .nan, start - 7200, start + 1e9, start - 1]),
+            // As an earlier agent stored them: tokens, refilling continuously from updatedAt.
+            ContentAvailableBucket(tokens: -2, updatedAt: start, perHour: 3),
+            ContentAvailableBucket(tokens: .nan, updatedAt: start, perHour: 3),
+            ContentAvailableBucket(tokens: 0, updatedAt: .nan, perHour: 3),
+            ContentAvailableBucket(tokens: 0, updatedAt: -.infinity, perHour: 3),
+            ContentAvailableBucket(tokens: 0, updatedAt: .infinity, perHour: 3),
         ])
     func restoreDamaged(bucket: ContentAvailableBucket) {
         var queue = Queue(perHour: 3)
@@ -438,15 +453,100 @@ struct ContentAvailableQueueTests {
             Issue.record("accepted with \(bucket)")
             return
         }
-        // From then on it refills as any bucket does.
-        #expect(queue.notify(mail, payload: "b", at: start + 1200, onBattery: true) == queued(left: 0))
+        // Its tokens come back an hour after the time it was first read at, as any bucket's do.
+        #expect(queue.notify(mail, payload: "b", at: start + 3599, onBattery: true) == limited(after: 3600))
+        #expect(queue.tokensLeft(for: mail, at: start + 3600) >= 2)
+        #expect(queue.notify(mail, payload: "b", at: start + 3600, onBattery: true) != limited(after: 3600))
     }
 
-    @Test("too many stored tokens are cut to perHour")
+    @Test("an earlier agent's full bucket, or one with too many tokens, is full and no more")
     func restoreTooMany() {
+        for tokens in [3.0, 50] {
+            var queue = Queue(perHour: 3)
+            queue.restore(mail, wake: nil, bucket: ContentAvailableBucket(tokens: tokens, updatedAt: start, perHour: 3))
+            #expect(queue.tokensLeft(for: mail, at: start) == 3)
+            #expect(queue.notify(mail, payload: "a", at: start, onBattery: true) == queued(left: 2))
+        }
+    }
+
+    @Test(
+        "an earlier agent's bucket short of any token gives no wake for an hour after it was stored",
+        arguments: [0, 0.999, 1, 2.5, 2.9999])
+    func restoreEarlierAgentsBucket(tokens: Double) {
         var queue = Queue(perHour: 3)
-        queue.restore(mail, wake: nil, bucket: ContentAvailableBucket(tokens: 50, updatedAt: start))
-        #expect(queue.tokensLeft(for: mail, at: start) == 3)
-        #expect(queue.notify(mail, payload: "a", at: start, onBattery: true) == queued(left: 2))
+        queue.restore(mail, wake: nil, bucket: ContentAvailableBucket(tokens: tokens, updatedAt: start - 600, perHour: 3))
+        #expect(queue.notify(mail, payload: "a", at: start, onBattery: true) == .rateLimited(nextAllowedAt: start + 3000))
+        #expect(queue.notify(mail, payload: "a", at: start + 3000, onBattery: true) == queued(left: 2))
+    }
+
+    @Test("more stored charges than perHour leave no token until enough are back")
+    func restoreMoreCharges() {
+        var queue = Queue(perHour: 3)
+        let charges = (0..<5).map { start + Double($0) * 600 }
+        queue.restore(mail, wake: nil, bucket: ContentAvailableBucket(charges: charges))
+        #expect(queue.notify(mail, payload: "a", at: start + 2400, onBattery: true) == limited(after: 1200 + 3600))
+        #expect(queue.notify(mail, payload: "a", at: start + 1200 + 3600, onBattery: true) == queued(left: 0))
+    }
+
+    // MARK: At most perHour in any hour (SPEC: "at most 3 per app per hour on battery")
+
+    @Test(
+        "notifications on battery, each taken at once: which are accepted",
+        arguments: [
+            // A full bucket refilling continuously accepted 0, 1, 2, 1200 and 2400: 5 in 40 min.
+            ([0.0, 1, 2, 1200, 2400, 3599, 3600], [true, true, true, false, false, false, true]),
+            ([0.0, 1, 2, 3600, 3601, 3602, 3603], [true, true, true, true, true, true, false]),
+            ([0.0, 1200, 2400, 3000, 3599, 3600, 4799, 4800], [true, true, true, false, false, true, false, true]),
+            ([0.0, 1800, 1800, 3599, 5399, 5400, 5401], [true, true, true, false, true, true, true]),
+        ])
+    func acceptedOnBattery(times: [Double], accepted: [Bool]) {
+        var queue = Queue(perHour: 3)
+        var clock = ManualClock()
+        let outcomes = times.map { time -> Bool in
+            clock.now = start + time
+            let outcome = queue.notify(mail, payload: "x", at: clock.now, onBattery: true)
+            _ = queue.take(mail)
+            if case .queued = outcome { return true }
+            return false
+        }
+        #expect(outcomes == accepted)
+    }
+
+    @Test("no span of an hour holds more than perHour accepted wakes, over a long seeded run", arguments: [1, 3, 6])
+    func noHourHoldsMore(perHour: Int) {
+        var queue = Queue(perHour: perHour)
+        var random = SeededGenerator(seed: 0x5EED_0000 + UInt64(perHour))
+        var now = start
+        var accepted: [UnixTime] = []
+        for _ in 0..<20_000 {
+            // Bursts, steady streams and long pauses; some wakes replaced before they are taken.
+            now += [0, 1, 59, 600, 1199, 1200, 1201, 3599, 3600, 7200][Int(random.next() % 10)]
+                + Double(random.next() % 1000) / 1000
+            if case .queued(replaced: false, _) = queue.notify(mail, payload: "x", at: now, onBattery: true) {
+                accepted.append(now)
+            }
+            if random.next() % 4 != 0 { _ = queue.take(mail) }
+        }
+        #expect(accepted.count > 1000)
+        var first = 0
+        for (last, time) in accepted.enumerated() {
+            // The span (time - 1 h, time]: a wake an hour before is outside it, as the queue counts.
+            while accepted[first] + 3600 <= time { first += 1 }
+            #expect(last - first + 1 <= perHour, "\(last - first + 1) accepted in the hour up to \(time - start)")
+            if last - first + 1 > perHour { return }
+        }
+    }
+}
+
+/// SplitMix64: the same sequence on every run and platform.
+private struct SeededGenerator {
+    var state: UInt64
+    init(seed: UInt64) { state = seed }
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
     }
 }

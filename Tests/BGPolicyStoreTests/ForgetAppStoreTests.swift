@@ -20,7 +20,7 @@ struct ForgetAppStoreTests {
         try store.saveContentWake(
             ContentWakeRecord(appID: appID, payload: [1], payloadEncoding: "test", receivedAt: time, firstReceivedAt: time,
                               notificationCount: 1),
-            bucket: ContentAvailableBucket(tokens: 2, updatedAt: time))
+            bucket: ContentAvailableBucket(charges: [time]))
         try store.recordEnforcement(EnforcementRecord(
             sliceID: "slice-\(appID)", appID: appID.rawValue, action: .throttled(unit: "app-\(appID).scope", quotaBefore: nil), since: time))
         // An old open (folded into the aggregates) and recent ones (raw).

@@ -388,14 +388,14 @@ struct TaskStoreFileTests {
         defer { scratch.remove() }
         let path = scratch.path + "/tasks.db"
         let latest = try #require(TaskStore.migrationNames.last)
-        #expect(latest == "v8-cpu-quota-before", "undo the newest migration below as the release before it left the file")
+        #expect(latest == "v9-content-charges", "undo the newest migration below as the release before it left the file")
         var history = 0
         do {
             let store = try TaskStore(path: path)
             try fill(store)
             try store.execute(sql: """
-                DELETE FROM grdb_migrations WHERE identifier = 'v8-cpu-quota-before';
-                ALTER TABLE cpu_enforcement DROP COLUMN quota_before;
+                DELETE FROM grdb_migrations WHERE identifier = 'v9-content-charges';
+                ALTER TABLE content_buckets DROP COLUMN charges;
                 """)
             history = try #require(try store.rootPage(of: "history"))
             try store.checkpoint()
@@ -410,7 +410,7 @@ struct TaskStoreFileTests {
         #expect(try store.pendingRequests().map(\.identifier) == ["a"])
         // Migrated after the copy, as at an upgrade: the new columns are there.
         #expect(try store.pragma("quick_check") == "ok")
-        try store.execute(sql: "UPDATE cpu_enforcement SET quota_before = 1")
+        try store.execute(sql: "UPDATE content_buckets SET charges = ''")
         #expect(try TaskStore(path: path).recoveredFromCorruption == nil)
     }
 

@@ -182,10 +182,10 @@ def test_a_clock_set_weeks_ahead_while_the_agent_runs_prunes_nothing_early(world
 
 @pytest.mark.skipif(not may_set_the_clock(), reason="setting the wall clock needs CAP_SYS_TIME")
 def test_content_available_buckets_move_with_the_clock(laptop):
-    """On battery at 6 wakes an hour (one every 10 minutes), Mail has used all 6. The clock is
-    set 11 minutes ahead: the bucket refills by the seconds that passed, not by the step, so
-    the next wake is still refused, with about 10 minutes to wait; after a restart too, since
-    the stored bucket moved with the clock. (Unmoved, the step refilled one wake at once.)
+    """On battery at 6 wakes an hour, Mail has used all 6 within seconds; each comes back an
+    hour after it was spent. The clock is set 11 minutes ahead: the spent times move with it,
+    so the next wake is still refused, with about an hour to wait; after a restart too, since
+    the stored bucket moved with the clock. (Unmoved, the step took 11 minutes off the wait.)
     Chat, which quit, has a wake waiting: it was received seconds ago before the step, and so
     it is after it, and after the restart (its stored times moved too; unmoved, 11 min ago)."""
     agent = laptop.start_agent(config="[limits]\ncontent_available_per_hour = 6\n")
@@ -224,9 +224,9 @@ def test_content_available_buckets_move_with_the_clock(laptop):
 
     with clock_stepped(STEP):
         th.wait_until(lambda: "The wall clock was set" in agent.stderr(), 5, "the agent hears the step")
-        assert 8 <= minutes_to_wait() <= 10
+        assert 55 <= minutes_to_wait() <= 60
         assert 0 <= chat_waited() < 60
         agent.stop()
         agent.restart()
-        assert 8 <= minutes_to_wait() <= 10
+        assert 55 <= minutes_to_wait() <= 60
         assert 0 <= chat_waited() < 60
