@@ -1382,8 +1382,8 @@ extension TaskEngine {
         }
         // Ended by the agent while the bus starts the app: `deliver` tells it once it answers.
         if event != .completed, activationsAwaited[member.taskID] != nil { activationsAwaited[member.taskID] = true }
-        if event.isViolation, slice.violationsCounted.insert(event).inserted {
-            noteViolation(of: slice.appID, at: entry.time)
+        if let kind = event.violation, slice.violationsCounted.insert(event).inserted {
+            noteViolation(of: slice.appID, at: entry.time, kind: kind)
         }
         if let index = slice.members.firstIndex(where: { $0.taskID == member.taskID }) {
             slice.members[index].done = true

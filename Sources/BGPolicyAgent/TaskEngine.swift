@@ -267,7 +267,7 @@ actor TaskEngine {
         let since = now - Self.violationMemory
         for record in try store.apps() {
             var runtime = AppRuntime(record: record)
-            runtime.violations = RecentViolations(try store.violationTimes(appID: record.appID, since: since), now: now)
+            runtime.violations = RecentViolations(try store.violations(appID: record.appID, since: since), now: now)
             apps[record.appID] = runtime
         }
         for request in try store.pendingRequests() {
@@ -1029,7 +1029,9 @@ actor TaskEngine {
         } catch {
             logger.error("Could not write history", metadata: ["event": "\(entry.event.rawValue)", "error": "\(error)"])
         }
-        if countingViolation, entry.event.isViolation, let appID = entry.appID { noteViolation(of: appID, at: entry.time) }
+        if countingViolation, let kind = entry.event.violation, let appID = entry.appID {
+            noteViolation(of: appID, at: entry.time, kind: kind)
+        }
     }
 
     /// Counts history rows written, by `appendHistory` or with a change they describe (a
@@ -1051,8 +1053,8 @@ actor TaskEngine {
 
     /// Counts a violation against the app's future opportunities (the store has its row):
     /// at most as many as the store keeps rows of, the newest, as a restart reads them back.
-    func noteViolation(of appID: AppID, at time: UnixTime) {
-        apps[appID]?.violations.record(at: time, keepingAtMost: TaskStore.historyPerAppLimit)
+    func noteViolation(of appID: AppID, at time: UnixTime, kind: ViolationKind) {
+        apps[appID]?.violations.record(at: time, kind: kind, keepingAtMost: TaskStore.historyPerAppLimit)
     }
 
     /// The app's violations that count at `now`, the wall clock: those of the last 7 days.

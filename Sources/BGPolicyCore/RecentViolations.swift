@@ -20,17 +20,33 @@ public struct RecentViolations: Sendable, Equatable {
 
     /// The times of the violations that count, oldest first.
     public private(set) var times: [UnixTime] = []
+    /// The kind of each of `times`, in the same order.
+    public private(set) var kinds: [ViolationKind] = []
+    /// How many of `kinds` are `.cpu`: kept as they change, since every decision asks, and an
+    /// app may have thousands.
+    private var cpuCount = 0
 
     public init() {}
 
-    /// The violations at `times` (in any order) that count at `now`.
-    public init(_ times: some Sequence<UnixTime>, now: UnixTime) {
-        self.times = times.sorted()
+    /// The violations at `times` (in any order), all of one `kind`, that count at `now`.
+    public init(_ times: some Sequence<UnixTime>, kind: ViolationKind = .overrun, now: UnixTime) {
+        self.init(times.map { (time: $0, kind: kind) }, now: now)
+    }
+
+    /// The `violations` (in any order) that count at `now`.
+    public init(_ violations: some Sequence<(time: UnixTime, kind: ViolationKind)>, now: UnixTime) {
+        let sorted = violations.sorted { $0.time < $1.time }
+        times = sorted.map(\.time)
+        kinds = sorted.map(\.kind)
+        cpuCount = kinds.count { $0 == .cpu }
         advance(to: now)
     }
 
     /// How many count, as of the last `advance(to:)` or `record(at:)`.
     public var count: Int { times.count }
+
+    /// How many of `kind` count, as of the last `advance(to:)` or `record(at:)`.
+    public func count(of kind: ViolationKind) -> Int { kind == .cpu ? cpuCount : times.count - cpuCount }
 
     /// The latest that counts, as of the last `advance(to:)` or `record(at:)`.
     public var last: UnixTime? { times.last }
@@ -42,10 +58,12 @@ public struct RecentViolations: Sendable, Equatable {
     /// can make violations at will (16 background tasks left to expire every 30 s, some 46,000
     /// a day): uncapped, they grew to hundreds of thousands over the 7 days, each read by
     /// `penaltyEnd` at every evaluation of the app, and many more than a restart read back.
-    public mutating func record(at time: UnixTime, keepingAtMost limit: Int = .max) {
+    public mutating func record(at time: UnixTime, kind: ViolationKind = .overrun, keepingAtMost limit: Int = .max) {
         advance(to: time)
         times.append(time)
-        if times.count > limit { times.removeFirst(times.count - max(limit, 0)) }
+        kinds.append(kind)
+        if kind == .cpu { cpuCount += 1 }
+        if times.count > limit { dropOldest(times.count - max(limit, 0)) }
     }
 
     /// Forgets the violations older than `memory` at `now` (the wall clock), and takes those
@@ -55,8 +73,15 @@ public struct RecentViolations: Sendable, Equatable {
     public mutating func advance(to now: UnixTime) -> Bool {
         let oldest = now - Self.memory
         guard let first = times.first, let latest = times.last, first < oldest || latest > now else { return false }
-        times = times.drop { $0 < oldest }.map { min($0, now) }
+        dropOldest(times.prefix { $0 < oldest }.count)
+        times = times.map { min($0, now) }
         return true
+    }
+
+    private mutating func dropOldest(_ n: Int) {
+        cpuCount -= kinds.prefix(n).count { $0 == .cpu }
+        times.removeFirst(n)
+        kinds.removeFirst(n)
     }
 
     /// When a hold that lasts `penalty(n)` after the latest violation, n being how many count,

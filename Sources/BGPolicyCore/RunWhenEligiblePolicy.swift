@@ -392,16 +392,17 @@ public struct RunWhenEligiblePolicy: SchedulingPolicy {
             // Shorter than the count's penalty when older violations age out during it.
             let penalty = end - lastViolation
             if now < end {
-                let times = app.recentViolations == 1 ? "once" : "\(app.recentViolations) times"
-                reasons.append(BlockingReason(
-                    rule: .overrunPenalty,
-                    words: words
-                        ? "\(appID) overran its time \(times) in the last 7 days, so it waits "
-                            + (penalty < Self.overrunPenalty(violations: app.recentViolations, context.configuration)
-                                ? "\(Self.durationWords(penalty)) after the last overrun (the oldest stop counting meanwhile): "
-                                : "\(Self.durationWords(penalty)) after the last overrun: ")
-                            + "another \(Self.durationWords(end - now))" : "",
-                    liftsAt: end))
+                var text = ""
+                if words {
+                    let (what, last) = Self.violationWords(
+                        overruns: app.recentViolations - app.recentCPUViolations, cpu: app.recentCPUViolations)
+                    text = "\(appID) \(what) in the last 7 days, so it waits "
+                        + (penalty < Self.overrunPenalty(violations: app.recentViolations, context.configuration)
+                            ? "\(Self.durationWords(penalty)) after \(last) (the oldest stop counting meanwhile): "
+                            : "\(Self.durationWords(penalty)) after \(last): ")
+                        + "another \(Self.durationWords(end - now))"
+                }
+                reasons.append(BlockingReason(rule: .overrunPenalty, words: text, liftsAt: end))
             }
         }
         if !app.reachable {
@@ -430,6 +431,18 @@ public struct RunWhenEligiblePolicy: SchedulingPolicy {
                 words: words ? "a slice of \(appID) is running: the request waits for it to end" : ""))
         }
         return reasons
+    }
+
+    /// What an app under the overrun penalty did, and how to name the last of it: it overran
+    /// its time, or used so much CPU that the CPU monitor stepped in, or both. Both count
+    /// alike; a person acts on them differently (finish sooner, or do less).
+    static func violationWords(overruns: Int, cpu: Int) -> (what: String, last: String) {
+        func times(_ n: Int) -> String { n == 1 ? "once" : "\(n) times" }
+        switch (overruns > 0, cpu > 0) {
+        case (true, true): return ("overran its time \(times(overruns)) and used too much CPU \(times(cpu))", "the last of these")
+        case (false, true): return ("used too much CPU \(times(cpu))", "the last time")
+        default: return ("overran its time \(times(overruns))", "the last overrun")
+        }
     }
 
     // MARK: Rules shared by several answers

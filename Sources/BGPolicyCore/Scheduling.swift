@@ -99,6 +99,9 @@ public struct AppSchedulingState: Sendable, Equatable {
     public var busy: Bool
     /// Violations (overruns, CPU enforcement) in the last 7 days, and when the last one was.
     public var recentViolations: Int
+    /// Of `recentViolations`, those the CPU monitor's enforcement made; the rest overran their
+    /// time. Both count alike; `explain` names which happened.
+    public var recentCPUViolations: Int
     public var lastViolationAt: UnixTime?
     /// When the overrun penalty ends (`RunWhenEligiblePolicy.overrunPenaltyEnd`), worked out
     /// from the times of the violations when they are known, so that the hold shortens as the
@@ -107,7 +110,7 @@ public struct AppSchedulingState: Sendable, Equatable {
 
     public init(
         record: AppRecord, reachable: Bool, lastDeliveryFailureAt: UnixTime? = nil, failedDeliveries: Int = 0,
-        busy: Bool = false, recentViolations: Int = 0, lastViolationAt: UnixTime? = nil,
+        busy: Bool = false, recentViolations: Int = 0, recentCPUViolations: Int = 0, lastViolationAt: UnixTime? = nil,
         overrunPenaltyEndsAt: UnixTime? = nil
     ) {
         self.record = record
@@ -116,6 +119,7 @@ public struct AppSchedulingState: Sendable, Equatable {
         self.failedDeliveries = failedDeliveries
         self.busy = busy
         self.recentViolations = recentViolations
+        self.recentCPUViolations = recentCPUViolations
         self.lastViolationAt = lastViolationAt
         self.overrunPenaltyEndsAt = overrunPenaltyEndsAt
     }
@@ -129,7 +133,7 @@ public struct AppSchedulingState: Sendable, Equatable {
         self.init(
             record: record, reachable: reachable, lastDeliveryFailureAt: lastDeliveryFailureAt,
             failedDeliveries: failedDeliveries, busy: busy, recentViolations: violations.count,
-            lastViolationAt: violations.last,
+            recentCPUViolations: violations.count(of: .cpu), lastViolationAt: violations.last,
             overrunPenaltyEndsAt: violations.penaltyEnd {
                 RunWhenEligiblePolicy.overrunPenalty(violations: $0, configuration)
             })

@@ -254,12 +254,26 @@ public enum HistoryEvent: String, Sendable, CaseIterable, Codable {
     case databaseRecovered = "database-recovered"
 
     /// Whether this event counts against the app's future opportunities.
-    public var isViolation: Bool {
+    public var isViolation: Bool { violation != nil }
+
+    /// The kind of violation this event is, if it is one: `explain` names what the app did.
+    public var violation: ViolationKind? {
         switch self {
-        case .expired, .backgroundTaskExpired, .cpuThrottled, .cpuFrozen, .cpuStopped, .cpuObserved: true
-        default: false
+        case .expired, .backgroundTaskExpired: .overrun
+        case .cpuThrottled, .cpuFrozen, .cpuStopped, .cpuObserved: .cpu
+        default: nil
         }
     }
+}
+
+/// What an app did that counts against its future opportunities (SPEC §1, Slice; §2, CPU
+/// monitor). Both count alike; they are told apart only so that the words say which happened.
+public enum ViolationKind: Sendable, Equatable {
+    /// A slice or a background task ran to its end without the app completing it.
+    case overrun
+    /// The CPU monitor enforced its limit on a slice (throttled, froze, stopped, or, in
+    /// `observe` mode, recorded it).
+    case cpu
 }
 
 /// One line of history. Everything the agent does to an app is kept, so that "it never ran"

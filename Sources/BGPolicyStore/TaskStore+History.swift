@@ -40,16 +40,27 @@ extension TaskStore {
     /// throttled are written at one time with one event: they count once, as the running agent
     /// counts them (`RecentViolations`).
     public func violationTimes(appID: AppID, since: UnixTime) throws(StoreError) -> [UnixTime] {
+        try violations(appID: appID, since: since).map(\.time)
+    }
+
+    /// `violationTimes`, each with its kind (`HistoryEvent.violation`), so that `explain` can
+    /// say whether the app overran or used too much CPU.
+    public func violations(appID: AppID, since: UnixTime) throws(StoreError) -> [(time: UnixTime, kind: ViolationKind)] {
         try read { db in
-            try UnixTime.fetchAll(
+            try Row.fetchAll(
                 db,
                 sql: """
-                    SELECT time FROM (
-                        SELECT DISTINCT time, event FROM history
-                        WHERE app_id = ? AND time >= ? AND \(Self.isViolationSQL))
+                    SELECT DISTINCT time, event FROM history
+                    WHERE app_id = ? AND time >= ? AND \(Self.isViolationSQL)
                     ORDER BY time
                     """,
-                arguments: [appID.rawValue, since])
+                arguments: [appID.rawValue, since]
+            ).compactMap { row -> (time: UnixTime, kind: ViolationKind)? in
+                guard let kind = HistoryEvent(rawValue: try row.decode(String.self, forColumn: "event"))?.violation else {
+                    return nil
+                }
+                return (try row.decode(UnixTime.self, forColumn: "time"), kind)
+            }
         }
     }
 

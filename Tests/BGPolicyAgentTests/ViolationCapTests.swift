@@ -34,6 +34,6 @@ struct ViolationCapTests {
 
 extension TaskEngine {
     fileprivate func noteViolations(of appID: AppID, at times: [UnixTime]) {
-        for time in times { noteViolation(of: appID, at: time) }
+        for time in times { noteViolation(of: appID, at: time, kind: .overrun) }
     }
 }

@@ -131,4 +131,27 @@ struct RecentViolationsTests {
         #expect(violations == readBack)
         #expect(violations.penaltyEnd { Double($0) } == times.last! + 5)
     }
+
+    @Test func eachKindIsCountedAsTheyComeAgeOutAndAreCapped() {
+        // CPU, overrun, CPU, a day apart, then two more overruns with at most four kept.
+        var violations = RecentViolations()
+        violations.record(at: start, kind: .cpu)
+        violations.record(at: start + day, kind: .overrun)
+        violations.record(at: start + 2 * day, kind: .cpu)
+        #expect((violations.count(of: .overrun), violations.count(of: .cpu)) == (1, 2))
+        // The first CPU one ages out.
+        violations.advance(to: start + 7 * day + 1)
+        #expect((violations.count(of: .overrun), violations.count(of: .cpu)) == (1, 1))
+        #expect(violations.kinds == [.overrun, .cpu])
+        // Two more overruns, four kept: the oldest overrun goes.
+        violations.record(at: start + 8 * day, kind: .overrun, keepingAtMost: 3)
+        violations.record(at: start + 8 * day + 1, kind: .overrun, keepingAtMost: 3)
+        #expect(violations.kinds == [.cpu, .overrun, .overrun])
+        #expect((violations.count(of: .overrun), violations.count(of: .cpu)) == (2, 1))
+        // As a restart reads them back, by time and kind, in any order.
+        let readBack = RecentViolations(
+            [(time: start + 8 * day + 1, kind: .overrun), (start + 2 * day, .cpu), (start + 8 * day, .overrun)],
+            now: start + 8 * day + 1)
+        #expect(violations == readBack)
+    }
 }

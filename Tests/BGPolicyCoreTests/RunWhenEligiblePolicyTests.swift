@@ -313,6 +313,34 @@ struct RunWhenEligiblePolicyTests {
         #expect(setup.decide().launches.count == 1)
     }
 
+    @Test("the penalty's words name what the app did: overran its time, used too much CPU, or both", arguments: [
+        // (violations, seconds before now: kind; the words)
+        ([(60.0, ViolationKind.cpu)],
+         "org.example.App used too much CPU once in the last 7 days, so it waits 15 min after the last time: another 14 min"),
+        ([(3600, .overrun), (60, .overrun)],
+         "org.example.App overran its time 2 times in the last 7 days, so it waits 30 min after the last overrun: another 29 min"),
+        ([(7200, .overrun), (3600, .cpu), (60, .cpu)],
+         "org.example.App overran its time once and used too much CPU 2 times in the last 7 days, "
+            + "so it waits 1 h after the last of these: another 59 min"),
+        // The same slice overran and was throttled: two violations, one of each.
+        ([(60, .overrun), (60, .cpu)],
+         "org.example.App overran its time once and used too much CPU once in the last 7 days, "
+            + "so it waits 30 min after the last of these: another 29 min"),
+    ])
+    func penaltyWordsNameTheViolations(_ violations: [(ago: Double, kind: ViolationKind)], words: String) {
+        var setup = Setup()
+        setup.app = AppSchedulingState(
+            record: setup.app.record, reachable: true,
+            violations: RecentViolations(violations.map { (time: now - $0.ago, kind: $0.kind) }, now: now),
+            configuration: setup.context.configuration)
+        let explanation = setup.explain()
+        #expect(explanation.blocking.map(\.rule) == [.overrunPenalty])
+        #expect(explanation.blocking.first?.words == words)
+        // The kinds change the words alone: the hold is that of as many overruns.
+        let asOverruns = RecentViolations(violations.map { now - $0.ago }, now: now)
+        #expect(explanation.earliestRun == asOverruns.penaltyEnd { RunWhenEligiblePolicy.overrunPenalty(violations: $0, setup.context.configuration) })
+    }
+
     @Test("the penalty follows the configured interval")
     func penaltyFromConfiguration() {
         var setup = Setup()

@@ -288,6 +288,17 @@ struct TaskStoreTests {
         try store.append(Sample.entry(.expired, at: 30))
         let counted = try store.violationTimes(appID: Sample.maps, since: 0)
         #expect(counted == [10, 20, 30])
+        // With their kinds, so that explain can say the app used too much CPU, not that it overran.
+        let kinds = try store.violations(appID: Sample.maps, since: 0)
+        #expect(kinds.map(\.time) == [10, 20, 30] && kinds.map(\.kind) == [.overrun, .cpu, .overrun])
+    }
+
+    @Test("each violating event reads back with its kind", arguments: HistoryEvent.allCases.filter(\.isViolation))
+    func violationKinds(_ event: HistoryEvent) throws {
+        let store = try TaskStore.inMemory()
+        try store.append(Sample.entry(event, at: 10))
+        let expected: ViolationKind = event.rawValue.hasPrefix("cpu-") ? .cpu : .overrun
+        #expect(try store.violations(appID: Sample.maps, since: 0).map(\.kind) == [expected])
     }
 
     @Test("pruning drops the entries before a time and keeps the ids of the rest")

@@ -94,6 +94,12 @@ def test_a_burner_is_warned_then_throttled_and_released(world):
     agent.wait_history("cpu-released", app_id="org.example.Burner", timeout=3)
     assert agent.app_record("org.example.Burner")["violations"] >= 1
     assert_cpu_agrees(entry, completed)
+    # Explain names what the app did: it used too much CPU. It completed its task: it did not
+    # overrun (the words said it had).
+    app.submit("org.example.Burner.work", "processing")
+    reasons = agent.explain("org.example.Burner", "org.example.Burner.work")["reasons"]
+    penalty = [words for words in reasons if "in the last 7 days" in words]
+    assert penalty and "org.example.Burner used too much CPU" in penalty[0] and "overran" not in penalty[0], reasons
 
 
 def test_freeze_action_freezes_then_thaws_the_unit(world):

@@ -420,7 +420,7 @@ public struct WindowPlanner: SchedulingPolicy {
                     words: "\(appID) was refreshed recently; the next refresh may come in "
                         + "\(RunWhenEligiblePolicy.durationWords(until - context.now))"
                         + ((context.planning.refreshWeights[request.appID] ?? 1) < 1
-                            ? " (a longer gap than usual: its recent refreshes brought no data or overran)" : ""),
+                            ? " (a longer gap than usual: its recent refreshes brought no data, or it overran its time or used too much CPU)" : ""),
                     liftsAt: at))
                 if let next = plannedWindow(planner, after: max(context.now, at - 1)) {
                     return .waiting(reasons, earliestRun: max(next, at))
