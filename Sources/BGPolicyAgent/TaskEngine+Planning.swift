@@ -372,7 +372,7 @@ extension TaskEngine {
                 "probabilities": Variant(probabilities),
                 "refreshes": Variant((planned[appID] ?? []).map { Int64($0.rounded()) }),
                 "pending": Variant((pending[appID] ?? [:]).keys.sorted()),
-                "inactive": Variant(now - lastUsed > inactiveAfter),
+                "inactive": Variant(now >= lastUsed + inactiveAfter),
             ]
         }
         return [

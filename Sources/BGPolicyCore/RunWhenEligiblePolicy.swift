@@ -252,7 +252,8 @@ public struct RunWhenEligiblePolicy: SchedulingPolicy {
 
         let lastUsed = max(app.record.lastUsedAt ?? app.record.registeredAt, app.record.registeredAt)
         let inactiveAfter = configuration.limits.inactiveAfter.seconds
-        if now - lastUsed > inactiveAfter {
+        // Unused at exactly the limit, as the refresh planner counts (`RefreshPlanner.eligibleSpan`).
+        if now >= lastUsed + inactiveAfter {
             // No liftsAt: only the user opening the app lifts it.
             reasons.append(BlockingReason(
                 rule: .appInactive,
@@ -295,7 +296,7 @@ public struct RunWhenEligiblePolicy: SchedulingPolicy {
             return false
         }
         if conditions.powerProfile == .powerSaver { return false }
-        if now - max(lastUsedAt ?? registeredAt, registeredAt) > configuration.limits.inactiveAfter.seconds {
+        if now >= max(lastUsedAt ?? registeredAt, registeredAt) + configuration.limits.inactiveAfter.seconds {
             return false
         }
         if let end = overrunPenaltyEnd(

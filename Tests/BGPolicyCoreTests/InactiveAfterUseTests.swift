@@ -33,7 +33,7 @@ struct InactiveAfterUseTests {
         planner.recordClose(of: Self.mail, at: left)
         #expect(planner.predictor.lastUse(of: Self.mail) == left)
         #expect(planner.ineligibility(of: Self.candidate, at: left + 1) == nil)
-        #expect(planner.ineligibility(of: Self.candidate, at: left + 16) == .inactive)
+        #expect(planner.ineligibility(of: Self.candidate, at: left + 16) == .inactive(lastUse: left))
         let position = try! #require(planner.predictor.position(of: Self.mail))
         #expect(planner.predictor.probabilitiesOfActiveApps(inSlotAt: left + 1, inactiveAfter: 15)[position] != nil)
         #expect(planner.predictor.probabilitiesOfActiveApps(inSlotAt: left + 16, inactiveAfter: 15)[position] == nil)
@@ -44,7 +44,7 @@ struct InactiveAfterUseTests {
         var planner = Self.planner()
         planner.recordLeftUnseen(Self.mail)
         #expect(planner.predictor.lastUse(of: Self.mail) == Self.opened)
-        #expect(planner.ineligibility(of: Self.candidate, at: Self.opened + 16) == .inactive)
+        #expect(planner.ineligibility(of: Self.candidate, at: Self.opened + 16) == .inactive(lastUse: Self.opened))
     }
 
     /// A wall clock set back moves the leave with it, as it moves the opens.

@@ -238,11 +238,14 @@ struct RunWhenEligiblePolicyTests {
         #expect(setup.explain().blocking.first?.words.hasPrefix("the battery is at 9.9 %, below the critical 10 %") == true)
     }
 
-    @Test("inactive means last use (or registration, if later) older than the limit", arguments: [
+    @Test("inactive means last use (or registration, if later) the limit ago or more", arguments: [
         // (registered days ago, last used days ago, blocked)
-        (30.0, Double?.some(7), false),
+        // Unused at exactly 7 days, as the refresh planner counts (`RefreshPlanner.eligibleSpan`).
+        (30.0, Double?.some(7), true),
+        (30, 6.999, false),
         (30, 7.001, true),
         (30, nil, true),
+        (7, nil, true),
         (6, nil, false),
         // A use recorded before the last registration does not count against it.
         (1, 20, false),

@@ -1030,7 +1030,89 @@ struct WindowPlannerTests {
         left.recordClose(of: mail, at: now - 20)
         let unused = planner.explain(r, app: appState(mail, lastUsed: now), context: ctx(left, inUse: []))
         #expect(unused.blocking.map(\.rule) == [.predictedUse])
-        #expect(unused.blocking.last?.words == "\(mail) has not been used in the last 15 s, so no use is predicted: "
-            + "refresh is planned once the app is opened")
+        #expect(unused.blocking.last?.words == "the planner last saw \(mail) used 20 s ago (the limit is 15 s), so no use is "
+            + "predicted (its use just now was not an open the planner saw): refresh is planned once the app is opened")
+    }
+
+    struct UnusedCase: Sendable, CustomTestStringConvertible {
+        var label: String
+        /// When the refresh planner saw the app opened and left, before now; nil: never.
+        var plannerOpenedAgo: Double?
+        /// The record's last use and registration, before now.
+        var recordUsedAgo: Double?
+        var registeredAgo: Double
+        var words: String
+        var testDescription: String { label }
+    }
+
+    static let day = 86_400.0
+    static let unusedCases: [UnusedCase] = [
+        UnusedCase(
+            label: "registered background_only yesterday, never opened", plannerOpenedAgo: nil, recordUsedAgo: nil,
+            registeredAgo: day,
+            words: "no open of \(mail) has been seen yet, so no use can be predicted: refresh is planned once the app is opened"),
+        UnusedCase(
+            label: "used a minute ago by its own word, never seen opened", plannerOpenedAgo: nil, recordUsedAgo: 60,
+            registeredAgo: day,
+            words: "no open of \(mail) has been seen yet, so no use can be predicted (its use 1 min ago was not an open "
+                + "the planner saw): refresh is planned once the app is opened"),
+        UnusedCase(
+            label: "unused for 8 days, registered again yesterday", plannerOpenedAgo: 8 * day, recordUsedAgo: 8 * day,
+            registeredAgo: day,
+            words: "\(mail) has not been used for 8 days (the limit is 7 days), so no use is predicted: "
+                + "refresh is planned once the app is opened"),
+        UnusedCase(
+            label: "seen used 8 days ago, used a minute ago unseen", plannerOpenedAgo: 8 * day, recordUsedAgo: 60,
+            registeredAgo: 30 * day,
+            words: "the planner last saw \(mail) used 8 days ago (the limit is 7 days), so no use is predicted "
+                + "(its use 1 min ago was not an open the planner saw): refresh is planned once the app is opened"),
+    ]
+
+    /// The refresh planner holds a refresh the record's own rule (`app-inactive`) lets through:
+    /// the words say whether it never saw the app opened, or saw it used too long ago, and when
+    /// the record knows of a newer use it did not see. The planner's view decides (see
+    /// `WindowPlanner.unusedWords`).
+    @Test(arguments: unusedCases)
+    func theWordsSayWhyNoUseIsPredicted(_ c: UnusedCase) {
+        let now = Clock.at(day: 21, 9, 1)
+        var refresh = RefreshPlanner(registeredAppCount: 1)
+        if let ago = c.plannerOpenedAgo {
+            refresh.recordOpen(of: mail, at: now - ago - 60)
+            refresh.recordClose(of: mail, at: now - ago)
+        }
+        refresh.advance(to: now)
+        let app = AppSchedulingState(
+            record: AppRecord(
+                appID: AppID(rawValue: mail)!, identifiers: ["\(mail).refresh"], identity: .flatpak, backgroundOnly: true,
+                registeredAt: now - c.registeredAgo, lastUsedAt: c.recordUsedAgo.map { now - $0 }),
+            reachable: true)
+        let ctx = context(now, strategy: .predicted, planning: PlanningFacts(refresh: refresh))
+        let r = request(mail, .refresh, at: now)
+        let explanation = planner.explain(r, app: app, context: ctx)
+        #expect(explanation.blocking.map(\.rule) == [.predictedUse])
+        #expect(explanation.blocking.last?.words == c.words)
+        #expect(planner.decide(pending: [r], apps: [app.record.appID: app], context: ctx).launches.isEmpty)
+    }
+
+    /// Both rules count an app unused at exactly `[limits] inactive_after` after its last use,
+    /// and used a second before: the record's `app-inactive` and the refresh planner agree.
+    @Test(arguments: [(Self.day * 7, true), (Self.day * 7 - 1, false)])
+    func theSevenDayBoundaryIsTheSameForBothRules(_ ago: Double, unused: Bool) {
+        let now = Clock.at(day: 21, 9, 1)
+        var refresh = RefreshPlanner(registeredAppCount: 1)
+        refresh.recordOpen(of: mail, at: now - ago - 60)
+        refresh.recordClose(of: mail, at: now - ago)
+        refresh.advance(to: now)
+        let app = appState(mail, lastUsed: now - ago, registered: now - 30 * Self.day)
+        let ctx = context(now, strategy: .predicted, planning: PlanningFacts(refresh: refresh))
+        let r = request(mail, .refresh, at: now)
+        let rules = RunWhenEligiblePolicy().explain(r, app: app, context: ctx)
+        #expect(rules.blocking.map(\.rule) == (unused ? [.appInactive] : []))
+        if unused {
+            #expect(rules.blocking.first?.words
+                == "\(mail) has not been used for 7 days (the limit is 7 days): it runs once you open the app")
+        }
+        let candidate = RefreshPlanner.Candidate(appID: mail)
+        #expect(refresh.ineligibility(of: candidate, at: now) == (unused ? .inactive(lastUse: now - ago) : nil))
     }
 }

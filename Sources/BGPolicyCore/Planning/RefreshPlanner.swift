@@ -435,17 +435,18 @@ public struct RefreshPlanner: Sendable {
 
     /// Why a candidate cannot refresh at `time` whatever the prediction says, if it cannot.
     public enum Ineligibility: Sendable, Equatable {
-        /// Never opened, or not used (opened, in use or left) for `inactiveAfterSeconds`.
-        case inactive
+        /// Never seen opened (`lastUse` nil), or not used (opened, in use or left) for
+        /// `inactiveAfterSeconds` since `lastUse`.
+        case inactive(lastUse: Double?)
         /// Refreshed too recently: the next refresh may come at `until`.
         case tooSoon(until: Double)
     }
 
     public func ineligibility(of candidate: Candidate, at time: Double) -> Ineligibility? {
-        guard let span = eligibleSpan(of: candidate, lastUse: predictor.lastUse(of: candidate.appID),
-                                      refreshed: lastRefresh[candidate.appID]),
+        let lastUse = predictor.lastUse(of: candidate.appID)
+        guard let span = eligibleSpan(of: candidate, lastUse: lastUse, refreshed: lastRefresh[candidate.appID]),
             time < span.until
-        else { return .inactive }
+        else { return .inactive(lastUse: lastUse) }
         return time < span.from ? .tooSoon(until: span.from) : nil
     }
 

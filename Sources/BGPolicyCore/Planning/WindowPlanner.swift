@@ -407,12 +407,10 @@ public struct WindowPlanner: SchedulingPolicy {
                 return Explanation(blocking: [], earliestRun: context.now, summary: "Runs in the wake window open now.")
             }
             switch planner.ineligibility(of: candidate, at: context.now) {
-            case .inactive:
+            case .inactive(let lastUse):
                 reasons.append(BlockingReason(
                     rule: .predictedUse,
-                    words: "\(appID) has not been used in the last "
-                        + "\(RunWhenEligiblePolicy.durationWords(context.configuration.limits.inactiveAfter.seconds, roundingUp: false)), "
-                        + "so no use is predicted: refresh is planned once the app is opened"))
+                    words: Self.unusedWords(appID, plannerLastUse: lastUse, recordLastUse: app.record.lastUsedAt, context)))
             case .tooSoon(let until):
                 let at = Self.gridPoint(atOrAfter: until, grid: grid)
                 reasons.append(BlockingReason(
@@ -446,6 +444,36 @@ public struct WindowPlanner: SchedulingPolicy {
             return .waiting(reasons, earliestRun: nil)
         }
         return Self.waitingForTheNextWindow(context)
+    }
+
+    /// Why the refresh planner predicts no use of `appID`: it has never seen the app opened
+    /// (`plannerLastUse` nil), or its last use it saw was `[limits] inactive_after` ago or more.
+    ///
+    /// The planner's view decides here, not the record's: a refresh is timed before a predicted
+    /// open, and with no open learned, or none recent, there is nothing to time it by. The record
+    /// (`recordLastUse`) can be newer: an app found in use when the agent started, opened while
+    /// the strategy was `every-window`, or used again by its own word while it was in use. Its
+    /// newer use then lifts `app-inactive` (checked before this, on the record) but not this;
+    /// the words say so, rather than call the app unused. An open the planner sees makes it
+    /// eligible.
+    static func unusedWords(
+        _ appID: String, plannerLastUse: Double?, recordLastUse: UnixTime?, _ context: SchedulingContext
+    ) -> String {
+        let now = context.now
+        let inactiveAfter = context.configuration.limits.inactiveAfter.seconds
+        func ago(_ time: Double) -> String { RunWhenEligiblePolicy.durationWords(now - time, roundingUp: false) }
+        let limit = "(the limit is \(RunWhenEligiblePolicy.durationWords(inactiveAfter, roundingUp: false)))"
+        // A use on the record that the planner did not see, and that the record's rule counts.
+        let unseen = recordLastUse.flatMap { $0 > (plannerLastUse ?? -.infinity) && now < $0 + inactiveAfter ? $0 : nil }
+        let text =
+            switch (plannerLastUse, unseen) {
+            case (let last?, nil): "\(appID) has not been used for \(ago(last)) \(limit), so no use is predicted"
+            case (let last?, _?): "the planner last saw \(appID) used \(ago(last)) ago \(limit), so no use is predicted"
+            case (nil, _): "no open of \(appID) has been seen yet, so no use can be predicted"
+            }
+        guard let unseen else { return text + ": refresh is planned once the app is opened" }
+        let when = now <= unseen ? "just now" : "\(ago(unseen)) ago"
+        return text + " (its use \(when) was not an open the planner saw): refresh is planned once the app is opened"
     }
 
     /// What `explain` says of work no rule holds: it runs in the window open now, or waits for
