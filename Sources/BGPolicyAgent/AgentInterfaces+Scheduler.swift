@@ -175,8 +175,9 @@ extension AgentInterfaces {
                     wake window, together with other work (sharing the slice of the app's other work
                     in that window, if any: seconds says how long). Only the newest undelivered wake
                     is kept: a second one before delivery replaces its payload. On battery each app
-                    may be woken 3 times an hour (a token bucket; LimitsExceeded says when the next
-                    is allowed); on AC, without limit. A wake the app answers with an error of its
+                    may be woken 3 times in any hour (a token bucket whose tokens come back an hour
+                    after they were spent; LimitsExceeded says when the next is allowed); on AC,
+                    without limit. A wake the app answers with an error of its
                     own is dropped; one answered org.bgpolicy.Error.Unavailable ("not now") waits
                     for the next window. InvalidArgument for text that is no app id, or a payload over 4096 bytes
                     marshalled, holding a file descriptor or a reserved key; NotRegistered for an app
