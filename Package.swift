@@ -160,7 +160,7 @@ let package = Package(
             swiftSettings: strictSettings
         ),
 
-        .testTarget(name: "BGPolicyCoreTests", dependencies: ["BGPolicyCore"], swiftSettings: strictSettings),
+        .testTarget(name: "BGPolicyCoreTests", dependencies: ["BGPolicyCore", "BGPolicyTestSupport"], swiftSettings: strictSettings),
         // A private dbus-daemon for the tests that need a real bus.
         .target(name: "BGPolicyTestSupport", path: "Tests/Support", swiftSettings: strictSettings),
         .testTarget(name: "BGPolicyDBusTests", dependencies: ["BGPolicyDBus", "BGPolicyTestSupport"], swiftSettings: strictSettings),

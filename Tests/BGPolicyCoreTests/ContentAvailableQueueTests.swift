@@ -1,4 +1,5 @@
 import BGPolicyCore
+import BGPolicyTestSupport
 import Testing
 
 private typealias Queue = ContentAvailableQueue<String>
@@ -515,7 +516,7 @@ struct ContentAvailableQueueTests {
     @Test("no span of an hour holds more than perHour accepted wakes, over a long seeded run", arguments: [1, 3, 6])
     func noHourHoldsMore(perHour: Int) {
         var queue = Queue(perHour: perHour)
-        var random = SeededGenerator(seed: 0x5EED_0000 + UInt64(perHour))
+        var random = SplitMix64(seed: 0x5EED_0000 + UInt64(perHour))
         var now = start
         var accepted: [UnixTime] = []
         for _ in 0..<20_000 {
@@ -535,18 +536,5 @@ struct ContentAvailableQueueTests {
             #expect(last - first + 1 <= perHour, "\(last - first + 1) accepted in the hour up to \(time - start)")
             if last - first + 1 > perHour { return }
         }
-    }
-}
-
-/// SplitMix64: the same sequence on every run and platform.
-private struct SeededGenerator {
-    var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
     }
 }
