@@ -212,7 +212,8 @@ public enum AgentInterfaces {
                     window it can run in (for a refresh under the predicted strategy, the first that
                     takes it in the plan GetTimeline draws, as ListPending gives it); and, in every
                     state, what the usage log holds of the app's opens, which the planner predicts
-                    from: "opens" (u) every open recorded (older than 8 weeks as counts),
+                    from: "opens" (u) every open recorded up to now (older than 8 weeks as counts;
+                    one stamped later, while the clock was ahead, counts once its time comes),
                     "opens_last_24h" (u), "last_open" (x, when there was one). These three are left
                     out when the log cannot be read.
                     """)],

@@ -213,8 +213,8 @@ extension TaskEngine {
 
     /// The opens of `appID` the usage log holds, for `Explain`: what the predictor learned
     /// from, so that "it is never refreshed" can be told apart from "the agent never sees it
-    /// opened". `opens` (u) every open recorded, `opens_last_24h` (u), and `last_open` (x)
-    /// when there was one. Nothing when the log cannot be read: the explanation stands
+    /// opened". `opens` (u) every open recorded up to now (`TaskStore.usageSummary`),
+    /// `opens_last_24h` (u), and `last_open` (x) when there was one. Nothing when the log cannot be read: the explanation stands
     /// without it, and the journal says why.
     func usageFacts(of appID: AppID) -> [String: Variant] {
         let summary: UsageSummary
