@@ -79,7 +79,7 @@ extension TaskStore {
         -> (movedTo: String, kept: (kept: [String], lost: [String])?)
     {
         let fresh = rebuildingFile(of: path)
-        for suffix in ["-wal", "-shm", ""] { unlink(fresh + suffix) }
+        removeDatabase(at: fresh)
         let kept: (kept: [String], lost: [String])?
         do throws(StoreError) {
             kept = try makeFreshFile(at: fresh, salvaging: path, extraPages: extraPages, afterTable: afterTable)
@@ -89,7 +89,7 @@ extension TaskStore {
             for suffix in ["-wal", "-shm"] { unlink(fresh + suffix) }
             try syncFile(fresh)
         } catch {
-            for suffix in ["-wal", "-shm", ""] { unlink(fresh + suffix) }
+            removeDatabase(at: fresh)
             throw error
         }
         let movedTo: String
@@ -123,7 +123,7 @@ extension TaskStore {
         let fresh = rebuildingFile(of: path)
         guard exists(fresh) else { return nil }
         if exists(path) {
-            for suffix in ["-wal", "-shm", ""] { unlink(fresh + suffix) }
+            removeDatabase(at: fresh)
             return nil
         }
         for suffix in ["-wal", "-shm"] { unlink(path + suffix) }
@@ -179,8 +179,7 @@ extension TaskStore {
         let keptOthers = others.count < copies.count ? keep - 1 : keep
         let removed = Array(others.dropLast(max(0, keptOthers)))
         for copy in removed {
-            // The WAL first: never a main file left without its own log.
-            for suffix in ["-wal", "-shm", ""] { unlink(copy + suffix) }
+            removeDatabase(at: copy)
         }
         return removed
     }
@@ -189,7 +188,7 @@ extension TaskStore {
     /// half made, its `-wal` and `-shm`), then renames `movedTo` and its `-wal` and `-shm` back.
     /// Best effort: a rename that fails leaves the file under its `.corrupt-` name, as before.
     static func putBack(_ movedTo: String, at path: String) {
-        for suffix in ["-wal", "-shm", ""] { unlink(path + suffix) }
+        removeDatabase(at: path)
         // The main file first, then its WAL, as `moveAside` moves them: no WAL is ever beside
         // a main file that is not its own.
         guard rename(movedTo, path) == 0 else { return }
@@ -217,6 +216,12 @@ extension TaskStore {
         }
         closedir(dir)
         return copies.sorted { $0.order.lexicographicallyPrecedes($1.order) }.map(\.path)
+    }
+
+    /// Removes the database at `path` with its `-wal` and `-shm`, the log first: a main file is
+    /// never left without its own log, nor a log beside a file that is not its own.
+    static func removeDatabase(at path: String) {
+        for suffix in ["-wal", "-shm", ""] { unlink(path + suffix) }
     }
 
     static func exists(_ path: String) -> Bool {

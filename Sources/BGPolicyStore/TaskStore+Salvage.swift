@@ -55,7 +55,7 @@ extension TaskStore {
                 return try fill(path, from: aside, migratedUpTo: ours[theirs.count - 1], extraPages: extraPages, afterTable: afterTable)
             } catch {
                 // Begun again from nothing, into this build's schema (a full disk fails again).
-                for suffix in ["-wal", "-shm", ""] { unlink(path + suffix) }
+                removeDatabase(at: path)
                 return try fill(path, from: aside, migratedUpTo: nil, extraPages: extraPages, afterTable: afterTable)
             }
         }
