@@ -104,13 +104,16 @@ public struct UsageTrace: Sendable, Equatable {
     /// error naming its line, rather than a U+FFFD that would make two app ids, differently
     /// malformed, one app.
     public static func parse(utf8 bytes: [UInt8]) throws(UsageTraceError) -> UsageTrace {
+        // One validating pass on the common path; the scalar walk below only finds where a
+        // trace that is not UTF-8 goes wrong.
+        if let text = String(validating: bytes, as: UTF8.self) { return try parse(text) }
         var iterator = bytes.makeIterator()
         var parser = Unicode.UTF8.ForwardParser()
         var offset = 0
-        decoding: while true {
+        while true {
             switch parser.parseScalar(from: &iterator) {
             case .valid(let encoded): offset += encoded.count
-            case .emptyInput: break decoding
+            case .emptyInput: preconditionFailure("String(validating:) refused bytes that decode as UTF-8 scalar by scalar")
             case .error(let length):
                 let line = 1 + bytes[..<offset].count(where: { $0 == UInt8(ascii: "\n") })
                 let hex = bytes[offset..<offset + length].map { "0x" + String($0, radix: 16, uppercase: true) }
@@ -118,7 +121,6 @@ public struct UsageTrace: Sendable, Equatable {
                     line: line, "the bytes \(hex.joined(separator: " ")) are not UTF-8 text: save the trace as UTF-8")
             }
         }
-        return try parse(String(decoding: bytes, as: UTF8.self))
     }
 
     public static func parse(_ text: String) throws(UsageTraceError) -> UsageTrace {
