@@ -35,16 +35,11 @@ extension TaskStore {
         }
     }
 
-    /// The times of the app's violations since `since` (`HistoryEvent.isViolation`), oldest
-    /// first: one for each distinct time and event. The tasks of one slice that overran or was
-    /// throttled are written at one time with one event: they count once, as the running agent
-    /// counts them (`RecentViolations`).
-    public func violationTimes(appID: AppID, since: UnixTime) throws(StoreError) -> [UnixTime] {
-        try violations(appID: appID, since: since).map(\.time)
-    }
-
-    /// `violationTimes`, each with its kind (`HistoryEvent.violation`), so that `explain` can
-    /// say whether the app overran or used too much CPU.
+    /// The app's violations since `since` (`HistoryEvent.isViolation`), oldest first, each with
+    /// its kind (`HistoryEvent.violation`), so that `explain` can say whether the app overran or
+    /// used too much CPU: one for each distinct time and event. The tasks of one slice that
+    /// overran or was throttled are written at one time with one event: they count once, as the
+    /// running agent counts them (`RecentViolations`).
     public func violations(appID: AppID, since: UnixTime) throws(StoreError) -> [(time: UnixTime, kind: ViolationKind)] {
         try read { db in
             try Row.fetchAll(
@@ -100,7 +95,7 @@ extension TaskStore {
     /// about 4 MB per app and share, and weeks of any app's real use.
     public static let historyPerAppLimit = 20_000
 
-    /// The entries `violationTimes` reads: the app's violations (`HistoryEvent.isViolation`).
+    /// The entries `violations` reads: the app's violations (`HistoryEvent.isViolation`).
     static let isViolationSQL: String = {
         let events = HistoryEvent.allCases.filter(\.isViolation).map { "'\($0.rawValue)'" }
         return "event IN (\(events.joined(separator: ", ")))"
@@ -112,7 +107,7 @@ extension TaskStore {
 
     /// Which share of an app's history an entry is in, each capped apart (`pruneHistory`):
     /// 1 its violations, 2 its refreshes' answers, 0 the rest. The agent decides from the first
-    /// two, read back at start: an app's overrun penalties (`violationTimes`) and its refreshes'
+    /// two, read back at start: an app's overrun penalties (`violations`) and its refreshes'
     /// standing (`refreshResults`). Under one cap for all, an app that resubmitted 20,001 times
     /// (a `replaced` row each, at the bus's pace) pushed them out, and a restart forgave it.
     /// Capped apart, a flood pushes out only older rows of its own share. Those two are not

@@ -259,10 +259,10 @@ struct TaskStoreTests {
         #expect(ids.count == 7 && Set(ids).count == 7)
     }
 
-    @Test("violationTimes gives the times of the app's violating events since a time, oldest first")
+    @Test("violations gives the times of the app's violating events since a time, oldest first")
     func violations() throws {
         let store = try TaskStore.inMemory()
-        #expect(try store.violationTimes(appID: Sample.maps, since: 0).isEmpty)
+        #expect(try store.violations(appID: Sample.maps, since: 0).map(\.time).isEmpty)
         var time = 0.0
         for event in HistoryEvent.allCases {
             time += 1
@@ -271,11 +271,11 @@ struct TaskStoreTests {
         }
         let violating = HistoryEvent.allCases.filter(\.isViolation)
         #expect(violating.count == 6)
-        let all = try store.violationTimes(appID: Sample.maps, since: 0)
+        let all = try store.violations(appID: Sample.maps, since: 0).map(\.time)
         #expect(all.count == violating.count)
         #expect(all.last == Double(HistoryEvent.allCases.lastIndex { $0.isViolation }! + 1))
         let expiredAt = Double(HistoryEvent.allCases.firstIndex(of: .expired)! + 1)
-        let later = try store.violationTimes(appID: Sample.maps, since: expiredAt + 1)
+        let later = try store.violations(appID: Sample.maps, since: expiredAt + 1).map(\.time)
         #expect(later.count == violating.count - 1)
     }
 
@@ -286,7 +286,7 @@ struct TaskStoreTests {
         for _ in 0..<3 { try store.append(Sample.entry(.expired, at: 10)) }
         for _ in 0..<2 { try store.append(Sample.entry(.cpuThrottled, at: 20)) }
         try store.append(Sample.entry(.expired, at: 30))
-        let counted = try store.violationTimes(appID: Sample.maps, since: 0)
+        let counted = try store.violations(appID: Sample.maps, since: 0).map(\.time)
         #expect(counted == [10, 20, 30])
         // With their kinds, so that explain can say the app used too much CPU, not that it overran.
         let kinds = try store.violations(appID: Sample.maps, since: 0)
@@ -351,7 +351,7 @@ struct TaskStoreTests {
         }
         // Only the oldest `replaced` goes: the cap holds the flood to its own kind.
         #expect(try store.pruneHistory(before: 0) == 1)
-        #expect(try store.violationTimes(appID: Sample.maps, since: 0) == [10, 11])
+        #expect(try store.violations(appID: Sample.maps, since: 0).map(\.time) == [10, 11])
         let results = try store.refreshResults(since: 0)
         #expect(results.map(\.appID) == [Sample.maps] && results.map(\.result) == [.noData])
         let replaced = try store.history(since: 0, limit: 2 * TaskStore.historyPerAppLimit).filter { $0.event == .replaced }
