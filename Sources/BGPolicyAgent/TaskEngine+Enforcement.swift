@@ -349,6 +349,17 @@ extension TaskEngine {
         undoRetryTimer?.cancel()
         undoRetryTimer = nil
         storeUnsavedReturns()
+        // The disk is still full, and its reserve spent: on disk these tasks are still running,
+        // and the next start closes them as interrupted. Said for each, so that the user knows
+        // which work to start again.
+        for (taskID, unsaved) in unsavedReturns.sorted(by: { $0.key < $1.key }) {
+            logger.error(
+                "The disk is full: a request put back after a failed delivery could not be written before the stop, and is lost",
+                metadata: [
+                    "app.id": "\(unsaved.request.appID)", "task.identifier": "\(unsaved.request.identifier)",
+                    "task.id": "\(taskID)",
+                ])
+        }
         for sliceID in slices.keys.sorted() {
             guard let slice = slices[sliceID] else { continue }
             for member in slice.sentOpenMembers { sendExpireExpectingNoReply(member.taskID, to: slice.connection) }

@@ -148,6 +148,7 @@ extension TaskEngine {
         fullEvaluationNeeded = false
         dirtyApps = []
         let now = Self.wallNow()
+        keepReserveIfDue()
         var concerned = candidates
         for appID in deliverableContentWakeApps() where full || candidates.contains(appID) { concerned.insert(appID) }
         var work: [AppWork] = []
@@ -913,8 +914,10 @@ extension TaskEngine {
         // and leave the writer idle by the time it is done.
         let writesQueued = !writer.isIdle
         do {
-            try storeReturn(
-                of: request, taskID: member.taskID, reason: reason, at: now, repending: newer == nil, outcome: outcome)
+            try Self.spendingReserve(store: store, logger: logger, appID: request.appID) { () throws(StoreError) in
+                try storeReturn(
+                    of: request, taskID: member.taskID, reason: reason, at: now, repending: newer == nil, outcome: outcome)
+            }
             if newer == nil, writesQueued { saveAgainBehindQueuedWrites(request) }
         } catch {
             // On disk the task is still running, and a start would close it as interrupted
@@ -943,7 +946,9 @@ extension TaskEngine {
         beginSaving(appID)
         writer.enqueue { [self] in
             do {
-                try store.savePending(request)
+                try Self.spendingReserve(store: store, logger: logger, appID: appID) { () throws(StoreError) in
+                    try store.savePending(request)
+                }
             } catch {
                 logger.error(
                     "Could not write again a request put back after a failed delivery; the next start may not find it pending",
@@ -1003,7 +1008,9 @@ extension TaskEngine {
             let current = pending[request.appID]?[request.identifier]
             do {
                 if let current {
-                    try storeReturn(of: current, taskID: taskID, reason: unsaved.reason, at: unsaved.at)
+                    try Self.spendingReserve(store: store, logger: logger, appID: request.appID) { () throws(StoreError) in
+                        try storeReturn(of: current, taskID: taskID, reason: unsaved.reason, at: unsaved.at)
+                    }
                 } else {
                     try store.finishTask(
                         taskID: taskID,
@@ -1016,6 +1023,26 @@ extension TaskEngine {
             } catch {
                 return  // The disk still refuses: the next chance.
             }
+        }
+    }
+
+    /// `write`, which keeps a request that would otherwise be pending in memory only (a
+    /// request put back after a failed delivery), tried once more when the disk is full, on the
+    /// room the store keeps in reserve for it (`TaskStore.releaseReserve`): a stop or a crash
+    /// before the disk had room again would take the request's task for interrupted and lose
+    /// the request. The reserve is made again once there is room (`keepReserveIfDue`). Static,
+    /// for the store writer too (`saveAgainBehindQueuedWrites`).
+    nonisolated static func spendingReserve(
+        store: TaskStore, logger: Logger, appID: AppID, _ write: () throws(StoreError) -> Void
+    ) throws(StoreError) {
+        do {
+            try write()
+        } catch .full(let message) {
+            guard store.releaseReserve() else { throw .full(message) }
+            logger.error(
+                "The disk is full: the room kept in reserve was given back to keep a request put back after a failed delivery; free some space on the disk that holds the database",
+                metadata: ["app.id": "\(appID)", "database": "\(store.path ?? "-")", "error": "\(message)"])
+            try write()
         }
     }
 

@@ -132,6 +132,11 @@ actor TaskEngine {
     /// next evaluation and at the stop (`storeUnsavedReturns`), so that a restart does not take
     /// their rows for tasks that ran.
     var unsavedReturns: [String: (request: TaskRequest, reason: String, at: UnixTime)] = [:]
+    /// When `keepReserveIfDue` next looks at the store's reserve, on the boot clock (a wall
+    /// clock set back would put it off for as long).
+    var nextReserveCheck = -Double.infinity
+    /// `keepReserve` said it could not make the reserve, and says so again only after it could.
+    var reserveFailureSaid = false
     /// The refresh planner (predictions and budget), `nil` with `[refresh] strategy = every-window`.
     var refreshPlanner: RefreshPlanner?
     /// The latest opportunistic window (unlock, activity, charger, unmetered network).
@@ -293,6 +298,8 @@ actor TaskEngine {
             logger.error("Could not read the usage log; refresh is planned without the learned history", metadata: ["error": "\(error)"])
         }
         restorePlannerState(now: now)
+        // Room for a request put back on a full disk (`spendingReserve`).
+        keepReserveIfDue()
         // Apps that registered a bus_name can be started for what is already due.
         requestEvaluation()
         logger.info(
@@ -305,6 +312,37 @@ actor TaskEngine {
 
     /// Violations older than this no longer count against an app (`RecentViolations`).
     static let violationMemory = RecentViolations.memory
+
+    /// How often, at most, an evaluation looks whether the store's reserve for a full disk
+    /// (`TaskStore.keepReserve`) is in place, and makes it again if not: after it was spent
+    /// (`spendingReserve`), once the disk has room again. One `stat` when it is there.
+    static let reserveCheckInterval = 600.0
+
+    /// Makes the store's reserve again if it is missing, at most every `reserveCheckInterval`:
+    /// at an evaluation, so that no timer wakes the agent for it.
+    func keepReserveIfDue() {
+        let boot = Self.bootNow()
+        guard boot >= nextReserveCheck else { return }
+        nextReserveCheck = boot + Self.reserveCheckInterval
+        keepReserve()
+    }
+
+    /// `TaskStore.keepReserve`, saying so when it made the reserve again after it was spent,
+    /// and, once, when it could not.
+    func keepReserve() {
+        if store.hasReserve { return }
+        if let failure = store.keepReserve() {
+            if !reserveFailureSaid {
+                reserveFailureSaid = true
+                logger.warning(
+                    "Could not keep room in reserve for a full disk; a request put back after a failed delivery may be lost if the disk fills",
+                    metadata: ["bytes": "\(TaskStore.reserveSize)", "error": "\(failure)"])
+            }
+            return
+        }
+        reserveFailureSaid = false
+        logger.info("Room kept in reserve for a full disk", metadata: ["bytes": "\(TaskStore.reserveSize)"])
+    }
 
     static func wallNow() -> UnixTime {
         var ts = timespec()

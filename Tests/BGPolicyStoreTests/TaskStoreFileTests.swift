@@ -848,3 +848,76 @@ struct TaskStoreFileTests {
         #expect(try store.runningTasks().map(\.taskID) == ["t1"])
     }
 }
+
+@Suite("TaskStore's reserve for a full disk")
+struct TaskStoreReserveTests {
+    func size(_ path: String) -> Int? {
+        (try? FileManager.default.attributesOfItem(atPath: path)[.size] as? Int) ?? nil
+    }
+
+    @Test("keepReserve allocates reserveSize bytes beside the database, once; releaseReserve gives them back, once")
+    func keepAndRelease() throws {
+        let scratch = try ScratchDirectory()
+        defer { scratch.remove() }
+        let path = scratch.path + "/tasks.db"
+        let store = try TaskStore(path: path)
+        let reserve = path + ".reserve"
+        #expect(!store.hasReserve)
+        #expect(store.keepReserve() == nil)
+        #expect(size(reserve) == TaskStore.reserveSize)
+        #expect(store.hasReserve)
+        // Allocated, not a sparse file that a full disk could not fill in.
+        var status = stat()
+        #expect(stat(reserve, &status) == 0)
+        #expect(Int(status.st_blocks) * 512 >= TaskStore.reserveSize)
+        // Kept as it is: the same file, not made again.
+        let inode = status.st_ino
+        #expect(store.keepReserve() == nil)
+        #expect(stat(reserve, &status) == 0 && status.st_ino == inode)
+        #expect(store.releaseReserve())
+        #expect(size(reserve) == nil)
+        #expect(!store.hasReserve)
+        #expect(!store.releaseReserve(), "there is none left to give back")
+        #expect(store.keepReserve() == nil)
+        #expect(size(reserve) == TaskStore.reserveSize)
+    }
+
+    @Test("a reserve cut short (a full disk, a kill) is made again whole, and its unfinished copy is not left")
+    func shortReserveMadeAgain() throws {
+        let scratch = try ScratchDirectory()
+        defer { scratch.remove() }
+        let path = scratch.path + "/tasks.db"
+        let store = try TaskStore(path: path)
+        let reserve = path + ".reserve"
+        #expect(FileManager.default.createFile(atPath: reserve, contents: Data(count: 4096)))
+        #expect(FileManager.default.createFile(atPath: reserve + ".new", contents: Data(count: 100)))
+        #expect(!store.hasReserve)
+        #expect(store.keepReserve() == nil)
+        #expect(size(reserve) == TaskStore.reserveSize)
+        #expect(size(reserve + ".new") == nil)
+    }
+
+    @Test("a directory that cannot take the reserve says why, and the store works on without it")
+    func reserveRefused() throws {
+        let scratch = try ScratchDirectory()
+        defer { scratch.remove() }
+        let path = scratch.path + "/tasks.db"
+        let store = try TaskStore(path: path)
+        // A directory where the unfinished reserve goes: open(2) cannot make a file there.
+        try FileManager.default.createDirectory(atPath: path + ".reserve.new", withIntermediateDirectories: false)
+        let failure = store.keepReserve()
+        #expect(failure?.contains(path + ".reserve.new") == true, "\(failure ?? "nil")")
+        #expect(!store.hasReserve)
+        try store.saveApp(Sample.app(Sample.maps))
+        try store.savePending(Sample.request(Sample.maps, "a"))
+        #expect(try store.pendingRequests().map(\.identifier) == ["a"])
+    }
+
+    @Test("a store in memory keeps no reserve, and has none to give back")
+    func inMemory() throws {
+        let store = try TaskStore.inMemory()
+        #expect(store.keepReserve() == nil)
+        #expect(!store.hasReserve)
+        #expect(!store.releaseReserve())
+    }
+}

@@ -707,56 +707,126 @@ def test_a_slice_that_cannot_be_recorded_is_tried_again_minutes_later_not_at_onc
     assert agent.alive()
 
 
-def test_a_request_put_back_on_a_full_disk_is_written_when_there_is_room(tmp_path):
-    """A delivery that fails puts its request back: pending again, and the task's running row
-    gone. On a full disk that write fails; the request stays pending in memory, and is written
-    at the next chance, so that a crash after the disk has room does not close the task as
-    interrupted and lose the request. (It was written never, and a restart lost it.)"""
-    with th.open_world(tmp_path, activation=True) as world:
-        disk = simulated_full_disk(world)
-        if not isinstance(disk, TmpfsDisk):
-            pytest.skip("needs a tmpfs to fill while a delivery is under way")
-        slow, identifier = "org.example.Slow", "org.example.Slow.refresh"
-        (world.service_dir / f"{slow}.service").write_text(
-            f'[D-BUS Service]\nName={slow}\nExec=/bin/sh -c "sleep 3; exit 1"\n')
-        agent = world.start_agent()
-        app = world.app("slow")
-        app.register([identifier], app_id=slow, bus_name=slow)
-        app.submit(identifier, "refresh", earliest_begin=later(3600))
-        app.quit()
-        th.wait_until(lambda: agent.app_record(slow)["connected"] is False, 5, "the app is gone")
+def reserve(world):
+    """The room the store keeps for a full disk (`TaskStore.keepReserve`)."""
+    return state_dir(world) / "bgpolicy.sqlite.reserve"
 
+
+class FailedDelivery:
+    """An activatable app whose launch fails after 3 s: its request, delivered while the disk
+    fills up, is put back on the full disk. `reserve_spent`: the store's reserve is removed
+    before the disk fills, as if an earlier put-back had spent it."""
+
+    SLOW, IDENTIFIER = "org.example.Slow", "org.example.Slow.refresh"
+
+    def __init__(self, world, reserve_spent):
+        self.world = world
+        self.disk = simulated_full_disk(world)
+        if not isinstance(self.disk, TmpfsDisk):
+            pytest.skip("needs a tmpfs to fill while a delivery is under way")
+        (world.service_dir / f"{self.SLOW}.service").write_text(
+            f'[D-BUS Service]\nName={self.SLOW}\nExec=/bin/sh -c "sleep 3; exit 1"\n')
+        self.agent = world.start_agent()
+        assert reserve(world).stat().st_size == 1 << 20, "the agent keeps 1 MiB in reserve from its start"
+        app = world.app("slow")
+        app.register([self.IDENTIFIER], app_id=self.SLOW, bus_name=self.SLOW)
+        app.submit(self.IDENTIFIER, "refresh", earliest_begin=later(3600))
+        app.quit()
+        th.wait_until(lambda: self.agent.app_record(self.SLOW)["connected"] is False, 5, "the app is gone")
+        if reserve_spent:
+            reserve(world).unlink()
+
+    def fail_on_full_disk(self):
         outcome = []
         # From a connection of its own: calls from one connection are answered in order, and
         # the test asks the agent how the launch goes while it waits for the app.
-        launcher = th.connect(world.daemon.address)
-        world.stack.push(lambda: launcher.close_sync(None))
+        launcher = th.connect(self.world.daemon.address)
+        self.world.stack.push(lambda: launcher.close_sync(None))
 
         def launch():
             try:
-                th.call(launcher, th.ADMIN, "SimulateLaunch", "ss", (slow, identifier), timeout=40)
+                th.call(launcher, th.ADMIN, "SimulateLaunch", "ss", (self.SLOW, self.IDENTIFIER), timeout=40)
                 outcome.append(None)
             except th.AgentError as error:
                 outcome.append(error.name)
         thread = threading.Thread(target=launch)
         thread.start()
-        th.wait_until(lambda: agent.explain(slow, identifier)["state"] == "running", 5, "the bus starts the app")
-        disk.fill(agent)
+        th.wait_until(lambda: self.agent.explain(self.SLOW, self.IDENTIFIER)["state"] == "running", 5,
+                      "the bus starts the app")
+        self.disk.fill(self.agent)
         thread.join(timeout=40)
         assert outcome == [th.ERROR_PREFIX + "Unavailable"], outcome
-        assert [p["identifier"] for p in agent.list_pending()] == [identifier]
+        assert [p["identifier"] for p in self.agent.list_pending()] == [self.IDENTIFIER]
 
-        def stored():
-            with sqlite3.connect(f"file:{database(world)}?mode=ro", uri=True) as db:
-                return [row[0] for row in db.execute("SELECT identifier FROM pending WHERE app_id = ?", (slow,))]
-        disk.free(agent)
+    def stored(self):
+        with sqlite3.connect(f"file:{database(self.world)}?mode=ro", uri=True) as db:
+            return [row[0] for row in db.execute("SELECT identifier FROM pending WHERE app_id = ?", (self.SLOW,))]
+
+
+def test_a_request_put_back_on_a_full_disk_is_written_when_there_is_room(tmp_path):
+    """A delivery that fails puts its request back: pending again, and the task's running row
+    gone. On a full disk, with the store's reserve spent, that write fails; the request stays
+    pending in memory, and is written at the next chance, so that a crash after the disk has
+    room does not close the task as interrupted and lose the request. (It was written never,
+    and a restart lost it.)"""
+    with th.open_world(tmp_path, activation=True) as world:
+        delivery = FailedDelivery(world, reserve_spent=True)
+        delivery.fail_on_full_disk()
+        agent = delivery.agent
+        delivery.disk.free(agent)
         # Any evaluation is the next chance: here, another app's Submit.
         other = world.registered_app("org.example.Other", ["org.example.Other.refresh"])
         other.submit("org.example.Other.refresh", "refresh", earliest_begin=later(3600))
-        th.wait_until(lambda: stored() == [identifier], 5, "the request written again")
+        th.wait_until(lambda: delivery.stored() == [delivery.IDENTIFIER], 5, "the request written again")
         agent.sigkill()
         agent.restart()
-        assert sorted(p["identifier"] for p in agent.list_pending()) == ["org.example.Other.refresh", identifier]
-        assert agent.events("interrupted", app_id=slow) == []
+        assert sorted(p["identifier"] for p in agent.list_pending()) == ["org.example.Other.refresh",
+                                                                         delivery.IDENTIFIER]
+        assert agent.events("interrupted", app_id=delivery.SLOW) == []
         for words in ("Could not put a request back on disk", "A request put back in memory is on disk again"):
             assert words in agent.stderr(), words
+        # The start made the reserve again, now that there is room.
+        assert reserve(world).stat().st_size == 1 << 20
+
+
+def test_a_request_put_back_on_a_full_disk_is_written_on_the_reserve_and_survives_a_stop(tmp_path):
+    """The same put-back with the store's reserve in place: the reserve is given back to the
+    file system and the write is tried again at once, so that a stop, or a crash, before the
+    disk has room again does not lose the request. (Before the reserve, a stop on the still
+    full disk left the task running on disk, and the next start closed it as interrupted and
+    lost the request.)"""
+    with th.open_world(tmp_path, activation=True) as world:
+        delivery = FailedDelivery(world, reserve_spent=False)
+        delivery.fail_on_full_disk()
+        agent = delivery.agent
+        # Written while the disk is still full: on disk now, not at the next chance.
+        assert delivery.stored() == [delivery.IDENTIFIER]
+        assert not reserve(world).exists()
+        assert "the room kept in reserve was given back" in agent.stderr(), agent.stderr_tail(20)
+        assert "Could not put a request back on disk" not in agent.stderr()
+        # Others take what the reserve gave back, and the agent stops on the full disk.
+        delivery.disk.fill(agent)
+        agent.stop()
+        assert "is lost" not in agent.stderr()
+        delivery.disk.free(agent)
+        agent.restart()
+        assert [p["identifier"] for p in agent.list_pending()] == [delivery.IDENTIFIER]
+        assert agent.events("interrupted", app_id=delivery.SLOW) == []
+        assert reserve(world).stat().st_size == 1 << 20
+
+
+def test_a_request_put_back_with_no_reserve_and_a_stop_on_the_full_disk_is_said_lost(tmp_path):
+    """The limit: with the reserve spent and the disk still full at the stop, the request put
+    back cannot be written, and the next start closes its task as interrupted. The stop says so
+    for each such request, naming it, so that the user knows which work to start again."""
+    with th.open_world(tmp_path, activation=True) as world:
+        delivery = FailedDelivery(world, reserve_spent=True)
+        delivery.fail_on_full_disk()
+        agent = delivery.agent
+        agent.stop()
+        lost = {line for line in agent.proc.stderr().splitlines() if "could not be written before the stop, and is lost" in line}
+        assert len(lost) == 1 and delivery.IDENTIFIER in lost.pop(), agent.stderr_tail(20)
+        delivery.disk.free(agent)
+        agent.restart()
+        assert agent.list_pending() == []
+        assert [e["identifier"] for e in agent.events("interrupted", app_id=delivery.SLOW)] == [delivery.IDENTIFIER]
