@@ -1403,6 +1403,7 @@ extension TaskEngine {
             cpuSeconds: cpuSeconds, duration: slice.elapsed)
         do {
             try store.finishTask(taskID: member.taskID, history: entry)
+            noteHistoryWritten(count: 1, at: entry.time)
         } catch {
             logger.error("Could not record a task's end", metadata: ["task.id": "\(member.taskID)", "error": "\(error)"])
             if mustStore { throw error }

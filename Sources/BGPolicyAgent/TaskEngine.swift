@@ -1073,10 +1073,10 @@ actor TaskEngine {
     }
 
     /// Counts history rows written, by `appendHistory` or with a change they describe (a
-    /// Submit's, a Cancel's, a registration's withdrawals), and every 1,000 prunes what is past
-    /// retention. Counting them all matters for an app that submits and cancels in a loop:
-    /// only those rows grow the table then, and pruning at start alone would let them fill
-    /// the disk while the agent runs.
+    /// Submit's, a Cancel's, a registration's withdrawals, a task's end), and every 1,000
+    /// prunes what is past retention. Counting them all matters for an app that submits and
+    /// cancels in a loop: only those rows grow the table then, and pruning at start alone would
+    /// let them fill the disk while the agent runs.
     func noteHistoryWritten(count: Int, at time: UnixTime) {
         guard count > 0 else { return }
         let before = historyAppends
