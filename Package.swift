@@ -171,7 +171,8 @@ let package = Package(
         ),
         .testTarget(
             name: "BGPolicyStoreTests",
-            dependencies: ["BGPolicyStore", "BGPolicyCore"],
+            // GRDB for a second connection to a store's file, as another process would hold.
+            dependencies: ["BGPolicyStore", "BGPolicyCore", .product(name: "GRDB", package: "GRDB.swift")],
             swiftSettings: strictSettings
         ),
         .testTarget(

@@ -146,13 +146,22 @@ extension TaskStore {
     /// agent, which calls the store on its one executor, for seconds on a big log, and could
     /// fail on the nearly full disk where space matters most. Nor `auto_vacuum`, which only a
     /// new file or a `VACUUM` can turn on.
+    ///
+    /// It does not wait for another process's reader (a user's `sqlite3` left in a
+    /// transaction): a `TRUNCATE` checkpoint waits for every reader of the WAL to finish, for as
+    /// long as the busy timeout (5 s), and the agent's executor, which called it, answered
+    /// nobody meanwhile. With the timeout off for the call, it folds in what it can and returns;
+    /// the next call catches up.
     public func compact() throws(StoreError) {
         do {
             // Outside a transaction: a checkpoint cannot run inside one.
             try withQueue { queue in
                 try queue.inDatabase { db in
+                    let timeout = try Int.fetchOne(db, sql: "PRAGMA busy_timeout") ?? 0
+                    try db.execute(sql: "PRAGMA busy_timeout = 0")
+                    defer { try? db.execute(sql: "PRAGMA busy_timeout = \(timeout)") }
                     // Its row (busy, log pages, checkpointed pages) is not an error: busy = 1 only
-                    // when another process (a user's `sqlite3`) reads, and the next call catches up.
+                    // when another process reads, and the next call catches up.
                     _ = try Row.fetchOne(db, sql: "PRAGMA wal_checkpoint(TRUNCATE)")
                 }
             }

@@ -1,6 +1,7 @@
 import BGPolicyCore
 @testable import BGPolicyStore
 import Foundation
+import GRDB
 import Testing
 
 /// Times with a known hour of the week (2024-01-01 was a Monday).
@@ -220,6 +221,33 @@ struct UsageLogTests {
         #expect(try reopened.usageSummary(appID: Sample.maps, now: now) == summary)
         #expect(summary?.opensTotal ?? 0 > 0)
         try reopened.compact()
+    }
+
+    @Test("compacting does not wait for another process's reader, keeps the busy timeout, and catches up once it is gone")
+    func compactBesideAReader() throws {
+        let scratch = try ScratchDirectory()
+        defer { scratch.remove() }
+        let path = scratch.path + "/state.sqlite"
+        let store = try TaskStore(path: path)
+        try store.appendUsage([(Sample.maps, .foreground, Week.monday)])
+        // A user's `sqlite3` in a read transaction on the WAL, as another connection.
+        var configuration = Configuration()
+        configuration.allowsUnsafeTransactions = true
+        let reader = try DatabaseQueue(path: path, configuration: configuration)
+        try reader.inDatabase { db in
+            try db.beginTransaction(.deferred)
+            _ = try Int.fetchOne(db, sql: "SELECT count(*) FROM usage")
+        }
+        let wal = { (try? FileManager.default.attributesOfItem(atPath: path + "-wal")[.size] as? Int) ?? nil }
+        let clock = ContinuousClock()
+        let took = try clock.measure { try store.compact() }
+        // It waited out the whole 5 s busy timeout before.
+        #expect(took < .seconds(2.5), "compact waited \(took) for the reader")
+        #expect(wal() ?? 0 > 0, "the reader holds the WAL, which cannot be truncated yet")
+        #expect(try store.pragma("busy_timeout") == "5000")
+        try reader.inDatabase { db in try db.commit() }
+        try store.compact()
+        #expect(wal() == 0)
     }
 
     @Test("a WAL a big transaction grew is cut back to the limit when it is reused")
