@@ -330,7 +330,8 @@ actor TaskEngine {
     /// `TaskStore.keepReserve`, saying so when it made the reserve again after it was spent,
     /// and, once, when it could not.
     func keepReserve() {
-        if store.hasReserve { return }
+        // A store in memory has no disk to keep room on.
+        guard store.path != nil, !store.hasReserve else { return }
         if let failure = store.keepReserve() {
             if !reserveFailureSaid {
                 reserveFailureSaid = true
