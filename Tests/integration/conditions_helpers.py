@@ -534,12 +534,9 @@ def wakes_over(pid, seconds):
 
 
 def find_bin_dir():
-    configured = os.environ.get("BGPOLICY_BUILD_DIR")
-    if configured:
-        return Path(configured)
-    result = subprocess.run(["swift", "build", "--package-path", str(ROOT), "--show-bin-path"],
-                            capture_output=True, text=True, timeout=120, check=True)
-    return Path(result.stdout.strip().splitlines()[-1])
+    """conftest's: $BGPOLICY_BUILD_DIR, else where `$SWIFT build` puts its binaries."""
+    from conftest import find_bin_dir as conftest_find_bin_dir
+    return conftest_find_bin_dir()
 
 
 def log(*args):

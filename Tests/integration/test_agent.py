@@ -12,20 +12,14 @@ from pathlib import Path
 
 import pytest
 
+from conftest import find_bin_dir
+
 ROOT = Path(__file__).resolve().parents[2]
 AGENT_PATH = "/org/bgpolicy/Agent1"
 BUS_NAME = "org.bgpolicy.Agent1"
 
 
-def bin_dir():
-    env_dir = os.environ.get("BGPOLICY_BUILD_DIR")
-    if env_dir:
-        return Path(env_dir)
-    out = subprocess.run(["swift", "build", "--show-bin-path"], cwd=ROOT, capture_output=True, text=True, check=True)
-    return Path(out.stdout.strip())
-
-
-BIN = bin_dir()
+BIN = find_bin_dir()
 
 
 class Bus:
