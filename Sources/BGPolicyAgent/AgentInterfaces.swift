@@ -138,7 +138,8 @@ public enum AgentInterfaces {
                     expiration-warned, completed, expired, vanished, interrupted, sleep-expired, switched-off, user-returned,
                     conditions-lost, cpu-warned, cpu-throttled, cpu-frozen, cpu-stopped, cpu-observed, cpu-released,
                     background-task-began, background-task-ended, background-task-expired, app-enabled,
-                    app-disabled, global-enabled, global-disabled, content-queued, database-recovered.
+                    app-disabled, global-enabled, global-disabled, content-queued, database-recovered; and
+                    usage, only in entries older agents wrote (opens and closes now go to the usage log).
                     """)],
                 documentation: """
                     GetHistory:

@@ -1108,16 +1108,20 @@ actor TaskEngine {
     /// `GetHistory`, or with `appID` `GetAppHistory`: the newest `limit` entries (0 for 100, at
     /// most 10,000) at or after `since`, oldest first. An app the agent does not know, with
     /// no entries either, is `NotRegistered`, as `Explain` words it; one that has entries is
-    /// answered with them.
+    /// answered with them, or with none after `since` (not `NotRegistered`: it has some).
     func history(of appID: AppID? = nil, since: Int64, limit: UInt32) throws(SchedulerError) -> [HistoryEntry] {
         let count = limit == 0 ? 100 : min(Int(limit), 10_000)
         let entries: [HistoryEntry]
+        var none = false
         do {
             entries = try store.history(since: UnixTime(since), limit: count, appID: appID)
+            if let appID, entries.isEmpty, !isRegistered(appID) {
+                none = try store.history(since: 0, limit: 1, appID: appID).isEmpty
+            }
         } catch {
             throw storeFailed(error, "reading the history")
         }
-        if let appID, entries.isEmpty, !isRegistered(appID) { throw .unknownApp(appID.rawValue) }
+        if let appID, none { throw .unknownApp(appID.rawValue) }
         return entries
     }
 

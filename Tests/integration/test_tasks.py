@@ -329,7 +329,11 @@ def test_an_apps_history_is_its_own_newest_entries_however_many_other_apps_have(
     r = agent.cli("history", app_id, "--limit", "2", "--json")
     assert [e["id"] for e in json.loads(r.stdout)] == [e["id"] for e in mine[-2:]]
     assert r.stderr.startswith("bgpolicy: note: only the newest 2 events are shown;"), r.stderr
-    # An app with neither a registration nor entries is refused as Explain refuses it.
+    # An app that is not registered but has entries (the busy one's came with no registration)
+    # has its entries, and none after them; only one with neither is NotRegistered, as Explain
+    # refuses it. (Asked after its entries, the busy app was NotRegistered.)
+    assert len(agent.admin("GetAppHistory", "sxu", ("org.example.Busy", 0, 3), "(aa{sv})")[0]) == 3
+    assert agent.admin("GetAppHistory", "sxu", ("org.example.Busy", int(newer) + 100, 0), "(aa{sv})")[0] == []
     message = expect_error("NotRegistered", agent.admin, "GetAppHistory", "sxu", ("org.example.Nobody", 0, 0), "(aa{sv})")
     assert "org.example.Nobody" in message and "bgpolicy apps" in message, message
 
