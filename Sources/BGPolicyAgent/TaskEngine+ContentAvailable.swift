@@ -91,8 +91,9 @@ extension TaskEngine {
     /// evaluated meanwhile, as usual. A notification that comes while the app's wake is being
     /// written does not queue a write of its own: the write under way is followed by one more,
     /// of the newest wake, however many came (`contentWakeWrites`). So senders that keep
-    /// replacing a wake cost two writes at a time, not one each. A failure is logged; the wake
-    /// stays in memory and is delivered all the same.
+    /// replacing a wake cost two writes at a time, not one each. A full disk spends the store's
+    /// reserve on it (`spendingReserve`); a failure even so is logged, and the wake stays in
+    /// memory and is delivered all the same.
     func storeContentWake(of appID: AppID) async {
         guard contentWakeWrites[appID] == nil else {
             contentWakeWrites[appID] = .again
@@ -145,7 +146,13 @@ extension TaskEngine {
         }
         let bucket = contentWakes.bucket(for: appID)
         let store = store
-        return { () throws(StoreError) in try store.saveContentWake(record, bucket: bucket) }
+        let logger = logger
+        // The sender was told the wake was accepted: on a full disk, the reserve keeps it.
+        return { () throws(StoreError) in
+            try Self.spendingReserve(store: store, logger: logger, appID: appID, keeping: "a content-available wake") {
+                () throws(StoreError) in try store.saveContentWake(record, bucket: bucket)
+            }
+        }
     }
 
     /// At the stop: the newest wake of each app whose write is under way with a newer one

@@ -914,7 +914,7 @@ extension TaskEngine {
         // and leave the writer idle by the time it is done.
         let writesQueued = !writer.isIdle
         do {
-            try Self.spendingReserve(store: store, logger: logger, appID: request.appID) { () throws(StoreError) in
+            try Self.spendingReserve(store: store, logger: logger, appID: request.appID, keeping: Self.putBackWords) { () throws(StoreError) in
                 try storeReturn(
                     of: request, taskID: member.taskID, reason: reason, at: now, repending: newer == nil, outcome: outcome)
             }
@@ -946,7 +946,7 @@ extension TaskEngine {
         beginSaving(appID)
         writer.enqueue { [self] in
             do {
-                try Self.spendingReserve(store: store, logger: logger, appID: appID) { () throws(StoreError) in
+                try Self.spendingReserve(store: store, logger: logger, appID: appID, keeping: Self.putBackWords) { () throws(StoreError) in
                     try store.savePending(request)
                 }
             } catch {
@@ -1008,7 +1008,7 @@ extension TaskEngine {
             let current = pending[request.appID]?[request.identifier]
             do {
                 if let current {
-                    try Self.spendingReserve(store: store, logger: logger, appID: request.appID) { () throws(StoreError) in
+                    try Self.spendingReserve(store: store, logger: logger, appID: request.appID, keeping: Self.putBackWords) { () throws(StoreError) in
                         try storeReturn(of: current, taskID: taskID, reason: unsaved.reason, at: unsaved.at)
                     }
                 } else {
@@ -1026,25 +1026,29 @@ extension TaskEngine {
         }
     }
 
-    /// `write`, which keeps a request that would otherwise be pending in memory only (a
-    /// request put back after a failed delivery), tried once more when the disk is full, on the
-    /// room the store keeps in reserve for it (`TaskStore.releaseReserve`): a stop or a crash
-    /// before the disk had room again would take the request's task for interrupted and lose
-    /// the request. The reserve is made again once there is room (`keepReserveIfDue`). Static,
-    /// for the store writer too (`saveAgainBehindQueuedWrites`).
+    /// `write`, which keeps what would otherwise be in memory only, tried once more when the
+    /// disk is full, on the room the store keeps in reserve for it (`TaskStore.releaseReserve`).
+    /// For a request put back after a failed delivery: a stop or a crash before the disk had
+    /// room again would take the request's task for interrupted and lose the request. For a
+    /// content-available wake the sender was told was accepted: a stop would lose it. The
+    /// reserve is made again once there is room (`keepReserveIfDue`). `what` names it in the
+    /// log. Static, for the store writer too (`saveAgainBehindQueuedWrites`, the wakes' writes).
     nonisolated static func spendingReserve(
-        store: TaskStore, logger: Logger, appID: AppID, _ write: () throws(StoreError) -> Void
+        store: TaskStore, logger: Logger, appID: AppID, keeping what: String, _ write: () throws(StoreError) -> Void
     ) throws(StoreError) {
         do {
             try write()
         } catch .full(let message) {
             guard store.releaseReserve() else { throw .full(message) }
             logger.error(
-                "The disk is full: the room kept in reserve was given back to keep a request put back after a failed delivery; free some space on the disk that holds the database",
+                "The disk is full: the room kept in reserve was given back to keep \(what); free some space on the disk that holds the database",
                 metadata: ["app.id": "\(appID)", "database": "\(store.path ?? "-")", "error": "\(message)"])
             try write()
         }
     }
+
+    /// What `spendingReserve` keeps for `returnToPending`, in its log.
+    static let putBackWords = "a request put back after a failed delivery"
 
     func putBack(_ member: Slice.Member, sliceID: String, reason: String, outcome: String = "RunTask failed", now: UnixTime) {
         let appID = member.request.appID

@@ -2,18 +2,20 @@
 same state dir): an undelivered wake is stored and goes out, with its payload and the D-Bus
 types in it unchanged, in the first wake window after the restart, once; a delivered one is not
 delivered again; and a token bucket spent on battery is still spent. On a full disk the
-notification is still accepted and the wake kept in memory. ContentAvailableQueueTests
+notification is still accepted, and the wake stored on the store's reserve, or kept in memory
+once that is spent. ContentAvailableQueueTests
 and ContentWakeStoreTests cover the saving and restoring case by case.
 """
 
 import time
 
+import pytest
 from gi.repository import GLib
 
 
 import tasks_helpers as th
 from tasks_helpers import expect_error, laptop, world  # noqa: F401 - the fixtures
-from test_recovery import simulated_full_disk
+from test_recovery import TmpfsDisk, reserve, simulated_full_disk
 
 APP_ID = "org.example.Mail"
 IDENTIFIERS = ["org.example.Mail.refresh"]
@@ -127,12 +129,15 @@ def test_a_bucket_spent_on_battery_stays_spent_after_a_restart(laptop):
 
 
 def test_on_a_full_disk_the_wake_is_accepted_and_kept_in_memory(world):
+    """With the store's reserve spent (an earlier write took it), a wake the full disk refuses
+    is kept in memory, and goes to the app once it is back."""
     disk = simulated_full_disk(world)
     agent = disk.start_agent(world)
     first = world.registered_app(APP_ID, IDENTIFIERS, name="mail-1")
     first.quit()
     th.wait_until(lambda: agent.app_record(APP_ID)["connected"] is False, 10, "the agent to see the app leave")
 
+    reserve(world).unlink(missing_ok=True)
     disk.fill(agent)
     notify(agent, APP_ID, {"n": GLib.Variant("i", 7)})  # accepted: refusing it would lose the wake
     assert agent.alive()
@@ -140,6 +145,32 @@ def test_on_a_full_disk_the_wake_is_accepted_and_kept_in_memory(world):
 
     # Room again: the wake, kept in memory, goes to the app when it is back.
     disk.free(agent)
+    second = world.registered_app(APP_ID, IDENTIFIERS, name="mail-2")
+    run = second.wait_event("RunTask", lambda e: e["kind"] == "content-available", timeout=10)
+    assert run["info"]["n"] == 7, run
+
+
+def test_on_a_full_disk_the_wake_is_stored_on_the_reserve_and_survives_a_stop(world):
+    """The sender was told the wake was accepted: on a full disk the store's reserve is given
+    back for its write, so that it is on disk and a stop, the disk full again, does not lose it.
+    (Before the reserve, it was kept in memory only, and the stop lost it.)"""
+    disk = simulated_full_disk(world)
+    if not isinstance(disk, TmpfsDisk):
+        pytest.skip("needs a tmpfs: the reserve frees room on a disk, not under a file size limit")
+    agent = disk.start_agent(world)
+    first = world.registered_app(APP_ID, IDENTIFIERS, name="mail-1")
+    first.quit()
+    th.wait_until(lambda: agent.app_record(APP_ID)["connected"] is False, 10, "the agent to see the app leave")
+
+    disk.fill(agent)
+    notify(agent, APP_ID, {"n": GLib.Variant("i", 7)})
+    th.wait_until(lambda: "given back to keep a content-available wake" in agent.stderr(), 10, "the reserve spent")
+    assert "Could not store a content-available wake" not in agent.stderr()
+    assert not reserve(world).exists()
+    disk.fill(agent)  # others take the room the reserve gave back
+    agent.stop()
+    disk.free(agent)
+    agent.restart()
     second = world.registered_app(APP_ID, IDENTIFIERS, name="mail-2")
     run = second.wait_event("RunTask", lambda e: e["kind"] == "content-available", timeout=10)
     assert run["info"]["n"] == 7, run
