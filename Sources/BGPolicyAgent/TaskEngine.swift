@@ -298,7 +298,7 @@ actor TaskEngine {
             logger.error("Could not read the usage log; refresh is planned without the learned history", metadata: ["error": "\(error)"])
         }
         restorePlannerState(now: now)
-        // Room for a request put back on a full disk (`spendingReserve`).
+        // Room for what a full disk must not lose (`spendingReserve`).
         keepReserveIfDue()
         // Apps that registered a bus_name can be started for what is already due.
         requestEvaluation()
@@ -327,8 +327,8 @@ actor TaskEngine {
         keepReserve()
     }
 
-    /// `TaskStore.keepReserve`, saying so when it made the reserve again after it was spent,
-    /// and, once, when it could not.
+    /// `TaskStore.keepReserve`, saying so when it made the reserve (at the first start, or
+    /// again after it was spent), and, once, when it could not.
     func keepReserve() {
         // A store in memory has no disk to keep room on.
         guard store.path != nil, !store.hasReserve else { return }
@@ -336,7 +336,7 @@ actor TaskEngine {
             if !reserveFailureSaid {
                 reserveFailureSaid = true
                 logger.warning(
-                    "Could not keep room in reserve for a full disk; a request put back after a failed delivery may be lost if the disk fills",
+                    "Could not keep room in reserve for a full disk; a request put back after a failed delivery, or a content-available wake, may be lost if the disk fills",
                     metadata: ["bytes": "\(TaskStore.reserveSize)", "error": "\(failure)"])
             }
             return
