@@ -172,8 +172,9 @@ public struct Opportunity: Sendable, Equatable {
 /// What the planner knows beyond the requests and the machine: its learned state and recent
 /// events. Empty for policies that do not plan.
 public struct PlanningFacts: Sendable {
-    /// The refresh planner, advanced to `now`; `nil` when refresh runs in every window
-    /// (`[refresh] strategy = every-window`).
+    /// The refresh planner, advanced to `now`, or `nil` when the caller keeps none. With
+    /// `[refresh] strategy = every-window` it chooses nothing: only its record of each app's
+    /// last refresh counts, for `min_interval` (`WindowPlanner.refreshIntervals`).
     public var refresh: RefreshPlanner?
     /// The latest opportunistic window, if one opened.
     public var opportunity: Opportunity?
@@ -282,8 +283,9 @@ public struct SchedulingDecision: Sendable, Equatable {
     public var nextEvaluation: UnixTime?
     /// The wake window open now, if any.
     public var window: WakeWindow?
-    /// The apps whose refresh the refresh planner chose in this window: the caller records them
-    /// with `RefreshPlanner.recordWindow` once launched.
+    /// The apps whose refresh the refresh planner chose in this window (under every-window, whose
+    /// refresh starts in it): the caller records them with `RefreshPlanner.recordWindow` once
+    /// launched.
     public var refreshed: [AppID]
     /// The app the user just left, when its refresh goes in the window after use
     /// (`WakeWindow.Kind.afterUse`, at the moment it was left): its launch is in that window,

@@ -866,6 +866,80 @@ struct WindowPlannerTests {
         #expect(refresh.ineligibility(of: .init(appID: mail), at: nine + 60) == .tooSoon(until: nine + 900))
     }
 
+    struct EveryWindowIntervalCase: Sendable, CustomTestStringConvertible {
+        var label: String
+        var onBattery: Bool
+        /// `[refresh] min_interval`, in seconds.
+        var minInterval: Double
+        /// Mail's standing (`PlanningFacts.refreshWeights`).
+        var weight: Double
+        /// The minutes after 09:00 at which Mail's refresh starts, up to 10:00.
+        var refreshes: [Int]
+        var testDescription: String { label }
+    }
+
+    static let everyWindowIntervalCases: [EveryWindowIntervalCase] = [
+        .init(label: "on AC (5-min grid), 15-min interval", onBattery: false, minInterval: 900, weight: 1,
+              refreshes: [0, 15, 30, 45, 60]),
+        .init(label: "on battery (15-min grid), 15-min interval", onBattery: true, minInterval: 900, weight: 1,
+              refreshes: [0, 15, 30, 45, 60]),
+        .init(label: "on AC, 12-min interval: the window after it ends", onBattery: false, minInterval: 720, weight: 1,
+              refreshes: [0, 15, 30, 45, 60]),
+        .init(label: "on AC, 10-min interval", onBattery: false, minInterval: 600, weight: 1,
+              refreshes: [0, 10, 20, 30, 40, 50, 60]),
+        .init(label: "on AC, 5-min interval: every window", onBattery: false, minInterval: 300, weight: 1,
+              refreshes: Array(stride(from: 0, through: 60, by: 5))),
+        .init(label: "on AC, a poor record (weight 0.5): twice the interval", onBattery: false, minInterval: 900, weight: 0.5,
+              refreshes: [0, 30, 60]),
+    ]
+
+    /// Under `[refresh] strategy = every-window` a refresh still waits for its app's refresh
+    /// interval (SPEC §2: at most one refresh per app per 15 min), from the refresh planner's
+    /// record of its last refresh, which the caller keeps as under `predicted`: the decision
+    /// names the refreshes that start (`refreshed`), and `Explain` and `holds` name
+    /// `refresh-interval` with the window it lifts in. Processing is not held. Mail resubmits its
+    /// refresh after every refresh, as apps do: it ran in every window, every 5 min on AC.
+    @Test(arguments: everyWindowIntervalCases)
+    func everyWindowRefreshesAnAppAtMostOncePerInterval(_ c: EveryWindowIntervalCase) {
+        let mailID = AppID(rawValue: mail)!
+        var refresh = RefreshPlanner()
+        refresh.minRefreshIntervalSeconds = c.minInterval
+        let start = Clock.at(9, 0)
+        let apps = [mailID: appState(mail, lastUsed: start - 600)]
+        // Always pending: each is submitted again as soon as it starts.
+        let pending = [request(mail, .refresh, at: start), request(mail, .processing, at: start)]
+        let grid = c.onBattery ? 15 : 5
+        var refreshedAt: [Int] = []
+        for minute in 0...60 {
+            let now = start + Double(minute * 60)
+            refresh.advance(to: now)
+            var ctx = context(now, onBattery: c.onBattery,
+                              planning: PlanningFacts(refresh: refresh, refreshWeights: c.weight < 1 ? [mailID: c.weight] : [:]))
+            ctx.configuration.refresh.minInterval = .seconds(c.minInterval)
+            let decision = planner.decide(pending: pending, apps: apps, context: ctx)
+            let kinds = decision.launches.first?.requests.map(\.kind) ?? []
+            if kinds.contains(.refresh) { refreshedAt.append(minute) }
+            #expect(decision.refreshed == (kinds.contains(.refresh) ? [mailID] : []), "at 09:\(minute)")
+            // Processing runs in every window, the interval or not.
+            #expect(kinds.contains(.processing) == (minute % grid == 0), "at 09:\(minute)")
+            refresh.recordWindow(at: now, refreshed: decision.refreshed.map(\.rawValue))
+            guard minute % grid == 0, !kinds.contains(.refresh),
+                let next = c.refreshes.first(where: { $0 > minute }).map({ start + Double($0 * 60) })
+            else { continue }
+            // Held by the interval: looked at again in the window it lifts in, and said so.
+            #expect(decision.nextEvaluation == next, "at 09:\(minute)")
+            let explanation = planner.explain(pending[0], app: apps[mailID]!, context: ctx)
+            #expect(explanation.blocking.map(\.rule) == [.refreshInterval], "at 09:\(minute)")
+            #expect(explanation.blocking.first?.liftsAt == next)
+            #expect(explanation.earliestRun == next)
+            #expect(explanation.summary.contains("\(mail) was refreshed recently; the next refresh may come in"))
+            let launched = decision.launches.first { $0.appID == mailID }
+            #expect(planner.holds(AppWork(app: apps[mailID]!, requests: pending), launched: launched, context: ctx)
+                == [.refreshInterval: 1])
+        }
+        #expect(refreshedAt == c.refreshes)
+    }
+
     @Test func anAppWithAPoorRecordRanksBelowOneInGoodStanding() throws {
         // Three apps with the same history, opened together every day at 09:05: equally likely
         // to be opened. A window takes two refreshes for three apps (its share, 2.2 a day each

@@ -459,11 +459,22 @@ public struct RefreshPlanner: Sendable {
         -> (from: Double, until: Double)?
     {
         guard let lastUse else { return nil }
-        var from = -Double.infinity
-        if let refreshed {
-            from = refreshed + minRefreshIntervalSeconds / max(candidate.weight, Self.minimumWeight)
-        }
+        let from = refreshed.map { intervalEnd(after: $0, weight: candidate.weight) } ?? -.infinity
         return (from, lastUse + inactiveAfterSeconds)
+    }
+
+    /// The end of the refresh interval after a refresh at `refreshed`: `minRefreshIntervalSeconds`,
+    /// longer as the app's `weight` shrinks.
+    private func intervalEnd(after refreshed: Double, weight: Double) -> Double {
+        refreshed + minRefreshIntervalSeconds / max(weight, Self.minimumWeight)
+    }
+
+    /// When `candidate`'s refresh interval ends (as `eligibleSpan` has it), or nil when it was
+    /// never refreshed: the interval alone, with no use asked for. `[refresh] strategy =
+    /// every-window` predicts nothing but keeps SPEC §2's "at most one refresh per app per
+    /// 15 min" by it, from the same record of the app's last refresh (`recordWindow`).
+    public func refreshIntervalEnd(of candidate: Candidate) -> Double? {
+        lastRefresh[candidate.appID].map { intervalEnd(after: $0, weight: candidate.weight) }
     }
 
     /// The apps among `candidates` that refresh in a window at `time` (the slot holding `time`

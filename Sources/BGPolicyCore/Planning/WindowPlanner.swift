@@ -47,13 +47,16 @@ public struct WakeWindow: Sendable, Equatable {
 /// - **Refresh.** With `[refresh] strategy = predicted` (the default), an eligible refresh runs
 ///   only in a window where `RefreshPlanner` chooses its app: before predicted use, within the
 ///   budget, at most once per `min_interval` (longer for apps with a poor record). With
-///   `every-window`, it runs in the next window like processing work.
+///   `every-window`, it runs in the next window like processing work, but still at most once
+///   per `min_interval` (`refreshIntervals`): an app that resubmits after every refresh, as
+///   apps do, was refreshed in every window, every 5 min on AC.
 /// - **Content-available wakes.** An app's undelivered wake goes out in the next window in which
 ///   the app-level rules allow it (the rules above that do not depend on a request).
 ///
 /// Pure: the same facts give the same decision. The caller advances the refresh planner to
-/// `now` before asking, and afterwards records the refreshes it launched and tells it whether
-/// a refresh waits for its choice (`RefreshPlanner.refreshesWaiting`).
+/// `now` before asking, and afterwards records the refreshes it launched
+/// (`SchedulingDecision.refreshed`, under either strategy) and tells it whether a refresh waits
+/// for its choice (`RefreshPlanner.refreshesWaiting`).
 public struct WindowPlanner: SchedulingPolicy {
     /// How long a window stays open after it opens: 60 s (the span within which refreshes
     /// count as one wake-up), or a quarter of the grid on a grid finer than 4 min.
@@ -130,6 +133,31 @@ public struct WindowPlanner: SchedulingPolicy {
         return opened
     }
 
+    /// Under `[refresh] strategy = every-window`, the refresh planner the caller keeps (nil
+    /// under `predicted`, whose planner chooses refreshes itself): it predicts nothing there,
+    /// but its record of each app's last refresh (`RefreshPlanner.recordWindow`) holds the
+    /// app's next refresh for `min_interval`, as the choice under `predicted` is held.
+    static func refreshIntervals(_ context: SchedulingContext) -> RefreshPlanner? {
+        context.configuration.refresh.strategy == .everyWindow ? context.planning.refresh : nil
+    }
+
+    /// When the refresh interval of `candidate` ends, if it has not ended by `now`.
+    static func intervalHolds(_ candidate: RefreshPlanner.Candidate, _ intervals: RefreshPlanner, at now: UnixTime) -> UnixTime? {
+        intervals.refreshIntervalEnd(of: candidate).flatMap { $0 > now ? $0 : nil }
+    }
+
+    /// `refresh-interval`: `appID` was refreshed recently, and its next refresh may come at
+    /// `until`, in the window at or after it (`liftsAt`). The same words under either strategy.
+    static func intervalReason(_ appID: AppID, until: UnixTime, _ context: SchedulingContext) -> BlockingReason {
+        BlockingReason(
+            rule: .refreshInterval,
+            words: "\(appID.rawValue) was refreshed recently; the next refresh may come in "
+                + "\(RunWhenEligiblePolicy.durationWords(until - context.now))"
+                + ((context.planning.refreshWeights[appID] ?? 1) < 1
+                    ? " (a longer gap than usual: its recent refreshes brought no data, or it overran its time or used too much CPU)" : ""),
+            liftsAt: gridPoint(atOrAfter: until, grid: grid(context)))
+    }
+
     /// The next planned window after the one open now (or after now when none is).
     static func nextPlannedWindow(_ context: SchedulingContext) -> UnixTime {
         let grid = grid(context)
@@ -161,6 +189,7 @@ public struct WindowPlanner: SchedulingPolicy {
         let grid = Self.grid(context)
         let predicted = context.configuration.refresh.strategy == .predicted ? context.planning.refresh : nil
         let hasPredicted = predicted != nil
+        let intervals = Self.refreshIntervals(context)
         // Read once: reading a field of `context.planning` in the loop copied all of it per app.
         let weights = context.planning.refreshWeights
         // Only apps in poor standing have a weight: most often none has, and then no id is hashed.
@@ -181,7 +210,10 @@ public struct WindowPlanner: SchedulingPolicy {
 
         // Each app's work is read in place, by index: the rules take the array and the index.
         for index in work.indices {
-            let (runnable, lifts) = rules.runnableRequests(of: work, at: index, context: context)
+            let eligible = rules.runnableRequests(of: work, at: index, context: context)
+            // Less the refreshes an every-window app's refresh interval holds (below).
+            var runnable = eligible.runnable
+            let lifts = eligible.lifts
             if let lifts {
                 let appID = work[index].app.record.appID
                 if let planner = predicted, !content.contains(appID), work[index].requests.allSatisfy({ $0.kind == .refresh }) {
@@ -209,10 +241,22 @@ public struct WindowPlanner: SchedulingPolicy {
             // left as plain work ran in every window, past the budget and the refresh interval.
             // The kind read in place: taking `first` copied the whole request.
             var refreshes = 0
-            if hasPredicted {
+            if hasPredicted || intervals != nil {
                 while refreshes < runnable.count, runnable[runnable.startIndex + refreshes].kind == .refresh { refreshes += 1 }
             }
-            if refreshes > 0 {
+            if refreshes > 0, let intervals {
+                // Under every-window the refreshes go in this window unless the app's refresh
+                // interval holds them; then the rest goes without them, and the window after
+                // the interval ends is looked at again.
+                let appID = work[index].app.record.appID
+                let candidate = RefreshPlanner.Candidate(appID: appID.rawValue, weight: weight(of: appID))
+                if let end = Self.intervalHolds(candidate, intervals, at: context.now) {
+                    runnable = runnable.dropFirst(refreshes)
+                    requests = runnable
+                    wake(at: Self.gridPoint(atOrAfter: end, grid: grid))
+                }
+                refreshes = 0
+            } else if refreshes > 0 {
                 refresh = candidates.count
                 requests = runnable.dropFirst(refreshes)
                 let appID = work[index].app.record.appID
@@ -325,6 +369,8 @@ public struct WindowPlanner: SchedulingPolicy {
         if waitsForWindow { wake(at: Self.nextPlannedWindow(context)) }
 
         var launches: [Launch] = []
+        // The apps whose refreshes start: the caller records them (`RefreshPlanner.recordWindow`),
+        // those the refresh planner chose, or under every-window every one.
         var refreshed: [AppID] = []
         // By index: iterating `ready` copied each entry, its requests retained and released.
         for i in ready.indices {
@@ -337,6 +383,7 @@ public struct WindowPlanner: SchedulingPolicy {
             let count = ready[i].requests.count - dropped
             guard count > 0 || content else { continue }
             let requests = ready[i].requests.dropFirst(dropped)
+            if intervals != nil, requests.first?.kind == .refresh { refreshed.append(work[ready[i].work].app.record.appID) }
             var sliceLength = RunWhenEligiblePolicy.sliceLength(for: requests, context.configuration)
             if content { sliceLength = max(sliceLength, context.configuration.slices.contentAvailable) }
             launches.append(Launch(
@@ -363,6 +410,9 @@ public struct WindowPlanner: SchedulingPolicy {
         // The request as the refresh planner weighs it (only asked of a refresh).
         let candidate = RefreshPlanner.Candidate(
             appID: request.appID.rawValue, weight: context.planning.refreshWeights[request.appID] ?? 1)
+        // Under every-window, when the app's refresh interval ends, if it has not ended.
+        let intervalEnd = request.kind == .refresh
+            ? Self.refreshIntervals(context).flatMap { Self.intervalHolds(candidate, $0, at: context.now) } : nil
         /// The first planned window after `time` that refreshes the request: in the plan of every
         /// app's pending refresh when the engine gave one, else as if it were alone.
         func plannedWindow(_ planner: RefreshPlanner, after time: UnixTime) -> UnixTime? {
@@ -376,7 +426,8 @@ public struct WindowPlanner: SchedulingPolicy {
             // refresh, no earlier than the refresh planner's first window after it (`decide`).
             guard let lift = RunWhenEligiblePolicy.timeAllLift(reasons) else { return .waiting(reasons, earliestRun: nil) }
             guard request.kind == .refresh, let planner = predicted else {
-                return .waiting(reasons, earliestRun: Self.gridPoint(atOrAfter: lift, grid: grid))
+                // (An every-window refresh, no earlier than its interval's end either.)
+                return .waiting(reasons, earliestRun: Self.gridPoint(atOrAfter: max(lift, intervalEnd ?? lift), grid: grid))
             }
             // (From the slot that starts at the lift, if one does, as in `decide`.)
             if let next = plannedWindow(planner, after: lift - 1) {
@@ -413,13 +464,7 @@ public struct WindowPlanner: SchedulingPolicy {
                     words: Self.unusedWords(appID, plannerLastUse: lastUse, recordLastUse: app.record.lastUsedAt, context)))
             case .tooSoon(let until):
                 let at = Self.gridPoint(atOrAfter: until, grid: grid)
-                reasons.append(BlockingReason(
-                    rule: .refreshInterval,
-                    words: "\(appID) was refreshed recently; the next refresh may come in "
-                        + "\(RunWhenEligiblePolicy.durationWords(until - context.now))"
-                        + ((context.planning.refreshWeights[request.appID] ?? 1) < 1
-                            ? " (a longer gap than usual: its recent refreshes brought no data, or it overran its time or used too much CPU)" : ""),
-                    liftsAt: at))
+                reasons.append(Self.intervalReason(request.appID, until: until, context))
                 if let next = plannedWindow(planner, after: max(context.now, at - 1)) {
                     return .waiting(reasons, earliestRun: max(next, at))
                 }
@@ -442,6 +487,10 @@ public struct WindowPlanner: SchedulingPolicy {
                         + "or today's refresh budget is spent: it waits for the app's next use"))
             }
             return .waiting(reasons, earliestRun: nil)
+        }
+        if let intervalEnd {
+            let reason = Self.intervalReason(request.appID, until: intervalEnd, context)
+            return .waiting([reason], earliestRun: reason.liftsAt)
         }
         return Self.waitingForTheNextWindow(context)
     }
@@ -503,18 +552,22 @@ public struct WindowPlanner: SchedulingPolicy {
         return Self.waitingForTheNextWindow(context)
     }
 
-    /// A request no rule blocks waits for the planner: a refresh for its predicted window (or its
-    /// refresh interval), other work for the next wake window.
+    /// A request no rule blocks waits for the planner: a refresh for its predicted window or its
+    /// refresh interval (under every-window, for its interval, else the next wake window), other
+    /// work for the next wake window.
     public func holds(_ work: AppWork, launched: Launch?, context: SchedulingContext) -> [BlockingRule: Int] {
         let planner = context.configuration.refresh.strategy == .predicted ? context.planning.refresh : nil
+        let intervals = Self.refreshIntervals(context)
         let windowOpen = Self.openWindow(context) != nil
         return rules.holds(work, launched: launched, context: context) { request in
-            if request.kind == .refresh, let planner {
-                let candidate = RefreshPlanner.Candidate(
-                    appID: request.appID.rawValue, weight: context.planning.refreshWeights[request.appID] ?? 1)
+            guard request.kind == .refresh, planner != nil || intervals != nil else { return windowOpen ? nil : .nextWindow }
+            let candidate = RefreshPlanner.Candidate(
+                appID: request.appID.rawValue, weight: context.planning.refreshWeights[request.appID] ?? 1)
+            if let planner {
                 if case .tooSoon = planner.ineligibility(of: candidate, at: context.now) { return .refreshInterval }
                 return .predictedUse
             }
+            if let intervals, Self.intervalHolds(candidate, intervals, at: context.now) != nil { return .refreshInterval }
             return windowOpen ? nil : .nextWindow
         }
     }
