@@ -193,7 +193,7 @@ enum ConfigurationSchema {
                  summary: "At most one refresh per app per this interval (SPEC §2 refresh before predicted use).",
                  kind: .duration(\.refresh.minInterval, positiveDuration)),
             Knob(section: "refresh", key: "strategy",
-                 summary: "predicted: before predicted opens, within a budget (SPEC §2 refresh before predicted use); every-window: in every window.",
+                 summary: "predicted: before predicted opens, within a budget (SPEC §2 refresh before predicted use); every-window: in every window, at most once per app per min_interval.",
                  kind: .refreshStrategy(\.refresh.strategy)),
         ]),
         Section(name: "transfers", summary: "Background transfers.", knobs: [
