@@ -7,6 +7,11 @@ import Logging
 /// What the engine feeds the planner: opens for the predictor, opportunities, and each app's
 /// standing from the results of its refreshes.
 extension TaskEngine {
+    /// Whether the refresh planner predicts (`[refresh] strategy = predicted`, fixed for the
+    /// agent's life). Under every-window it keeps only each app's last refresh, for its
+    /// interval: it learns no use, plans no refresh and reports no budget.
+    var predicts: Bool { configuration.refresh.strategy == .predicted }
+
     /// The usage log the planner learns from at start: at most this many events (opens and
     /// closes), the newest.
     static let warmEventsLimit = 500_000
@@ -17,7 +22,7 @@ extension TaskEngine {
     func warmPlanner(now: UnixTime) throws(StoreError) {
         let since = now - TaskStore.usageRetention
         let logged = try store.usageEvents(since: since, limit: Self.warmEventsLimit).filter { $0.time <= now }
-        if var planner = refreshPlanner {
+        if predicts, var planner = refreshPlanner {
             planner.registeredAppCount = apps.count
             // In the log's order. Registrations that counted as opens are in the log; a database
             // written before they were has only each app's last one, in its record: it counts
@@ -131,9 +136,9 @@ extension TaskEngine {
     /// The user opened the app: it is in use, the predictor learns it, and its work may be due.
     /// Use is tracked with either strategy (the CPU monitor follows it); only the planner learns.
     func noteOpen(_ appID: AppID, at time: UnixTime) {
-        guard appsInUse.insert(appID).inserted || refreshPlanner != nil else { return }
+        guard appsInUse.insert(appID).inserted || predicts else { return }
         // Without the planner no evaluation follows to publish it (`GetStatus`'s `in_use`).
-        guard refreshPlanner != nil else { return publishStatus(nextWindow: evaluationTimerDue) }
+        guard predicts else { return publishStatus(nextWindow: evaluationTimerDue) }
         refreshPlanner?.recordOpen(of: appID.rawValue, at: time)
         // The user is at work: a refresh window opens for the apps likely to be opened next.
         appOpenedAt = time
@@ -162,7 +167,7 @@ extension TaskEngine {
             requestEvaluation(for: appID)
             logger.warning("Could not record the app's last use as it was left", metadata: ["app.id": "\(appID)", "error": "\(error)"])
         }
-        guard refreshPlanner != nil else { return publishStatus(nextWindow: evaluationTimerDue) }
+        guard predicts else { return publishStatus(nextWindow: evaluationTimerDue) }
         refreshPlanner?.recordClose(of: appID.rawValue, at: time)
         appLeft = AppLeft(appID: appID, at: time)
         requestEvaluation()
@@ -201,7 +206,7 @@ extension TaskEngine {
     func noteRegistrationOfRunningApp(_ appID: AppID) {
         guard inUseByLogAtStart.contains(appID) else { return }
         selfReportedInUse.insert(appID)
-        guard appsInUse.insert(appID).inserted else { return }
+        guard appsInUse.insert(appID).inserted, predicts else { return }
         refreshPlanner?.recordOpenedUnseen(appID.rawValue)
     }
 
@@ -325,7 +330,7 @@ extension TaskEngine {
     /// refreshes `appID` when given; with `end` nil, as far as each of them needs
     /// (`RefreshPlan.extendForEveryRefresh`). Nil without a refresh planner.
     func refreshPlan(_ context: SchedulingContext, through end: UnixTime?, stoppingAfter appID: AppID? = nil) -> RefreshPlan? {
-        guard let planner = context.planning.refresh else { return nil }
+        guard predicts, let planner = context.planning.refresh else { return nil }
         let (candidates, notBefore) = plannedRefreshes(context)
         var plan = RefreshPlan(planner, from: context.now, among: candidates, notBefore: notBefore)
         if let end {
@@ -361,8 +366,8 @@ extension TaskEngine {
         let rows: [[String: Variant]] = shown.map { appID in
             let record = apps[appID].map { usedNowIfInUse($0.record, at: now) }
             let lastUsed = max(record?.lastUsedAt ?? record?.registeredAt ?? now, record?.registeredAt ?? now)
-            // None without a refresh planner (`every-window`): nothing is predicted, not zero.
-            let probabilities = refreshPlanner.map { planner in
+            // None under `every-window`, whose planner predicts nothing: not zero.
+            let probabilities = refreshPlanner.flatMap { planner in predicts ? planner : nil }.map { planner in
                 (0..<Self.timelineSlots).map { index in
                     planner.predictor.probability(of: appID.rawValue, inSlotAt: start + Double(index) * slotSeconds)
                 }

@@ -263,7 +263,7 @@ extension TaskEngine {
             if inUseStatus == nil { inUseStatus = Variant(appsInUse.map(\.rawValue).sorted()) }
             status["in_use"] = inUseStatus
         }
-        if let planner = refreshPlanner {
+        if predicts, let planner = refreshPlanner {
             let refresh: [String: Variant] = [
                 "budget_left": Variant(planner.budgetLeft),
                 "budget_per_day": Variant(planner.budgetPerDay),

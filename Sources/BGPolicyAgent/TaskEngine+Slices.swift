@@ -184,7 +184,9 @@ extension TaskEngine {
                 do {
                     try await self.deliver(
                         launch, simulated: false,
-                        why: Self.why(window: decision.window(of: launch.appID), predicted: decision.refreshed.contains(launch.appID)),
+                        why: Self.why(
+                            window: decision.window(of: launch.appID),
+                            predicted: predicts && decision.refreshed.contains(launch.appID)),
                         plannedRefresh: refreshed.contains(launch.appID)
                             ? PlannedRefresh(at: now, wallClockOffset: wallClockOffset) : nil)
                 } catch {
@@ -1724,8 +1726,9 @@ extension TaskEngine {
     /// of each kind, as before (`Slice.violationsCounted`). The task's `cpu_seconds` in its
     /// history is still all the CPU used in the slice: it measures, it does not judge.
     ///
-    /// Use is tracked with either refresh strategy: without the planner (`[refresh] strategy =
-    /// every-window`) `appsInUse` follows the same opens and leaves, and nothing is learned.
+    /// Use is tracked with either refresh strategy: with `[refresh] strategy = every-window`
+    /// (whose planner keeps only the last refreshes) `appsInUse` follows the same opens and
+    /// leaves, and nothing is learned.
     func cpuMonitorFollowsUse(from old: Set<AppID>) {
         for sliceID in slices.keys.sorted() {
             guard let appID = slices[sliceID]?.appID else { continue }

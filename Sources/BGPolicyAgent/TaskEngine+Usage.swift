@@ -102,8 +102,10 @@ extension TaskEngine {
             "Apps in use, from the user manager's running app units",
             metadata: ["apps.in_use": "\(inUse.map(\.rawValue).sorted())",
                        "apps.closed_unseen": "\(closedUnseen.map(\.rawValue).sorted())"])
-        for appID in closedUnseen { refreshPlanner?.recordLeftUnseen(appID.rawValue) }
-        for appID in inUse.subtracting(appsInUse) { refreshPlanner?.recordOpenedUnseen(appID.rawValue) }
+        if predicts {
+            for appID in closedUnseen { refreshPlanner?.recordLeftUnseen(appID.rawValue) }
+            for appID in inUse.subtracting(appsInUse) { refreshPlanner?.recordOpenedUnseen(appID.rawValue) }
+        }
         appsInUse = inUse
         requestEvaluation()
     }

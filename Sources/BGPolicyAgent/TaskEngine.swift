@@ -137,7 +137,8 @@ actor TaskEngine {
     var nextReserveCheck = -Double.infinity
     /// `keepReserve` said it could not make the reserve, and says so again only after it could.
     var reserveFailureSaid = false
-    /// The refresh planner (predictions and budget), `nil` with `[refresh] strategy = every-window`.
+    /// The refresh planner (predictions and budget). With `[refresh] strategy = every-window`
+    /// it keeps only each app's last refresh, for its interval (`predicts`).
     var refreshPlanner: RefreshPlanner?
     /// The latest opportunistic window (unlock, activity, charger, unmetered network).
     var opportunity: Opportunity?
@@ -213,13 +214,16 @@ actor TaskEngine {
         self.logger = logger
         contentWakes = ContentAvailableQueue(perHour: configuration.limits.contentAvailablePerHour)
         startTurns = StartTurns(limit: configuration.slices.concurrentStarts)
-        if configuration.refresh.strategy == .predicted {
-            var planner = RefreshPlanner(utcOffsetSeconds: Self.localUTCOffset())
-            planner.minRefreshIntervalSeconds = configuration.refresh.minInterval.seconds
-            planner.leadSeconds = configuration.refresh.lead.seconds
-            planner.inactiveAfterSeconds = configuration.limits.inactiveAfter.seconds
-            refreshPlanner = planner
-        }
+        // Under every-window too: its record of each app's last refresh holds the app's next
+        // for `min_interval` (`WindowPlanner.refreshIntervals`). It learns nothing there, and
+        // its thresholds stay as stored: every-window's wake-ups would raise them for a later
+        // switch to predicted.
+        var planner = RefreshPlanner(utcOffsetSeconds: Self.localUTCOffset())
+        planner.adaptsThresholds = configuration.refresh.strategy == .predicted
+        planner.minRefreshIntervalSeconds = configuration.refresh.minInterval.seconds
+        planner.leadSeconds = configuration.refresh.lead.seconds
+        planner.inactiveAfterSeconds = configuration.limits.inactiveAfter.seconds
+        refreshPlanner = planner
     }
 
     /// Loads the store, recording as interrupted every task that was running when the agent

@@ -383,7 +383,8 @@ def test_an_unmetered_network_opens_an_opportunistic_window_and_the_agent_start_
                                  primary_type="802-11-wireless")
     # The agent starts, and learns the network, well clear of the grid's windows.
     wait_between_windows(60, 16, 30)
-    agent = world.start_agent(config=FINE.replace(f"{GRID}s", "1min"), planner=True)
+    # The same app refreshes twice within a minute: its refresh interval must not hold it.
+    agent = world.start_agent(config=FINE.replace(f"{GRID}s", "1min") + "min_interval = 1s\n", planner=True)
     th.wait_until(lambda: agent.status()["conditions"].get("metered") is False, 5, "NetworkManager's facts")
     app = world.registered_app("org.example.Feed", ["org.example.Feed.refresh"])
     app.submit("org.example.Feed.refresh")
@@ -575,6 +576,25 @@ def test_the_timeline_under_every_window_predicts_nothing(world):
     out = agent.cli("timeline").stdout
     assert "nothing predicted ([refresh] strategy = every-window)" in out, out
     assert "no use predicted" not in out, out
+
+
+def test_every_window_refreshes_an_app_at_most_once_per_min_interval(world):
+    """Under every-window an app that resubmits its refresh after each one, as apps do, is not
+    refreshed again in the next window (every 6 s here): it waits for `[refresh] min_interval`
+    (15 min) from its last refresh, and Explain and GetStatus say `refresh-interval`."""
+    agent = world.start_agent(config=FINE, planner=True)
+    app = world.registered_app("org.example.Mail", ["org.example.Mail.refresh"])
+    app.submit("org.example.Mail.refresh")
+    first = app.wait_run_task(timeout=3 * GRID)
+    app.complete(first["task_id"])
+    app.submit("org.example.Mail.refresh")
+    explanation = agent.explain("org.example.Mail", "org.example.Mail.refresh")
+    assert explanation["blocking"] == ["refresh-interval"], explanation
+    assert "was refreshed recently" in explanation["reasons"][0], explanation
+    assert 14 * 60 < explanation["earliest_window"] - first["time"] <= 15 * 60 + GRID, (explanation, first)
+    assert agent.status().get("waiting") == {"refresh-interval": 1}
+    time.sleep(3 * GRID)
+    assert len(app.events_of("RunTask")) == 1, app.events_of("RunTask")
 
 
 def test_learned_hours_follow_a_change_of_time_zone(laptop):
