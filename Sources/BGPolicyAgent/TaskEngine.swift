@@ -216,10 +216,12 @@ actor TaskEngine {
         startTurns = StartTurns(limit: configuration.slices.concurrentStarts)
         // Under every-window too: its record of each app's last refresh holds the app's next
         // for `min_interval` (`WindowPlanner.refreshIntervals`). It learns nothing there, and
-        // its thresholds stay as stored: every-window's wake-ups would raise them for a later
+        // its thresholds, budget, wake-ups and refreshes' yield stay as stored
+        // (`keepsOnlyLastRefreshes`): every-window's refreshes would skew them for a later
         // switch to predicted.
         var planner = RefreshPlanner(utcOffsetSeconds: Self.localUTCOffset())
         planner.adaptsThresholds = configuration.refresh.strategy == .predicted
+        planner.keepsOnlyLastRefreshes = configuration.refresh.strategy == .everyWindow
         planner.minRefreshIntervalSeconds = configuration.refresh.minInterval.seconds
         planner.leadSeconds = configuration.refresh.lead.seconds
         planner.inactiveAfterSeconds = configuration.limits.inactiveAfter.seconds

@@ -132,4 +132,36 @@ struct RefreshYieldTests {
         planner.recordOpen(of: Self.news, at: now + 3700)
         #expect(planner.refreshYield > before)
     }
+
+    /// Under every-window the planner keeps each app's last refresh, for its interval, and
+    /// nothing else of it: the pool, the day's wake-ups and the yield stay as they were, so that
+    /// every-window's refreshes, of every app in every window the interval allows, do not leave
+    /// them spent and judged for a later switch to predicted. A refresh that did not run gives
+    /// back the last one before it, and no token.
+    @Test func underEveryWindowOnlyTheLastRefreshesAreKept() {
+        let made = Self.planner(newsOpenedAfterRefreshes: false, windowThreshold: 0.05, appThreshold: 2)
+        var planner = made.planner
+        planner.keepsOnlyLastRefreshes = true
+        let now = made.now + 3600
+        planner.advance(to: now)
+        let (budget, yield, judged, wakes) =
+            (planner.budgetLeft, planner.refreshYield, planner.refreshesJudged, planner.wakeUps(inDayUpTo: now))
+        let news = RefreshPlanner.Candidate(appID: Self.news, weight: 1)
+        let before = planner.refreshIntervalEnd(of: news)
+        planner.recordWindow(at: now, refreshed: [Self.mail, Self.news])
+        planner.recordOpen(of: Self.news, at: now + 120)
+        #expect(planner.refreshIntervalEnd(of: news) == now + planner.minRefreshIntervalSeconds)
+        #expect(planner.budgetLeft == budget)
+        #expect(planner.wakeUps(inDayUpTo: now + 1) == wakes)
+        #expect(planner.refreshYield == yield && planner.refreshesJudged == judged)
+        planner.refreshDidNotRun(Self.news, recordedAt: now)
+        #expect(planner.refreshIntervalEnd(of: news) == before)
+        #expect(planner.budgetLeft == budget)
+        // The same window recorded by the predicted strategy's planner spends and counts.
+        var predicted = made.planner
+        predicted.advance(to: now)
+        predicted.recordWindow(at: now, refreshed: [Self.mail, Self.news])
+        #expect(predicted.budgetLeft == budget - 2)
+        #expect(predicted.wakeUps(inDayUpTo: now + 1) == wakes + 1)
+    }
 }

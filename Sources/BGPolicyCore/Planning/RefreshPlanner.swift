@@ -189,6 +189,12 @@ public struct RefreshPlanner: Sendable {
     /// values, or what they were, and adapt again from then on; the agent then restores the
     /// values it stored (`restore(_:at:)`).
     public var adaptsThresholds = true
+    /// Whether the planner keeps only each app's last refresh (`recordWindow`), for its
+    /// interval: set under `[refresh] strategy = every-window`, which predicts nothing and
+    /// refreshes every app in every window its interval allows. The budget, the wake-ups and the
+    /// refreshes' yield are then left as they were: spent and judged by every-window's refreshes,
+    /// they would hold back the predicted strategy for days after a switch to it.
+    public var keepsOnlyLastRefreshes = false
     /// Whether some refresh waits for the planner's choice: pending, and held by no rule of the
     /// caller's (power saver, the switches, a low battery, an `earliest_begin`), or chosen in the
     /// caller's last decision. The caller sets it after each decision; it stands until set again.
@@ -710,8 +716,9 @@ public struct RefreshPlanner: Sendable {
         for app in refreshed {
             refreshBefore[app] = .some(lastRefresh[app])
             setLastRefresh(of: app, to: time)
-            if app != afterUse { paid.startTrial(of: app, at: time) }
+            if app != afterUse, !keepsOnlyLastRefreshes { paid.startTrial(of: app, at: time) }
         }
+        guard !keepsOnlyLastRefreshes else { return }
         tokens = max(tokens - Double(refreshed.count), 0)
         if recentWakes.last.map({ time - $0 >= 60 }) ?? true {
             recentWakes.append(time)
@@ -732,6 +739,7 @@ public struct RefreshPlanner: Sendable {
             let before = refreshBefore.removeValue(forKey: appID)
         else { return }
         setLastRefresh(of: appID, to: before)
+        guard !keepsOnlyLastRefreshes else { return }
         paid.cancelTrial(of: appID, startedAt: time)
         tokens = min(tokens + 1, refreshesPerAppPerDay * Double(knownApps))
     }
