@@ -39,7 +39,7 @@ struct AdminCredentialsTests {
         defer { tool.close() }
         for _ in 0..<2 {
             let call = try Message.methodCall(
-                destination: server.uniqueName, path: try ObjectPath(BGPolicyNames.objectPath),
+                destination: server.uniqueName, path: ObjectPath(BGPolicyNames.objectPath),
                 interface: BGPolicyNames.adminInterface, member: "ListApps")
             let error = await #expect(throws: DBusError.self) { _ = try await tool.call(call) }
             guard case .remote(let name, let message)? = error else { Issue.record("\(String(describing: error))"); return }

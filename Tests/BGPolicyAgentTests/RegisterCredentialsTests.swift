@@ -29,7 +29,7 @@ struct RegisterCredentialsTests {
         let app = try await DBusConnection.connect(to: .address(harness.bus.address))
         defer { app.close() }
         let call = try Message.methodCall(
-            destination: server.uniqueName, path: try ObjectPath(BGPolicyNames.objectPath),
+            destination: server.uniqueName, path: ObjectPath(BGPolicyNames.objectPath),
             interface: BGPolicyNames.schedulerInterface, member: "Register",
             body: [["org.example.App.refresh"].dbusValue, ["app_id": Variant(.string("org.example.App"))].dbusValue])
         let error = await #expect(throws: DBusError.self) { _ = try await app.call(call) }
