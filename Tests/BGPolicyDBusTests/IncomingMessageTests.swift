@@ -12,7 +12,10 @@ struct IncomingMessageTests {
         for body in RoundTripTable.bodies(for: testCase) {
             let raw = try TypeRoundTripTests.call(body).encode()
             let expected = WireWriterTests.body(of: try raw.marshalled()).count
-            let incoming = try IncomingMessage(raw.pointer)
+            // `IncomingMessage` borrows the message: `raw` must outlive it.
+            defer { withExtendedLifetime(raw) {} }
+            defer { withExtendedLifetime(raw) {} }
+        let incoming = try IncomingMessage(raw.pointer)
             #expect(incoming.bodyLength(upTo: .max) == expected, "\(body)")
             #expect(incoming.bodyLength(upTo: expected) == expected)
             if expected > 0 { #expect(incoming.bodyLength(upTo: expected - 1) == nil, "\(body)") }
@@ -25,6 +28,7 @@ struct IncomingMessageTests {
     func stringArgument() throws {
         let big = DBusValue.array(element: .byte, Array(repeating: .byte(1), count: 100_000))
         let raw = try TypeRoundTripTests.call([big, .string("two"), .int32(3), .string("four")]).encode()
+        defer { withExtendedLifetime(raw) {} }
         let incoming = try IncomingMessage(raw.pointer)
         #expect(incoming.stringArgument(1) == "two")
         #expect(incoming.stringArgument(3) == "four")
@@ -37,6 +41,7 @@ struct IncomingMessageTests {
     func variantSignature() throws {
         let big = DBusValue.array(element: .byte, Array(repeating: .byte(1), count: 100_000))
         let raw = try TypeRoundTripTests.call([.string("one"), .variant(big), .variant(.string("x")), .int32(3)]).encode()
+        defer { withExtendedLifetime(raw) {} }
         let incoming = try IncomingMessage(raw.pointer)
         #expect(incoming.variantSignature(1) == "ay")
         #expect(incoming.variantSignature(2) == "s")

@@ -75,6 +75,8 @@ struct WireReaderTests {
         raw.giveSerial(5)
         #expect(try WireReader.body(of: raw.pointer) == nil)
         let unsent = try TypeRoundTripTests.call([.string("a")]).encode()
+        // The readers borrow the messages: they must outlive every read.
+        defer { withExtendedLifetime((raw, unsent)) {} }
         #expect(try WireReader.body(of: unsent.pointer) == nil)
         // And both still decode.
         #expect(try Message(decoding: raw.pointer).body.count == 2)
