@@ -48,6 +48,15 @@ public final class AgentExecutor: SerialExecutor, @unchecked Sendable {
         pthread_condattr_destroy(&attributes)
     }
 
+    /// Only an executor that was never installed ends (the tests' own): the installed one is
+    /// held by `installed` for the life of the process.
+    deinit {
+        pthread_cond_destroy(condition)
+        pthread_mutex_destroy(mutex)
+        condition.deallocate()
+        mutex.deallocate()
+    }
+
     // MARK: Installing
 
     private typealias EnqueueGlobalHook = @convention(thin) (UnownedJob, @convention(thin) (UnownedJob) -> Void) -> Void
