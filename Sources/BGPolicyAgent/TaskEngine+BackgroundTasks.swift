@@ -1,9 +1,4 @@
 import BGPolicyCore
-import BGPolicyDBus
-import BGPolicyStore
-import BGPolicySystem
-import Glibc
-import Logging
 
 /// Background tasks: work the user started in the app, finished after the user leaves it
 /// (`BeginBackgroundTask`), with their own expiry.

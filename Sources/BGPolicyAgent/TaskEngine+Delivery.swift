@@ -2,7 +2,6 @@ import BGPolicyCore
 import BGPolicyDBus
 import BGPolicyStore
 import BGPolicySystem
-import Glibc
 import Logging
 
 /// Delivery: starting a slice (`RunTask` to the app, launched by D-Bus activation if need

@@ -1,8 +1,6 @@
 import BGPolicyCore
 import BGPolicyDBus
 import BGPolicyStore
-import BGPolicySystem
-import Glibc
 import Logging
 
 /// What a delivery that fails does: its requests go back to pending, written first (spending

@@ -1,7 +1,4 @@
 import BGPolicyCore
-import BGPolicyDBus
-import BGPolicyStore
-import BGPolicySystem
 import Glibc
 import Logging
 

@@ -2,11 +2,10 @@ import BGPolicyCore
 import BGPolicyDBus
 import BGPolicyStore
 import BGPolicySystem
-import Glibc
 import Logging
 
-/// Registration: an app (or the bus name acting for it) binds to its app id, with the
-/// identifiers it may submit, and its pending work and history come back with it.
+/// Registration: a connection binds to its app id and the task identifiers it may submit;
+/// which caller may claim which id or bus name; and the app a registered caller is.
 extension TaskEngine {
     struct RegisterOptions {
         var appID: String?

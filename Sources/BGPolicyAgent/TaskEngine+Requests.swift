@@ -1,9 +1,5 @@
 import BGPolicyCore
-import BGPolicyDBus
 import BGPolicyStore
-import BGPolicySystem
-import Glibc
-import Logging
 
 /// Requests: submitting, cancelling and listing an app's pending work, its usage reports,
 /// and the user's switches (per app and for all apps).

@@ -1,9 +1,4 @@
 import BGPolicyCore
-import BGPolicyDBus
-import BGPolicyStore
-import BGPolicySystem
-import Glibc
-import Logging
 
 /// `bgpolicy simulate launch` and `simulate expire`: the same delivery and expiry paths, started by hand.
 extension TaskEngine {

@@ -2,7 +2,6 @@ import BGPolicyCore
 import BGPolicyDBus
 import BGPolicyStore
 import BGPolicySystem
-import Glibc
 import Logging
 
 /// A slice's timers (the expiration warning and the deadline), its end by expiry, sleep,
