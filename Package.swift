@@ -42,6 +42,9 @@ let package = Package(
         // timerfd and eventfd from the C library, for the wall-clock watch (WallClockWatch).
         .systemLibrary(name: "CBGPolicyClock"),
 
+        // prctl(PR_SET_NAME) from the C library: each thread of ours carries a name.
+        .systemLibrary(name: "CBGPolicyThread"),
+
         // The one symbol of the Swift runtime the agent needs at link time (AgentExecutor).
         .target(name: "CBGPolicyRuntime"),
 
@@ -53,6 +56,7 @@ let package = Package(
             name: "BGPolicyDBus",
             dependencies: [
                 "CBGPolicyDBus",
+                "CBGPolicyThread",
                 .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: strictSettings
@@ -65,6 +69,7 @@ let package = Package(
                 "BGPolicyCore",
                 "BGPolicyDBus",
                 "CBGPolicyClock",
+                "CBGPolicyThread",
                 "CBGPolicyUdev",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "SystemPackage", package: "swift-system"),
@@ -91,6 +96,7 @@ let package = Package(
                 "BGPolicySystem",
                 "BGPolicyStore",
                 "CBGPolicyRuntime",
+                "CBGPolicyThread",
                 .product(name: "DequeModule", package: "swift-collections"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),

@@ -1,4 +1,5 @@
 internal import CBGPolicyRuntime
+internal import CBGPolicyThread
 import Glibc
 
 /// Swift concurrency's global executor for `bgpolicyd`: one thread that sleeps on a condition
@@ -75,6 +76,7 @@ public final class AgentExecutor: SerialExecutor, @unchecked Sendable {
         installed = executor
         var thread = pthread_t()
         let started = pthread_create(&thread, nil, { _ in
+            _ = bgpolicy_name_this_thread("executor")
             AgentExecutor.installed!.run()
             return nil
         }, nil)

@@ -1,3 +1,4 @@
+internal import CBGPolicyThread
 import Glibc
 
 /// One thread that runs store writes for the engine, so that a write stalled by the disk (a
@@ -18,6 +19,7 @@ final class StoreWriter: @unchecked Sendable {
         let box = Unmanaged.passRetained(self)
         var thread = pthread_t()
         let created = pthread_create(&thread, nil, { argument in
+            _ = bgpolicy_name_this_thread("store-writer")
             let writer = Unmanaged<StoreWriter>.fromOpaque(argument!).takeRetainedValue()
             writer.loop()
             return nil

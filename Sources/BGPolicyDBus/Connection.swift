@@ -1,4 +1,5 @@
 internal import CBGPolicyDBus
+internal import CBGPolicyThread
 import Glibc
 public import Logging
 import Synchronization
@@ -15,6 +16,15 @@ public final class DBusConnection: Sendable {
         case session
         case system
         case address(String)
+
+        /// What the connection's thread is called (`top -H`, /proc/PID/task/TID/comm).
+        var threadName: String {
+            switch self {
+            case .session: "dbus-session"
+            case .system: "dbus-system"
+            case .address: "dbus-address"
+            }
+        }
     }
 
     let loop: ConnectionLoop
@@ -132,6 +142,7 @@ public final class DBusConnection: Sendable {
                 try await withCheckedThrowingContinuation { continuation in
                     do {
                         try loop.start(spawn: spawn) { loop in
+                            _ = bus.threadName.withCString(bgpolicy_name_this_thread)
                             // In place before anything can be read: a peer may call the new
                             // name as soon as the bus gives it out.
                             installCallbacks(on: loop, objects: objects, subscriptions: subscriptions, disconnected: disconnected, logger: logger)

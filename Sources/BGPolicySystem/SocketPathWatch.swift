@@ -134,7 +134,7 @@ public enum SocketPathWatch {
         }
 
         func start(_ continuation: CheckedContinuation<Void, any Error>) {
-            let rc = DetachedThread.start { continuation.resume(with: self.wait()) }
+            let rc = DetachedThread.start(name: "socket-watch") { continuation.resume(with: self.wait()) }
             if rc != 0 {
                 continuation.resume(throwing: Failure(description: "pthread_create: \(String(cString: strerror(rc)))"))
             }

@@ -1,3 +1,4 @@
+internal import CBGPolicyThread
 internal import CBGPolicyUdev
 import Glibc
 import Synchronization
@@ -159,6 +160,7 @@ final class UdevPowerSupplyMonitor: PowerSupplyWatch {
         let box = Unmanaged.passRetained(self)
         var thread = pthread_t()
         let rc = pthread_create(&thread, nil, { raw in
+            _ = bgpolicy_name_this_thread("udev-monitor")
             let shared: Shared
             let failure: UdevError?
             do {

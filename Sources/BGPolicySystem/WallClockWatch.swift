@@ -82,7 +82,7 @@ public final class WallClockWatch: Sendable {
     private func launch() {
         guard timerFD >= 0 else { return end(failure: Self.describe("timerfd_create", errno)) }
         if let failure = arm() { return end(failure: failure) }
-        let rc = DetachedThread.start { self.end(failure: self.run()) }
+        let rc = DetachedThread.start(name: "clock-watch") { self.end(failure: self.run()) }
         if rc != 0 { end(failure: Self.describe("pthread_create", rc)) }
     }
 

@@ -17,6 +17,7 @@ Needs `umockdev-wrapper` (LD_PRELOAD of libumockdev) for the testbeds, as script
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -531,6 +532,55 @@ def wakes_over(pid, seconds):
     time.sleep(seconds)
     after = thread_switches(pid)
     return {name: n - before.get(name, 0) for name, n in after.items() if n - before.get(name, 0) > 0}
+
+
+def thread_names(pid):
+    """The names of the threads of process `pid` (/proc/PID/task/TID/comm), one per thread."""
+    names = []
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            names.append(Path(f"/proc/{pid}/task/{tid}/comm").read_text().strip())
+        except FileNotFoundError:  # the thread ended
+            continue
+    return names
+
+
+def wake_report(agent, seconds=2):
+    """For a failed check of wake-ups, what the agent's threads were doing: each thread's name,
+    where it sleeps (wchan) and the system call it is in; what strace saw over `seconds`
+    (when strace is installed: the calls, signals and their threads); the agent's log tail.
+    Only the report of a failure: it attaches to the agent, and so wakes it."""
+    pid = agent.proc.pid
+    lines = ["threads (name, tid, wchan, syscall):"]
+    for tid in sorted(os.listdir(f"/proc/{pid}/task"), key=int):
+        base = f"/proc/{pid}/task/{tid}"
+        try:
+            name = Path(f"{base}/comm").read_text().strip()
+            wchan = Path(f"{base}/wchan").read_text().strip()
+            call = Path(f"{base}/syscall").read_text().split()[0]
+        except (FileNotFoundError, IndexError, PermissionError):
+            continue
+        lines.append(f"  {name} {tid} {wchan} {call}")
+    strace = shutil.which("strace")
+    if strace:
+        # Ended by SIGINT, on which strace detaches cleanly (a SIGKILL could leave it stopped).
+        tracer = subprocess.Popen([strace, "-f", "-tt", "-qq", "-p", str(pid)], stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.PIPE, text=True)
+        time.sleep(seconds)
+        tracer.send_signal(signal.SIGINT)
+        try:
+            traced = tracer.communicate(timeout=5)[1]
+        except subprocess.TimeoutExpired:
+            tracer.kill()
+            traced = tracer.communicate()[1]
+        traced_lines = traced.splitlines()
+        lines.append(f"strace over {seconds} s ({len(traced_lines)} lines, the first 60):")
+        lines.extend("  " + line for line in traced_lines[:60])
+    else:
+        lines.append("(strace is not installed: no trace)")
+    lines.append("the agent's log, last lines:")
+    lines.extend(line[:300] for line in agent.stderr_tail(20).splitlines())
+    return "\n".join(lines)
 
 
 def find_bin_dir():

@@ -421,7 +421,7 @@ def test_on_ac_or_with_upower_no_battery_timer_wakes_the_agent(world):
     time.sleep(2)
     woke = h.wakes_over(agent.proc.pid, 6)
     h.log(f"on AC without UPower, woke over 6 s: {woke}")
-    assert sum(woke.values()) <= 2, f"the agent woke on AC: {woke}"
+    assert sum(woke.values()) <= 2, f"the agent woke on AC: {woke}\n{h.wake_report(agent)}"
     assert "udev's battery timer is off" in agent.stderr(), agent.stderr_tail()
 
     h.start_logind(world.stack, system, world.env())
@@ -433,7 +433,7 @@ def test_on_ac_or_with_upower_no_battery_timer_wakes_the_agent(world):
     time.sleep(2)
     woke = h.wakes_over(agent.proc.pid, 6)
     h.log(f"on battery with UPower live, woke over 6 s: {woke}")
-    assert sum(woke.values()) <= 2, f"the agent woke on battery with UPower live: {woke}"
+    assert sum(woke.values()) <= 2, f"the agent woke on battery with UPower live: {woke}\n{h.wake_report(agent)}"
 
 
 def test_upower_stopped_udev_takes_over_with_the_same_facts(world):
@@ -806,6 +806,33 @@ def test_without_upower_or_networkmanager_their_facts_are_unknown(world):
     assert conditions.get("on_battery") is False, conditions
 
 
+def test_each_thread_of_the_agent_is_named_for_what_it_does(world):
+    """`top -H`, `ps -L` and /proc/PID/task/TID/comm name the agent's own threads, so that a
+    thread seen waking (as the checks of wake-ups here report it) says what it is. With a
+    system bus, one loop per bus; without one, the thread that waits for its socket."""
+    world.use_testbed(h.battery_testbed()[0])
+    world.start_system_bus()
+    agent = world.start_agent()
+    ours = {"executor", "store-writer", "dbus-session", "dbus-system", "udev-monitor", "clock-watch"}
+    deadline = time.monotonic() + 5
+    while not ours <= set(h.thread_names(agent.proc.pid)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    names = h.thread_names(agent.proc.pid)
+    assert ours <= set(names), names
+    assert "socket-watch" not in names, names
+    for name in ours:
+        assert names.count(name) == 1, names
+
+    agent.proc.stop()
+    lone = world.start_agent(system_address="unix:path=/nonexistent")
+    assert wait_for_log(lone, ["system bus"], timeout=3), lone.stderr_tail()
+    deadline = time.monotonic() + 5
+    while "socket-watch" not in h.thread_names(lone.proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    names = h.thread_names(lone.proc.pid)
+    assert "socket-watch" in names and "dbus-system" not in names, names
+
+
 def test_without_any_system_bus_the_agent_serves_status(world):
     world.use_testbed(h.battery_testbed()[0])
     agent = world.start_agent(system_address="unix:path=/nonexistent")
@@ -851,4 +878,4 @@ def test_a_daemon_that_stalls_is_read_again_once_it_answers(world):
     # from then on.
     time.sleep(2)
     woke = h.wakes_over(agent.proc.pid, 10)
-    assert sum(woke.values()) <= 2, f"the idle agent woke after the retry: {woke}"
+    assert sum(woke.values()) <= 2, f"the idle agent woke after the retry: {woke}\n{h.wake_report(agent)}"
