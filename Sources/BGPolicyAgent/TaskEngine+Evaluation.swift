@@ -180,11 +180,23 @@ extension TaskEngine {
     /// clock, its delay worked out from the old wall time: it is dropped, and everything is
     /// evaluated again at the new time, which sets it anew. Work due by the new time starts
     /// now; work whose time moved away waits for it.
+    ///
+    /// A set that moved the clock by less than `smallestClockStepActedOn` (a clock set to what it
+    /// read, an NTP client's small correction) changes nothing and is logged at debug level:
+    /// timers a fraction of a second off do not matter, and moving every stored time would
+    /// cost a write to the database and a line in the journal for each. Such steps add up,
+    /// measured from the last step acted on, and are acted on together once they reach it.
     func wallClockSet() {
         let offset = Self.wallMinusBootTime()
         let step = offset - wallClockOffset
-        wallClockOffset = offset
         let now = Self.wallNow()
+        guard abs(step) >= Self.smallestClockStepActedOn else {
+            logger.debug(
+                "A set of the wall clock moved it by less than a second in all; nothing is planned again",
+                metadata: ["step.seconds": "\(step)", "time": "\(Int64(now))"])
+            return
+        }
+        wallClockOffset = offset
         logger.info(
             "The wall clock was set; planning again",
             metadata: ["step.seconds": "\(Int(step.rounded()))", "time": "\(Int64(now))"])
@@ -216,6 +228,9 @@ extension TaskEngine {
         scheduleEvaluation(at: nil, now: now)
         requestEvaluation()
     }
+
+    /// The smallest step of the wall clock (in seconds, either way) that `wallClockSet` acts on.
+    static let smallestClockStepActedOn = 1.0
 
     /// A refresh the planner recorded at `time`, for taking it back if it does not run. The wall
     /// clock may be set while it is delivered (an app's start can take seconds), and the planner

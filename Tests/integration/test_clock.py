@@ -60,6 +60,41 @@ def test_work_due_by_a_clock_stepped_forward_starts_at_once(world):
         assert abs(step - STEP) <= 2, logged
 
 
+@pytest.mark.skipif(not may_set_the_clock(), reason="setting the wall clock needs CAP_SYS_TIME")
+def test_sets_of_the_clock_by_less_than_a_second_are_not_acted_on_until_they_add_up(world):
+    """The clock set to what it reads (a step of microseconds), as NTP clients and `date -s`
+    can: the agent hears each set, but plans nothing again and logs it at debug level only,
+    with no line at info. Steps add up: a set 0.6 s forward twice is acted on, at the second,
+    as one step of about a second."""
+    agent = world.start_agent()
+    for _ in range(20):
+        time.clock_settime(time.CLOCK_REALTIME, time.clock_gettime(time.CLOCK_REALTIME))
+    th.wait_until(lambda: agent.stderr().count("moved it by less than a second") >= 1, 5, "the agent hears the sets")
+    assert "The wall clock was set; planning again" not in agent.stderr(), agent.stderr_tail()
+    for line in agent.stderr().splitlines():
+        if "moved it by less than a second" in line:
+            assert " debug " in line, line
+
+    offset = time.clock_gettime(time.CLOCK_REALTIME) - time.clock_gettime(time.CLOCK_BOOTTIME)
+    try:
+        time.clock_settime(time.CLOCK_REALTIME, time.clock_gettime(time.CLOCK_BOOTTIME) + offset + 0.6)
+        heard = agent.stderr().count("moved it by less than a second")
+        th.wait_until(lambda: agent.stderr().count("moved it by less than a second") > heard, 5,
+                      "the agent hears the first 0.6 s")
+        assert "The wall clock was set; planning again" not in agent.stderr(), agent.stderr_tail()
+        time.clock_settime(time.CLOCK_REALTIME, time.clock_gettime(time.CLOCK_BOOTTIME) + offset + 1.2)
+        th.wait_until(lambda: "The wall clock was set; planning again" in agent.stderr(), 5,
+                      "the agent acts on the steps, 1.2 s in all")
+        logged = [line for line in agent.stderr().splitlines() if "The wall clock was set; planning again" in line]
+        assert len(logged) == 1 and "step.seconds=1 " in logged[0], logged
+    finally:
+        time.clock_settime(time.CLOCK_REALTIME, time.clock_gettime(time.CLOCK_BOOTTIME) + offset)
+    # The way back, 1.2 s, is a step too.
+    th.wait_until(lambda: agent.stderr().count("The wall clock was set; planning again") == 2, 5,
+                  "the agent acts on the way back")
+    assert agent.alive()
+
+
 def seconds_in(words):
     """The duration in an Explain reason's words ("… may come in 1 h 4 min", "14 min 50 s")."""
     found = re.search(r"may come in ((?:\d+ (?:days|day|h|min|s) ?)+)", words)
