@@ -6,18 +6,13 @@ import Foundation
 
 /// A private dbus-daemon with python-dbusmock's `systemd` template on it, as the user manager.
 final class MockUserManager: @unchecked Sendable {
-    let address: String
-    private let bus: ChildProcess
+    var address: String { bus.address }
+    /// Ended after the mock, when the manager is released (PrivateBus, which leaves no socket file).
+    private let bus: PrivateBus
     private var mock: ChildProcess?
 
     init() throws {
-        bus = try ChildProcess(
-            "/usr/bin/dbus-daemon", ["--session", "--nofork", "--nopidfile", "--print-address=1"], standardOutput: .pipe)
-        guard let line = bus.readLine(), !line.isEmpty else {
-            bus.kill()
-            throw CocoaError(.fileReadUnknown)
-        }
-        address = line
+        bus = try PrivateBus()
     }
 
     /// The stock template plus `Subscribe` (Tests/integration/systemd_user_template.py).
@@ -51,8 +46,6 @@ final class MockUserManager: @unchecked Sendable {
     }
 
     deinit {
-        for process in [mock, bus].compactMap({ $0 }) {
-            process.kill()
-        }
+        mock?.kill()
     }
 }

@@ -201,6 +201,20 @@ public final class ChildProcess: Sendable {
         waitForExit()
     }
 
+    /// SIGTERM (and SIGCONT, for a child stopped with SIGSTOP), then SIGKILL if the child has
+    /// not exited within `grace`; waits for the exit. A child that cleans up on SIGTERM (a
+    /// dbus-daemon removes its socket file) gets the chance to.
+    public func terminate(grace: Duration = .seconds(2)) {
+        signal(SIGTERM)
+        signal(SIGCONT)
+        let deadline = ContinuousClock.now + grace
+        while isRunning {
+            guard ContinuousClock.now < deadline else { break }
+            usleep(2_000)
+        }
+        kill()
+    }
+
     /// The exit code, or nil when the child was ended by a signal or is running.
     public var exitCode: Int32? {
         status.withLock { status in

@@ -77,16 +77,9 @@ class DBusDaemon:
         self.pid = int(pids[-1])
 
     def stop(self):
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            try:
-                os.kill(self.pid, sig)
-            except ProcessLookupError:
-                return
-            deadline = time.monotonic() + 3
-            while time.monotonic() < deadline:
-                if not self.alive():
-                    return
-                time.sleep(0.02)
+        """SIGTERM, then SIGKILL; then its socket file (conftest's stop_bus)."""
+        from conftest import stop_bus
+        stop_bus(self.pid, self.address, timeout=3)
 
     def alive(self):
         try:

@@ -14,9 +14,11 @@ Every subprocess has a timeout, and every process a test starts is ended when it
 import os
 import select
 import signal
+import stat
 import subprocess
 import tempfile
 import time
+import urllib.parse
 from pathlib import Path
 
 import pytest
@@ -81,6 +83,61 @@ def executable(bin_dir, name):
 # MARK: Private buses
 
 
+def remove_bus_sockets(address):
+    """Removes the socket files of a dbus-daemon that has exited, named by its address
+    (`unix:path=`, as `unix:tmpdir=` listens on): the daemon removes them itself on SIGTERM, but
+    not when killed (SIGKILL), nor on a SIGTERM that comes before it has set up its handler, and
+    each left a /tmp/dbus-XXXXXXXXXX behind for good. Only what the address names, and only a
+    socket."""
+    for entry in address.split(";"):
+        kind, _, params = entry.partition(":")
+        if kind != "unix":
+            continue
+        for pair in params.split(","):
+            key, _, value = pair.partition("=")
+            if key != "path":
+                continue
+            path = os.fsdecode(urllib.parse.unquote_to_bytes(value))  # D-Bus escapes bytes as %XX
+            try:
+                if stat.S_ISSOCK(os.lstat(path).st_mode):
+                    os.unlink(path)
+            except FileNotFoundError:
+                pass
+
+
+def process_alive(pid):
+    """Whether `pid` runs; a zombie that nobody reaps yet (a process started with --fork is not
+    our child) counts as gone."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat") as stat_file:
+            return stat_file.read().rsplit(")", 1)[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def stop_bus(pid, address, timeout=5):
+    """Ends the dbus-daemon `pid` (started with --fork: not our child): SIGTERM (and SIGCONT,
+    should it be stopped), then SIGKILL after `timeout` seconds; once it is gone, its socket
+    files (remove_bus_sockets)."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.kill(pid, sig)
+            os.kill(pid, signal.SIGCONT)
+        except ProcessLookupError:
+            break
+        deadline = time.monotonic() + timeout
+        while process_alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        if not process_alive(pid):
+            break
+    if not process_alive(pid):
+        remove_bus_sockets(address)
+
+
 class DBusDaemon:
     """A dbus-daemon started with --fork: it is not our child, so it is ended by its pid."""
 
@@ -99,27 +156,11 @@ class DBusDaemon:
         self.pid = int(pid_lines[-1])
 
     def alive(self):
-        try:
-            os.kill(self.pid, 0)
-        except ProcessLookupError:
-            return False
-        try:  # a zombie that nobody reaps yet counts as gone
-            with open(f"/proc/{self.pid}/stat") as stat:
-                return stat.read().split(")")[-1].split()[0] != "Z"
-        except OSError:
-            return False
+        return process_alive(self.pid)
 
     def stop(self, timeout=5):
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            try:
-                os.kill(self.pid, sig)
-            except ProcessLookupError:
-                return
-            deadline = time.monotonic() + timeout
-            while time.monotonic() < deadline:
-                if not self.alive():
-                    return
-                time.sleep(0.02)
+        """SIGTERM, then SIGKILL; then its socket file (stop_bus)."""
+        stop_bus(self.pid, self.address, timeout)
 
 
 @pytest.fixture

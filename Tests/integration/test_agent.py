@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import find_bin_dir
+from conftest import find_bin_dir, process_alive, remove_bus_sockets, stop_bus
 
 ROOT = Path(__file__).resolve().parents[2]
 AGENT_PATH = "/org/bgpolicy/Agent1"
@@ -35,12 +35,27 @@ class Bus:
             capture_output=True, text=True, check=True, timeout=10)
         lines = out.stdout.split()
         self.address, self.pid = lines[0], int(lines[1])
+        self.killed = False
 
     def kill(self):
+        """SIGKILL, as a crash: its socket file stays until `stop()`, as a crashed daemon's does."""
         try:
             os.kill(self.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+        self.killed = True
+
+    def stop(self):
+        """SIGTERM, then SIGKILL; then its socket file, which a killed daemon leaves in /tmp.
+        A daemon `kill()` ended is not signalled again (its pid may be another process's)."""
+        if self.killed:
+            deadline = time.monotonic() + 5
+            while process_alive(self.pid) and time.monotonic() < deadline:
+                time.sleep(0.02)
+            if not process_alive(self.pid):
+                remove_bus_sockets(self.address)
+        else:
+            stop_bus(self.pid, self.address)
 
 
 class Agent:
@@ -88,7 +103,7 @@ class Agent:
 def bus():
     b = Bus()
     yield b
-    b.kill()
+    b.stop()
 
 
 @pytest.fixture
@@ -415,7 +430,7 @@ def user_manager_refusing(tmp_path, error, message):
     finally:
         manager.kill()
         manager.wait()
-        os.kill(pid, signal.SIGKILL)
+        stop_bus(pid, address)
 
 
 @REFUSALS

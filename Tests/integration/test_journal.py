@@ -76,7 +76,7 @@ def test_the_running_agent_logs_each_line_with_its_priority_to_the_journal(tmp_p
         # The journal stamps entries itself: no timestamp of the agent's own.
         assert not any(line[3:7].isdigit() for line in lines), lines
     finally:
-        bus.kill()
+        bus.stop()
 
 
 def test_journal_stream_naming_another_file_is_not_the_journal(tmp_path):
@@ -98,7 +98,7 @@ def test_journal_stream_naming_another_file_is_not_the_journal(tmp_path):
         assert not any(line.startswith("<") for line in lines), lines
         assert any(" warning " in line and "system bus is not reachable" in line for line in lines), lines
     finally:
-        bus.kill()
+        bus.stop()
 
 
 def test_a_standard_error_whose_reader_is_gone_does_not_kill_the_agent(tmp_path):
@@ -133,7 +133,7 @@ def test_a_standard_error_whose_reader_is_gone_does_not_kill_the_agent(tmp_path)
     finally:
         if read_end is not None:
             os.close(read_end)
-        bus.kill()
+        bus.stop()
 
 
 def test_standard_descriptors_started_closed_are_held_on_dev_null(tmp_path):
@@ -165,4 +165,4 @@ def test_standard_descriptors_started_closed_are_held_on_dev_null(tmp_path):
             proc.send_signal(signal.SIGTERM)
             assert proc.wait(timeout=20) == 0
     finally:
-        bus.kill()
+        bus.stop()
