@@ -352,9 +352,11 @@ stage_integration() {
     bin=$(debug_bin)
     # umockdev-wrapper preloads libumockdev, so the tests can build fake sysfs testbeds
     # that the processes they start (upowerd, bgpolicyd) inherit (TESTBED.md).
+    # --durations lists the slowest tests after the summary, so that a stage that grows
+    # longer says where the time went.
     # shellcheck disable=SC2086 # PYTEST_ARGS is a list of options
     BGPOLICY_BUILD_DIR=$bin private_bus umockdev-wrapper /usr/bin/python3 -m pytest \
-        -p no:cacheprovider -ra ${PYTEST_ARGS:-} "$ROOT/Tests/integration" || rc=$?
+        -p no:cacheprovider -ra --durations=30 --durations-min=5 ${PYTEST_ARGS:-} "$ROOT/Tests/integration" || rc=$?
     ((rc != 5)) || echo "pytest collected no test in Tests/integration; this stage must run some" >&2
     return "$rc"
 }
