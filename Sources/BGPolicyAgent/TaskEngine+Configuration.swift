@@ -29,12 +29,7 @@ extension TaskEngine {
         configuration = applied
         contentWakes.perHour = applied.limits.contentAvailablePerHour
         for waiter in startTurns.setLimit(applied.slices.concurrentStarts) { waiter.resume() }
-        if var planner = refreshPlanner {
-            planner.minRefreshIntervalSeconds = applied.refresh.minInterval.seconds
-            planner.leadSeconds = applied.refresh.lead.seconds
-            planner.inactiveAfterSeconds = applied.limits.inactiveAfter.seconds
-            refreshPlanner = planner
-        }
+        refreshPlanner?.configure(applied)
         // Rules may now hold or block what they did not: the next window is planned anew.
         requestEvaluation()
         return (deferred, applied.changes(from: old))

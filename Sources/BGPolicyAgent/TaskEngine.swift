@@ -222,9 +222,7 @@ actor TaskEngine {
         var planner = RefreshPlanner(utcOffsetSeconds: Self.localUTCOffset())
         planner.adaptsThresholds = configuration.refresh.strategy == .predicted
         planner.keepsOnlyLastRefreshes = configuration.refresh.strategy == .everyWindow
-        planner.minRefreshIntervalSeconds = configuration.refresh.minInterval.seconds
-        planner.leadSeconds = configuration.refresh.lead.seconds
-        planner.inactiveAfterSeconds = configuration.limits.inactiveAfter.seconds
+        planner.configure(configuration)
         refreshPlanner = planner
     }
 

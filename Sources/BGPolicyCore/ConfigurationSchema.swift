@@ -17,6 +17,8 @@ enum ConfigurationSchema {
             case wholeSeconds(any WritableKeyPath<PolicyConfiguration, Duration> & Sendable, ClosedRange<Duration>)
             case percentage(any WritableKeyPath<PolicyConfiguration, Percentage> & Sendable, ClosedRange<Int>)
             case count(any WritableKeyPath<PolicyConfiguration, Int> & Sendable, ClosedRange<Int>)
+            /// A number with at most two decimals (`2.2`), within the range.
+            case decimal(any WritableKeyPath<PolicyConfiguration, Double> & Sendable, ClosedRange<Double>)
             case cpuAction(any WritableKeyPath<PolicyConfiguration, CPUAction> & Sendable)
             case refreshStrategy(any WritableKeyPath<PolicyConfiguration, RefreshStrategy> & Sendable)
         }
@@ -35,6 +37,7 @@ enum ConfigurationSchema {
             case let .duration(path, _), let .wholeSeconds(path, _): ConfigurationSyntax.render(configuration[keyPath: path])
             case let .percentage(path, _): ConfigurationSyntax.render(configuration[keyPath: path])
             case let .count(path, _): String(configuration[keyPath: path])
+            case let .decimal(path, _): ConfigurationSyntax.render(decimal: configuration[keyPath: path])
             case let .cpuAction(path): configuration[keyPath: path].rawValue
             case let .refreshStrategy(path): configuration[keyPath: path].rawValue
             }
@@ -56,6 +59,9 @@ enum ConfigurationSchema {
             case let .count(path, range):
                 configuration[keyPath: path] = try ConfigurationSyntax.count(
                     text, in: range, example: defaults[keyPath: path])
+            case let .decimal(path, range):
+                configuration[keyPath: path] = try ConfigurationSyntax.decimal(
+                    text, in: range, example: ConfigurationSyntax.render(decimal: defaults[keyPath: path]))
             case let .cpuAction(path):
                 configuration[keyPath: path] = try ConfigurationSyntax.word(text, as: CPUAction.self)
             case let .refreshStrategy(path):
@@ -195,6 +201,12 @@ enum ConfigurationSchema {
             Knob(section: "refresh", key: "strategy",
                  summary: "predicted: before predicted opens, within a budget (SPEC §2 refresh before predicted use); every-window: in every window, at most once per app per min_interval.",
                  kind: .refreshStrategy(\.refresh.strategy)),
+            Knob(section: "refresh", key: "budget",
+                 summary: "predicted: refreshes a day for each app, pooled; 2.4 is a tenth of an hourly timer per app, and more buys fresher apps for more battery (not in SPEC §2).",
+                 kind: .decimal(\.refresh.budget, 0.1 ... 96)),
+            Knob(section: "refresh", key: "windows_per_day",
+                 summary: "predicted: wake-ups with refreshes a day that the planner aims for, at most 48 in any 24 hours (not in SPEC §2).",
+                 kind: .count(\.refresh.windowsPerDay, 1 ... RefreshPlanner.wakesPerDayBound)),
         ]),
         Section(name: "transfers", summary: "Background transfers.", knobs: [
             Knob(section: "transfers", key: "resource_timeout",

@@ -211,6 +211,34 @@ enum ConfigurationSyntax {
         return number
     }
 
+    // MARK: Decimals
+
+    /// Parses a number with at most two decimals (`2.2`, `3`, `0.25`) within `range`. No sign,
+    /// exponent or digit grouping: a knob's value is written as a person reads it.
+    static func decimal(_ text: String, in range: ClosedRange<Double>, example: String) throws(ConfigurationValueError) -> Double {
+        let body = text.trimmed()
+        let parts = body.split(separator: ".", maxSplits: 1, omittingEmptySubsequences: false)
+        let digitsOnly = { (part: Substring) in part.allSatisfy { $0.isASCII && $0.isNumber } }
+        let wellFormed = !body.isEmpty && !parts[0].isEmpty && parts[0].count <= 9 && digitsOnly(parts[0])
+            && (parts.count == 1 || (!parts[1].isEmpty && parts[1].count <= 2 && digitsOnly(parts[1])))
+        guard wellFormed, let number = Double(body), range.contains(number) else {
+            var message = "expected a number from \(render(decimal: range.lowerBound)) to \(render(decimal: range.upperBound)) "
+                + "with at most two decimals, like \"\(example)\", got \"\(text)\""
+            if body.contains(","), !body.contains(".") { message += " (the decimal separator is \".\")" }
+            throw ConfigurationValueError(message)
+        }
+        return number
+    }
+
+    /// `value` as `decimal` reads it back: to two decimals, without trailing zeros (`2.2`, `3`).
+    static func render(decimal value: Double) -> String {
+        let hundredths = Int64((value * 100).rounded())
+        let whole = hundredths / 100
+        let fraction = hundredths % 100
+        if fraction == 0 { return String(whole) }
+        return fraction % 10 == 0 ? "\(whole).\(fraction / 10)" : "\(whole).\(fraction < 10 ? "0" : "")\(fraction)"
+    }
+
     // MARK: Words
 
     /// Parses one of a string-backed enum's raw values, exactly.

@@ -153,14 +153,22 @@ public struct PolicyConfiguration: Sendable, Equatable {
         public var minInterval: Duration
         /// Whether refreshes follow predicted use (the default) or run in every window.
         public var strategy: RefreshStrategy
+        /// Under `predicted`: the refreshes a day the shared pool gains for every app known (and
+        /// holds at most a day of). 2.2 is under a tenth of what an hourly timer per app spends.
+        public var budget: Double
+        /// Under `predicted`: the wake-ups with refreshes a day the planner aims for (its
+        /// thresholds adapt to it); never more than `RefreshPlanner.maxWakesPerDay` in 24 hours.
+        public var windowsPerDay: Int
 
         public init(
             lead: Duration = .seconds(10 * 60), minInterval: Duration = .seconds(15 * 60),
-            strategy: RefreshStrategy = .predicted
+            strategy: RefreshStrategy = .predicted, budget: Double = 2.2, windowsPerDay: Int = 21
         ) {
             self.lead = lead
             self.minInterval = minInterval
             self.strategy = strategy
+            self.budget = budget
+            self.windowsPerDay = windowsPerDay
         }
     }
 

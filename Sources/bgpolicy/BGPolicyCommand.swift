@@ -12,8 +12,9 @@ struct BGPolicyCommand: AsyncParsableCommand {
 
             Exit status: 0 on success; 1 when bgpolicyd refused the request (no such app or \
             task, say); 64 for a usage error; 69 when bgpolicyd could not be asked (no session \
-            bus, not running, no answer in time); 65 for an invalid trace and 66 for one that \
-            cannot be read (replay); 73 for a file that cannot be written (replay --refreshes, \
+            bus, not running, no answer in time); 65 for an invalid trace and 66 for a trace or a \
+            configuration file that cannot be read (replay); 78 for an invalid configuration \
+            file (replay --config); 73 for a file that cannot be written (replay --refreshes, \
             timeline --svg); 74 when standard output cannot be written. Errors go to standard \
             error, most with a line saying what to do.
             """,

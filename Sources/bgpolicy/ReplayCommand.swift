@@ -30,6 +30,11 @@ struct ReplayCommand: ParsableCommand {
         valueName: "when"), completion: .list(["at-start", "first-seen"]))
     var apps: String = "at-start"
 
+    @Option(name: .long, help: ArgumentHelp(
+        "Replay bgpolicy with the knobs of this configuration file, in bgpolicyd's syntax: [refresh] budget, windows_per_day, lead and min_interval, and [limits] inactive_after. Without it, the built-in defaults, whatever bgpolicyd is configured with.",
+        valueName: "file"), completion: .file(extensions: ["conf"]))
+    var config: String?
+
     @Flag(name: .long, help: "Print the figures as a JSON object, for scripts.")
     var json = false
 
@@ -41,6 +46,11 @@ struct ReplayCommand: ParsableCommand {
     /// A trace that cannot be read (EX_NOINPUT) or parsed (EX_DATAERR).
     static let noInput = ExitCode(66)
     static let badData = ExitCode(65)
+    /// A configuration file (--config) that is not valid, or asks for what a replay does not
+    /// do (EX_CONFIG, as bgpolicyd exits for one).
+    static let badConfiguration = ExitCode(78)
+    /// A configuration file is a few hundred bytes; bgpolicyd reads at most this much of one.
+    static let maximumConfigurationBytes = 1 << 20
 
     /// Every usage error is found here, not in `run()`: ArgumentParser shows a ValidationError
     /// thrown from `run()` with the usage of `bgpolicy`, not of `replay` (as SimulateCommand notes).
@@ -48,6 +58,7 @@ struct ReplayCommand: ParsableCommand {
         // "" is no file (a script's unset variable): "cannot read : No such file" names none.
         if trace == "" { throw ValidationError("--trace needs the name of the file to read.") }
         if refreshes == "" { throw ValidationError("--refreshes needs the name of the file to write.") }
+        if config == "" { throw ValidationError("--config needs the name of the configuration file to read.") }
         let choice: ReplayPolicyChoice
         do {
             choice = try ReplayPolicyChoice(parsing: policy)
@@ -60,6 +71,9 @@ struct ReplayCommand: ParsableCommand {
         if known != .registeredAtStart, choice != .bgpolicy {
             throw ValidationError("--apps \(apps) is for --policy bgpolicy only: \(choice) takes every app of the trace, as it is defined to.")
         }
+        if config != nil, choice != .bgpolicy {
+            throw ValidationError("--config is for --policy bgpolicy only: \(choice) has no knobs, as it is defined to.")
+        }
         if let refreshes, Self.sameFile(refreshes, trace) {
             // Creating it would empty the trace before anyone noticed the slip.
             throw ValidationError("--refreshes names the trace itself (\(refreshes)); writing the refreshes there would overwrite it. Name another file.")
@@ -70,8 +84,10 @@ struct ReplayCommand: ParsableCommand {
         guard let choice = try? ReplayPolicyChoice(parsing: policy) else {
             preconditionFailure("validate() lets through only a policy that parses")
         }
+        // The configuration first: a mistake in it is found before a long trace is read.
+        let knobs = try config.map(Self.readConfiguration) ?? .defaults
         let bytes: [UInt8]
-        switch Self.readFile(trace, limit: Self.maximumTraceBytes) {
+        switch Self.readFile(trace, limit: Self.maximumTraceBytes, what: "a trace") {
         case .success(let contents): bytes = contents
         case .failure(let message):
             Self.printError("cannot read \(trace): \(message)")
@@ -97,7 +113,7 @@ struct ReplayCommand: ParsableCommand {
             file?.write("timestamp,app_id\n")
         }
         var scorer = ReplayScorer(trace: parsed)
-        choice.replay(parsed, apps: Self.replayApps(apps) ?? .registeredAtStart) { refresh in
+        choice.replay(parsed, apps: Self.replayApps(apps) ?? .registeredAtStart, configuration: knobs) { refresh in
             scorer.add(refresh)
             file?.write(Self.refreshLine(refresh))
         }
@@ -108,6 +124,34 @@ struct ReplayCommand: ParsableCommand {
         let metrics = scorer.finish()
         print(json ? Self.jsonText(metrics) : Self.tableText(metrics, policy: choice))
         if metrics.scoredOpens == 0 { Self.printError("note: \(trace): \(Self.nothingScored(parsed))") }
+    }
+
+    /// The knobs of the configuration file at `path`, read as bgpolicyd reads its own; exits 66
+    /// for a file that cannot be read and 78 for one that is not valid, or that sets `[refresh]
+    /// strategy = every-window`: the replay plays the predicted strategy, and a figure measured
+    /// under it would not be what that file's agent does.
+    static func readConfiguration(_ path: String) throws -> PolicyConfiguration {
+        let text: String
+        switch readFile(path, limit: maximumConfigurationBytes, what: "a configuration file") {
+        case .success(let bytes): text = String(decoding: bytes, as: UTF8.self)
+        case .failure(let message):
+            printError("cannot read \(path): \(message)")
+            throw noInput
+        }
+        let configuration: PolicyConfiguration
+        do {
+            configuration = try ConfigurationParser.parse(text, source: path)
+        } catch {
+            printError(error.description)
+            throw badConfiguration
+        }
+        guard configuration.refresh.strategy == .predicted else {
+            printError(
+                "\(path): [refresh] strategy = \(configuration.refresh.strategy.rawValue): a replay plays the predicted "
+                    + "strategy only; set strategy = predicted (or remove the line) to replay this file's other knobs")
+            throw badConfiguration
+        }
+        return configuration
     }
 
     /// The `--apps` choice, or nil for a word that is none.
@@ -197,8 +241,8 @@ struct ReplayCommand: ParsableCommand {
 
     /// The whole file at `path`, which may be a pipe (`--trace /dev/stdin`, `<(…)`), if it
     /// holds at most `limit` bytes. A regular file is judged by its size before it is read.
-    static func readFile(_ path: String, limit: Int) -> ReadResult {
-        let tooLarge = ReadResult.failure("it is larger than \(limit >> 20) MiB, the most a trace may be")
+    static func readFile(_ path: String, limit: Int, what: String) -> ReadResult {
+        let tooLarge = ReadResult.failure("it is larger than \(limit >> 20) MiB, the most \(what) may be")
         do {
             let fd = try FileDescriptor.open(path, .readOnly, options: .closeOnExec)
             return try fd.closeAfter {

@@ -30,6 +30,8 @@ struct PolicyConfigurationDefaultsTests {
         #expect(d.windows.gridOnAC == .seconds(300))
         #expect(d.refresh.lead == .seconds(600))
         #expect(d.refresh.minInterval == .seconds(900))
+        #expect(d.refresh.budget == 2.2)
+        #expect(d.refresh.windowsPerDay == 21)
         #expect(d.transfers.resourceTimeout == .seconds(7 * 24 * 3600))
         #expect(d.transfers.requestTimeout == .seconds(60))
         #expect(d.transfers.backoffInitial == .seconds(30))
@@ -86,6 +88,8 @@ struct KeyOverride: Sendable, CustomTestStringConvertible {
         .init(section: "refresh", key: "lead", text: "5min") { $0.refresh.lead = .seconds(300) },
         .init(section: "refresh", key: "min_interval", text: "1h") { $0.refresh.minInterval = .seconds(3600) },
         .init(section: "refresh", key: "strategy", text: "every-window") { $0.refresh.strategy = .everyWindow },
+        .init(section: "refresh", key: "budget", text: "4.5") { $0.refresh.budget = 4.5 },
+        .init(section: "refresh", key: "windows_per_day", text: "12") { $0.refresh.windowsPerDay = 12 },
         .init(section: "transfers", key: "resource_timeout", text: "2d") { $0.transfers.resourceTimeout = .seconds(2 * 86_400) },
         .init(section: "transfers", key: "request_timeout", text: "90s") { $0.transfers.requestTimeout = .seconds(90) },
         .init(section: "transfers", key: "backoff_initial", text: "1min") { $0.transfers.backoffInitial = .seconds(60) },
@@ -109,7 +113,7 @@ struct KeyOverrideTests {
         let tested = Set(KeyOverride.all.map { "\($0.section).\($0.key)" })
         let schema = Set(ConfigurationSchema.allKnobs.map { "\($0.section).\($0.key)" })
         #expect(tested == schema)
-        #expect(schema.count == 31)
+        #expect(schema.count == 33)
     }
 
     @Test func allOverridesTogether() throws {
@@ -534,6 +538,29 @@ struct ValueSyntaxTests {
     @Test(arguments: ["", "%", "80", "101%", "-1%", "12.5%", "80%%", "eighty%", "8 0%"])
     func percentageIsRejected(_ text: String) {
         #expect(throws: ConfigurationValueError.self) { try ConfigurationSyntax.percentage(text, in: 0...100, example: 80) }
+    }
+
+    @Test(arguments: [("2.2", 2.2), ("3", 3), (" 0.25 ", 0.25), ("96", 96), ("0.1", 0.1), ("007.50", 7.5), ("10.05", 10.05)])
+    func decimalParses(_ text: String, _ expected: Double) throws {
+        #expect(try ConfigurationSyntax.decimal(text, in: 0.1 ... 96, example: "2.2") == expected)
+    }
+
+    @Test(arguments: ["", ".", "2.", ".5", "2.225", "-1", "+2", "1e1", "2,2", "0.09", "96.01", "0", "nan", "inf", "2 .2", "1_000", "١"])
+    func decimalIsRejected(_ text: String) {
+        #expect(throws: ConfigurationValueError.self) { try ConfigurationSyntax.decimal(text, in: 0.1 ... 96, example: "2.2") }
+    }
+
+    @Test func decimalSaysWhatIsExpectedAndNamesAComma() throws {
+        let error = #expect(throws: ConfigurationValueError.self) {
+            try ConfigurationSyntax.decimal("2,5", in: 0.1 ... 96, example: "2.2")
+        }
+        #expect(error?.message == "expected a number from 0.1 to 96 with at most two decimals, like \"2.2\", got \"2,5\" (the decimal separator is \".\")")
+    }
+
+    @Test(arguments: [(2.2, "2.2"), (3, "3"), (0.25, "0.25"), (10.05, "10.05"), (96, "96"), (0.1, "0.1"), (2.999, "3")])
+    func decimalRendersAsItIsReadBack(_ value: Double, _ expected: String) throws {
+        #expect(ConfigurationSyntax.render(decimal: value) == expected)
+        #expect(try ConfigurationSyntax.decimal(expected, in: 0 ... 100, example: "2.2") == (value * 100).rounded() / 100)
     }
 
     @Test func percentageValueType() {

@@ -36,6 +36,36 @@ struct PoolFundingTests {
         #expect(abs(full.budgetLeft - 3.3) < 1e-9)
     }
 
+    /// `[refresh] budget` at a reload: a lower one leaves at most a day of it in the pool at
+    /// once; a higher one adds nothing at once, and the pool gains at the new rate from then on.
+    @Test func aReloadedBudgetBoundsThePoolAndItsGain() {
+        var planner = RefreshPlanner(registeredAppCount: 10)
+        planner.advance(to: Self.monday)
+        planner.advance(to: Self.monday + 2 * 86_400)
+        #expect(abs(planner.budgetLeft - 22) < 1e-9, "a full day of 2.2 for 10 apps")
+        var configuration = PolicyConfiguration.defaults
+        configuration.refresh.budget = 1
+        planner.configure(configuration)
+        #expect(abs(planner.budgetLeft - 10) < 1e-9)
+        configuration.refresh.budget = 4.8
+        configuration.refresh.windowsPerDay = 12
+        planner.configure(configuration)
+        #expect(abs(planner.budgetLeft - 10) < 1e-9)
+        #expect(planner.targetWakesPerDay == 12)
+        #expect(planner.budgetPerDay == 48)
+        // Six hours gain a quarter of the new day's 48.
+        planner.advance(to: Self.monday + 2 * 86_400 + 6 * 3_600)
+        #expect(abs(planner.budgetLeft - 22) < 1e-6)
+        // What the configuration's other knobs set.
+        configuration.refresh.lead = .seconds(1_200)
+        configuration.refresh.minInterval = .seconds(1_800)
+        configuration.limits.inactiveAfter = .seconds(3 * 86_400)
+        planner.configure(configuration)
+        #expect(planner.leadSeconds == 1_200)
+        #expect(planner.minRefreshIntervalSeconds == 1_800)
+        #expect(planner.inactiveAfterSeconds == 3 * 86_400)
+    }
+
     @Test func appsKnownFromTheStartBringNothing() {
         // A replay's planner knows every app of the trace and starts with an empty pool, as a
         // planner that had run before them (Docs/Replay.md).

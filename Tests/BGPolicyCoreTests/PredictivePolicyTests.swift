@@ -116,3 +116,61 @@ struct PredictivePolicyTests {
         #expect(!policy.planner.predictor.isInUse(chat))
     }
 }
+
+@Suite("PredictivePolicy with a configuration's knobs")
+struct PredictivePolicyKnobTests {
+    /// Five weeks of 12 apps, each opened six times a day at times of its own that drift from
+    /// day to day (07:00–23:00), and closed 3 minutes later: more opens than the default budget
+    /// can serve, so the budget and the wake-up target are what bind.
+    static let busy: UsageTrace = {
+        var events: [UsageEvent] = []
+        var state: UInt64 = 20_261_205
+        func next(_ bound: Int) -> Int {
+            state = state &* 6_364_136_223_846_793_005 &+ 1_442_695_040_888_963_407
+            return Int((state >> 33) % UInt64(bound))
+        }
+        for d in 0..<35 {
+            let day = UsagePredictorTests.monday + Double(d) * 86_400
+            for a in 0..<12 {
+                for _ in 0..<6 {
+                    let time = day + 25_200 + Double(next(16 * 3_600))
+                    events.append(UsageEvent(time: time, appID: "org.example.App\(a)", kind: .open))
+                    events.append(UsageEvent(time: time + 180, appID: "org.example.App\(a)", kind: .close))
+                }
+            }
+        }
+        events.sort { $0.time < $1.time }
+        return UsageTrace(events: events)
+    }()
+
+    static func metrics(budget: Double = 2.2, windowsPerDay: Int = 21) -> ReplayMetrics {
+        var configuration = PolicyConfiguration.defaults
+        configuration.refresh.budget = budget
+        configuration.refresh.windowsPerDay = windowsPerDay
+        return ReplayPolicyChoice.bgpolicy.metrics(over: busy, configuration: configuration)
+    }
+
+    @Test func theDefaultsAreTheConfigurationsDefaults() {
+        #expect(ReplayPolicyChoice.bgpolicy.refreshes(over: Self.busy)
+            == ReplayPolicyChoice.bgpolicy.refreshes(over: Self.busy, configuration: .defaults))
+    }
+
+    /// `[refresh] budget` sets what the pool gains a day for each app: twice the budget buys
+    /// more refreshes and fresher opens, and each stays within its budget.
+    @Test func aLargerBudgetBuysMoreRefreshesAndFresherOpens() {
+        let standard = Self.metrics()
+        let doubled = Self.metrics(budget: 4.4)
+        #expect(standard.refreshesPerDay <= 2.2 * 12 * 1.05, "\(standard)")
+        #expect(doubled.refreshesPerDay <= 4.4 * 12 * 1.05, "\(doubled)")
+        #expect(doubled.refreshesPerDay >= 1.5 * standard.refreshesPerDay, "\(doubled) against \(standard)")
+        #expect(doubled.freshness15m > standard.freshness15m, "\(doubled) against \(standard)")
+    }
+
+    /// `[refresh] windows_per_day` sets the wake-ups the planner aims for.
+    @Test func fewerWindowsADayWakeTheMachineLess() {
+        let standard = Self.metrics()
+        let fewer = Self.metrics(windowsPerDay: 6)
+        #expect(standard.wakeupsPerDay >= 15, "\(standard)")
+        #expect(fewer.wakeupsPerDay <= 0.6 * standard.wakeupsPerDay, "\(fewer) against \(standard)")
+    }
+}

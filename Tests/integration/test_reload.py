@@ -208,3 +208,19 @@ def test_reloads_at_once_are_run_one_after_another(world):
     assert agent.alive()
     app = world.registered_app(APP_ID, [REFRESH])
     assert run_once(agent, app, set())["seconds"] == 9
+
+
+def test_the_refresh_budget_and_windows_a_day_follow_the_file_at_start_and_at_a_reload(world):
+    # `[refresh] budget` and `windows_per_day` reach the planner (GetStatus's `refresh`) at the
+    # start and at a reload; a lower budget trims the pool to a day of it at once.
+    agent = world.start_agent(planner=True, config="[refresh]\nbudget = 5\nwindows_per_day = 12\n")
+    world.registered_app(APP_ID, [REFRESH])
+    refresh = th.wait_until(lambda: (r := agent.status()["refresh"]) and r["budget_per_day"] > 0 and r, 5,
+                            "GetStatus counts the app's budget")
+    assert (refresh["budget_per_day"], refresh["wakeups_target"]) == (5.0, 12.0), refresh
+    write_config(agent, "[refresh]\nbudget = 0.5\nwindows_per_day = 30\n")
+    status = reload(agent)
+    assert (status["refresh"]["budget_per_day"], status["refresh"]["wakeups_target"]) == (0.5, 30.0), status["refresh"]
+    assert status["refresh"]["budget_left"] <= 0.5, status["refresh"]
+    log = agent.stderr()
+    assert "[refresh] budget: 5 → 0.5" in log and "[refresh] windows_per_day: 12 → 30" in log, agent.stderr_tail()

@@ -397,6 +397,52 @@ def test_on_user_02_the_target_holds_with_apps_known_only_from_their_first_open(
     assert ours != replay(trace, "bgpolicy"), "--apps first-seen changed nothing"
 
 
+def test_the_budget_knobs_trade_refreshes_for_freshness_on_user_00(studentlife, tmp_path):
+    # Issue 5's two targets pull apart on user 00: 1.5x periodic:60m's freshness_15m is reached
+    # with `[refresh] budget = 8` and `windows_per_day = 23` (0.529), within its wake-ups but at
+    # about 23 % of its refreshes, not 10 % (Docs/Replay.md, "What the targets cost"). The same
+    # file read by `replay --config` is what the agent would read.
+    conf = tmp_path / "bgpolicy.conf"
+    conf.write_text("[refresh]\nbudget = 8\nwindows_per_day = 23\n")
+    trace = studentlife / "studentlife-u00.csv"
+    richer = replay(trace, "bgpolicy", "--config", str(conf))
+    ours = replay(trace, "bgpolicy")
+    hourly = replay(trace, "periodic:60m")
+    assert richer["freshness_15m"] >= 1.5 * hourly["freshness_15m"], (richer, hourly)
+    assert richer["wakeups_per_day"] <= hourly["wakeups_per_day"]
+    assert 0.2 * hourly["refreshes_per_day"] <= richer["refreshes_per_day"] <= 0.26 * hourly["refreshes_per_day"], richer
+    # A file that sets the defaults replays as no file does.
+    defaults = tmp_path / "defaults.conf"
+    defaults.write_text("[refresh]\nbudget = 2.2\nwindows_per_day = 21\n")
+    assert replay(trace, "bgpolicy", "--config", str(defaults)) == ours
+
+
+def test_replay_config_errors_are_named(tmp_path):
+    trace = tmp_path / "t.csv"
+    trace.write_text("timestamp,app_id,event\n1,a,open\n")
+
+    def run(*extra):
+        return subprocess.run([str(bgpolicy()), "replay", "--trace", str(trace), *extra],
+                              capture_output=True, text=True, timeout=60)
+
+    bad = tmp_path / "bad.conf"
+    bad.write_text("[refresh]\nbudget = 2,5\n")
+    r = run("--config", str(bad))
+    assert (r.returncode, r.stdout) == (78, ""), r
+    assert r.stderr == (f'bgpolicy: {bad}:2: [refresh] budget: expected a number from 0.1 to 96 with at most two '
+                        'decimals, like "2.2", got "2,5" (the decimal separator is ".")\n'), r.stderr
+    every = tmp_path / "every.conf"
+    every.write_text("[refresh]\nstrategy = every-window\n")
+    r = run("--config", str(every))
+    assert r.returncode == 78 and "a replay plays the predicted strategy only" in r.stderr, r
+    r = run("--config", str(tmp_path / "missing.conf"))
+    assert r.returncode == 66 and "cannot read" in r.stderr and "No such file" in r.stderr, r
+    r = run("--config", str(bad), "--policy", "periodic:60m")
+    assert r.returncode == 64 and "--config is for --policy bgpolicy only" in r.stderr, r
+    r = run("--config", "")
+    assert r.returncode == 64 and "--config needs the name" in r.stderr, r
+
+
 def refresh_lines(trace, *extra):
     out = trace.with_suffix(".refreshes-" + "-".join(extra or ("default",)) + ".csv")
     r = subprocess.run([str(bgpolicy()), "replay", "--trace", str(trace), "--refreshes", str(out), *extra],

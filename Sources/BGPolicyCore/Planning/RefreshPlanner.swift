@@ -87,8 +87,13 @@ public struct RefreshPlanner: Sendable {
     public var slotSeconds: Double
     public var targetWakesPerDay: Double = 21
     /// A safety bound: never more refresh windows than this in any 24 hours.
-    public var maxWakesPerDay = 48
-    public var refreshesPerAppPerDay: Double = 2.2
+    public var maxWakesPerDay = RefreshPlanner.wakesPerDayBound
+    /// `maxWakesPerDay` unless a test sets another: the most `[refresh] windows_per_day` may be.
+    public static let wakesPerDayBound = 48
+    /// `[refresh] budget`. Lowered, the pool keeps at most a day of the new budget.
+    public var refreshesPerAppPerDay: Double = 2.2 {
+        didSet { if refreshesPerAppPerDay < oldValue { tokens = min(tokens, budgetPerDay) } }
+    }
     /// `[limits] inactive_after`, in seconds: no window for an app unused this long, and its
     /// model stops training then too (`UsagePredictor.dormantAfter`).
     public var inactiveAfterSeconds: Double = 7 * 86_400 {
@@ -109,6 +114,19 @@ public struct RefreshPlanner: Sendable {
     /// The apps known whose share is in the pool: those known when the planner was made (a
     /// replay's, with the pool empty), and each one known since (`fundNewApps`).
     private var fundedApps: Int
+
+    /// Takes the knobs of `configuration` that the planner acts on: `[refresh] lead`,
+    /// `min_interval`, `budget` and `windows_per_day`, and `[limits] inactive_after`; the agent at
+    /// its start and at each reload, and a replay given a configuration file. `[refresh]
+    /// strategy` is the caller's to apply: it decides what the planner learns
+    /// (`adaptsThresholds`, `keepsOnlyLastRefreshes`).
+    public mutating func configure(_ configuration: PolicyConfiguration) {
+        minRefreshIntervalSeconds = configuration.refresh.minInterval.seconds
+        leadSeconds = configuration.refresh.lead.seconds
+        inactiveAfterSeconds = configuration.limits.inactiveAfter.seconds
+        refreshesPerAppPerDay = configuration.refresh.budget
+        targetWakesPerDay = Double(configuration.refresh.windowsPerDay)
+    }
 
     public static let minimumWeight = 0.125
     /// Step of the threshold's online quantile, in log units.

@@ -41,8 +41,11 @@ public struct PredictivePolicy: ReplayPolicy {
     /// Whether windows open after opens and closes (the default, as in the agent).
     public var refreshOnlyWindows = true
 
-    public init(registeredAppCount: Int = 0) {
+    /// `configuration`'s knobs that the planner acts on are applied (`RefreshPlanner.configure`):
+    /// `[refresh] lead`, `min_interval`, `budget`, `windows_per_day`, `[limits] inactive_after`.
+    public init(registeredAppCount: Int = 0, configuration: PolicyConfiguration = .defaults) {
         planner = RefreshPlanner(slotSeconds: 900, registeredAppCount: registeredAppCount)
+        planner.configure(configuration)
         planner.refreshesWaiting = false
     }
 

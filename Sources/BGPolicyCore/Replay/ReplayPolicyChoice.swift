@@ -41,19 +41,26 @@ public enum ReplayPolicyChoice: Sendable, Equatable, CustomStringConvertible {
     }
 
     /// Replays `trace` under this policy and returns the refreshes it made, in time order.
-    public func refreshes(over trace: UsageTrace, apps: ReplayApps = .registeredAtStart) -> [ReplayRefresh] {
+    public func refreshes(
+        over trace: UsageTrace, apps: ReplayApps = .registeredAtStart, configuration: PolicyConfiguration = .defaults
+    ) -> [ReplayRefresh] {
         var refreshes: [ReplayRefresh] = []
-        replay(trace, apps: apps) { refreshes.append($0) }
+        replay(trace, apps: apps, configuration: configuration) { refreshes.append($0) }
         return refreshes
     }
 
     /// Replays `trace` under this policy, handing each refresh to `made` as it is made (in time
     /// order), so that nothing holds them all. `apps` is what `bgpolicy` is told of the trace's
-    /// apps; the baselines take every app of the trace, as they are defined to.
-    public func replay(_ trace: UsageTrace, apps: ReplayApps = .registeredAtStart, each made: (ReplayRefresh) -> Void) {
+    /// apps; the baselines take every app of the trace, as they are defined to. `configuration`
+    /// sets `bgpolicy`'s knobs (`PredictivePolicy.init`); the baselines have none.
+    public func replay(
+        _ trace: UsageTrace, apps: ReplayApps = .registeredAtStart, configuration: PolicyConfiguration = .defaults,
+        each made: (ReplayRefresh) -> Void
+    ) {
         switch self {
         case .bgpolicy:
-            var policy = PredictivePolicy(registeredAppCount: apps == .registeredAtStart ? trace.appIDs.count : 0)
+            var policy = PredictivePolicy(
+                registeredAppCount: apps == .registeredAtStart ? trace.appIDs.count : 0, configuration: configuration)
             ReplayDriver.run(trace, policy: &policy, each: made)
         case .periodic(let period):
             var policy = PeriodicPolicy(period: period, appIDs: trace.appIDs)
@@ -65,16 +72,18 @@ public enum ReplayPolicyChoice: Sendable, Equatable, CustomStringConvertible {
     }
 
     /// Replays `trace` under this policy and scores it, as the refreshes are made.
-    public func metrics(over trace: UsageTrace, apps: ReplayApps = .registeredAtStart) -> ReplayMetrics {
+    public func metrics(
+        over trace: UsageTrace, apps: ReplayApps = .registeredAtStart, configuration: PolicyConfiguration = .defaults
+    ) -> ReplayMetrics {
         var scorer = ReplayScorer(trace: trace)
-        replay(trace, apps: apps) { scorer.add($0) }
+        replay(trace, apps: apps, configuration: configuration) { scorer.add($0) }
         return scorer.finish()
     }
 }
 
 /// What the `bgpolicy` policy is told, at the start of a replay, of the apps in the trace.
 ///
-/// The planner's budget is per app known to it (2.2 refreshes a day each). In the agent that is
+/// The planner's budget is per app known to it (`[refresh] budget`, 2.2 refreshes a day each). In the agent that is
 /// every app registered with it, which on a machine in use for a while is every app the user
 /// runs, including those not yet opened this week. A trace has no registrations, so a replay
 /// must choose: this number is the one fact of the whole trace that the policy may be given,
