@@ -13,8 +13,10 @@ import Synchronization
 /// It polls in one state only. Many ACPI batteries change `capacity` and `energy_now` without a
 /// uevent, so a battery draining is seen only at the next uevent (plug, unplug, status change)
 /// or resume. UPower polls for it; when UPower is not live and the machine runs on battery, the
-/// agent turns `polling` on, and the supplies are read again every `[battery]
-/// udev_read_interval` (60 s). A timed re-read that finds the same facts reports nothing; one
+/// agent turns `polling` on, and the watch reads the supplies again every `[battery]
+/// udev_read_interval` (60 s), on its own thread (`PowerSupplyWatch.reread(every:)`). A timed
+/// re-read that finds the same devices yields nothing, and one that finds the same facts
+/// reports nothing; one
 /// asked through `context.rereads` (a resume) reports them all the same, for the agent waits
 /// for that answer before it starts work (`ConditionsHub.resettle`). On AC, or with UPower
 /// live, the timer does not exist.
@@ -63,7 +65,7 @@ public struct UdevPowerSource: ConditionSource {
                 for await _ in context.rereads { current.rescan() }
             }
             if let polling {
-                group.addTask { await poll(polling, context: context, current: current) }
+                group.addTask { await follow(polling, current: current) }
             }
             var delay = Self.firstRetry
             while !Task.isCancelled {
@@ -120,31 +122,16 @@ public struct UdevPowerSource: ConditionSource {
         return broke && !Task.isCancelled
     }
 
-    /// While `polling` is on, asks the watch under way to read the supplies again every
-    /// interval; while it is off, waits for it to turn on, with no timer. Runs until the task
-    /// is cancelled. A broken watch is not hurried: its retry keeps its own wait (and it has
-    /// no facts, so the agent turns polling off).
-    private func poll(_ polling: UdevBatteryPolling, context: SourceContext, current: CurrentWatch) async {
+    /// Follows `polling`: while it is on, the watch under way (and each one started after)
+    /// reads the supplies again every interval on its own thread, and reports only what
+    /// changed; while it is off, it does not. No timer of the agent's runs for it. Runs until
+    /// the task is cancelled. A broken watch is not hurried: its retry keeps its own wait (and
+    /// it has no facts, so the agent turns polling off).
+    private func follow(_ polling: UdevBatteryPolling, current: CurrentWatch) async {
         while !Task.isCancelled {
             let now = polling.current
-            guard now.active else {
-                await polling.changed(from: now.version)
-                continue
-            }
-            let elapsed = await withTaskGroup(of: Bool.self) { group in
-                group.addTask { (try? await context.sleep(now.interval)) != nil }
-                group.addTask {
-                    await polling.changed(from: now.version)
-                    return false
-                }
-                let first = await group.next() ?? false
-                group.cancelAll()
-                return first && !Task.isCancelled
-            }
-            if elapsed {
-                context.logger.debug("On battery without UPower: reading the power supplies again")
-                current.poll()
-            }
+            current.reread(every: now.active ? now.interval : nil)
+            await polling.changed(from: now.version)
         }
     }
 
@@ -167,6 +154,8 @@ public struct UdevPowerSource: ConditionSource {
     private final class CurrentWatch: Sendable {
         private struct State {
             var watch: (any PowerSupplyWatch)?
+            /// The timed re-reads' period, for the watch under way and each started after.
+            var period: Duration?
             /// A re-read asked while no watch ran, not yet taken by a wait.
             var asked = false
             /// A re-read asked of the watch under way, not yet answered by an enumeration.
@@ -175,18 +164,26 @@ public struct UdevPowerSource: ConditionSource {
         }
         private let state = Mutex(State())
 
-        /// A new watch enumerates as it starts, which answers any re-read asked before.
+        /// A new watch enumerates as it starts, which answers any re-read asked before; it
+        /// takes the timed re-reads' period.
+        /// (The watch is told under the lock, so that two periods set at once reach it in the
+        /// order they were set; a watch's `reread` only records it and wakes its thread.)
         func set(_ new: (any PowerSupplyWatch)?) {
             state.withLock { state in
                 state.watch = new
                 if new != nil { (state.asked, state.answerDue) = (false, false) }
+                if let new, let period = state.period { new.reread(every: period) }
             }
         }
 
-        /// A timed re-read: reaches a watch under way only. Between watches the retry's wait
-        /// stands (a re-read asked then would end it, as a resume does).
-        func poll() {
-            state.withLock { $0.watch }?.rescan()
+        /// The timed re-reads' period: the watch under way takes it now, the next ones as they
+        /// start. Between watches the retry's wait stands (a re-read asked then would end it,
+        /// as a resume does).
+        func reread(every period: Duration?) {
+            state.withLock { state in
+                state.period = period
+                state.watch?.reread(every: period)
+            }
         }
 
         /// A re-read asked (a resume): the next enumeration is reported even if nothing changed.

@@ -3,12 +3,15 @@ internal import CBGPolicyUdev
 import Glibc
 import Synchronization
 
-/// What `UdevPowerSource` asks of a watch of the power supplies: to read them all again, to
-/// stop, and to say when it has let go of everything. `UdevPowerSupplyMonitor` is libudev's;
-/// the source's tests give it others, to break on cue.
+/// What `UdevPowerSource` asks of a watch of the power supplies: to read them all again, now
+/// or on a timer, to stop, and to say when it has let go of everything.
+/// `UdevPowerSupplyMonitor` is libudev's; the source's tests give it others, to break on cue.
 protocol PowerSupplyWatch: Sendable {
-    /// Asks for an enumeration now. Requests coalesce.
+    /// Asks for an enumeration now, reported whatever it finds. Requests coalesce.
     func rescan()
+    /// Reads the supplies again every `period` from now (nil: never), and reports such a read
+    /// only when it found something new. Replaces the period set before.
+    func reread(every period: Duration?)
     /// Asks the watch to end. Returns at once; `finished()` waits.
     func stop()
     /// Returns when the watch has ended and released everything.
@@ -22,6 +25,12 @@ protocol PowerSupplyWatch: Sendable {
 /// the monitor's socket and an eventfd that other threads write to — with no timeout, so an
 /// idle machine never wakes it. After it starts listening, after every uevent burst and on
 /// every `rescan()`, it enumerates `power_supply` and yields the devices as plain values.
+///
+/// With a period set (`reread(every:)`: on battery without UPower), `poll` times out at the
+/// next read instead, and the thread enumerates then; a timed read that finds the devices as
+/// the last one yielded yields nothing. So a battery that does not change wakes this thread
+/// alone, once a period, and the agent's executor not at all (the executor's own timer and the
+/// answer it waited for woke it three times a read, and this thread three times too).
 ///
 /// Listening starts before the first enumeration, so a change between the two cannot be
 /// missed: it arrives as a uevent and causes a second enumeration.
@@ -42,6 +51,9 @@ final class UdevPowerSupplyMonitor: PowerSupplyWatch {
 
     private struct State {
         var rescan = false
+        /// The timed reads' period, and whether it changed since the thread last took it.
+        var period: Duration?
+        var periodChanged = false
         var stop = false
         var finished = false
         var waiters: [CheckedContinuation<Void, Never>] = []
@@ -71,13 +83,22 @@ final class UdevPowerSupplyMonitor: PowerSupplyWatch {
             for waiter in waiters { waiter.resume() }
         }
 
-        /// What `stop()` and `rescan()` asked since the last call; the rescan request is taken.
-        func takeRequests() -> (stop: Bool, rescan: Bool) {
+        /// What `stop()`, `rescan()` and `reread(every:)` asked since the last call; the
+        /// rescan request and the period's change are taken.
+        func takeRequests() -> Requests {
             state.withLock { state in
-                defer { state.rescan = false }
-                return (state.stop, state.rescan)
+                defer { (state.rescan, state.periodChanged) = (false, false) }
+                return Requests(stop: state.stop, rescan: state.rescan, period: state.periodChanged ? .some(state.period) : nil)
             }
         }
+    }
+
+    /// What the thread is asked, taken at each wake of its eventfd.
+    struct Requests {
+        var stop = false
+        var rescan = false
+        /// The timed reads' new period (`.some(nil)`: none), or nil when it did not change.
+        var period: Duration?? = nil
     }
 
     static let subsystem = "power_supply"
@@ -119,6 +140,17 @@ final class UdevPowerSupplyMonitor: PowerSupplyWatch {
         let wake = shared.state.withLock { state -> Bool in
             guard !state.finished, !state.stop else { return false }
             state.rescan = true
+            return true
+        }
+        if wake { signalWake() }
+    }
+
+    /// Sets the timed reads' period; the next read comes one period from now.
+    func reread(every period: Duration?) {
+        let wake = shared.state.withLock { state -> Bool in
+            guard !state.finished, !state.stop else { return false }
+            state.period = period
+            state.periodChanged = true
             return true
         }
         if wake { signalWake() }
@@ -200,16 +232,25 @@ final class UdevPowerSupplyMonitor: PowerSupplyWatch {
         let context = try Udev.Context()
         let monitor = try Udev.Monitor.listening(subsystem: Self.subsystem, in: context)
         let shared = shared
-        shared.events.yield(.devices(try Self.enumerate(in: context)))
+        var last = try Self.enumerate(in: context)
+        shared.events.yield(.devices(last))
         try Self.wait(
             socket: monitor.fd, wake: wakeFD, requests: { shared.takeRequests() }, drain: { _ = monitor.drain() },
-            enumerate: { () throws(UdevError) in shared.events.yield(.devices(try Self.enumerate(in: context))) })
+            enumerate: { (timed: Bool) throws(UdevError) in
+                let devices = try Self.enumerate(in: context)
+                // A timed read of a battery that did not change: nothing to tell the reader.
+                if timed, devices == last { return }
+                last = devices
+                shared.events.yield(.devices(devices))
+            })
     }
 
     /// Sleeps in `poll` on the uevent socket and the wake eventfd until `requests` says stop;
-    /// calls `enumerate` after uevents, after a rescan request and after lost uevents. Apart
-    /// from libudev (the socket is a descriptor, its reading a closure) so that a test can hand
-    /// it a socket with a real error pending.
+    /// calls `enumerate(false)` after uevents, after a rescan request and after lost uevents,
+    /// and `enumerate(true)` when a period is set (`requests`) and that long has passed since
+    /// the last enumeration of any kind (or since the period was set). Apart from libudev (the
+    /// socket is a descriptor, its reading a closure) so that a test can hand it a socket with
+    /// a real error pending, or a pipe and a period.
     ///
     /// On a netlink socket `POLLERR` is the kernel saying that uevents did not fit in the
     /// receive buffer and were dropped (ENOBUFS). With `POLLIN`, as an overflow comes, `drain`
@@ -219,16 +260,21 @@ final class UdevPowerSupplyMonitor: PowerSupplyWatch {
     /// every `poll` return at once: after `maximumUnclearedErrors` in a row the loop throws
     /// rather than spin, as it does for `POLLHUP` and `POLLNVAL`.
     static func wait(
-        socket: Int32, wake: Int32, requests: () -> (stop: Bool, rescan: Bool), drain: () -> Void,
-        enumerate: () throws(UdevError) -> Void
+        socket: Int32, wake: Int32, requests: () -> Requests, drain: () -> Void,
+        enumerate: (_ timed: Bool) throws(UdevError) -> Void
     ) throws(UdevError) {
         var fds = [
             pollfd(fd: socket, events: Int16(POLLIN), revents: 0),
             pollfd(fd: wake, events: Int16(POLLIN), revents: 0),
         ]
         var unclearedErrors = 0
+        var period: Duration?
+        // When the next timed read is due, on the suspending clock, which like `poll`'s timeout
+        // does not count a suspend. A resume asks for a rescan, which reads at once.
+        var due: SuspendingClock.Instant?
         while true {
-            let ready = fds.withUnsafeMutableBufferPointer { poll($0.baseAddress, nfds_t($0.count), -1) }
+            let timeout = due.map { Self.pollTimeout(until: $0) } ?? -1
+            let ready = fds.withUnsafeMutableBufferPointer { poll($0.baseAddress, nfds_t($0.count), timeout) }
             if ready < 0 {
                 if errno == EINTR { continue }
                 throw UdevError(call: "poll", code: errno)
@@ -240,6 +286,10 @@ final class UdevPowerSupplyMonitor: PowerSupplyWatch {
                 let asked = requests()
                 if asked.stop { return }
                 rescan = asked.rescan
+                if let new = asked.period {
+                    period = new
+                    due = new.map { SuspendingClock.now + $0 }
+                }
             }
             let events = fds[0].revents
             if events & Int16(POLLIN) != 0 {
@@ -259,8 +309,26 @@ final class UdevPowerSupplyMonitor: PowerSupplyWatch {
                 }
                 rescan = true
             }
-            if rescan { try enumerate() }
+            if rescan {
+                try enumerate(false)
+            } else if let when = due, ready == 0 || SuspendingClock.now >= when {
+                try enumerate(true)
+            } else {
+                continue
+            }
+            // Any enumeration read the battery: the next timed one is a period after it.
+            due = period.map { SuspendingClock.now + $0 }
         }
+    }
+
+    /// `poll`'s timeout in milliseconds for a read due at `due`: rounded up, so that the
+    /// wake-up is not a millisecond early and followed by another, and at most `Int32.max`.
+    static func pollTimeout(until due: SuspendingClock.Instant) -> Int32 {
+        let left = SuspendingClock.now.duration(to: due)
+        guard left > .zero else { return 0 }
+        let (seconds, attoseconds) = left.components
+        let milliseconds = seconds * 1000 + (attoseconds + 999_999_999_999_999) / 1_000_000_000_000_000
+        return Int32(clamping: milliseconds)
     }
 
     /// `POLLERR` wake-ups in a row with no error to clear before the loop gives up.

@@ -234,10 +234,13 @@ struct UdevPowerSourceRunTests {
 /// A watch of the supplies that plays its part on cue, with no thread: one that breaks says so
 /// and ends; one that works reports `devices` at once and again at each rescan, with the
 /// battery one percent lower each time (the same each time when `steady`), until it is stopped.
+/// It records the timed re-reads' periods it is given, and reads on `tick()` as a timed read
+/// would, yielding only a change.
 private final class CuedWatch: PowerSupplyWatch {
     private struct State {
         var percent: Int64 = 50
         var rescans = 0
+        var periods: [Duration?] = []
         var stopped = false
     }
     private let state = Mutex(State())
@@ -258,6 +261,7 @@ private final class CuedWatch: PowerSupplyWatch {
 
     var stopped: Bool { state.withLock { $0.stopped } }
     var rescans: Int { state.withLock { $0.rescans } }
+    var periods: [Duration?] { state.withLock { $0.periods } }
 
     private func report() {
         let steady = self.steady
@@ -271,6 +275,21 @@ private final class CuedWatch: PowerSupplyWatch {
     func rescan() {
         state.withLock { $0.rescans += 1 }
         report()
+    }
+
+    func reread(every period: Duration?) {
+        state.withLock { $0.periods.append(period) }
+    }
+
+    /// Breaks now, as a monitor whose socket hung up: says so and ends.
+    func breakNow() {
+        events.yield(.failed(UdevError(call: "poll(udev monitor)", code: EPIPE)))
+        events.finish()
+    }
+
+    /// A timed read, as the monitor's thread makes one: it yields only when the battery moved.
+    func tick() {
+        if !steady { report() }
     }
 
     func stop() {
@@ -353,54 +372,76 @@ struct UdevPowerSourceRetryTests {
         await run.value
     }
 
-    /// Polling on (on battery without UPower), the source asks the watch under way to read the
-    /// supplies again after each interval, and reports what it finds; turned off (on AC, or
-    /// UPower back), the timer goes and no other starts. Without polling a battery that drains
-    /// with no uevent stayed at the percentage of the unplug.
+    /// Polling on (on battery without UPower), the source gives the watch under way the period
+    /// of its timed re-reads, and reports what they find; turned off (on AC, or UPower back),
+    /// it takes the period back; a new interval (a reload) reaches it, and so does a watch
+    /// started after a break. No sleep of the agent's runs for it: the executor's timer woke
+    /// the agent three times a re-read, as often as the watch's own thread did.
     @Test(.timeLimit(.minutes(1)))
-    func pollingRereadsWhileOnAndStopsWhenOff() async throws {
+    func pollingGivesTheWatchItsPeriodWhileOn() async throws {
         let polling = UdevBatteryPolling(interval: .seconds(90))
+        let started = Mutex<[CuedWatch]>([])
         let source = UdevPowerSource(polling: polling) {
             let watch = CuedWatch(breaks: false)
+            started.withLock { $0.append(watch) }
             return (watch, watch.stream)
         }
         let sleeps = Mutex<[Duration]>([])
         let (reports, input) = AsyncStream.makeStream(of: ConditionReport.self)
+        let (rereads, reread) = AsyncStream.makeStream(of: Void.self)
         let context = SourceContext(
-            logger: Logger(label: "test.udev"), rereads: AsyncStream { _ in },
+            logger: Logger(label: "test.udev"), rereads: rereads,
             sleep: { delay in
                 sleeps.withLock { $0.append(delay) }
-                try await Task.sleep(for: .milliseconds(20))
+                try await Task.sleep(for: .seconds(3600))
             },
             report: { input.yield($0) })
         let run = Task { await source.run(context) }
         var iterator = reports.makeAsyncIterator()
         #expect(await iterator.next() == Self.onBattery(50))
-        // Off: no timer at all.
-        try await Task.sleep(for: .milliseconds(200))
-        #expect(sleeps.withLock { $0 }.isEmpty)
-        polling.set(active: true)
-        #expect(await iterator.next() == Self.onBattery(49))
-        #expect(await iterator.next() == Self.onBattery(48))
-        #expect(sleeps.withLock { $0 }.allSatisfy { $0 == .seconds(90) })
-        polling.set(active: false)
+        let first = try #require(started.withLock { $0.first })
+        // Off: the watch reads on uevents and re-reads alone (it may be told so, or not).
         try await Task.sleep(for: .milliseconds(100))
-        let stopped = sleeps.withLock { $0.count }
-        try await Task.sleep(for: .milliseconds(300))
-        #expect(sleeps.withLock { $0.count } == stopped)
+        #expect(first.periods.allSatisfy { $0 == nil }, "\(first.periods)")
+        polling.set(active: true)
+        try await Self.until { first.periods.last == .seconds(90) }
+        first.tick()
+        #expect(await iterator.next() == Self.onBattery(49))
+        polling.set(interval: .seconds(30))
+        try await Self.until { first.periods.last == .seconds(30) }
+        polling.set(active: false)
+        try await Self.until { first.periods.last == .some(nil) }
+        polling.set(active: true)
+        try await Self.until { first.periods.last == .seconds(30) }
+        #expect(sleeps.withLock { $0 }.isEmpty, "no sleep of the agent's for the timed re-reads")
+
+        // The watch breaks; the one started after it (at the resume that cuts the wait short)
+        // takes the period as it starts.
+        first.breakNow()
+        #expect(await iterator.next() == .lost)
+        try await Self.until { sleeps.withLock { $0 } == [.seconds(10)] }
+        reread.yield()
+        #expect(await iterator.next() == Self.onBattery(50))
+        let second = try #require(started.withLock { $0.count == 2 ? $0[1] : nil })
+        #expect(second.periods == [.seconds(30)])
         run.cancel()
         await run.value
     }
 
+    /// Polls `condition` every 10 ms until it holds (the test's time limit ends a wait that
+    /// never does).
+    static func until(_ condition: () -> Bool) async throws {
+        while !condition() { try await Task.sleep(for: .milliseconds(10)) }
+    }
+
     /// A re-read asked (a resume) of a machine that did not change is answered with the same
-    /// facts, for the agent waits for that answer before it starts work; a timed one (polling)
-    /// that finds nothing new says nothing. Without the answer, every resume with the charger
-    /// as it was held all work for 3 s, and logged that the sources never read again.
+    /// facts, for the agent waits for that answer before it starts work. Without the answer,
+    /// every resume with the charger as it was held all work for 3 s, and logged that the
+    /// sources never read again.
     @Test(.timeLimit(.minutes(1)))
-    func aRereadIsAnsweredThoughNothingChangedAPollIsNot() async throws {
-        let polling = UdevBatteryPolling(interval: .seconds(90))
+    func aRereadIsAnsweredThoughNothingChanged() async throws {
         let watch = CuedWatch(breaks: false, steady: true)
-        let source = UdevPowerSource(polling: polling) { (watch, watch.stream) }
+        let source = UdevPowerSource { (watch, watch.stream) }
         let (reports, input) = AsyncStream.makeStream(of: ConditionReport.self)
         let (rereads, reread) = AsyncStream.makeStream(of: Void.self)
         let context = SourceContext(
@@ -409,17 +450,10 @@ struct UdevPowerSourceRetryTests {
         let run = Task { await source.run(context) }
         var iterator = reports.makeAsyncIterator()
         #expect(await iterator.next() == Self.onBattery(50))
-        polling.set(active: true)
-        while watch.rescans < 3 { try await Task.sleep(for: .milliseconds(10)) }
-        polling.set(active: false)
         reread.yield()
-        try await Task.sleep(for: .milliseconds(300))
+        #expect(await iterator.next() == Self.onBattery(50))
         run.cancel()
         await run.value
-        input.finish()
-        var rest: [ConditionReport] = []
-        while let report = await iterator.next() { rest.append(report) }
-        #expect(rest == [Self.onBattery(50)], "the re-read answered once; the polls said nothing")
     }
 
     /// Cancelled while it waits to try again, the source returns at once.
@@ -485,6 +519,13 @@ struct UmockdevTestbed {
     }
 }
 
+/// What a monitor yielded, in order, for a test to read while its reader runs.
+private final class EventLog: Sendable {
+    private let state = Mutex<[UdevPowerSupplyMonitor.Event]>([])
+    var events: [UdevPowerSupplyMonitor.Event] { state.withLock { $0 } }
+    func append(_ event: UdevPowerSupplyMonitor.Event) { state.withLock { $0.append(event) } }
+}
+
 /// Run with `umockdev-wrapper swift test --filter UdevUmockdevTests`; skipped otherwise.
 @Suite("UdevPowerSource under umockdev", .serialized, .enabled(if: UmockdevTestbed.isActive, "needs umockdev-wrapper (libumockdev-preload)"))
 struct UdevUmockdevTests {
@@ -541,6 +582,50 @@ struct UdevUmockdevTests {
             while let report = await reports.next() { rest.append(report) }
             #expect((1...2).contains(rest.count), "\(rest)")
             #expect(rest.allSatisfy { $0 == .power(PowerSample(onBatteryReported: true, batteryPresent: true, percentage: 50, state: .discharging)) })
+        }
+    }
+
+    /// With a period set, the monitor's thread reads the supplies again on its own, and yields
+    /// a read only when it found something new: the battery falling with no uevent (only its
+    /// file changes) is seen within a few periods, and reads of a battery that did not move
+    /// yield nothing (before, every timed read went to the agent's executor, which compared
+    /// it). With the period taken back, a change is not read until something asks.
+    @Test(.timeLimit(.minutes(1)))
+    func monitorRereadsOnItsOwnTimerAndYieldsOnlyChanges() async throws {
+        let testbed = try UmockdevTestbed()
+        try testbed.add("AC", ["type": "Mains", "online": "0"])
+        try testbed.add("BAT0", ["type": "Battery", "status": "Discharging", "energy_full": "60000000", "energy_now": "30000000"])
+        try await testbed.serving {
+            let (monitor, events) = UdevPowerSupplyMonitor.start()
+            let seen = EventLog()
+            let reader = Task { for await event in events { seen.append(event) } }
+            func energies() -> [String?] {
+                seen.events.map { event in
+                    guard case .devices(let devices) = event else { return "failed" }
+                    return devices.first { $0.sysname == "BAT0" }?.energyNow.map(String.init)
+                }
+            }
+            try await UdevPowerSourceRetryTests.until { energies() == ["30000000"] }
+            monitor.reread(every: .milliseconds(20))
+            // About 15 timed reads of the same files: none yielded.
+            try await Task.sleep(for: .milliseconds(300))
+            #expect(energies() == ["30000000"])
+            try testbed.set("BAT0", "energy_now", "29000000")
+            try await UdevPowerSourceRetryTests.until { energies() == ["30000000", "29000000"] }
+            try await Task.sleep(for: .milliseconds(100))
+            #expect(energies() == ["30000000", "29000000"], "a change is yielded once")
+
+            // Off: the file changes, and nothing reads it until a rescan.
+            monitor.reread(every: nil)
+            try await Task.sleep(for: .milliseconds(50))
+            try testbed.set("BAT0", "energy_now", "28000000")
+            try await Task.sleep(for: .milliseconds(200))
+            #expect(energies() == ["30000000", "29000000"])
+            monitor.rescan()
+            try await UdevPowerSourceRetryTests.until { energies() == ["30000000", "29000000", "28000000"] }
+            monitor.stop()
+            await reader.value
+            await monitor.finished()
         }
     }
 

@@ -96,9 +96,9 @@ struct UdevPowerSupplyMonitorTests {
         var stop = false
         var enumerations = 0
         try UdevPowerSupplyMonitor.wait(
-            socket: socket, wake: wake.read, requests: { (stop, false) },
+            socket: socket, wake: wake.read, requests: { UdevPowerSupplyMonitor.Requests(stop: stop) },
             drain: { Issue.record("drained a socket with nothing to read") },
-            enumerate: {
+            enumerate: { _ in
                 enumerations += 1
                 // The loop carries on after the rescan: ask it to stop, as `stop()` does.
                 stop = true
@@ -117,8 +117,8 @@ struct UdevPowerSupplyMonitorTests {
         defer { close(wake.read); close(wake.write) }
         #expect(throws: UdevError(call: "poll(udev monitor)", code: EPIPE)) {
             try UdevPowerSupplyMonitor.wait(
-                socket: 1_000_000, wake: wake.read, requests: { (false, false) }, drain: {},
-                enumerate: { Issue.record("enumerated for a socket that is not open") })
+                socket: 1_000_000, wake: wake.read, requests: { UdevPowerSupplyMonitor.Requests() }, drain: {},
+                enumerate: { _ in Issue.record("enumerated for a socket that is not open") })
         }
     }
 
