@@ -31,7 +31,7 @@ conditions_args=()
 replay_args=()
 for arg in "$@"; do
     if [[ $arg == --quick ]]; then
-        conditions_args=(--rounds 5 --idle-seconds 5)
+        conditions_args=(--rounds 5 --idle-seconds 5 --udev-reads 3)
         replay_args=(--quick)
     fi
 done

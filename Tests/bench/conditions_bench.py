@@ -5,6 +5,9 @@
   client on each bus.
 - Idle cost: context switches of the agent and of upowerd over the same quiet window.
 - Memory: the agent's RSS beside upowerd's.
+- Without UPower, on battery: upowerd is stopped, and udev's timed re-read of the battery
+  (every `--udev-read-seconds`, set in the agent's configuration) is the agent's one timer;
+  its context switches per read of a battery that does not change, by thread.
 
 Run under umockdev-wrapper (scripts/bench.sh does): usage `conditions_bench.py BIN_DIR`.
 Figures are printed, never asserted.
@@ -53,6 +56,8 @@ def main():
     parser.add_argument("bin_dir")
     parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("--idle-seconds", type=float, default=60)
+    parser.add_argument("--udev-read-seconds", type=int, default=2)
+    parser.add_argument("--udev-reads", type=int, default=15)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     if not h.umockdev_available():
@@ -67,6 +72,9 @@ def main():
         system = stack.push(h.GBus(system_daemon.address))
         session = stack.push(h.GBus(session_daemon.address))
         env = h.system_env(system_daemon.address, tb, tmp)
+        config = tmp / "config" / "bgpolicy" / "bgpolicy.conf"
+        config.parent.mkdir(parents=True)
+        config.write_text(f"[battery]\nudev_read_interval = {args.udev_read_seconds}s\n")
         h.start_logind(stack, system, env)
         upowerd = h.start_upowerd(stack, system, env)
         agent = h.Agent(stack, args.bin_dir, session, h.agent_env(session_daemon.address, system_daemon.address, tb, tmp),
@@ -95,6 +103,25 @@ def main():
         a1, u1 = ctx_switches(agent.proc.pid), ctx_switches(upowerd.pid)
         agent_rss, upower_rss = rss_kib(agent.proc.pid), rss_kib(upowerd.pid)
 
+        # Without UPower, on battery: udev alone, its timer on. Unplugged first, if the rounds
+        # left the charger in.
+        if plugged:
+            h.set_charger(tb, ac, bat, False)
+        upowerd.kill()  # SIGKILL, and waits for it
+        agent.wait_conditions(lambda c: "upower" not in c["sources"] and c.get("on_battery") is True, timeout=10)
+        time.sleep(args.udev_read_seconds + 1.0)
+        names = {task.name: (task / "comm").read_text().strip() for task in Path(f"/proc/{agent.proc.pid}/task").iterdir()}
+        d0 = ctx_switches(agent.proc.pid)
+        time.sleep(args.udev_read_seconds * args.udev_reads)
+        d1 = ctx_switches(agent.proc.pid)
+        per_thread = {}
+        for tid, count in d1.items():
+            grew = count - d0.get(tid, 0)
+            if grew:
+                name = names.get(tid, "new thread")
+                per_thread[name] = per_thread.get(name, 0) + grew
+        udev_per_read = switches_between(d0, d1) / args.udev_reads
+
         def med(x):
             return statistics.median(x) if x else float("nan")
 
@@ -107,6 +134,8 @@ def main():
             "latency_p90_ms": p90(ours), "upowerd_latency_p90_ms": p90(floor),
             "idle_context_switches": switches_between(a0, a1), "upowerd_idle_context_switches": switches_between(u0, u1),
             "rss_kib": agent_rss, "upowerd_rss_kib": upower_rss,
+            "udev_reads": args.udev_reads, "udev_read_seconds": args.udev_read_seconds,
+            "udev_context_switches_per_read": udev_per_read, "udev_context_switches_by_thread": per_thread,
         }
         if args.json:
             print(json.dumps(figures, indent=2))
@@ -122,6 +151,9 @@ def main():
         print(f"| uevent → PropertiesChanged, p90 (ms) | {p90(ours):.2f} | {p90(floor):.2f} | {ratio(p90(ours), p90(floor))} |")
         print(f"| context switches while idle | {switches_between(a0, a1)} | {switches_between(u0, u1)} | — |")
         print(f"| RSS (KiB) | {agent_rss} | {upower_rss} | {ratio(agent_rss, upower_rss)} |")
+        threads = ", ".join(f"{name} {count}" for name, count in sorted(per_thread.items())) or "none"
+        print(f"Without UPower, on battery: {args.udev_reads} timed udev reads, one every {args.udev_read_seconds} s, "
+              f"of a battery that does not change: {udev_per_read:.2f} context switches a read ({threads})")
     finally:
         stack.close()
 
