@@ -14,12 +14,11 @@ import Synchronization
 /// uevent, so a battery draining is seen only at the next uevent (plug, unplug, status change)
 /// or resume. UPower polls for it; when UPower is not live and the machine runs on battery, the
 /// agent turns `polling` on, and the watch reads the supplies again every `[battery]
-/// udev_read_interval` (60 s), on its own thread (`PowerSupplyWatch.reread(every:)`). A timed
-/// re-read that finds the same devices yields nothing, and one that finds the same facts
-/// reports nothing; one
-/// asked through `context.rereads` (a resume) reports them all the same, for the agent waits
-/// for that answer before it starts work (`ConditionsHub.resettle`). On AC, or with UPower
-/// live, the timer does not exist.
+/// udev_read_interval` (60 s), on its own thread (`PowerSupplyWatch.reread(every:)`), with no
+/// timer of the agent's. A timed re-read that finds the same devices yields nothing, and one
+/// that finds the same facts reports nothing; one asked through `context.rereads` (a resume)
+/// reports them all the same, for the agent waits for that answer before it starts work
+/// (`ConditionsHub.resettle`). On AC, or with UPower live, the timer does not exist.
 ///
 /// A watch that breaks (libudev cannot be set up, the uevent socket hangs up, an enumeration
 /// fails) is reported lost, and started again after a wait: `firstRetry`, doubled after each
